@@ -1,0 +1,76 @@
+//! The one compare-and-swap loop every single-word algorithm uses.
+//!
+//! An algorithm supplies a pure decision `old word -> Step`; this loop loads the word, asks the
+//! decision, and publishes the new word with `compare_exchange_weak`, retrying with the value it
+//! saw when another thread got there first. A decision that writes nothing (a denial, a query)
+//! returns without a store, so denials never contend for the cache line.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// What a decision wants done with the word it was shown.
+#[derive(Debug)]
+pub(crate) enum Step<T, E> {
+    /// Replace the word with `.0` and, if that succeeds, answer `Ok(.1)`.
+    Write(u64, T),
+    /// Leave the word as it is and answer `Ok(.0)`.
+    Keep(T),
+    /// Leave the word as it is and answer `Err(.0)`.
+    Refuse(E),
+}
+
+/// Runs `decide` against `word` until its answer is applied to the value it was computed from.
+///
+/// `decide` may run several times (once per lost race); it must be a pure function of its argument.
+#[inline]
+pub(crate) fn update<T, E>(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step<T, E>) -> Result<T, E> {
+    // Relaxed everywhere: the word is the whole state and publishes no other memory, and every
+    // read-modify-write of one atomic sees the latest value in its modification order, which is all
+    // the CAS needs to never lose or double an update.
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        match decide(current) {
+            Step::Write(new, answer) => {
+                // Relaxed on both arms, as above: success publishes only `new` itself, failure hands
+                // back the value to decide again from.
+                match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return Ok(answer),
+                    Err(seen) => {
+                        retries::record();
+                        current = seen;
+                    }
+                }
+            }
+            Step::Keep(answer) => return Ok(answer),
+            Step::Refuse(err) => return Err(err),
+        }
+    }
+}
+
+/// Reads a word for a decision that will not write (peeks and queries).
+#[inline]
+pub(crate) fn read(word: &AtomicU64) -> u64 {
+    // Relaxed: see `update`; a read publishes nothing and needs nothing published to it.
+    word.load(Ordering::Relaxed)
+}
+
+/// A per-thread count of lost CAS races, kept only in the crate's own unit tests so that stress
+/// tests can prove contention happened; it compiles to nothing elsewhere.
+pub(crate) mod retries {
+    #[cfg(all(test, not(loom)))]
+    std::thread_local! {
+        static RETRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Notes one lost race on this thread.
+    #[inline(always)]
+    pub(crate) fn record() {
+        #[cfg(all(test, not(loom)))]
+        RETRIES.with(|r| r.set(r.get() + 1));
+    }
+
+    /// Lost races on this thread so far.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn on_this_thread() -> u64 {
+        RETRIES.with(std::cell::Cell::get)
+    }
+}

@@ -1,0 +1,565 @@
+//! Time sources: the [`Clock`] trait, the [`Nanos`] it returns, and three clocks.
+//!
+//! | clock | cost of a reading | staleness | use it for |
+//! | --- | --- | --- | --- |
+//! | [`MonotonicClock`] | one TSC read and a multiply (about 12 ns on the 2-core bench machine) | none | the default |
+//! | [`CoarseClock`] | one atomic load | up to its upkeep interval (default 1 ms) behind | the hottest paths, where a millisecond of lag is fine |
+//! | [`ManualClock`] | one atomic load | whatever you set | tests, simulations, replaying traces |
+//!
+//! Limiters never read a clock inside their decision: they read it once per call and hand the
+//! reading to a pure function. Every limiter also has `*_at(now)` methods that take a reading you
+//! already hold, so a server that stamps each request pays for no second read.
+//!
+//! # Clocks that step backwards
+//!
+//! A reading earlier than one a limiter has already applied never creates capacity: the limiter
+//! judges the request as of the earlier reading, when it had at most the tokens it has now. The
+//! request may be refused that would have been admitted a moment later; nothing is ever admitted
+//! that the limit forbids. The same holds when two threads' readings reach the limiter out of order.
+
+use std::fmt;
+use std::sync::{Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use crate::sync::{Arc, AtomicU64, Ordering};
+
+/// A point in time, in whole nanoseconds since a clock's epoch.
+///
+/// Every [`Clock`] counts from its own epoch; the epoch of [`MonotonicClock`] and [`CoarseClock`] is
+/// the moment the process first used either of them, so their readings can be compared with each
+/// other. Limiters treat any reading beyond [`Nanos::MAX_USABLE`] (about 146 years after the epoch) as
+/// that value: time stands still there, so a limiter stops refilling but never over-admits.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Nanos;
+///
+/// let t = Nanos::new(1_500_000_000);
+/// assert_eq!(t.as_duration(), Duration::from_millis(1500));
+/// assert_eq!(Nanos::from(Duration::from_secs(2)).as_u64(), 2_000_000_000);
+/// assert_eq!(t.saturating_add(Duration::from_millis(500)), Nanos::new(2_000_000_000));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Nanos(u64);
+
+impl Nanos {
+    /// The epoch itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Nanos::ZERO.as_u64(), 0);
+    /// ```
+    pub const ZERO: Nanos = Nanos(0);
+
+    /// The latest reading a limiter distinguishes: 2^62 ns, about 146 years after the epoch.
+    ///
+    /// Later readings are clamped to it. The bound keeps every sum a limiter forms (a reading plus a
+    /// burst window plus a request's cost) inside a `u64`, so no arithmetic can wrap.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Nanos::MAX_USABLE.as_u64(), 1 << 62);
+    /// ```
+    pub const MAX_USABLE: Nanos = Nanos(1 << 62);
+
+    /// A reading of `nanos` nanoseconds since the epoch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Nanos::new(7).as_u64(), 7);
+    /// ```
+    pub const fn new(nanos: u64) -> Nanos {
+        Nanos(nanos)
+    }
+
+    /// The number of nanoseconds since the epoch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Nanos::new(42).as_u64(), 42);
+    /// ```
+    pub const fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// This reading as a `Duration` since the epoch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(tollgate::Nanos::new(1_000).as_duration(), Duration::from_micros(1));
+    /// ```
+    pub const fn as_duration(self) -> Duration {
+        Duration::from_nanos(self.0)
+    }
+
+    /// This reading moved forward by `d`, saturating at `u64::MAX` nanoseconds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Nanos;
+    /// assert_eq!(Nanos::new(1).saturating_add(Duration::from_nanos(2)), Nanos::new(3));
+    /// assert_eq!(Nanos::new(u64::MAX).saturating_add(Duration::from_secs(1)).as_u64(), u64::MAX);
+    /// ```
+    pub fn saturating_add(self, d: Duration) -> Nanos {
+        Nanos(self.0.saturating_add(duration_to_nanos(d)))
+    }
+
+    /// This reading clamped to [`Nanos::MAX_USABLE`]: what every limiter actually uses.
+    pub(crate) fn clamped(self) -> u64 {
+        self.0.min(Nanos::MAX_USABLE.0)
+    }
+}
+
+impl From<u64> for Nanos {
+    fn from(nanos: u64) -> Nanos {
+        Nanos(nanos)
+    }
+}
+
+/// Saturates at `u64::MAX` nanoseconds (about 584 years).
+impl From<Duration> for Nanos {
+    fn from(d: Duration) -> Nanos {
+        Nanos(duration_to_nanos(d))
+    }
+}
+
+impl From<Nanos> for Duration {
+    fn from(n: Nanos) -> Duration {
+        n.as_duration()
+    }
+}
+
+impl fmt::Display for Nanos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_duration())
+    }
+}
+
+/// A duration in whole nanoseconds, saturating at `u64::MAX`.
+pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A source of time for limiters.
+///
+/// Implement it to drive a limiter from your own time source (a simulation, a frame counter, a
+/// timestamp your server already took). A reading may go backwards; limiters stay correct (see the
+/// [module docs](self)).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Clock, Nanos, Quota, TokenBucket};
+///
+/// /// A clock that always reads the same instant.
+/// struct Frozen(Nanos);
+///
+/// impl Clock for Frozen {
+///     fn now(&self) -> Nanos {
+///         self.0
+///     }
+/// }
+///
+/// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, Frozen(Nanos::new(5)));
+/// assert!(bucket.try_acquire().is_ok());
+/// assert!(bucket.try_acquire().is_ok());
+/// assert!(bucket.try_acquire().is_err()); // time never moves, so nothing refills
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub trait Clock: Send + Sync {
+    /// The current reading, in nanoseconds since this clock's epoch.
+    fn now(&self) -> Nanos;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+/// The process-wide quanta clock and the raw reading that is everyone's epoch.
+///
+/// A new `quanta::Clock` calibrates its TSC scaling (close to a second on some machines), so the crate
+/// makes exactly one, on first use.
+struct Shared {
+    clock: quanta::Clock,
+    epoch_raw: u64,
+    epoch: quanta::Instant,
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let epoch_raw = clock.raw();
+        let epoch = clock.scaled(epoch_raw);
+        Shared {
+            clock,
+            epoch_raw,
+            epoch,
+        }
+    })
+}
+
+/// The default clock: a calibrated TSC read through one process-wide `quanta::Clock`.
+///
+/// Monotonic, nanosecond resolution, about 12 ns a reading on the bench machine. All instances share
+/// one epoch (the first use of the clock in this process) and are cheap to create and copy.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Clock, MonotonicClock};
+///
+/// let clock = MonotonicClock::new();
+/// let a = clock.now();
+/// let b = clock.now();
+/// assert!(b >= a);
+/// ```
+#[derive(Clone, Copy)]
+pub struct MonotonicClock {
+    shared: &'static Shared,
+}
+
+impl MonotonicClock {
+    /// A handle on the process-wide clock (the first call in a process calibrates it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let _clock = tollgate::MonotonicClock::new();
+    /// ```
+    pub fn new() -> MonotonicClock {
+        MonotonicClock { shared: shared() }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock::new()
+    }
+}
+
+impl fmt::Debug for MonotonicClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MonotonicClock").finish_non_exhaustive()
+    }
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        let s = self.shared;
+        // `delta_as_nanos` returns 0 for a raw reading at or before the epoch, so a TSC that differs
+        // slightly between cores can never produce a wrapped, huge reading.
+        Nanos(s.clock.delta_as_nanos(s.epoch_raw, s.clock.raw()))
+    }
+}
+
+/// The error returned when a [`CoarseClock`]'s upkeep thread cannot be started.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::CoarseClock;
+///
+/// let err = CoarseClock::with_interval(Duration::ZERO).unwrap_err();
+/// assert!(err.to_string().contains("interval"));
+/// ```
+#[derive(Debug)]
+pub enum CoarseClockError {
+    /// The requested upkeep interval is outside 1 µs ..= 1 s.
+    Interval {
+        /// The interval that was asked for.
+        requested: Duration,
+    },
+    /// The operating system refused to start the upkeep thread.
+    Spawn(std::io::Error),
+}
+
+impl fmt::Display for CoarseClockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CoarseClockError::Interval { requested } => write!(
+                f,
+                "coarse clock interval must be between {:?} and {:?}, got {requested:?}",
+                CoarseClock::MIN_INTERVAL,
+                CoarseClock::MAX_INTERVAL
+            ),
+            CoarseClockError::Spawn(e) => write!(f, "could not start the coarse clock's upkeep thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CoarseClockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CoarseClockError::Spawn(e) => Some(e),
+            CoarseClockError::Interval { .. } => None,
+        }
+    }
+}
+
+/// The running upkeep thread, shared by every live [`CoarseClock`] in the process.
+struct Upkeep {
+    _handle: quanta::Handle,
+    interval: Duration,
+}
+
+/// The upkeep thread of the process, if one is running. quanta allows one per process, so every
+/// `CoarseClock` shares it; the last clock dropped stops it.
+static UPKEEP: Mutex<Weak<Upkeep>> = Mutex::new(Weak::new());
+
+/// A clock that reads a timestamp a background thread refreshes: one atomic load a reading.
+///
+/// It reads quanta's `recent()` time, which an upkeep thread sets from the [`MonotonicClock`] every
+/// `interval` (1 ms by default). The thread starts with the first `CoarseClock` in the process and
+/// stops when the last clone of the last one is dropped. quanta runs at most one upkeep thread per
+/// process, so every `CoarseClock` alive at the same time shares the interval of the one that started
+/// it; [`CoarseClock::interval`] reports the interval in force.
+///
+/// # Staleness
+///
+/// A reading lags the true time by up to the interval, plus however long the upkeep thread waits to
+/// be scheduled (on a loaded machine, a time slice or more). A stale reading is an earlier reading,
+/// and an earlier reading never creates tokens: staleness can delay an admission by up to the lag,
+/// and makes `retry_after` up to the lag longer than needed, but can never admit more than the limit.
+/// Readings share the epoch of [`MonotonicClock`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{CoarseClock, Quota, TokenBucket};
+///
+/// let clock = CoarseClock::new()?;
+/// let bucket = TokenBucket::with_clock(Quota::per_second(1000)?, clock);
+/// assert!(bucket.try_acquire().is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct CoarseClock {
+    shared: &'static Shared,
+    upkeep: std::sync::Arc<Upkeep>,
+}
+
+impl CoarseClock {
+    /// The shortest upkeep interval accepted: 1 µs.
+    pub const MIN_INTERVAL: Duration = Duration::from_micros(1);
+    /// The longest upkeep interval accepted: 1 s.
+    pub const MAX_INTERVAL: Duration = Duration::from_secs(1);
+    /// The interval used by [`CoarseClock::new`]: 1 ms.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(1);
+
+    /// A coarse clock refreshed every millisecond (or sharing the upkeep thread already running).
+    ///
+    /// # Errors
+    ///
+    /// [`CoarseClockError::Spawn`] when the upkeep thread cannot be started.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let clock = tollgate::CoarseClock::new()?;
+    /// assert!(clock.interval() <= std::time::Duration::from_secs(1));
+    /// # Ok::<(), tollgate::CoarseClockError>(())
+    /// ```
+    pub fn new() -> Result<CoarseClock, CoarseClockError> {
+        CoarseClock::with_interval(CoarseClock::DEFAULT_INTERVAL)
+    }
+
+    /// A coarse clock refreshed every `interval`, or sharing the upkeep thread already running (whose
+    /// interval then stays in force; see [`CoarseClock::interval`]).
+    ///
+    /// # Errors
+    ///
+    /// [`CoarseClockError::Interval`] for an interval outside 1 µs ..= 1 s;
+    /// [`CoarseClockError::Spawn`] when the upkeep thread cannot be started.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let clock = tollgate::CoarseClock::with_interval(Duration::from_micros(500))?;
+    /// # drop(clock);
+    /// # Ok::<(), tollgate::CoarseClockError>(())
+    /// ```
+    pub fn with_interval(interval: Duration) -> Result<CoarseClock, CoarseClockError> {
+        if !(CoarseClock::MIN_INTERVAL..=CoarseClock::MAX_INTERVAL).contains(&interval) {
+            return Err(CoarseClockError::Interval {
+                requested: interval,
+            });
+        }
+        let shared = shared();
+        // A panic while holding this lock cannot leave the `Weak` half-written, so a poisoned lock
+        // is still usable.
+        let mut slot = UPKEEP.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(upkeep) = slot.upgrade() {
+            return Ok(CoarseClock { shared, upkeep });
+        }
+        // The previous upkeep thread may still be finishing after its last clock dropped; its
+        // handle's drop joins it before the Weak dies, so `start` cannot see it running here.
+        let handle = quanta::Upkeep::new_with_clock(interval, shared.clock.clone())
+            .start()
+            .map_err(|e| match e {
+                quanta::Error::FailedToSpawnUpkeepThread(io) => CoarseClockError::Spawn(io),
+                quanta::Error::UpkeepRunning => CoarseClockError::Spawn(std::io::Error::other(
+                    "another quanta upkeep thread, not started by tollgate, is running",
+                )),
+            })?;
+        let upkeep = std::sync::Arc::new(Upkeep {
+            _handle: handle,
+            interval,
+        });
+        *slot = std::sync::Arc::downgrade(&upkeep);
+        Ok(CoarseClock { shared, upkeep })
+    }
+
+    /// The upkeep interval in force: the bound on staleness, before scheduling delays.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let clock = tollgate::CoarseClock::new()?;
+    /// assert!(clock.interval() > std::time::Duration::ZERO);
+    /// # Ok::<(), tollgate::CoarseClockError>(())
+    /// ```
+    pub fn interval(&self) -> Duration {
+        self.upkeep.interval
+    }
+}
+
+impl fmt::Debug for CoarseClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoarseClock")
+            .field("interval", &self.upkeep.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        let recent = self.shared.clock.recent();
+        Nanos(duration_to_nanos(recent.saturating_duration_since(self.shared.epoch)))
+    }
+}
+
+/// A clock that moves only when told: for tests, simulations and trace replays.
+///
+/// Clones share one reading. It may be set backwards, to test what a limiter does with a clock that
+/// steps back.
+///
+/// # Memory ordering
+///
+/// A reading is a single `u64`; `set` and `advance` are visible to `now` on other threads as soon as
+/// the hardware propagates them, and publish nothing else.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, ManualClock, Nanos};
+///
+/// let clock = ManualClock::new();
+/// let view = clock.clone();
+/// clock.advance(Duration::from_millis(5));
+/// assert_eq!(view.now(), Nanos::new(5_000_000));
+/// clock.set(Nanos::new(1)); // backwards is allowed
+/// assert_eq!(view.now(), Nanos::new(1));
+/// ```
+#[derive(Clone, Debug)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock reading [`Nanos::ZERO`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, Nanos};
+    /// assert_eq!(ManualClock::new().now(), Nanos::ZERO);
+    /// ```
+    pub fn new() -> ManualClock {
+        ManualClock::starting_at(Nanos::ZERO)
+    }
+
+    /// A clock reading `start`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, Nanos};
+    /// assert_eq!(ManualClock::starting_at(Nanos::new(9)).now(), Nanos::new(9));
+    /// ```
+    pub fn starting_at(start: Nanos) -> ManualClock {
+        ManualClock {
+            nanos: Arc::new(AtomicU64::new(start.0)),
+        }
+    }
+
+    /// Moves the clock forward by `d`, saturating at `u64::MAX` nanoseconds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock, Nanos};
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_nanos(3));
+    /// assert_eq!(clock.now(), Nanos::new(3));
+    /// ```
+    pub fn advance(&self, d: Duration) {
+        let step = duration_to_nanos(d);
+        // Relaxed: the reading is the only data; the RMW keeps concurrent advances from losing steps.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| Some(t.saturating_add(step)));
+    }
+
+    /// Sets the clock to `t`, forwards or backwards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, Nanos};
+    /// let clock = ManualClock::starting_at(Nanos::new(100));
+    /// clock.set(Nanos::new(50));
+    /// assert_eq!(clock.now(), Nanos::new(50));
+    /// ```
+    pub fn set(&self, t: Nanos) {
+        // Relaxed: the reading is the only data published.
+        self.nanos.store(t.0, Ordering::Relaxed);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Nanos {
+        // Relaxed: pairs with nothing; the reading carries no other data.
+        Nanos(self.nanos.load(Ordering::Relaxed))
+    }
+}

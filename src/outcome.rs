@@ -1,0 +1,334 @@
+//! What a limiter answers: [`Admitted`], [`Denied`], [`InsufficientCapacity`] and [`AcquireError`].
+//!
+//! Every outcome carries enough for an HTTP response: tokens remaining, the time until the limiter
+//! is full again (`reset_after`, for `RateLimit` headers) and, on a denial, `retry_after`, the exact
+//! wait after which the same request would be admitted if nothing else happened in between.
+//!
+//! The figures are computed when asked for, not when the decision is made, so a caller that only
+//! needs yes or no pays for no division.
+//!
+//! # Requests for zero tokens
+//!
+//! A request for `n = 0` tokens is always admitted, consumes nothing and writes nothing: it is a
+//! query that reports `remaining` and `reset_after`, like a peek that cannot fail.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A span of time in a limiter's units, converted to nanoseconds only when read:
+/// `(units << shift) - sub` nanoseconds, at least zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) units: u64,
+    pub(crate) shift: u32,
+    /// The nanoseconds of the reading below one unit (the bits the unit conversion dropped).
+    pub(crate) sub: u64,
+}
+
+impl Span {
+    fn nanos(self) -> u128 {
+        (u128::from(self.units) << self.shift).saturating_sub(u128::from(self.sub))
+    }
+
+    fn duration(self) -> Duration {
+        nanos_to_duration(self.nanos())
+    }
+}
+
+fn nanos_to_duration(nanos: u128) -> Duration {
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    let secs = u64::try_from(nanos / NANOS_PER_SEC).unwrap_or(u64::MAX);
+    // The remainder is below 10^9, so it fits a u32.
+    let sub = u32::try_from(nanos % NANOS_PER_SEC).unwrap_or(0);
+    Duration::new(secs, sub)
+}
+
+/// A request was admitted.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+///
+/// let bucket = TokenBucket::with_clock(Quota::per_second(10)?, ManualClock::new());
+/// let ok = bucket.try_acquire_n(3)?;
+/// assert_eq!(ok.remaining(), 7);
+/// assert_eq!(ok.reset_after(), Duration::from_millis(300)); // 3 tokens at 100 ms each
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// Capacity left after the admission, in `unit`s of the limiter's time (or tokens when `unit` is 1).
+    level: u64,
+    unit: u64,
+    reset: Span,
+}
+
+impl Admitted {
+    pub(crate) fn new(level: u64, unit: u64, reset: Span) -> Admitted {
+        Admitted { level, unit, reset }
+    }
+
+    /// Whole tokens left after this admission.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(5)?);
+    /// assert_eq!(bucket.try_acquire()?.remaining(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        // `unit` is at least 1 by construction; `checked_div` keeps even a broken invariant panic-free.
+        self.level.checked_div(self.unit).unwrap_or(0)
+    }
+
+    /// The time until the limiter is full again if nothing else is taken.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// assert_eq!(bucket.try_acquire()?.reset_after(), Duration::from_millis(500));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reset_after(&self) -> Duration {
+        self.reset.duration()
+    }
+}
+
+impl fmt::Display for Admitted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "admitted: {} remaining, full again in {:?}",
+            self.remaining(),
+            self.reset_after()
+        )
+    }
+}
+
+/// A request was refused for now; it can succeed later.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+///
+/// let bucket = TokenBucket::with_clock(Quota::per_second(1)?, ManualClock::new());
+/// bucket.try_acquire_at(Nanos::new(0))?;
+/// let denied = bucket.try_acquire_at(Nanos::new(250_000_000)).unwrap_err();
+/// assert_eq!(denied.retry_after(), Duration::from_millis(750));
+/// assert_eq!(denied.retry_at(), Nanos::new(1_000_000_000));
+/// assert_eq!(denied.remaining(), 0);
+/// assert!(bucket.try_acquire_at(denied.retry_at()).is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denied {
+    now: u64,
+    retry: Span,
+    level: u64,
+    unit: u64,
+    reset: Span,
+}
+
+impl Denied {
+    pub(crate) fn new(now: u64, retry: Span, level: u64, unit: u64, reset: Span) -> Denied {
+        Denied {
+            now,
+            retry,
+            level,
+            unit,
+            reset,
+        }
+    }
+
+    /// The wait after which the same request would be admitted, if nothing else took tokens first:
+    /// the exact earliest instant, not an estimate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_minute(1)?, ManualClock::new());
+    /// bucket.try_acquire()?;
+    /// assert_eq!(bucket.try_acquire().unwrap_err().retry_after().as_secs(), 60);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retry_after(&self) -> Duration {
+        self.retry.duration()
+    }
+
+    /// The instant on the limiter's clock at which the same request would be admitted
+    /// (the reading the decision used plus [`Denied::retry_after`], saturating).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(1)?, ManualClock::new());
+    /// bucket.try_acquire_at(Nanos::new(10))?;
+    /// assert_eq!(bucket.try_acquire_at(Nanos::new(10)).unwrap_err().retry_at(), Nanos::new(1_000_000_010));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retry_at(&self) -> crate::Nanos {
+        let at = u128::from(self.now).saturating_add(self.retry.nanos());
+        crate::Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+    }
+
+    /// Whole tokens available at the time of the decision (fewer than were asked for).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(5)?, ManualClock::new());
+    /// assert_eq!(bucket.try_acquire_n(5).is_ok(), true);
+    /// let err = bucket.try_acquire_n(2).unwrap_err();
+    /// assert_eq!(err.denied().map(|d| d.remaining()), Some(0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        self.level.checked_div(self.unit).unwrap_or(0)
+    }
+
+    /// The time until the limiter is full again if nothing else is taken.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// bucket.try_acquire_n(2)?;
+    /// assert_eq!(bucket.try_acquire().unwrap_err().reset_after(), Duration::from_secs(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reset_after(&self) -> Duration {
+        self.reset.duration()
+    }
+}
+
+impl fmt::Display for Denied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rate limited: retry after {:?} ({} remaining, full again in {:?})",
+            self.retry_after(),
+            self.remaining(),
+            self.reset_after()
+        )
+    }
+}
+
+impl std::error::Error for Denied {}
+
+/// A request for more tokens than the limiter's capacity: it can never be admitted, so it is not a
+/// [`Denied`] (whose `retry_after` would be a lie).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{AcquireError, InsufficientCapacity, Quota, TokenBucket};
+/// let bucket = TokenBucket::new(Quota::per_second(10)?);
+/// let err = bucket.try_acquire_n(11).unwrap_err();
+/// assert_eq!(err, AcquireError::InsufficientCapacity(InsufficientCapacity { requested: 11, capacity: 10 }));
+/// assert_eq!(err.to_string(), "request for 11 tokens can never succeed: capacity is 10");
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InsufficientCapacity {
+    /// Tokens asked for.
+    pub requested: u64,
+    /// The limiter's capacity.
+    pub capacity: u64,
+}
+
+impl fmt::Display for InsufficientCapacity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "request for {} tokens can never succeed: capacity is {}",
+            self.requested, self.capacity
+        )
+    }
+}
+
+impl std::error::Error for InsufficientCapacity {}
+
+/// Why a request for `n` tokens was not admitted.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{AcquireError, ManualClock, Quota, TokenBucket};
+///
+/// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+/// match bucket.try_acquire_n(3) {
+///     Ok(ok) => assert_eq!(ok.remaining(), 1),
+///     Err(AcquireError::Denied(d)) => println!("wait {:?}", d.retry_after()),
+///     Err(AcquireError::InsufficientCapacity(e)) => println!("never: {e}"),
+/// }
+/// assert!(matches!(bucket.try_acquire_n(3), Err(AcquireError::Denied(_))));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireError {
+    /// Not now; see [`Denied::retry_after`].
+    Denied(Denied),
+    /// Never: more than the capacity was asked for.
+    InsufficientCapacity(InsufficientCapacity),
+}
+
+impl AcquireError {
+    /// The denial, if this is one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(1)?);
+    /// assert!(bucket.try_acquire_n(2).unwrap_err().denied().is_none()); // never, not "later"
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn denied(&self) -> Option<&Denied> {
+        match self {
+            AcquireError::Denied(d) => Some(d),
+            AcquireError::InsufficientCapacity(_) => None,
+        }
+    }
+}
+
+impl From<Denied> for AcquireError {
+    fn from(d: Denied) -> AcquireError {
+        AcquireError::Denied(d)
+    }
+}
+
+impl From<InsufficientCapacity> for AcquireError {
+    fn from(e: InsufficientCapacity) -> AcquireError {
+        AcquireError::InsufficientCapacity(e)
+    }
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::Denied(d) => d.fmt(f),
+            AcquireError::InsufficientCapacity(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AcquireError::Denied(d) => Some(d),
+            AcquireError::InsufficientCapacity(e) => Some(e),
+        }
+    }
+}
