@@ -22,7 +22,10 @@ pub(crate) enum Step<T, E> {
 ///
 /// `decide` may run several times (once per lost race); it must be a pure function of its argument.
 #[inline]
-pub(crate) fn update<T, E>(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step<T, E>) -> Result<T, E> {
+pub(crate) fn update<T, E>(
+    word: &AtomicU64,
+    mut decide: impl FnMut(u64) -> Step<T, E>,
+) -> Result<T, E> {
     // Relaxed everywhere: the word is the whole state and publishes no other memory, and every
     // read-modify-write of one atomic sees the latest value in its modification order, which is all
     // the CAS needs to never lose or double an update.
@@ -32,7 +35,8 @@ pub(crate) fn update<T, E>(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step
             Step::Write(new, answer) => {
                 // Relaxed on both arms, as above: success publishes only `new` itself, failure hands
                 // back the value to decide again from.
-                match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed) {
+                match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
+                {
                     Ok(_) => return Ok(answer),
                     Err(seen) => {
                         retries::record();

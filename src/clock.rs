@@ -303,7 +303,9 @@ impl fmt::Display for CoarseClockError {
                 CoarseClock::MIN_INTERVAL,
                 CoarseClock::MAX_INTERVAL
             ),
-            CoarseClockError::Spawn(e) => write!(f, "could not start the coarse clock's upkeep thread: {e}"),
+            CoarseClockError::Spawn(e) => {
+                write!(f, "could not start the coarse clock's upkeep thread: {e}")
+            }
         }
     }
 }
@@ -340,8 +342,13 @@ static UPKEEP: Mutex<Weak<Upkeep>> = Mutex::new(Weak::new());
 /// A reading lags the true time by up to the interval, plus however long the upkeep thread waits to
 /// be scheduled (on a loaded machine, a time slice or more). A stale reading is an earlier reading,
 /// and an earlier reading never creates tokens: staleness can delay an admission by up to the lag,
-/// and makes `retry_after` up to the lag longer than needed, but can never admit more than the limit.
-/// Readings share the epoch of [`MonotonicClock`].
+/// and makes `retry_after` up to the lag longer than needed, but can never admit more than the limit
+/// as measured on the clock's own readings: over readings spanning `t`, at most `C + R × t`.
+///
+/// Measured against true time, a lag that varies between 0 and `L` can shift when a refill is seen
+/// by up to `L`, so a window of true length `t` sees at most `C + R × (t + L)`: the same slack any
+/// clock shows when a thread is preempted between reading it and deciding, bounded here by the
+/// interval you choose. Readings share the epoch of [`MonotonicClock`] (to within rounding).
 ///
 /// # Examples
 ///
@@ -457,7 +464,9 @@ impl Clock for CoarseClock {
     #[inline]
     fn now(&self) -> Nanos {
         let recent = self.shared.clock.recent();
-        Nanos(duration_to_nanos(recent.saturating_duration_since(self.shared.epoch)))
+        Nanos(duration_to_nanos(
+            recent.saturating_duration_since(self.shared.epoch),
+        ))
     }
 }
 
@@ -532,7 +541,9 @@ impl ManualClock {
         // Relaxed: the reading is the only data; the RMW keeps concurrent advances from losing steps.
         let _ = self
             .nanos
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| Some(t.saturating_add(step)));
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_add(step))
+            });
     }
 
     /// Sets the clock to `t`, forwards or backwards.

@@ -342,7 +342,9 @@ impl Quota {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn max_capacity(&self) -> u64 {
-        let unit_interval = self.interval_nanos.div_ceil(1 << max_shift(self.interval_nanos));
+        let unit_interval = self
+            .interval_nanos
+            .div_ceil(1 << max_shift(self.interval_nanos));
         MAX_WINDOW_NANOS / unit_interval
     }
 
@@ -355,7 +357,8 @@ impl Quota {
         loop {
             let unit_interval = self.interval_nanos.div_ceil(1 << shift);
             if shift >= max_shift(self.interval_nanos)
-                || u128::from(self.capacity) * u128::from(unit_interval) <= u128::from(MAX_WINDOW_NANOS)
+                || u128::from(self.capacity) * u128::from(unit_interval)
+                    <= u128::from(MAX_WINDOW_NANOS)
             {
                 return (shift, unit_interval);
             }

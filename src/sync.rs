@@ -7,7 +7,9 @@
 //! makes progress whenever it fails).
 
 #[cfg(all(loom, not(feature = "loom")))]
-compile_error!("`--cfg loom` needs the `loom` feature: build with `--features loom` (see loom-tests/)");
+compile_error!(
+    "`--cfg loom` needs the `loom` feature: build with `--features loom` (see loom-tests/)"
+);
 
 #[cfg(all(loom, feature = "loom"))]
 pub(crate) use loom::sync::{

@@ -472,7 +472,8 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn remaining_at(&self, now: Nanos) -> u64 {
-        self.policy.remaining(cas::read(&self.word), self.policy.time(now))
+        self.policy
+            .remaining(cas::read(&self.word), self.policy.time(now))
     }
 
     /// The quota this bucket enforces.
@@ -509,5 +510,312 @@ impl<C> fmt::Debug for TokenBucket<C> {
             .field("quota", &self.quota)
             .field("tat", &cas::read(&self.word))
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn policy(quota: Quota) -> Policy {
+        Policy::new(&quota)
+    }
+
+    fn at(p: &Policy, ns: u64) -> Time {
+        p.time(Nanos::new(ns))
+    }
+
+    /// 10 per second, capacity 10: interval 100 ms, burst window 1 s.
+    fn ten_per_second() -> Policy {
+        policy(Quota::per_second(10).unwrap())
+    }
+
+    #[test]
+    fn full_bucket_admits_and_moves_tat_by_one_interval() {
+        let p = ten_per_second();
+        match p.take(0, at(&p, 5 * SEC), 1) {
+            Step::Write(new, ok) => {
+                assert_eq!(new, 5 * SEC + SEC / 10);
+                assert_eq!(ok.remaining(), 9);
+                assert_eq!(ok.reset_after().as_nanos(), u128::from(SEC / 10));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn empty_bucket_denies_with_exact_retry_and_writes_nothing() {
+        let p = ten_per_second();
+        // tat = now + burst: empty.
+        let now = 3 * SEC;
+        match p.take(now + SEC, at(&p, now), 1) {
+            Step::Refuse(d) => {
+                assert_eq!(d.retry_after().as_nanos(), u128::from(SEC / 10));
+                assert_eq!(d.retry_at(), Nanos::new(now + SEC / 10));
+                assert_eq!(d.remaining(), 0);
+                assert_eq!(d.reset_after().as_nanos(), u128::from(SEC));
+            }
+            other => panic!("{other:?}"),
+        }
+        // n tokens wait n intervals, minus the fraction already refilled.
+        match p.take(now + SEC - 30, at(&p, now), 3) {
+            Step::Refuse(d) => {
+                assert_eq!(d.retry_after().as_nanos(), u128::from(3 * SEC / 10 - 30))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn fractional_tokens_are_carried() {
+        let p = ten_per_second();
+        let now = 10 * SEC;
+        // 0.5 token in the bucket: denied now, admitted 50 ms later, then empty again.
+        let word = now + SEC - SEC / 20;
+        assert!(matches!(p.take(word, at(&p, now), 1), Step::Refuse(_)));
+        match p.take(word, at(&p, now + SEC / 20), 1) {
+            Step::Write(new, ok) => {
+                assert_eq!(ok.remaining(), 0);
+                assert_eq!(new, now + SEC / 20 + SEC);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_idle_bucket_of_any_age_reads_full_and_no_fuller() {
+        let p = ten_per_second();
+        for now in [SEC, 1 << 40, 1 << 62, u64::MAX] {
+            assert_eq!(p.remaining(0, at(&p, now)), 10);
+            match p.take(0, at(&p, now), 10) {
+                Step::Write(_, ok) => assert_eq!(ok.remaining(), 0),
+                other => panic!("{other:?}"),
+            }
+            assert!(matches!(p.take(0, at(&p, now), 11), Step::Refuse(_)));
+        }
+    }
+
+    #[test]
+    fn an_earlier_reading_sees_fewer_tokens_never_more() {
+        let p = ten_per_second();
+        // Full at t = 5 s after an admission at 5 s left 9 tokens.
+        let word = 5 * SEC + SEC / 10;
+        let later = p.remaining(word, at(&p, 5 * SEC));
+        for earlier in [0, SEC, 4 * SEC, 5 * SEC - 1] {
+            assert!(p.remaining(word, at(&p, earlier)) <= later);
+        }
+        assert_eq!(p.remaining(word, at(&p, 4 * SEC)), 0);
+        // An admission with an earlier reading is judged at that reading and only moves tat forward.
+        match p.take(word, at(&p, 5 * SEC - SEC / 2), 1) {
+            Step::Write(new, ok) => {
+                assert!(new > word);
+                assert_eq!(ok.remaining(), 3);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn refund_gives_back_and_never_overfills() {
+        let p = ten_per_second();
+        let now = 2 * SEC;
+        let word = now + SEC; // empty
+        match p.refund(word, at(&p, now), 3) {
+            Step::Write(new, ()) => assert_eq!(p.remaining(new, at(&p, now)), 3),
+            other => panic!("{other:?}"),
+        }
+        match p.refund(word, at(&p, now), u64::MAX) {
+            Step::Write(new, ()) => {
+                assert_eq!(new, now);
+                assert_eq!(p.remaining(new, at(&p, now)), 10);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A full bucket, or a refund of nothing, writes nothing.
+        assert!(matches!(p.refund(now, at(&p, now), 5), Step::Keep(())));
+        assert!(matches!(p.refund(word, at(&p, now), 0), Step::Keep(())));
+    }
+
+    #[test]
+    fn check_n_separates_queries_requests_and_impossible_requests() {
+        let p = ten_per_second();
+        assert_eq!(p.check_n(0), Ok(false));
+        assert_eq!(p.check_n(10), Ok(true));
+        assert_eq!(
+            p.check_n(11),
+            Err(InsufficientCapacity {
+                requested: 11,
+                capacity: 10
+            })
+        );
+        assert!(p.check_n(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn coarse_units_for_huge_burst_windows_keep_retry_times_exact() {
+        // 1 per day with a capacity of 2^32: an 11-million-year burst window.
+        let q = Quota::per_day(1)
+            .unwrap()
+            .with_capacity(1 << 32)
+            .unwrap()
+            .with_initial(0)
+            .unwrap();
+        let p = policy(q);
+        assert!(p.shift > 0);
+        let start = at(&p, 12_345);
+        let word = p.initial_word(0, start);
+        let day = 86_400 * SEC;
+        match p.take(word, at(&p, 12_345 + 1000), 1) {
+            Step::Refuse(d) => {
+                let retry = d.retry_at().as_u64();
+                // Never earlier than one day after the start; within one unit of it.
+                assert!(retry >= 12_345 + day, "{retry}");
+                assert!(retry - (12_345 + day) < (1 << p.shift) + (day >> 10));
+                assert!(matches!(
+                    p.take(word, at(&p, retry - 1), 1),
+                    Step::Refuse(_)
+                ));
+                assert!(matches!(p.take(word, at(&p, retry), 1), Step::Write(..)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_word_cannot_overflow_at_the_extremes() {
+        let q = Quota::per_second(1_000_000_000)
+            .unwrap()
+            .with_capacity(1 << 62)
+            .unwrap();
+        let p = policy(q);
+        let now = at(&p, u64::MAX);
+        // Worst case: a word already a full burst window ahead of the latest reading.
+        let word = now.units + p.burst;
+        assert!(matches!(p.take(word, now, 1 << 62), Step::Refuse(_)));
+        match p.take(0, now, 1 << 62) {
+            Step::Write(new, _) => assert_eq!(new, (1 << 62) + (1 << 62)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn n_zero_is_a_query_that_writes_nothing() {
+        let clock = ManualClock::new();
+        let bucket = TokenBucket::with_clock(Quota::per_second(4).unwrap(), clock);
+        let before = cas::read(&bucket.word);
+        assert_eq!(bucket.try_acquire_n(0).unwrap().remaining(), 4);
+        assert_eq!(cas::read(&bucket.word), before);
+        bucket.try_acquire_n(4).unwrap();
+        // Even an empty bucket answers a zero request.
+        assert_eq!(bucket.try_acquire_n(0).unwrap().remaining(), 0);
+    }
+
+    #[test]
+    fn denials_and_peeks_never_write() {
+        let bucket = TokenBucket::with_clock(Quota::per_second(2).unwrap(), ManualClock::new());
+        bucket.try_acquire_n(2).unwrap();
+        let before = cas::read(&bucket.word);
+        for _ in 0..100 {
+            assert!(bucket.try_acquire().is_err());
+            assert!(bucket.peek_n(1).is_err());
+            assert!(bucket.try_acquire_n(2).is_err());
+            assert!(bucket.try_acquire_n(3).is_err());
+        }
+        assert_eq!(cas::read(&bucket.word), before);
+    }
+
+    /// Real threads on one bucket: admissions never exceed `C + R × t` measured on the bucket's own
+    /// clock, and compare-and-swap retries really happened (the work per thread grows until they do).
+    #[test]
+    fn stress_real_threads_conserve_tokens_and_do_contend() {
+        use std::sync::Arc;
+        use std::sync::Barrier;
+
+        let threads = 4;
+        let mut per_thread = 20_000u64;
+        for _attempt in 0..8 {
+            let clock = MonotonicClock::new();
+            let quota = Quota::per_second(2_000_000)
+                .unwrap()
+                .with_capacity(1_000)
+                .unwrap();
+            let start = clock.now();
+            let bucket = Arc::new(TokenBucket::with_clock(quota, clock));
+            let barrier = Arc::new(Barrier::new(threads));
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    let bucket = Arc::clone(&bucket);
+                    let barrier = Arc::clone(&barrier);
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let mut admitted = 0u64;
+                        for _ in 0..per_thread {
+                            if bucket.try_acquire().is_ok() {
+                                admitted += 1;
+                            }
+                        }
+                        (admitted, cas::retries::on_this_thread())
+                    })
+                })
+                .collect();
+            let (mut admitted, mut retries) = (0, 0);
+            for h in handles {
+                let (a, r) = h.join().unwrap();
+                admitted += a;
+                retries += r;
+            }
+            let elapsed = clock.now().as_u64() - start.as_u64();
+            let interval = quota.interval().as_nanos() as u64;
+            let bound = quota.capacity() + elapsed / interval;
+            assert!(admitted <= bound, "admitted {admitted} > C + R*t = {bound}");
+            assert!(admitted > 0);
+            if retries > 0 {
+                return;
+            }
+            per_thread *= 2;
+        }
+        panic!("no compare-and-swap retry observed: the stress test proved nothing");
+    }
+
+    /// Refunds racing admissions on real threads: with the clock frozen, what is admitted minus what
+    /// is refunded never exceeds what the bucket held.
+    #[test]
+    fn stress_refunds_racing_admissions_conserve_tokens() {
+        use std::sync::Arc;
+
+        let clock = ManualClock::new();
+        let bucket = Arc::new(TokenBucket::with_clock(
+            Quota::per_second(50).unwrap(),
+            clock,
+        ));
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let bucket = Arc::clone(&bucket);
+                std::thread::spawn(move || {
+                    let (mut taken, mut given) = (0u64, 0u64);
+                    for round in 0..20_000u64 {
+                        let n = 1 + (round + i) % 3;
+                        if bucket.try_acquire_n(n).is_ok() {
+                            taken += n;
+                            if round % 2 == 0 {
+                                bucket.refund(n);
+                                given += n;
+                            }
+                        }
+                    }
+                    (taken, given)
+                })
+            })
+            .collect();
+        let (mut taken, mut given) = (0, 0);
+        for h in handles {
+            let (t, g) = h.join().unwrap();
+            taken += t;
+            given += g;
+        }
+        assert_eq!(taken - given + bucket.remaining(), 50);
     }
 }
