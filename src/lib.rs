@@ -59,3 +59,8 @@ pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicCloc
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
 pub use quota::{Quota, QuotaError};
 pub use token_bucket::TokenBucket;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -35,12 +35,15 @@ impl Span {
     }
 }
 
+/// Nanoseconds as a `Duration`, saturating at `Duration::MAX` (spans of very slow, very large
+/// buckets can exceed its 584 billion years).
 fn nanos_to_duration(nanos: u128) -> Duration {
     const NANOS_PER_SEC: u128 = 1_000_000_000;
-    let secs = u64::try_from(nanos / NANOS_PER_SEC).unwrap_or(u64::MAX);
-    // The remainder is below 10^9, so it fits a u32.
-    let sub = u32::try_from(nanos % NANOS_PER_SEC).unwrap_or(0);
-    Duration::new(secs, sub)
+    match u64::try_from(nanos / NANOS_PER_SEC) {
+        // The remainder is below 10^9, so it fits a u32.
+        Ok(secs) => Duration::new(secs, u32::try_from(nanos % NANOS_PER_SEC).unwrap_or(0)),
+        Err(_) => Duration::MAX,
+    }
 }
 
 /// A request was admitted.

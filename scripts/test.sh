@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Runs every check tollgate has, in order, and stops at the first failure.
+#
+#   bash scripts/test.sh              all steps (about 15 minutes from a cold build on 2 cores)
+#   bash scripts/test.sh loom fuzz    only the named steps, in the order given
+#
+# Steps: fmt clippy doc test loom fuzz bench (see the step_* functions below).
+#
+# Environment:
+#   FUZZ_SECONDS   seconds each fuzz target runs (default 60); e.g. FUZZ_SECONDS=10 for a quick pass
+#
+# Works from any directory. Needs rustup with a stable toolchain (rustfmt and clippy are added when
+# missing) and a nightly toolchain for the fuzz step; installs cargo-fuzz when it is missing.
+# Exits non-zero on any failure; the output of each tool (including cargo test's "test result:"
+# lines) is passed through unchanged.
+#
+# Adding a step (e.g. starting Redis for the integration tests): write a step_<name> function,
+# add <name> to STEPS where it must run, and undo anything it starts in `cleanup`, which runs on
+# every exit, success or failure.
+
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+STEPS=(fmt clippy doc test loom fuzz bench)
+
+# --- steps -----------------------------------------------------------------------------------------
+
+step_fmt() {
+    cargo fmt --all --check
+    # fuzz/ is its own workspace, outside `--all`.
+    if [[ -f fuzz/Cargo.toml ]]; then
+        cargo fmt --all --check --manifest-path fuzz/Cargo.toml
+    fi
+}
+
+step_clippy() {
+    cargo clippy --workspace --all-targets --all-features -- -D warnings
+}
+
+step_doc() {
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+}
+
+step_test() {
+    # Unit, integration and doc tests of every member. loom-tests compiles to no tests here: its
+    # models need --cfg loom (the next step). --no-fail-fast runs every test binary, so each prints
+    # its "test result:" line, and still exits non-zero if any test failed.
+    cargo test --workspace --all-features --no-fail-fast
+}
+
+step_loom() {
+    # A target directory of its own: --cfg loom changes every crate's build, and sharing one would
+    # throw away the ordinary build each time.
+    RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 \
+        CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/loom" \
+        cargo test -p loom-tests --release
+}
+
+step_fuzz() {
+    if ! command -v rustup >/dev/null 2>&1 || ! rustup toolchain list | grep -q '^nightly'; then
+        echo "error: the fuzz step needs a nightly toolchain; install it with" >&2
+        echo "       rustup toolchain install nightly" >&2
+        return 1
+    fi
+    if ! cargo fuzz --version >/dev/null 2>&1; then
+        echo "cargo-fuzz is missing; installing it"
+        cargo install cargo-fuzz --locked
+    fi
+    (
+        cd fuzz
+        local targets
+        targets=$(cargo +nightly fuzz list)
+        if [[ -z "$targets" ]]; then
+            echo "error: cargo fuzz list found no fuzz targets in fuzz/" >&2
+            exit 1
+        fi
+        local t
+        for t in $targets; do
+            echo "--- fuzzing $t for ${FUZZ_SECONDS}s"
+            # libFuzzer exits non-zero on a crash, a panic, a leak or a timeout; the input that
+            # caused it is saved under fuzz/artifacts/$t/.
+            cargo +nightly fuzz run "$t" -- -max_total_time="$FUZZ_SECONDS"
+        done
+    )
+}
+
+step_bench() {
+    cargo bench --no-run
+}
+
+# Describes each step in its header.
+describe() {
+    case $1 in
+        fmt) echo "cargo fmt --check (the workspace and fuzz/)" ;;
+        clippy) echo "cargo clippy, all targets and features, warnings denied" ;;
+        doc) echo "cargo doc, warnings denied" ;;
+        test) echo "cargo test: unit, integration and doc tests" ;;
+        loom) echo "loom models (release, LOOM_MAX_PREEMPTIONS=2)" ;;
+        fuzz) echo "fuzz every target for ${FUZZ_SECONDS}s (nightly)" ;;
+        bench) echo "cargo bench --no-run" ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# Undoes anything a step started. Nothing yet.
+cleanup() {
+    :
+}
+
+# --- driver ----------------------------------------------------------------------------------------
+
+fmt_time() {
+    local s=$1
+    if ((s >= 60)); then
+        printf '%dm%02ds' $((s / 60)) $((s % 60))
+    else
+        printf '%ds' "$s"
+    fi
+}
+
+if [[ ! $FUZZ_SECONDS =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: FUZZ_SECONDS must be a whole number of seconds, got '$FUZZ_SECONDS'" >&2
+    exit 2
+fi
+
+if (($# > 0)); then
+    for s in "$@"; do
+        if ! declare -F "step_$s" >/dev/null; then
+            echo "error: no step named '$s'; steps: ${STEPS[*]}" >&2
+            exit 2
+        fi
+    done
+    STEPS=("$@")
+fi
+
+# rustfmt and clippy ship as rustup components that a minimal install leaves out.
+if command -v rustup >/dev/null 2>&1; then
+    installed=$(rustup component list --installed 2>/dev/null || true)
+    for c in rustfmt clippy; do
+        if ! grep -q "^$c" <<<"$installed"; then
+            echo "adding the $c component"
+            rustup component add "$c"
+        fi
+    done
+fi
+
+TOTAL=${#STEPS[@]}
+CURRENT=""
+SUMMARY=()
+START_ALL=$SECONDS
+
+on_exit() {
+    local status=$?
+    cleanup || true
+    echo
+    if ((${#SUMMARY[@]} > 0)); then
+        echo "timings: ${SUMMARY[*]}"
+    fi
+    local elapsed
+    elapsed=$(fmt_time $((SECONDS - START_ALL)))
+    if ((status == 0)); then
+        echo "ALL PASSED: $TOTAL step(s) (${STEPS[*]}) in $elapsed"
+    elif [[ -n $CURRENT ]]; then
+        echo "FAILED: step '$CURRENT' ($(describe "$CURRENT")) exited with status $status after $elapsed"
+    else
+        echo "FAILED with status $status after $elapsed"
+    fi
+    exit "$status"
+}
+trap on_exit EXIT
+
+i=0
+for s in "${STEPS[@]}"; do
+    i=$((i + 1))
+    CURRENT=$s
+    echo
+    echo "==> [$i/$TOTAL] $s: $(describe "$s")"
+    start=$SECONDS
+    "step_$s"
+    took=$((SECONDS - start))
+    SUMMARY+=("$s=$(fmt_time "$took")")
+    echo "<== [$i/$TOTAL] $s: ok in $(fmt_time "$took")"
+done
+CURRENT=""
+# The EXIT trap prints the timings and the final line.
