@@ -35,8 +35,10 @@
 //! 2^62 ns (about 146 years): every ordinary quota does. For a larger window (a capacity of 2^32 at
 //! 1 per day spans 11 million years) it counts in coarser units of 2^k ns, with the smallest k that
 //! fits, and never coarser than 1/1024 of the interval. The interval is then rounded up to a whole
-//! unit (a long-run shortfall under 0.1 %), and a reading is rounded down to a whole unit (an
-//! admission may wait up to one unit longer). Retry times stay exact to the nanosecond.
+//! unit (a long-run shortfall under 0.1 %). Tokens are counted at a reading rounded down to a whole
+//! unit, and a refill that restarts at a reading starts at the reading rounded up, so an admission
+//! may wait up to one unit longer, and `C + R × t` still holds exactly in nanoseconds. Retry times
+//! stay exact to the nanosecond.
 
 use std::fmt;
 use std::time::Duration;

@@ -66,7 +66,11 @@ pub(crate) struct Policy {
 /// [`Nanos::MAX_USABLE`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Time {
+    /// The reading rounded down to a whole unit: what tokens are counted at.
     units: u64,
+    /// The reading rounded up to a whole unit: where a refill may start, so that no refill is ever
+    /// credited for time before the reading. Equal to `units` when units are nanoseconds.
+    units_up: u64,
     sub: u64,
     ns: u64,
 }
@@ -85,9 +89,11 @@ pub(crate) struct Time {
 ///
 /// Transitions: an admission of `n` writes `max(w, now) + n × I`, and only when that is `<= now + B`;
 /// a refund of `n` writes `max(w - n × I, now)`, and only when `w > now`; denials, peeks and queries
-/// never write. The word never exceeds `2^62 + 2^62 + 2^62 < 2^64`: readings are clamped to 2^62,
-/// admissions leave `w <= now + B` with `B <= 2^62`, and one more cost of at most `B` is added before
-/// the check.
+/// never write. With units coarser than 1 ns, a full bucket's admission writes
+/// `now_up + n × I` instead, where `now_up` is the reading rounded up to a whole unit: the refill
+/// restarts no earlier than the reading. The word never exceeds `2^62 + 2^62 + 2^62 + 1 < 2^64`:
+/// readings are clamped to 2^62, admissions leave `w <= now + B + 1` with `B <= 2^62`, and one more
+/// cost of at most `B` is added before the check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tat(u64);
 
@@ -120,9 +126,12 @@ impl Policy {
     #[inline]
     pub(crate) fn time(&self, now: Nanos) -> Time {
         let ns = now.clamped();
+        let units = ns >> self.shift;
+        let sub = ns & ((1 << self.shift) - 1);
         Time {
-            units: ns >> self.shift,
-            sub: ns & ((1 << self.shift) - 1),
+            units,
+            units_up: units + u64::from(sub != 0),
+            sub,
             ns,
         }
     }
@@ -138,8 +147,11 @@ impl Policy {
 
     /// The word of a bucket holding `tokens` (at most the capacity) at `now`.
     pub(crate) fn initial_word(&self, tokens: u64, now: Time) -> u64 {
-        let missing = self.capacity.saturating_sub(tokens);
-        now.units + missing * self.interval
+        match self.capacity.saturating_sub(tokens) {
+            0 => now.units,
+            // The refill of the missing tokens starts no earlier than the reading.
+            missing => now.units_up + missing * self.interval,
+        }
     }
 
     /// Takes `n` tokens (`1 <= n <= capacity`) from the bucket in `word`, or says when it could.
@@ -148,9 +160,12 @@ impl Policy {
         let tat = Tat(word);
         // n <= capacity, so cost <= burst <= 2^62.
         let cost = n * self.interval;
-        let new = tat.0.max(now.units) + cost;
-        let gap = new - now.units;
+        // Admit when the tokens counted at the reading (rounded down) cover the cost.
+        let gap = tat.0.max(now.units) + cost - now.units;
         if gap <= self.burst {
+            // A full bucket's refill restarts at the reading rounded up, never before it: with
+            // coarse units, rounding down here would credit up to one unit of refill too early.
+            let new = tat.0.max(now.units_up) + cost;
             Step::Write(
                 new,
                 Admitted::new(self.burst - gap, self.interval, self.span(gap, now)),

@@ -1,0 +1,504 @@
+//! Drives a [`TokenBucket`] and the reference model through the same operations and asserts that
+//! every answer is identical, to the nanosecond.
+//!
+//! Shared by `tests/token_bucket_model.rs` (proptest) and the fuzz crate's `token_bucket_ops` target
+//! (arbitrary): both include this file next to `reference.rs`, as `mod bucket_driver` and
+//! `mod reference` at their crate root. Each generates [`QuotaSpec`]s and [`Op`]s its own way.
+
+use std::time::Duration;
+
+use tollgate::{
+    AcquireError, Admitted, Clock, Denied, ManualClock, Nanos, Quota, QuotaError, TokenBucket,
+};
+
+use crate::reference::{self, RefBucket, RefOutcome, RefPolicy};
+
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// Nanoseconds in a year of 365.25 days.
+pub(crate) const YEAR_NS: u64 = 31_557_600 * NANOS_PER_SEC;
+
+/// A rate as one of `Quota`'s constructors takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rate {
+    /// `Quota::per_second(count)`.
+    Second(u64),
+    /// `Quota::per_minute(count)`.
+    Minute(u64),
+    /// `Quota::per_hour(count)`.
+    Hour(u64),
+    /// `Quota::per_day(count)`.
+    Day(u64),
+    /// `Quota::per_period(count, period)`.
+    Period(u64, Duration),
+}
+
+impl Rate {
+    /// Tokens per period.
+    pub(crate) fn count(&self) -> u64 {
+        match *self {
+            Rate::Second(n) | Rate::Minute(n) | Rate::Hour(n) | Rate::Day(n) => n,
+            Rate::Period(n, _) => n,
+        }
+    }
+
+    /// The period, as the constructor's documentation gives it.
+    pub(crate) fn period(&self) -> Duration {
+        match *self {
+            Rate::Second(_) => Duration::from_secs(1),
+            Rate::Minute(_) => Duration::from_secs(60),
+            Rate::Hour(_) => Duration::from_secs(3_600),
+            Rate::Day(_) => Duration::from_secs(86_400),
+            Rate::Period(_, period) => period,
+        }
+    }
+
+    /// Calls the constructor.
+    pub(crate) fn build(&self) -> Result<Quota, QuotaError> {
+        match *self {
+            Rate::Second(n) => Quota::per_second(n),
+            Rate::Minute(n) => Quota::per_minute(n),
+            Rate::Hour(n) => Quota::per_hour(n),
+            Rate::Day(n) => Quota::per_day(n),
+            Rate::Period(n, period) => Quota::per_period(n, period),
+        }
+    }
+}
+
+/// A quota as built through the public API: a rate, then optionally `with_capacity` and
+/// `with_initial`, in either order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QuotaSpec {
+    /// The constructor and its arguments.
+    pub(crate) rate: Rate,
+    /// The argument of `with_capacity`, if it is called.
+    pub(crate) capacity: Option<u64>,
+    /// The argument of `with_initial`, if it is called.
+    pub(crate) initial: Option<u64>,
+    /// Whether `with_initial` is called before `with_capacity` (when both are).
+    pub(crate) initial_first: bool,
+}
+
+impl QuotaSpec {
+    /// Builds the quota through the crate's API.
+    pub(crate) fn build(&self) -> Result<Quota, QuotaError> {
+        let mut quota = self.rate.build()?;
+        if self.initial_first {
+            if let Some(tokens) = self.initial {
+                quota = quota.with_initial(tokens)?;
+            }
+        }
+        if let Some(capacity) = self.capacity {
+            quota = quota.with_capacity(capacity)?;
+        }
+        if !self.initial_first {
+            if let Some(tokens) = self.initial {
+                quota = quota.with_initial(tokens)?;
+            }
+        }
+        Ok(quota)
+    }
+
+    /// What the documented ranges say `build` returns: the model's constants and the initial fill,
+    /// or the field of the first error, following the order of the calls.
+    pub(crate) fn expected(&self) -> Result<(RefPolicy, u64), &'static str> {
+        let count = self.rate.count();
+        let period_ns = self.rate.period().as_nanos();
+        if count == 0 {
+            return Err("count");
+        }
+        if period_ns == 0 {
+            return Err("period");
+        }
+        let Some(interval_ns) = reference::interval_ns(count, period_ns) else {
+            return Err("rate");
+        };
+        let max = reference::max_capacity(interval_ns);
+        // The constructor's capacity is the count.
+        if count > max {
+            return Err("capacity");
+        }
+        let mut capacity = count;
+        let mut initial = None;
+        let set_initial = |capacity: u64, initial: &mut Option<u64>| {
+            if let Some(tokens) = self.initial {
+                if tokens > capacity {
+                    return Err("initial");
+                }
+                *initial = Some(tokens);
+            }
+            Ok(())
+        };
+        if self.initial_first {
+            set_initial(capacity, &mut initial)?;
+        }
+        if let Some(c) = self.capacity {
+            if c == 0 || c > max {
+                return Err("capacity");
+            }
+            if initial.is_some_and(|tokens| tokens > c) {
+                return Err("initial");
+            }
+            capacity = c;
+        }
+        if !self.initial_first {
+            set_initial(capacity, &mut initial)?;
+        }
+        let policy = RefPolicy::new(count, period_ns, capacity).expect("a capacity in range");
+        Ok((policy, initial.unwrap_or(capacity)))
+    }
+}
+
+/// A number of tokens, chosen relative to the capacity `C`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Amount {
+    /// 0: a query.
+    Zero,
+    /// 1.
+    One,
+    /// A few: `min(C, x)`.
+    Few(u8),
+    /// `C`.
+    Capacity,
+    /// `C + 1`: never possible.
+    AboveCapacity,
+    /// `max(1, C × x / 65535)`.
+    Fraction(u16),
+    /// Exactly this many.
+    Raw(u64),
+}
+
+impl Amount {
+    /// The number of tokens for a capacity of `capacity`.
+    pub(crate) fn resolve(self, capacity: u64) -> u64 {
+        match self {
+            Amount::Zero => 0,
+            Amount::One => 1,
+            Amount::Few(x) => capacity.min(u64::from(x)),
+            Amount::Capacity => capacity,
+            Amount::AboveCapacity => capacity.saturating_add(1),
+            Amount::Fraction(x) => {
+                let part = u128::from(capacity) * u128::from(x) / u128::from(u16::MAX);
+                u64::try_from(part).unwrap_or(u64::MAX).max(1)
+            }
+            Amount::Raw(n) => n,
+        }
+    }
+}
+
+/// A change of the clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Forward by this many nanoseconds (saturating).
+    Nanos(u64),
+    /// Forward by `num / den` intervals (den of 0 counts as 1).
+    Intervals {
+        /// Numerator.
+        num: u32,
+        /// Denominator.
+        den: u8,
+    },
+    /// Forward by this many years (saturating).
+    Years(u8),
+    /// To `u64::MAX`.
+    ToMax,
+    /// Back by this many nanoseconds (to at least 0).
+    BackNanos(u64),
+    /// Back by `num / den` intervals.
+    BackIntervals {
+        /// Numerator.
+        num: u32,
+        /// Denominator.
+        den: u8,
+    },
+    /// To exactly this reading, forwards or backwards.
+    Set(u64),
+}
+
+impl Step {
+    /// `num / den` intervals of `interval_ns`, in nanoseconds, saturating.
+    fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
+        let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+}
+
+/// One operation on the bucket. `clock: true` uses the method that reads the bucket's clock,
+/// `false` the `_at` form with the same reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `try_acquire_n(_at)`.
+    Acquire {
+        /// Tokens asked for.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `try_acquire(_at)`: one token.
+    AcquireOne {
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `peek_n(_at)`.
+    Peek {
+        /// Tokens asked about.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `refund(_at)`.
+    Refund {
+        /// Tokens given back.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `remaining(_at)`.
+    Remaining {
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// Moves the clock.
+    Time(Step),
+}
+
+/// The crate's answer to `try_acquire_n`, `peek_n` and friends, in the model's terms.
+pub(crate) fn observe(result: Result<Admitted, AcquireError>) -> RefOutcome {
+    match result {
+        Ok(admitted) => observe_one(Ok(admitted)),
+        Err(AcquireError::Denied(denied)) => observe_one(Err(denied)),
+        Err(AcquireError::InsufficientCapacity(e)) => RefOutcome::InsufficientCapacity {
+            requested: e.requested,
+            capacity: e.capacity,
+        },
+    }
+}
+
+/// The crate's answer to `try_acquire`, in the model's terms.
+pub(crate) fn observe_one(result: Result<Admitted, Denied>) -> RefOutcome {
+    match result {
+        Ok(admitted) => RefOutcome::Admitted {
+            remaining: admitted.remaining(),
+            reset_after_ns: admitted.reset_after().as_nanos(),
+        },
+        Err(denied) => RefOutcome::Denied {
+            retry_after_ns: denied.retry_after().as_nanos(),
+            retry_at_ns: denied.retry_at().as_u64(),
+            remaining: denied.remaining(),
+            reset_after_ns: denied.reset_after().as_nanos(),
+        },
+    }
+}
+
+/// The model's outcome as the crate can report it: a `Duration` holds at most `u64::MAX` seconds
+/// and 999_999_999 ns, so a longer span (a burst window past 584 billion years) is that maximum.
+pub(crate) fn representable(outcome: RefOutcome) -> RefOutcome {
+    let max = Duration::MAX.as_nanos();
+    match outcome {
+        RefOutcome::Admitted {
+            remaining,
+            reset_after_ns,
+        } => RefOutcome::Admitted {
+            remaining,
+            reset_after_ns: reset_after_ns.min(max),
+        },
+        RefOutcome::Denied {
+            retry_after_ns,
+            retry_at_ns,
+            remaining,
+            reset_after_ns,
+        } => RefOutcome::Denied {
+            retry_after_ns: retry_after_ns.min(max),
+            retry_at_ns,
+            remaining,
+            reset_after_ns: reset_after_ns.min(max),
+        },
+        RefOutcome::InsufficientCapacity { .. } => outcome,
+    }
+}
+
+/// Builds the quota both ways and checks they agree. Returns the quota and the model's constants
+/// and initial fill when it is valid, `None` when both refuse it.
+pub(crate) fn check_quota(spec: &QuotaSpec) -> Option<(Quota, RefPolicy, u64)> {
+    let built = spec.build();
+    match (built, spec.expected()) {
+        (Ok(quota), Ok((policy, initial))) => {
+            let period_ns = spec.rate.period().as_nanos();
+            assert_eq!(quota.count(), spec.rate.count(), "count of {spec:?}");
+            assert_eq!(
+                quota.period(),
+                Duration::from_nanos(u64::try_from(period_ns).unwrap_or(u64::MAX)),
+                "period of {spec:?}"
+            );
+            assert_eq!(
+                quota.interval(),
+                Duration::from_nanos(policy.interval_ns),
+                "interval of {spec:?}"
+            );
+            assert_eq!(quota.capacity(), policy.capacity, "capacity of {spec:?}");
+            assert_eq!(quota.initial(), initial, "initial fill of {spec:?}");
+            assert_eq!(
+                quota.max_capacity(),
+                reference::max_capacity(policy.interval_ns),
+                "max_capacity of {spec:?}"
+            );
+            Some((quota, policy, initial))
+        }
+        (Err(err), Err(field)) => {
+            assert_eq!(err.field(), field, "error {err:?} for {spec:?}");
+            None
+        }
+        (built, expected) => {
+            panic!("{spec:?}: the crate built {built:?}, the documented ranges say {expected:?}")
+        }
+    }
+}
+
+/// Runs `ops` on a bucket for `spec` whose clock starts at `start`, comparing every answer, and the
+/// tokens remaining after every operation, with the model.
+pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
+    let Some((quota, policy, initial)) = check_quota(spec) else {
+        return;
+    };
+    let clock = ManualClock::starting_at(Nanos::new(start));
+    let bucket = TokenBucket::with_clock(quota, clock.clone());
+    let mut model = RefBucket::new(policy, initial, start).expect("an initial fill in range");
+    let capacity = policy.capacity;
+    let mut now = start;
+    assert_eq!(
+        bucket.remaining_at(Nanos::new(now)),
+        model.remaining(now),
+        "remaining at the start, {spec:?} from {start}"
+    );
+    for (i, &op) in ops.iter().enumerate() {
+        let at = Nanos::new(now);
+        // Copies of the state before the operation, for the messages.
+        let context =
+            move || format!("op {i} {op:?} at {now} ns, {spec:?} from {start}, model {model:?}");
+        match op {
+            Op::Acquire { n, clock: read } => {
+                let n = n.resolve(capacity);
+                let got = if read {
+                    bucket.try_acquire_n(n)
+                } else {
+                    bucket.try_acquire_n_at(n, at)
+                };
+                let want = representable(model.acquire(n, now));
+                assert_eq!(observe(got), want, "acquire {n}: {}", context());
+            }
+            Op::AcquireOne { clock: read } => {
+                let got = if read {
+                    bucket.try_acquire()
+                } else {
+                    bucket.try_acquire_at(at)
+                };
+                let want = representable(model.acquire(1, now));
+                assert_eq!(observe_one(got), want, "acquire one: {}", context());
+            }
+            Op::Peek { n, clock: read } => {
+                let n = n.resolve(capacity);
+                let got = if read {
+                    bucket.peek_n(n)
+                } else {
+                    bucket.peek_n_at(n, at)
+                };
+                let want = representable(model.peek(n, now));
+                assert_eq!(observe(got), want, "peek {n}: {}", context());
+            }
+            Op::Refund { n, clock: read } => {
+                let n = n.resolve(capacity);
+                if read {
+                    bucket.refund(n);
+                } else {
+                    bucket.refund_at(n, at);
+                }
+                model.refund(n, now);
+            }
+            Op::Remaining { clock: read } => {
+                let got = if read {
+                    bucket.remaining()
+                } else {
+                    bucket.remaining_at(at)
+                };
+                assert_eq!(got, model.remaining(now), "remaining: {}", context());
+            }
+            Op::Time(step) => {
+                let before = now;
+                let forward = |ns: u64| {
+                    clock.advance(Duration::from_nanos(ns));
+                    before.saturating_add(ns)
+                };
+                let set = |t: u64| {
+                    clock.set(Nanos::new(t));
+                    t
+                };
+                now = match step {
+                    Step::Nanos(ns) => forward(ns),
+                    Step::Intervals { num, den } => {
+                        forward(Step::intervals(num, den, policy.interval_ns))
+                    }
+                    Step::Years(y) => forward(u64::from(y) * YEAR_NS),
+                    Step::ToMax => forward(u64::MAX),
+                    Step::BackNanos(ns) => set(now.saturating_sub(ns)),
+                    Step::BackIntervals { num, den } => {
+                        set(now.saturating_sub(Step::intervals(num, den, policy.interval_ns)))
+                    }
+                    Step::Set(t) => set(t),
+                };
+                assert_eq!(
+                    bucket.clock().now(),
+                    Nanos::new(now),
+                    "clock: {}",
+                    context()
+                );
+            }
+        }
+        assert_eq!(
+            bucket.remaining_at(Nanos::new(now)),
+            model.remaining(now),
+            "remaining after {}",
+            context()
+        );
+    }
+}
+
+/// Checks the rate bound: starting at `start` with the quota's initial fill (at most `C`), the
+/// tokens admitted to requests read at `start + offset` for each `(offset, amount)`, in any order and
+/// with no refunds, number at most `C + floor((t1 - t0) / I)`, with `t0` the start and `t1` the
+/// latest reading in nanoseconds (clamped to `MAX_USABLE`) and `I` the interval in nanoseconds
+/// (rounded up to whole units).
+///
+/// Every answer is also compared with the model. Requests above the capacity are errors and admit
+/// nothing; requests for 0 tokens admit nothing.
+pub(crate) fn check_window(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount)]) {
+    let Some((quota, policy, initial)) = check_quota(spec) else {
+        return;
+    };
+    let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(Nanos::new(start)));
+    let mut model = RefBucket::new(policy, initial, start).expect("an initial fill in range");
+    let mut admitted: u128 = 0;
+    let mut latest = start;
+    for &(offset, amount) in requests {
+        let at = start.saturating_add(offset);
+        latest = latest.max(at);
+        let n = amount.resolve(policy.capacity);
+        let outcome = observe(bucket.try_acquire_n_at(n, Nanos::new(at)));
+        assert_eq!(
+            outcome,
+            representable(model.acquire(n, at)),
+            "acquire {n} at {at}, {spec:?}"
+        );
+        if matches!(outcome, RefOutcome::Admitted { .. }) {
+            admitted += u128::from(n);
+        }
+    }
+    // In nanoseconds, as the crate promises it: one token per interval rounded up to whole units.
+    let t0 = i128::from(policy.reading(start).ns);
+    let t1 = i128::from(policy.reading(latest).ns);
+    let interval_ns = policy.interval << policy.shift;
+    let bound = i128::from(policy.capacity) + (t1 - t0) / interval_ns;
+    assert!(
+        i128::try_from(admitted).expect("small") <= bound,
+        "{admitted} tokens admitted in [{start}, {latest}], bound {bound}: {spec:?}, {requests:?}"
+    );
+}

@@ -1,0 +1,295 @@
+//! An exact reference model of tollgate's token bucket, written from the documented semantics.
+//!
+//! The crate stores one number, a GCRA theoretical arrival time. This model does not: it keeps the
+//! classic pair `(level, last)`, a level in time units (`tokens × I`) as of the reading `last`, and
+//! computes everything in `i128`/`u128`, so no clamp, saturation or wrap-around of the crate's `u64`
+//! arithmetic is shared with it. Its answers must equal the crate's to the nanosecond.
+//!
+//! It depends on nothing but `std`: the fuzz crate includes this very file with
+//! `#[path = "../../tests/support/reference.rs"] mod reference;`.
+//!
+//! # The semantics modelled
+//!
+//! - Interval in nanoseconds: `I_ns = ceil(P / n_q)` for `n_q` tokens per period `P`.
+//! - Time unit: `2^k` ns, `k` the smallest with `C × ceil(I_ns / 2^k) <= 2^62`, never above
+//!   `max_shift(I_ns)`. Interval in units `I = ceil(I_ns / 2^k)`, burst window `B = C × I`.
+//! - A reading is clamped to `2^62` ns, then split into `t = ns >> k` units and `sub = ns mod 2^k`.
+//! - The level at `t` is `f(t) = min(B, level + (t - last))`, for `t` before or after `last`; it
+//!   may be negative (a reading earlier than one already applied).
+//! - Durations reported are `(units << k) - sub` nanoseconds, at least zero, exact in `u128`. (The
+//!   crate reports them as `Duration`s, which stop at `Duration::MAX`; the comparison in
+//!   `bucket_driver.rs` caps the model's values there, and only there.)
+
+use std::cmp::min;
+
+/// The latest reading distinguished, in nanoseconds: later readings count as this one.
+pub(crate) const MAX_USABLE_NS: u64 = 1 << 62;
+
+/// The largest burst window, in time units.
+const MAX_WINDOW: u128 = 1 << 62;
+
+/// The coarsest time-unit exponent allowed for an interval of `interval_ns` nanoseconds:
+/// `floor(log2(interval_ns / 1024))`, or 0 when that quotient is 0.
+pub(crate) fn max_shift(interval_ns: u64) -> u32 {
+    let ratio = interval_ns / 1024;
+    let mut shift = 0;
+    while ratio >> (shift + 1) != 0 {
+        shift += 1;
+    }
+    shift
+}
+
+/// The interval `ceil(period_ns / count)` in nanoseconds, if the rate is representable: `count`
+/// at least 1, `period_ns` at least `count` (at most one token per nanosecond), and the interval at
+/// most 2^62 ns.
+pub(crate) fn interval_ns(count: u64, period_ns: u128) -> Option<u64> {
+    if count == 0 || period_ns == 0 || u128::from(count) > period_ns {
+        return None;
+    }
+    let interval = period_ns.div_ceil(u128::from(count));
+    if interval > u128::from(MAX_USABLE_NS) {
+        return None;
+    }
+    u64::try_from(interval).ok()
+}
+
+/// The largest capacity at an interval of `interval_ns`: `2^62 / ceil(interval_ns / 2^max_shift)`.
+pub(crate) fn max_capacity(interval_ns: u64) -> u64 {
+    let unit_interval = u128::from(interval_ns).div_ceil(1u128 << max_shift(interval_ns));
+    u64::try_from(MAX_WINDOW / unit_interval).expect("2^62 / x fits a u64")
+}
+
+/// The model's constants for one quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefPolicy {
+    /// The capacity `C`, in tokens.
+    pub(crate) capacity: u64,
+    /// The interval `ceil(P / n_q)`, in nanoseconds.
+    pub(crate) interval_ns: u64,
+    /// The time-unit exponent `k`: one unit is `2^k` ns.
+    pub(crate) shift: u32,
+    /// The interval `I`, in units.
+    pub(crate) interval: i128,
+    /// The burst window `B = C × I`, in units.
+    pub(crate) burst: i128,
+}
+
+impl RefPolicy {
+    /// The constants for `count` tokens per `period_ns` with a capacity of `capacity`, or `None`
+    /// where the documented ranges refuse them (a bad rate, or a capacity outside
+    /// `1 ..= max_capacity`).
+    pub(crate) fn new(count: u64, period_ns: u128, capacity: u64) -> Option<RefPolicy> {
+        let interval_ns = interval_ns(count, period_ns)?;
+        if capacity == 0 || capacity > max_capacity(interval_ns) {
+            return None;
+        }
+        let max = max_shift(interval_ns);
+        let mut shift = 0;
+        let unit_interval = loop {
+            let unit_interval = u128::from(interval_ns).div_ceil(1u128 << shift);
+            if u128::from(capacity) * unit_interval <= MAX_WINDOW {
+                break unit_interval;
+            }
+            // The capacity check above guarantees that `max` fits.
+            assert!(
+                shift < max,
+                "no time unit up to 2^{max} fits the burst window"
+            );
+            shift += 1;
+        };
+        let interval = i128::try_from(unit_interval).expect("an interval of at most 2^62");
+        Some(RefPolicy {
+            capacity,
+            interval_ns,
+            shift,
+            interval,
+            burst: i128::from(capacity) * interval,
+        })
+    }
+
+    /// A reading as the model uses it.
+    pub(crate) fn reading(&self, now_ns: u64) -> Reading {
+        let ns = min(now_ns, MAX_USABLE_NS);
+        Reading {
+            ns,
+            t: i128::from(ns >> self.shift),
+            sub: u128::from(ns & ((1u64 << self.shift) - 1)),
+        }
+    }
+
+    /// `(units << k) - sub` nanoseconds, saturating at zero. `units` is never negative here; a
+    /// negative one is a bug in the model and panics.
+    fn span_ns(&self, units: i128, at: Reading) -> u128 {
+        let units = u128::try_from(units).expect("a span of a negative number of units");
+        (units << self.shift).saturating_sub(at.sub)
+    }
+
+    /// Whole tokens in a level of `level` units.
+    fn tokens(&self, level: i128) -> u64 {
+        u64::try_from(level.max(0) / self.interval).expect("a level of at most B")
+    }
+}
+
+/// A clock reading in the model's units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reading {
+    /// The reading in nanoseconds, clamped to [`MAX_USABLE_NS`].
+    pub(crate) ns: u64,
+    /// The reading in whole units.
+    pub(crate) t: i128,
+    /// The nanoseconds below one unit.
+    pub(crate) sub: u128,
+}
+
+impl Reading {
+    /// The reading rounded up to a whole unit.
+    pub(crate) fn t_up(&self) -> i128 {
+        self.t + i128::from(self.sub != 0)
+    }
+}
+
+/// What the model answers to a request: the crate's `Result<Admitted, AcquireError>`, flattened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefOutcome {
+    /// Admitted (or a query for zero tokens).
+    Admitted {
+        /// Whole tokens left.
+        remaining: u64,
+        /// Nanoseconds until full.
+        reset_after_ns: u128,
+    },
+    /// Refused for now.
+    Denied {
+        /// Nanoseconds until the same request would be admitted.
+        retry_after_ns: u128,
+        /// The clamped reading plus `retry_after_ns`, saturating at `u64::MAX`.
+        retry_at_ns: u64,
+        /// Whole tokens at the reading.
+        remaining: u64,
+        /// Nanoseconds until full.
+        reset_after_ns: u128,
+    },
+    /// Refused for ever: more than the capacity was asked for.
+    InsufficientCapacity {
+        /// Tokens asked for.
+        requested: u64,
+        /// The capacity.
+        capacity: u64,
+    },
+}
+
+/// The model bucket: `(level, last)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefBucket {
+    policy: RefPolicy,
+    /// The level in units as of `last`; may be negative, never above `B`.
+    level: i128,
+    /// The reading, in units, the level was last set at.
+    last: i128,
+}
+
+impl RefBucket {
+    /// A bucket holding `initial` tokens as of the reading `now_ns`, or `None` for
+    /// `initial > capacity`.
+    pub(crate) fn new(policy: RefPolicy, initial: u64, now_ns: u64) -> Option<RefBucket> {
+        if initial > policy.capacity {
+            return None;
+        }
+        let at = policy.reading(now_ns);
+        // A bucket that is not full starts refilling at the first whole unit at or after the
+        // reading, never before it (only matters for units coarser than 1 ns).
+        let last = if initial < policy.capacity {
+            at.t_up()
+        } else {
+            at.t
+        };
+        Some(RefBucket {
+            policy,
+            level: i128::from(initial) * policy.interval,
+            last,
+        })
+    }
+
+    /// The level function `f(t) = min(B, level + (t - last))`.
+    fn level_at(&self, t: i128) -> i128 {
+        min(self.policy.burst, self.level + (t - self.last))
+    }
+
+    /// The answer to a request for `n` tokens at `now_ns`, and the state to move to on admission.
+    fn decide(&self, n: u64, now_ns: u64) -> (RefOutcome, Option<(i128, i128)>) {
+        let p = &self.policy;
+        let at = p.reading(now_ns);
+        if n > p.capacity {
+            let outcome = RefOutcome::InsufficientCapacity {
+                requested: n,
+                capacity: p.capacity,
+            };
+            return (outcome, None);
+        }
+        let lvl = self.level_at(at.t);
+        if n == 0 {
+            let outcome = RefOutcome::Admitted {
+                remaining: p.tokens(lvl),
+                reset_after_ns: p.span_ns(p.burst - lvl, at),
+            };
+            return (outcome, None);
+        }
+        let cost = i128::from(n) * p.interval;
+        if lvl >= cost {
+            let left = lvl - cost;
+            let outcome = RefOutcome::Admitted {
+                remaining: p.tokens(left),
+                reset_after_ns: p.span_ns(p.burst - left, at),
+            };
+            // Taking from a full bucket starts its refill at the first whole unit at or after the
+            // reading, so no refill is credited for time before the reading.
+            let last = if lvl == p.burst { at.t_up() } else { at.t };
+            (outcome, Some((left, last)))
+        } else {
+            let retry_after_ns = p.span_ns(cost - lvl, at);
+            let retry_at = u128::from(at.ns) + retry_after_ns;
+            let outcome = RefOutcome::Denied {
+                retry_after_ns,
+                retry_at_ns: u64::try_from(retry_at).unwrap_or(u64::MAX),
+                remaining: p.tokens(lvl),
+                reset_after_ns: p.span_ns(p.burst - lvl, at),
+            };
+            (outcome, None)
+        }
+    }
+
+    /// Takes `n` tokens at `now_ns` if they are there (`n = 0` is a query).
+    pub(crate) fn acquire(&mut self, n: u64, now_ns: u64) -> RefOutcome {
+        let (outcome, next) = self.decide(n, now_ns);
+        if let Some((level, last)) = next {
+            self.level = level;
+            self.last = last;
+        }
+        outcome
+    }
+
+    /// What [`RefBucket::acquire`] would answer, without taking anything.
+    pub(crate) fn peek(&self, n: u64, now_ns: u64) -> RefOutcome {
+        self.decide(n, now_ns).0
+    }
+
+    /// Gives back `min(n, C)` tokens at `now_ns`, never above the capacity; nothing happens for
+    /// `n = 0` or a bucket already full at `now_ns`.
+    pub(crate) fn refund(&mut self, n: u64, now_ns: u64) {
+        let p = self.policy;
+        let t = p.reading(now_ns).t;
+        let lvl = self.level_at(t);
+        if n == 0 || lvl == p.burst {
+            return;
+        }
+        let back = i128::from(min(n, p.capacity)) * p.interval;
+        self.level = min(p.burst, lvl + back);
+        self.last = t;
+    }
+
+    /// Whole tokens at `now_ns`.
+    pub(crate) fn remaining(&self, now_ns: u64) -> u64 {
+        let p = &self.policy;
+        p.tokens(self.level_at(p.reading(now_ns).t))
+    }
+}

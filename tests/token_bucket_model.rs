@@ -1,0 +1,617 @@
+//! The token bucket against an exact reference model (`tests/support/reference.rs`): random quotas
+//! and random operation sequences, with clocks that jump forwards by years and step backwards, must
+//! get answers identical to the nanosecond; plus the rate bound, the exactness of `retry_at`, and
+//! hand-computed cases that pin the model itself to numbers worked out on paper.
+
+#[path = "support/reference.rs"]
+mod reference;
+
+#[path = "support/bucket_driver.rs"]
+mod bucket_driver;
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate::{AcquireError, InsufficientCapacity, ManualClock, Nanos, Quota, TokenBucket};
+
+use bucket_driver::{check_quota, check_window, run, Amount, Op, QuotaSpec, Rate, Step, YEAR_NS};
+use reference::{RefBucket, RefOutcome, RefPolicy};
+
+// ---------------------------------------------------------------------------------------------
+// Strategies
+// ---------------------------------------------------------------------------------------------
+
+/// Counts from 1 to 10^9, weighted towards the small and the awkward (3, 7: periods that do not
+/// divide evenly).
+fn count() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => Just(1u64),
+        2 => Just(3u64),
+        1 => Just(7u64),
+        3 => 1u64..=16,
+        2 => 1u64..=10_000,
+        2 => 1u64..=1_000_000_000,
+    ]
+}
+
+/// Periods for `per_period`: from a few nanoseconds to centuries, and beyond the accepted range.
+fn period() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        2 => (1u64..=10_000).prop_map(Duration::from_nanos),
+        2 => (1u64..=10_000_000_000_000).prop_map(Duration::from_nanos),
+        2 => (1u64..=200 * YEAR_NS / 1_000_000_000, 0u32..1_000_000_000)
+            .prop_map(|(s, n)| Duration::new(s, n)),
+        1 => (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+fn rate() -> impl Strategy<Value = Rate> {
+    prop_oneof![
+        4 => count().prop_map(Rate::Second),
+        1 => count().prop_map(Rate::Minute),
+        1 => count().prop_map(Rate::Hour),
+        3 => count().prop_map(Rate::Day),
+        3 => (count(), period()).prop_map(|(n, p)| Rate::Period(n, p)),
+    ]
+}
+
+/// How `with_capacity` is called, relative to the largest capacity the rate allows.
+#[derive(Debug, Clone, Copy)]
+enum CapacityChoice {
+    Default,
+    One,
+    Few(u64),
+    /// `min(2^40, max)`: a slow rate with a huge capacity needs a time unit above 1 ns.
+    Huge,
+    Max,
+    Fraction(u16),
+    /// Anything, valid or not.
+    Raw(u64),
+}
+
+/// How `with_initial` is called, relative to the capacity.
+#[derive(Debug, Clone, Copy)]
+enum InitialChoice {
+    Default,
+    Empty,
+    Full,
+    Fraction(u16),
+    Raw(u64),
+}
+
+fn capacity_choice() -> impl Strategy<Value = CapacityChoice> {
+    prop_oneof![
+        3 => Just(CapacityChoice::Default),
+        3 => Just(CapacityChoice::One),
+        3 => (1u64..=8).prop_map(CapacityChoice::Few),
+        3 => Just(CapacityChoice::Huge),
+        1 => Just(CapacityChoice::Max),
+        2 => any::<u16>().prop_map(CapacityChoice::Fraction),
+        1 => any::<u64>().prop_map(CapacityChoice::Raw),
+    ]
+}
+
+fn initial_choice() -> impl Strategy<Value = InitialChoice> {
+    prop_oneof![
+        4 => Just(InitialChoice::Default),
+        2 => Just(InitialChoice::Empty),
+        1 => Just(InitialChoice::Full),
+        2 => any::<u16>().prop_map(InitialChoice::Fraction),
+        1 => any::<u64>().prop_map(InitialChoice::Raw),
+    ]
+}
+
+/// `x × a / 65535`, for `a` in `0..=65535`.
+fn fraction(x: u64, a: u16) -> u64 {
+    u64::try_from(u128::from(x) * u128::from(a) / u128::from(u16::MAX)).expect("at most x")
+}
+
+/// Mostly valid quotas (capacities and fills resolved against the documented ranges), some not.
+fn quota_spec_with(
+    capacity: impl Strategy<Value = CapacityChoice>,
+) -> impl Strategy<Value = QuotaSpec> {
+    (rate(), capacity, initial_choice(), any::<bool>()).prop_map(
+        |(rate, cap, init, initial_first)| {
+            let max = reference::interval_ns(rate.count(), rate.period().as_nanos())
+                .map_or(1, reference::max_capacity);
+            let capacity = match cap {
+                CapacityChoice::Default => None,
+                CapacityChoice::One => Some(1),
+                CapacityChoice::Few(x) => Some(x.min(max)),
+                CapacityChoice::Huge => Some(max.min(1 << 40)),
+                CapacityChoice::Max => Some(max),
+                CapacityChoice::Fraction(a) => Some(fraction(max, a).max(1)),
+                CapacityChoice::Raw(x) => Some(x),
+            };
+            let c = capacity.unwrap_or(rate.count());
+            let initial = match init {
+                InitialChoice::Default => None,
+                InitialChoice::Empty => Some(0),
+                InitialChoice::Full => Some(c),
+                InitialChoice::Fraction(a) => Some(fraction(c, a)),
+                InitialChoice::Raw(x) => Some(x),
+            };
+            QuotaSpec {
+                rate,
+                capacity,
+                initial,
+                initial_first,
+            }
+        },
+    )
+}
+
+fn quota_spec() -> impl Strategy<Value = QuotaSpec> {
+    quota_spec_with(capacity_choice())
+}
+
+/// Clock readings to start from: the epoch, ordinary ones, the clamp at 2^62 and beyond.
+fn start() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => Just(0u64),
+        4 => 0u64..=1_000_000_000_000_000,
+        1 => Just(1u64 << 62),
+        1 => Just(u64::MAX),
+        1 => any::<u64>(),
+    ]
+}
+
+fn amount() -> impl Strategy<Value = Amount> {
+    prop_oneof![
+        2 => Just(Amount::Zero),
+        6 => Just(Amount::One),
+        4 => any::<u8>().prop_map(Amount::Few),
+        2 => Just(Amount::Capacity),
+        1 => Just(Amount::AboveCapacity),
+        3 => any::<u16>().prop_map(Amount::Fraction),
+        1 => any::<u64>().prop_map(Amount::Raw),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0u64..1_000).prop_map(Step::Nanos),
+        5 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::Intervals { num, den }),
+        1 => any::<u64>().prop_map(Step::Nanos),
+        1 => any::<u8>().prop_map(Step::Years),
+        1 => Just(Step::ToMax),
+        2 => (0u64..1_000).prop_map(Step::BackNanos),
+        2 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::BackIntervals { num, den }),
+        1 => any::<u64>().prop_map(Step::BackNanos),
+        1 => any::<u64>().prop_map(Step::Set),
+    ]
+}
+
+/// Mostly the `_at` forms; one call in five reads the clock instead.
+fn via_clock() -> impl Strategy<Value = bool> {
+    prop::bool::weighted(0.2)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (amount(), via_clock()).prop_map(|(n, clock)| Op::Acquire { n, clock }),
+        4 => via_clock().prop_map(|clock| Op::AcquireOne { clock }),
+        2 => (amount(), via_clock()).prop_map(|(n, clock)| Op::Peek { n, clock }),
+        2 => (amount(), via_clock()).prop_map(|(n, clock)| Op::Refund { n, clock }),
+        1 => via_clock().prop_map(|clock| Op::Remaining { clock }),
+        6 => step().prop_map(Op::Time),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties
+// ---------------------------------------------------------------------------------------------
+
+proptest! {
+    // No regression files: a failure prints the minimal case, which belongs in a unit test here.
+    #![proptest_config(ProptestConfig {
+        cases: 2048,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Every answer of every operation equals the model's, to the nanosecond.
+    #[test]
+    fn bucket_matches_reference_model(
+        spec in quota_spec(),
+        start in start(),
+        ops in prop::collection::vec(op(), 0..=64),
+    ) {
+        run(&spec, start, &ops);
+    }
+}
+
+proptest! {
+    // As above.
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Quota validation agrees with the documented ranges, field for field.
+    #[test]
+    fn quota_validation_matches_documented_ranges(spec in quota_spec()) {
+        check_quota(&spec);
+    }
+
+    /// From the starting fill (at most C), requests read anywhere in `[t0, t1]`, in any order, with
+    /// no refunds, are admitted at most `C + floor((t1 - t0) / I)` tokens (units), and every answer
+    /// matches the model.
+    #[test]
+    fn admissions_never_exceed_capacity_plus_rate_times_window(
+        spec in quota_spec_with(prop_oneof![
+            Just(CapacityChoice::One),
+            (1u64..=8).prop_map(CapacityChoice::Few),
+            Just(CapacityChoice::Default),
+        ]),
+        start in start(),
+        requests in prop::collection::vec(
+            (0u32..128, 1u8..=8, prop_oneof![4 => Just(Amount::One), 1 => amount()]),
+            0..=128,
+        ),
+    ) {
+        let interval_ns = reference::interval_ns(spec.rate.count(), spec.rate.period().as_nanos())
+            .unwrap_or(1);
+        let requests: Vec<(u64, Amount)> = requests
+            .into_iter()
+            .map(|(num, den, n)| {
+                let offset = u128::from(num) * u128::from(interval_ns) / u128::from(den);
+                (u64::try_from(offset).unwrap_or(u64::MAX), n)
+            })
+            .collect();
+        check_window(&spec, start, &requests);
+    }
+
+    /// A denial's `retry_at` is the earliest reading at which the same request is admitted: a peek
+    /// there succeeds, a peek one nanosecond earlier does not.
+    #[test]
+    fn retry_at_is_the_earliest_admitting_reading(
+        spec in quota_spec(),
+        start in 0u64..=(1 << 61),
+        taken in amount(),
+        wanted in amount(),
+        back in prop_oneof![Just(0u64), 0u64..=1_000_000_000_000],
+    ) {
+        let Some((quota, policy, _)) = check_quota(&spec) else {
+            return Ok(());
+        };
+        let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+        let _ = bucket.try_acquire_n_at(taken.resolve(policy.capacity), Nanos::new(start));
+        let now = start.saturating_sub(back);
+        let n = wanted.resolve(policy.capacity);
+        if let Err(AcquireError::Denied(denied)) = bucket.try_acquire_n_at(n, Nanos::new(now)) {
+            let at = denied.retry_at();
+            let sum = u128::from(now) + denied.retry_after().as_nanos();
+            prop_assert_eq!(at.as_u64(), u64::try_from(sum).unwrap_or(u64::MAX));
+            if at < Nanos::MAX_USABLE {
+                prop_assert!(bucket.peek_n_at(n, at).is_ok(), "not admitted at {:?}", at);
+                prop_assert!(bucket.peek_n_at(n, Nanos::new(at.as_u64() - 1)).is_err());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hand-computed cases: these pin the model (and the crate) to numbers worked out on paper.
+// ---------------------------------------------------------------------------------------------
+
+fn policy(count: u64, period: Duration, capacity: u64) -> RefPolicy {
+    RefPolicy::new(count, period.as_nanos(), capacity).expect("a valid quota")
+}
+
+fn admitted(remaining: u64, reset_after_ns: u128) -> RefOutcome {
+    RefOutcome::Admitted {
+        remaining,
+        reset_after_ns,
+    }
+}
+
+fn denied(
+    retry_after_ns: u128,
+    retry_at_ns: u64,
+    remaining: u64,
+    reset_after_ns: u128,
+) -> RefOutcome {
+    RefOutcome::Denied {
+        retry_after_ns,
+        retry_at_ns,
+        remaining,
+        reset_after_ns,
+    }
+}
+
+/// Three per second: the interval 1 s / 3 rounds up to 333_333_334 ns, so three tokens take
+/// 1_000_000_002 ns to refill.
+#[test]
+fn three_per_second() {
+    let p = policy(3, Duration::from_secs(1), 3);
+    assert_eq!(
+        (p.interval_ns, p.shift, p.interval, p.burst),
+        (333_333_334, 0, 333_333_334, 1_000_000_002)
+    );
+
+    let mut model = RefBucket::new(p, 3, 0).unwrap();
+    let bucket = TokenBucket::with_clock(Quota::per_second(3).unwrap(), ManualClock::new());
+    let expect = [
+        admitted(2, 333_333_334),
+        admitted(1, 666_666_668),
+        admitted(0, 1_000_000_002),
+        denied(333_333_334, 333_333_334, 0, 1_000_000_002),
+    ];
+    for want in expect {
+        assert_eq!(model.acquire(1, 0), want);
+        assert_eq!(
+            bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(0))),
+            want
+        );
+    }
+    // 100 ns later everything is 100 ns shorter.
+    let want = denied(333_333_234, 333_333_334, 0, 999_999_902);
+    assert_eq!(model.peek(1, 100), want);
+    assert_eq!(
+        bucket_driver::observe(bucket.peek_n_at(1, Nanos::new(100))),
+        want
+    );
+    // One nanosecond early, then exactly on time.
+    assert!(matches!(
+        model.acquire(1, 333_333_333),
+        RefOutcome::Denied {
+            retry_after_ns: 1,
+            ..
+        }
+    ));
+    assert!(bucket.try_acquire_at(Nanos::new(333_333_333)).is_err());
+    let want = admitted(0, 1_000_000_002);
+    assert_eq!(model.acquire(1, 333_333_334), want);
+    assert_eq!(
+        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(333_333_334))),
+        want
+    );
+}
+
+/// One per day with a capacity of 2^40: the burst window (about 3 × 10^9 years) needs a time unit
+/// of 2^25 ns, and the interval becomes ceil(86_400 s / 2^25 ns) = 2_574_921 units
+/// = 86_400_011_599_872 ns.
+#[test]
+fn one_per_day_with_huge_capacity_uses_coarse_units() {
+    const UNIT_INTERVAL_NS: u64 = 86_400_011_599_872;
+    let p = policy(1, Duration::from_secs(86_400), 1 << 40);
+    assert_eq!((p.shift, p.interval), (25, 2_574_921));
+    assert_eq!(reference::max_shift(86_400_000_000_000), 36);
+    assert_eq!(
+        reference::max_capacity(86_400_000_000_000),
+        3_665_887_137_064_696
+    );
+    let quota = Quota::per_day(1)
+        .unwrap()
+        .with_capacity(1 << 40)
+        .unwrap()
+        .with_initial(0)
+        .unwrap();
+    assert_eq!(quota.max_capacity(), 3_665_887_137_064_696);
+
+    let mut model = RefBucket::new(p, 0, 0).unwrap();
+    let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+    let full_ns: u128 = (1u128 << 40) * u128::from(UNIT_INTERVAL_NS);
+    // At 1000 ns (inside the first unit) the wait is measured from the reading, not the unit.
+    let want = denied(
+        u128::from(UNIT_INTERVAL_NS) - 1_000,
+        UNIT_INTERVAL_NS,
+        0,
+        full_ns - 1_000,
+    );
+    assert_eq!(model.acquire(1, 1_000), want);
+    assert_eq!(
+        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(1_000))),
+        want
+    );
+    // The last nanosecond of the unit before: still one nanosecond to wait.
+    let want = denied(
+        1,
+        UNIT_INTERVAL_NS,
+        0,
+        full_ns - u128::from(UNIT_INTERVAL_NS) + 1,
+    );
+    assert_eq!(model.acquire(1, UNIT_INTERVAL_NS - 1), want);
+    assert_eq!(
+        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS - 1))),
+        want
+    );
+    let want = admitted(0, full_ns);
+    assert_eq!(model.acquire(1, UNIT_INTERVAL_NS), want);
+    assert_eq!(
+        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS))),
+        want
+    );
+}
+
+/// A clock stepping backwards sees the bucket as it was then: fewer tokens, never more.
+#[test]
+fn backwards_reading_sees_less() {
+    const S: u64 = 1_000_000_000;
+    let p = policy(1, Duration::from_secs(1), 1);
+    let mut model = RefBucket::new(p, 1, 10 * S).unwrap();
+    let bucket = TokenBucket::with_clock(
+        Quota::per_second(1).unwrap(),
+        ManualClock::starting_at(Nanos::new(10 * S)),
+    );
+    assert_eq!(model.acquire(1, 10 * S), admitted(0, u128::from(S)));
+    assert!(bucket.try_acquire_at(Nanos::new(10 * S)).is_ok());
+    // Five seconds earlier the bucket was 5 s in debt: six seconds to the next token.
+    let want = denied(6 * u128::from(S), 11 * S, 0, 6 * u128::from(S));
+    assert_eq!(model.acquire(1, 5 * S), want);
+    assert_eq!(
+        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(5 * S))),
+        want
+    );
+    // A refund at that earlier reading pays back one token of the debt only.
+    model.refund(1, 5 * S);
+    bucket.refund_at(1, Nanos::new(5 * S));
+    let want = denied(5 * u128::from(S), 10 * S, 0, 5 * u128::from(S));
+    assert_eq!(model.peek(1, 5 * S), want);
+    assert_eq!(
+        bucket_driver::observe(bucket.peek_n_at(1, Nanos::new(5 * S))),
+        want
+    );
+    assert_eq!(model.remaining(10 * S), 1);
+    assert_eq!(bucket.remaining_at(Nanos::new(10 * S)), 1);
+}
+
+/// Readings past 2^62 ns are clamped: time stands still there, and `retry_at` is measured from the
+/// clamped reading.
+#[test]
+fn readings_beyond_max_usable_are_clamped() {
+    let p = policy(10, Duration::from_secs(1), 10);
+    let mut model = RefBucket::new(p, 0, u64::MAX).unwrap();
+    let bucket = TokenBucket::with_clock(
+        Quota::per_second(10).unwrap().with_initial(0).unwrap(),
+        ManualClock::starting_at(Nanos::new(u64::MAX)),
+    );
+    let want = denied(100_000_000, (1 << 62) + 100_000_000, 0, 1_000_000_000);
+    assert_eq!(model.acquire(1, u64::MAX), want);
+    assert_eq!(bucket_driver::observe_one(bucket.try_acquire()), want);
+    assert_eq!(bucket.remaining_at(Nanos::new(u64::MAX)), 0);
+    assert_eq!(model.remaining(u64::MAX), 0);
+}
+
+/// An idle period of any length fills the bucket and no further; refunds cap at the capacity and do
+/// nothing to a full bucket; `n > C` is never a denial.
+#[test]
+fn idle_refund_and_capacity_edges() {
+    let p = policy(5, Duration::from_secs(1), 5);
+    let mut model = RefBucket::new(p, 5, 0).unwrap();
+    let bucket = TokenBucket::with_clock(Quota::per_second(5).unwrap(), ManualClock::new());
+    let at = Nanos::new(0);
+    assert_eq!(model.acquire(5, 0), admitted(0, 1_000_000_000));
+    assert_eq!(
+        bucket_driver::observe(bucket.try_acquire_n_at(5, at)),
+        admitted(0, 1_000_000_000)
+    );
+    model.refund(u64::MAX, 0);
+    bucket.refund_at(u64::MAX, at);
+    assert_eq!((model.remaining(0), bucket.remaining_at(at)), (5, 5));
+    // Full: a refund changes nothing, and a query reports no time to full.
+    model.refund(3, 0);
+    bucket.refund_at(3, at);
+    assert_eq!(model.acquire(0, 0), admitted(5, 0));
+    assert_eq!(
+        bucket_driver::observe(bucket.try_acquire_n_at(0, at)),
+        admitted(5, 0)
+    );
+    let never = InsufficientCapacity {
+        requested: 6,
+        capacity: 5,
+    };
+    assert_eq!(
+        bucket.try_acquire_n_at(6, at),
+        Err(AcquireError::InsufficientCapacity(never))
+    );
+    assert_eq!(
+        model.acquire(6, 0),
+        RefOutcome::InsufficientCapacity {
+            requested: 6,
+            capacity: 5
+        }
+    );
+    // Empty it, then wait 500 years.
+    assert!(bucket.try_acquire_n_at(5, at).is_ok());
+    assert!(matches!(
+        model.acquire(5, 0),
+        RefOutcome::Admitted { remaining: 0, .. }
+    ));
+    let later = 500 * YEAR_NS;
+    assert_eq!(
+        (
+            model.remaining(later),
+            bucket.remaining_at(Nanos::new(later))
+        ),
+        (5, 5)
+    );
+}
+
+/// A span longer than `Duration::MAX` (about 584 billion years) is reported as `Duration::MAX`.
+///
+/// One per day with a capacity of 2^48 needs a time unit of 2^33 ns and an interval of 10_059
+/// units, so an empty bucket is full again after `2^48 × 10_059 × 2^33` ns
+/// = 24_321_169_639_007_109_736.738848768 s, more than a `Duration` holds. The only faithful answer
+/// is the largest `Duration`, not `u64::MAX` seconds plus the sub-second part of the true span.
+#[test]
+fn spans_beyond_duration_max_saturate_to_duration_max() {
+    let p = policy(1, Duration::from_secs(86_400), 1 << 48);
+    assert_eq!((p.shift, p.interval), (33, 10_059));
+    let mut model = RefBucket::new(p, 0, 0).unwrap();
+    let full_ns: u128 = 10_059 << 81;
+    assert_eq!(full_ns, 24_321_169_639_007_109_736_738_848_768);
+    assert_eq!(model.acquire(0, 0), admitted(0, full_ns));
+
+    let quota = Quota::per_day(1)
+        .unwrap()
+        .with_capacity(1 << 48)
+        .unwrap()
+        .with_initial(0)
+        .unwrap();
+    let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+    let query = bucket.try_acquire_n_at(0, Nanos::ZERO).unwrap();
+    assert_eq!(query.reset_after(), Duration::MAX);
+    let denied = bucket.try_acquire_n_at(1 << 48, Nanos::ZERO).unwrap_err();
+    let denied = denied.denied().unwrap();
+    assert_eq!(denied.retry_after(), Duration::MAX);
+    assert_eq!(denied.reset_after(), Duration::MAX);
+    assert_eq!(denied.retry_at(), Nanos::new(u64::MAX));
+}
+
+/// The rate bound in nanoseconds, where the time unit is coarser than 1 ns (a regression test).
+///
+/// With one per day, a capacity of 2^40 and so a unit of 2^25 ns and an interval of 2_574_921 units
+/// (86_400_011_599_872 ns), a bucket full at the last nanosecond of unit 0 once restarted its refill
+/// at the start of unit 0: it admitted `C + 1` tokens within 86_399_978_045_441 ns, less than the
+/// one day that one more token needs. A full bucket's refill now restarts at the reading rounded up.
+#[test]
+fn rate_bound_holds_in_nanoseconds_with_coarse_units() {
+    const T0: u64 = (1 << 25) - 1;
+    const T1: u64 = 86_400_011_599_872;
+    let quota = Quota::per_day(1).unwrap().with_capacity(1 << 40).unwrap();
+    let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(Nanos::new(T0)));
+    let mut admitted: u64 = 0;
+    if bucket.try_acquire_n_at(1 << 40, Nanos::new(T0)).is_ok() {
+        admitted += 1 << 40;
+    }
+    if bucket.try_acquire_at(Nanos::new(T1)).is_ok() {
+        admitted += 1;
+    }
+    // C + floor(R × t) with R = 1 / 86_400 s and t = T1 - T0 < 86_400 s.
+    const _: () = assert!(T1 - T0 < 86_400_000_000_000);
+    assert!(admitted <= 1 << 40, "{admitted} admitted in {} ns", T1 - T0);
+}
+
+/// A few quotas straight through the shared driver, so a failure here names a simple case.
+#[test]
+fn driver_smoke() {
+    let spec = QuotaSpec {
+        rate: Rate::Period(7, Duration::from_millis(10)),
+        capacity: Some(3),
+        initial: Some(1),
+        initial_first: true,
+    };
+    let ops = [
+        Op::Acquire {
+            n: Amount::Capacity,
+            clock: false,
+        },
+        Op::AcquireOne { clock: true },
+        Op::Time(Step::Intervals { num: 3, den: 2 }),
+        Op::Peek {
+            n: Amount::Few(2),
+            clock: false,
+        },
+        Op::Time(Step::BackNanos(100)),
+        Op::Refund {
+            n: Amount::Raw(u64::MAX),
+            clock: true,
+        },
+        Op::Time(Step::ToMax),
+        Op::Remaining { clock: true },
+    ];
+    run(&spec, 12_345, &ops);
+}
