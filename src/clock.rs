@@ -16,6 +16,22 @@
 //! judges the request as of the earlier reading, when it had at most the tokens it has now. The
 //! request may be refused that would have been admitted a moment later; nothing is ever admitted
 //! that the limit forbids. The same holds when two threads' readings reach the limiter out of order.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Clock, ManualClock, Nanos, Quota, TokenBucket};
+//!
+//! let clock = ManualClock::new();
+//! let bucket = TokenBucket::with_clock(Quota::per_second(1)?, clock.clone());
+//! assert!(bucket.try_acquire().is_ok());
+//! clock.set(Nanos::new(0)); // a step back changes nothing
+//! assert!(bucket.try_acquire().is_err());
+//! clock.advance(Duration::from_secs(1));
+//! assert!(bucket.try_acquire_at(clock.now()).is_ok());
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
 
 use std::fmt;
 use std::sync::{Mutex, OnceLock, PoisonError, Weak};
@@ -368,10 +384,30 @@ pub struct CoarseClock {
 
 impl CoarseClock {
     /// The shortest upkeep interval accepted: 1 µs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::CoarseClock;
+    /// assert!(CoarseClock::with_interval(CoarseClock::MIN_INTERVAL / 2).is_err());
+    /// ```
     pub const MIN_INTERVAL: Duration = Duration::from_micros(1);
     /// The longest upkeep interval accepted: 1 s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::CoarseClock;
+    /// assert!(CoarseClock::with_interval(CoarseClock::MAX_INTERVAL * 2).is_err());
+    /// ```
     pub const MAX_INTERVAL: Duration = Duration::from_secs(1);
     /// The interval used by [`CoarseClock::new`]: 1 ms.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(tollgate::CoarseClock::DEFAULT_INTERVAL.as_millis(), 1);
+    /// ```
     pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(1);
 
     /// A coarse clock refreshed every millisecond (or sharing the upkeep thread already running).

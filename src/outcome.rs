@@ -11,6 +11,19 @@
 //!
 //! A request for `n = 0` tokens is always admitted, consumes nothing and writes nothing: it is a
 //! query that reports `remaining` and `reset_after`, like a peek that cannot fail.
+//!
+//! # Examples
+//!
+//! ```
+//! use tollgate::{ManualClock, Quota, TokenBucket};
+//!
+//! let bucket = TokenBucket::with_clock(Quota::per_second(5)?, ManualClock::new());
+//! bucket.try_acquire_n(5)?;
+//! let now = bucket.try_acquire_n(0)?; // a query: never fails, takes nothing
+//! assert_eq!(now.remaining(), 0);
+//! assert_eq!(now.reset_after().as_secs(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::fmt;
 use std::time::Duration;

@@ -4,6 +4,16 @@
 //! second, never "one every 100". Construction validates everything a limiter needs, so building a
 //! limiter from a `Quota` cannot fail.
 //!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::Quota;
+//!
+//! let api = Quota::per_minute(600)?.with_capacity(50)?; // 10/s on average, bursts of 50
+//! assert_eq!(api.interval(), Duration::from_millis(100));
+//! assert_eq!(Quota::per_second(0).unwrap_err().to_string(), "count must be at least 1, got 0");
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
 //! # Rounding
 //!
 //! Limiters count time in whole nanoseconds. The time one token takes to refill, the *interval*,

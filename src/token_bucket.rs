@@ -1,6 +1,15 @@
 //! The token bucket: bursts up to a capacity C, refilled lazily at R tokens per second, its whole
 //! state in one `AtomicU64`.
 //!
+//! ```
+//! use tollgate::{ManualClock, Quota, TokenBucket};
+//!
+//! // The design notes' example: capacity 10, 2 per second.
+//! let bucket = TokenBucket::with_clock(Quota::per_second(2)?.with_capacity(10)?, ManualClock::new());
+//! assert_eq!((0..20).filter(|_| bucket.try_acquire().is_ok()).count(), 10);
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
 //! # Algorithm
 //!
 //! The classic bucket keeps `(tokens, last_refill)` and refills lazily on every request:
