@@ -1,2 +1,33 @@
-//! Criterion benches (being written).
-fn main() {}
+//! Criterion benches for tollgate: its token bucket beside governor and a `Mutex` token bucket, in
+//! the same run and the same group, so that the ratios between them mean something.
+//!
+//! Run everything with `cargo bench --bench tollgate`; `benches/README.md` explains each group, how
+//! to read the numbers, and how `benches/summarize.py` turns criterion's output into the table.
+//!
+//! | group | what it measures |
+//! | --- | --- |
+//! | `single_allow`, `single_deny` | one thread, one limiter: the cost of one check, accept-heavy and reject-heavy |
+//! | `contended_allow`, `contended_deny` | one limiter shared by 1, 2 and 4 threads: total checks per second |
+//! | `spread_allow` | 2 and 4 threads, each with a limiter of its own: scaling without a shared cache line |
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+
+mod groups;
+
+/// Short runs: the whole suite finishes in a few minutes on the 2-core bench machine.
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_millis(2500))
+        .sample_size(20)
+        .configure_from_args()
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = groups::single::bench, groups::contended::bench
+}
+criterion_main!(benches);

@@ -5,7 +5,39 @@
 //! saw when another thread got there first. A decision that writes nothing (a denial, a query)
 //! returns without a store, so denials never contend for the cache line.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{spin_loop, AtomicU64, Ordering};
+
+/// The longest pause after a lost race, in spin-loop hints. Under loom a pause is one hint (a yield
+/// to the model checker): the length of a pause changes timing, never the outcome.
+const MAX_SPINS: u32 = if cfg!(loom) { 1 } else { 64 };
+
+/// Exponential backoff after a lost compare-and-swap.
+///
+/// Two cores admitting on one word otherwise trade its cache line on every attempt, and most of
+/// their attempts fail: pausing a little (doubling up to [`MAX_SPINS`] hints, well under a
+/// microsecond) lets the winner's next attempt find the line still in its cache. Measured on the
+/// 2-core bench machine, it nearly doubles the throughput of two threads admitting on one bucket and
+/// costs nothing uncontended (a thread that never loses a race never pauses).
+struct Backoff {
+    spins: u32,
+}
+
+impl Backoff {
+    #[inline]
+    fn new() -> Backoff {
+        Backoff { spins: 1 }
+    }
+
+    #[cold]
+    fn pause(&mut self) {
+        for _ in 0..self.spins {
+            spin_loop();
+        }
+        if self.spins < MAX_SPINS {
+            self.spins *= 2;
+        }
+    }
+}
 
 /// What a decision wants done with the word it was shown.
 #[derive(Debug)]
@@ -30,6 +62,7 @@ pub(crate) fn update<T, E>(
     // read-modify-write of one atomic sees the latest value in its modification order, which is all
     // the CAS needs to never lose or double an update.
     let mut current = word.load(Ordering::Relaxed);
+    let mut backoff = Backoff::new();
     loop {
         match decide(current) {
             Step::Write(new, answer) => {
@@ -40,6 +73,9 @@ pub(crate) fn update<T, E>(
                     Ok(_) => return Ok(answer),
                     Err(seen) => {
                         retries::record();
+                        backoff.pause();
+                        // Decide again from the value that beat us; it may be stale again by the
+                        // time we retry, which the next compare-and-swap will tell.
                         current = seen;
                     }
                 }

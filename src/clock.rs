@@ -89,6 +89,7 @@ impl Nanos {
     /// ```
     /// assert_eq!(tollgate::Nanos::new(7).as_u64(), 7);
     /// ```
+    #[inline]
     pub const fn new(nanos: u64) -> Nanos {
         Nanos(nanos)
     }
@@ -100,6 +101,7 @@ impl Nanos {
     /// ```
     /// assert_eq!(tollgate::Nanos::new(42).as_u64(), 42);
     /// ```
+    #[inline]
     pub const fn as_u64(self) -> u64 {
         self.0
     }
@@ -112,6 +114,7 @@ impl Nanos {
     /// use std::time::Duration;
     /// assert_eq!(tollgate::Nanos::new(1_000).as_duration(), Duration::from_micros(1));
     /// ```
+    #[inline]
     pub const fn as_duration(self) -> Duration {
         Duration::from_nanos(self.0)
     }
@@ -131,6 +134,7 @@ impl Nanos {
     }
 
     /// This reading clamped to [`Nanos::MAX_USABLE`]: what every limiter actually uses.
+    #[inline]
     pub(crate) fn clamped(self) -> u64 {
         self.0.min(Nanos::MAX_USABLE.0)
     }
@@ -162,6 +166,7 @@ impl fmt::Display for Nanos {
 }
 
 /// A duration in whole nanoseconds, saturating at `u64::MAX`.
+#[inline]
 pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -499,10 +504,18 @@ impl fmt::Debug for CoarseClock {
 impl Clock for CoarseClock {
     #[inline]
     fn now(&self) -> Nanos {
-        let recent = self.shared.clock.recent();
-        Nanos(duration_to_nanos(
-            recent.saturating_duration_since(self.shared.epoch),
-        ))
+        let since = self
+            .shared
+            .clock
+            .recent()
+            .saturating_duration_since(self.shared.epoch);
+        // Whole seconds and the rest, without `as_nanos`' u128; saturating (at 584 years).
+        Nanos(
+            since
+                .as_secs()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(u64::from(since.subsec_nanos())),
+        )
     }
 }
 

@@ -82,6 +82,7 @@ pub struct Admitted {
 }
 
 impl Admitted {
+    #[inline]
     pub(crate) fn new(level: u64, unit: u64, reset: Span) -> Admitted {
         Admitted { level, unit, reset }
     }
@@ -154,6 +155,7 @@ pub struct Denied {
 }
 
 impl Denied {
+    #[inline]
     pub(crate) fn new(now: u64, retry: Span, level: u64, unit: u64, reset: Span) -> Denied {
         Denied {
             now,

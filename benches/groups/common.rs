@@ -1,0 +1,255 @@
+//! What every group shares: the two loads, the limiters built for them, the `Mutex` baseline, and
+//! the timed loops.
+//!
+//! Every sample builds fresh limiters, so each starts in the same state (full for accept-heavy,
+//! drained for reject-heavy), and every timed loop counts its admissions and checks afterwards that
+//! the load really was what the bench claims: an accept-heavy run in which a single check was
+//! refused, or a reject-heavy run in which one was admitted, panics instead of reporting a number.
+
+use std::num::NonZeroU32;
+use std::sync::{Barrier, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use governor::clock::Clock as GovernorClock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+
+/// A governor direct limiter on clock `C`, as `RateLimiter::direct_with_clock` builds it.
+pub(crate) type Governor<C> = governor::RateLimiter<
+    NotKeyed,
+    InMemoryState,
+    C,
+    NoOpMiddleware<<C as GovernorClock>::Instant>,
+>;
+
+/// The accept-heavy rate: 10^9 per second, one token per nanosecond, the fastest both crates allow.
+const ACCEPT_PER_SECOND: u32 = 1_000_000_000;
+
+/// The accept-heavy capacity: governor's largest burst, 2^32 - 1 tokens, a 4.3 s burst window.
+///
+/// A check costs the bucket 1 ns of refill and takes a thread far longer than 1 ns, so the bucket
+/// stays near full at any thread count; even a check that ignored time entirely (the `_at` benches,
+/// which hold one reading) could take 2^32 - 1 in a row, more than a sample ever runs.
+const ACCEPT_CAPACITY: u32 = u32::MAX;
+
+/// The reject-heavy period: one token an hour, capacity 1, starting (or drained to) empty, so no
+/// check in a run of a few minutes is admitted.
+const DENY_PERIOD: Duration = Duration::from_secs(3600);
+
+/// Which answer the checks of a bench get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Load {
+    /// Every check admitted: each one writes the limiter's state.
+    Accept,
+    /// Every check refused: tollgate and governor only read; the `Mutex` baseline still locks.
+    Deny,
+}
+
+impl Load {
+    /// Both loads, accept-heavy first.
+    pub(crate) const BOTH: [Load; 2] = [Load::Accept, Load::Deny];
+
+    /// The suffix of the group name: `allow` or `deny`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Load::Accept => "allow",
+            Load::Deny => "deny",
+        }
+    }
+
+    /// Panics unless `admitted` of `checks` is what this load promises.
+    pub(crate) fn verify(self, bench: &str, admitted: u64, checks: u64) {
+        match self {
+            Load::Accept => assert_eq!(
+                admitted,
+                checks,
+                "{bench}: accept-heavy, yet {} of {checks} checks were refused",
+                checks - admitted
+            ),
+            Load::Deny => assert_eq!(
+                admitted, 0,
+                "{bench}: reject-heavy, yet {admitted} of {checks} checks were admitted"
+            ),
+        }
+    }
+
+    /// The tollgate quota of this load.
+    fn tollgate_quota(self) -> tollgate::Quota {
+        let quota = match self {
+            Load::Accept => tollgate::Quota::per_second(u64::from(ACCEPT_PER_SECOND))
+                .and_then(|q| q.with_capacity(u64::from(ACCEPT_CAPACITY))),
+            Load::Deny => {
+                tollgate::Quota::per_period(1, DENY_PERIOD).and_then(|q| q.with_initial(0))
+            }
+        };
+        quota.expect("the bench quotas are valid")
+    }
+
+    /// The governor quota of this load, with the same rate and capacity as the tollgate one.
+    fn governor_quota(self) -> governor::Quota {
+        match self {
+            Load::Accept => governor::Quota::per_second(nonzero(ACCEPT_PER_SECOND))
+                .allow_burst(nonzero(ACCEPT_CAPACITY)),
+            Load::Deny => governor::Quota::with_period(DENY_PERIOD).expect("a non-zero period"),
+        }
+    }
+
+    /// A tollgate bucket on the default clock, full or empty as this load needs.
+    pub(crate) fn tollgate(self) -> tollgate::TokenBucket {
+        tollgate::TokenBucket::new(self.tollgate_quota())
+    }
+
+    /// A tollgate bucket on `clock`, full or empty as this load needs.
+    pub(crate) fn tollgate_with<C: tollgate::Clock>(self, clock: C) -> tollgate::TokenBucket<C> {
+        tollgate::TokenBucket::with_clock(self.tollgate_quota(), clock)
+    }
+
+    /// A governor limiter on its default clock, full or drained as this load needs.
+    pub(crate) fn governor(self) -> governor::DefaultDirectRateLimiter {
+        self.governor_with(governor::clock::DefaultClock::default())
+    }
+
+    /// A governor limiter on `clock`, full or drained as this load needs.
+    pub(crate) fn governor_with<C: GovernorClock>(self, clock: C) -> Governor<C> {
+        let limiter = governor::RateLimiter::direct_with_clock(self.governor_quota(), clock);
+        if self == Load::Deny {
+            // governor starts full; its one token goes now.
+            assert!(
+                limiter.check().is_ok(),
+                "a fresh governor limiter admits once"
+            );
+            assert!(
+                limiter.check().is_err(),
+                "a drained governor limiter refuses"
+            );
+        }
+        limiter
+    }
+
+    /// The `Mutex` baseline, full or empty as this load needs.
+    pub(crate) fn mutex(self) -> MutexBucket {
+        match self {
+            Load::Accept => MutexBucket::new(
+                f64::from(ACCEPT_PER_SECOND),
+                f64::from(ACCEPT_CAPACITY),
+                f64::from(ACCEPT_CAPACITY),
+            ),
+            Load::Deny => MutexBucket::new(1.0 / DENY_PERIOD.as_secs_f64(), 1.0, 0.0),
+        }
+    }
+}
+
+fn nonzero(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("the bench quotas are non-zero")
+}
+
+/// The baseline: the textbook token bucket behind a `Mutex`, with `f64` tokens refilled lazily from
+/// `std::time::Instant`.
+///
+/// It reads the clock before taking the lock, to keep the critical section short, and so tolerates
+/// readings that arrive out of order (they refill nothing). Every check, admitted or refused, takes
+/// the lock and writes.
+#[derive(Debug)]
+pub(crate) struct MutexBucket {
+    /// Tokens, and the instant they were last brought up to date.
+    state: Mutex<(f64, Instant)>,
+    per_second: f64,
+    capacity: f64,
+}
+
+impl MutexBucket {
+    fn new(per_second: f64, capacity: f64, initial: f64) -> MutexBucket {
+        MutexBucket {
+            state: Mutex::new((initial, Instant::now())),
+            per_second,
+            capacity,
+        }
+    }
+
+    /// Takes one token if there is one.
+    #[inline]
+    pub(crate) fn try_acquire(&self) -> bool {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (tokens, last) = &mut *state;
+        if let Some(elapsed) = now.checked_duration_since(*last) {
+            *tokens = (*tokens + elapsed.as_secs_f64() * self.per_second).min(self.capacity);
+            *last = now;
+        }
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Runs `check` `iters` times on this thread; returns the time taken and the number admitted.
+#[inline(never)]
+pub(crate) fn run_single<L>(
+    iters: u64,
+    limiter: &L,
+    check: impl Fn(&L) -> bool,
+) -> (Duration, u64) {
+    let start = Instant::now();
+    let admitted = checks(iters, limiter, &check);
+    (start.elapsed(), admitted)
+}
+
+/// Runs `check` `iters` times on each of `threads` fresh threads, all released together by a
+/// barrier; thread `i` checks `limiters[i % limiters.len()]` (pass one limiter for one hot key, one
+/// per thread for spread keys). Returns the wall time from the first thread's start to the last
+/// one's end, and the number admitted across all threads.
+///
+/// Thread start-up and join are outside the measured span. With more threads than cores, the span
+/// includes the time slices the threads wait for, as a server's would.
+pub(crate) fn run_threads<L: Sync>(
+    threads: usize,
+    iters: u64,
+    limiters: &[L],
+    check: impl Fn(&L) -> bool + Sync,
+) -> (Duration, u64) {
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant, u64)> = thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|i| {
+                let limiter = &limiters[i % limiters.len()];
+                let (barrier, check) = (&barrier, &check);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    let admitted = checks(iters, limiter, check);
+                    (start, Instant::now(), admitted)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a bench thread panicked"))
+            .collect()
+    });
+    let first = spans
+        .iter()
+        .map(|s| s.0)
+        .min()
+        .expect("at least one thread");
+    let last = spans
+        .iter()
+        .map(|s| s.1)
+        .max()
+        .expect("at least one thread");
+    (last - first, spans.iter().map(|s| s.2).sum())
+}
+
+/// The loop every bench times: `iters` checks, counting admissions so that no check can be
+/// optimized away and the load can be verified afterwards.
+#[inline(always)]
+fn checks<L>(iters: u64, limiter: &L, check: &impl Fn(&L) -> bool) -> u64 {
+    let mut admitted = 0;
+    for _ in 0..iters {
+        admitted += u64::from(check(limiter));
+    }
+    admitted
+}

@@ -1,0 +1,5 @@
+//! The bench groups and what they share: the quotas, the `Mutex` baseline and the timed loops.
+
+pub(crate) mod common;
+pub(crate) mod contended;
+pub(crate) mod single;
