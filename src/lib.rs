@@ -25,6 +25,7 @@
 //! | --- | --- |
 //! | [`Quota`] | "n per period", a capacity (burst) and an initial fill, validated ([`QuotaError`]) |
 //! | [`TokenBucket`] | bursts up to C, then R per second; one `AtomicU64`, one CAS per admission, denials read only |
+//! | [`ShardedBucket`] | the same limit for one hot key, spread over cache-padded per-core shards with stealing |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
@@ -52,12 +53,14 @@ mod cas;
 pub mod clock;
 pub mod outcome;
 pub mod quota;
+pub mod sharded;
 mod sync;
 pub mod token_bucket;
 
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
 pub use quota::{Quota, QuotaError};
+pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};
 pub use token_bucket::TokenBucket;
 
 /// The README's examples, compiled and run as doctests.

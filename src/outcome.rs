@@ -39,7 +39,16 @@ pub(crate) struct Span {
 }
 
 impl Span {
-    fn nanos(self) -> u128 {
+    /// A span of whole nanoseconds, saturating at `u64::MAX`.
+    pub(crate) fn from_nanos(nanos: u128) -> Span {
+        Span {
+            units: u64::try_from(nanos).unwrap_or(u64::MAX),
+            shift: 0,
+            sub: 0,
+        }
+    }
+
+    pub(crate) fn nanos(self) -> u128 {
         (u128::from(self.units) << self.shift).saturating_sub(u128::from(self.sub))
     }
 

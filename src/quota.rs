@@ -94,7 +94,7 @@ pub(crate) fn max_shift(interval_nanos: u64) -> u32 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     count: u64,
-    period_nanos: u64,
+    period: Duration,
     interval_nanos: u64,
     capacity: u64,
     /// `None` until set: the bucket starts full whatever the capacity.
@@ -204,11 +204,9 @@ impl Quota {
             Ok(i) if i <= MAX_WINDOW_NANOS => i,
             _ => return Err(QuotaError::RateTooSlow { count, period }),
         };
-        // Only reported back to the user; a period beyond 584 years saturates there.
-        let period_nanos = u64::try_from(period_ns).unwrap_or(u64::MAX);
         Quota {
             count,
-            period_nanos,
+            period,
             interval_nanos,
             capacity: 1,
             initial: None,
@@ -293,7 +291,7 @@ impl Quota {
         self.count
     }
 
-    /// The period (saturating at `u64::MAX` nanoseconds).
+    /// The period, as given.
     ///
     /// # Examples
     ///
@@ -303,7 +301,7 @@ impl Quota {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn period(&self) -> Duration {
-        Duration::from_nanos(self.period_nanos)
+        self.period
     }
 
     /// The largest burst, in tokens.
@@ -358,6 +356,20 @@ impl Quota {
             .interval_nanos
             .div_ceil(1 << max_shift(self.interval_nanos));
         MAX_WINDOW_NANOS / unit_interval
+    }
+
+    /// Part `index` of `parts` equal parts of this quota: the count, capacity and initial fill each
+    /// divided by `parts`, the remainders going to the lowest indices, so the parts sum to exactly
+    /// this quota. Each part keeps the period, so the parts' rates sum to this quota's rate.
+    ///
+    /// # Errors
+    ///
+    /// Whatever validating a part returns (a part with a count or capacity of 0, or a rate too slow).
+    pub(crate) fn part(&self, parts: u64, index: u64) -> Result<Quota, QuotaError> {
+        let share = |total: u64| total / parts + u64::from(index < total % parts);
+        Quota::per_period(share(self.count), self.period)?
+            .with_capacity(share(self.capacity))?
+            .with_initial(share(self.initial()))
     }
 
     /// The time unit (`2^shift` ns) and the interval in those units for this quota's capacity: the

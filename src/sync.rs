@@ -27,3 +27,26 @@ pub(crate) use std::{
         Arc,
     },
 };
+
+/// A small number fixed for the life of the calling thread, handed out round-robin (0, 1, 2, …) in
+/// the order threads first ask: the home-shard index of a sharded limiter, before masking.
+///
+/// Under loom every thread gets 0: models choose shards explicitly.
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn thread_slot() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        // Relaxed: a unique ticket is all that is needed; no memory is published with it.
+        static SLOT: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    SLOT.with(|slot| *slot)
+}
+
+/// Under loom every thread gets 0: models choose shards explicitly.
+#[cfg(loom)]
+#[inline]
+pub(crate) fn thread_slot() -> usize {
+    0
+}

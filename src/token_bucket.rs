@@ -232,6 +232,52 @@ impl Policy {
     pub(crate) fn remaining(&self, word: u64, now: Time) -> u64 {
         Tat(word).level(now.units, self.burst) / self.interval
     }
+
+    /// The capacity, in tokens.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Takes as many whole tokens as are there, up to `n` (`1 <= n`), and answers how many it took.
+    /// Takes nothing, and writes nothing, from a bucket without a whole token.
+    pub(crate) fn take_up_to(&self, word: u64, now: Time, n: u64) -> Step<u64, ()> {
+        let k = self.remaining(word, now).min(n);
+        if k == 0 {
+            return Step::Keep(0);
+        }
+        match self.take(word, now, k) {
+            Step::Write(new, _) => Step::Write(new, k),
+            // `k` whole tokens are there, so `take` admits; answer "none" rather than trust that.
+            Step::Keep(_) | Step::Refuse(_) => Step::Keep(0),
+        }
+    }
+
+    /// Gives back up to `n` tokens, as many as fit below the capacity (the last one may only part
+    /// fit), and answers how many it took back.
+    pub(crate) fn refund_up_to(&self, word: u64, now: Time, n: u64) -> Step<u64, ()> {
+        let missing = Tat(word).until_full(now.units);
+        if n == 0 || missing == 0 {
+            return Step::Keep(0);
+        }
+        let k = missing.div_ceil(self.interval).min(n);
+        match self.refund(word, now, k) {
+            Step::Write(new, ()) => Step::Write(new, k),
+            Step::Keep(()) | Step::Refuse(()) => Step::Keep(0),
+        }
+    }
+
+    /// Nanoseconds from `now` until `n` tokens (`n <= capacity`) are there, 0 if they are now.
+    pub(crate) fn wait_nanos(&self, word: u64, now: Time, n: u64) -> u128 {
+        let cost = n * self.interval;
+        let gap = word.max(now.units) + cost - now.units;
+        let wait = gap.saturating_sub(self.burst);
+        self.span(wait, now).nanos()
+    }
+
+    /// Nanoseconds from `now` until the bucket is full.
+    pub(crate) fn full_in_nanos(&self, word: u64, now: Time) -> u128 {
+        self.span(Tat(word).until_full(now.units), now).nanos()
+    }
 }
 
 /// A lock-free token bucket: bursts up to the quota's capacity, then the quota's steady rate.

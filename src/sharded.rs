@@ -1,0 +1,776 @@
+//! The sharded token bucket: one limit for a hot key, spread over per-core shards.
+//!
+//! When every core checks the same limit, a single `AtomicU64` is one cache line the cores pass back
+//! and forth. [`ShardedBucket`] splits the quota into a power-of-two number of token buckets, each on
+//! its own cache line, whose capacities and rates sum to exactly the quota's (the remainders go to
+//! the lowest shards). Each thread has a home shard, assigned once per thread round-robin and picked
+//! by mask, and admits there without touching any other core's line.
+//!
+//! ```
+//! use tollgate::{Quota, ShardedBucket};
+//!
+//! // One global limit of 10 000 per second, checked from every core.
+//! let limiter = ShardedBucket::new(Quota::per_second(10_000)?);
+//! assert!(limiter.try_acquire().is_ok());
+//! assert_eq!(limiter.remaining(), 9_999);
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
+//! # Stealing
+//!
+//! When the home shard cannot admit, the caller first reads every shard (no writes): if together
+//! they hold fewer than `n` whole tokens, the request is denied right there, so a flood of denials
+//! stays read-only. Otherwise it gathers: it takes what it can from each shard in turn, starting at
+//! home, until it has `n`. If others got there first and it cannot gather `n`, it gives back what it
+//! took and is denied. So one thread alone can still burst to the full capacity C and sustain the
+//! full rate R.
+//!
+//! # Exactness
+//!
+//! - **Never more than the limit.** Each shard is an exact token bucket for its part of the quota,
+//!   and the parts sum to the quota: over any interval of length `t` from a full limiter, admissions
+//!   <= `C + R × t` under any interleaving (give-backs return exactly what was taken, and never above
+//!   a shard's capacity).
+//! - **A bounded shortfall.** Compared with one [`TokenBucket`](crate::TokenBucket) with the same
+//!   history, the shards may hold less, in two ways:
+//!   1. *stranded fractions*: each shard carries its own fraction of a token, so the shards may hold
+//!      up to `S - 1` whole tokens fewer than one bucket would (`S` shards); a request can be refused
+//!      while up to `S - 1` tokens sit in fractions;
+//!   2. *a full shard idles*: a shard that is full stops refilling, while one bucket below its
+//!      capacity would still refill. That only lasts while no caller needs the shard's tokens: any
+//!      caller whose home runs dry steals from it.
+//!
+//!   Under saturation (every thread wants more than it gets, however uneven the load) the second
+//!   term vanishes: the saturation test drives four threads with a 1:1:4:16 skew and admits at least
+//!   95 % of `C + R × t`. Racing gathers can also refuse a request that would have fit, briefly: a
+//!   gather that loses its race gives back and is denied, with a `retry_after` computed from the
+//!   shards as it then reads them.
+//! - **Rounding.** Each shard's interval is its own `period / n_i` rounded up to a whole nanosecond,
+//!   so the shards' rates sum to at most R.
+//!
+//! # When to use it
+//!
+//! Use [`ShardedBucket`] for one limit checked from many cores at once (a global API quota, one
+//! tenant's hot key): admissions scale with the cores instead of trading one cache line. Use
+//! [`TokenBucket`](crate::TokenBucket) for everything else: it is exact to the token (no stranded
+//! fractions), 8 bytes of state instead of a cache line per shard, and as fast on one core.
+//!
+//! # Memory ordering
+//!
+//! As [`TokenBucket`](crate::TokenBucket): every access to a shard is `Relaxed`, since a shard's word
+//! publishes nothing but itself. Each shard is linearizable; the limiter as a whole is not (a gather
+//! spans shards), which the bounds above already account for.
+
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::cas;
+use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
+use crate::quota::Quota;
+use crate::sync::{thread_slot, AtomicU64};
+use crate::token_bucket::Policy;
+
+/// The most shards a [`ShardedBucket`] may have.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{sharded::MAX_SHARDS, Quota, ShardedBucket};
+/// let q = Quota::per_second(1_000)?;
+/// assert!(ShardedBucket::builder(q).shards(MAX_SHARDS).build().is_ok());
+/// assert!(ShardedBucket::builder(q).shards(MAX_SHARDS * 2).build().is_err());
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub const MAX_SHARDS: usize = 256;
+
+/// One shard: its part of the quota and its word (a token-bucket word; see
+/// [`token_bucket`](crate::token_bucket)). The policy is read-only, so it shares the word's line.
+struct Shard {
+    word: AtomicU64,
+    policy: Policy,
+}
+
+/// The shard count asked of a [`ShardedBuilder`] is not a power of two in `1..=256`.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Quota, ShardedBucket};
+/// let err = ShardedBucket::builder(Quota::per_second(100)?).shards(3).build().unwrap_err();
+/// assert_eq!(err.to_string(), "shards must be a power of two between 1 and 256, got 3");
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardsError {
+    /// The shard count asked for.
+    pub requested: usize,
+}
+
+impl fmt::Display for ShardsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "shards must be a power of two between 1 and {MAX_SHARDS}, got {}",
+            self.requested
+        )
+    }
+}
+
+impl std::error::Error for ShardsError {}
+
+/// The shard count used when none is set: the available parallelism rounded up to a power of two,
+/// at most [`MAX_SHARDS`].
+///
+/// # Examples
+///
+/// ```
+/// let n = tollgate::sharded::default_shards();
+/// assert!(n.is_power_of_two() && n <= tollgate::sharded::MAX_SHARDS);
+/// ```
+pub fn default_shards() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .next_power_of_two()
+        .min(MAX_SHARDS)
+}
+
+/// Options for a [`ShardedBucket`]: the shard count and the clock.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{ManualClock, Quota, ShardedBucket};
+/// let limiter = ShardedBucket::builder(Quota::per_second(1_000)?)
+///     .shards(8)
+///     .clock(ManualClock::new())
+///     .build()?;
+/// assert_eq!(limiter.shards(), 8);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ShardedBuilder<C> {
+    quota: Quota,
+    shards: Option<usize>,
+    clock: C,
+}
+
+impl<C: Clock> ShardedBuilder<C> {
+    /// Use `shards` shards (a power of two, at most [`MAX_SHARDS`]). A quota whose count or capacity
+    /// is smaller than that uses fewer: every shard needs at least one token and one per period.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Quota, ShardedBucket};
+    /// let small = ShardedBucket::builder(Quota::per_second(3)?).shards(16).build()?;
+    /// assert_eq!(small.shards(), 2); // 3 tokens: at most 2 shards of at least one token
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shards(self, shards: usize) -> ShardedBuilder<C> {
+        ShardedBuilder {
+            shards: Some(shards),
+            ..self
+        }
+    }
+
+    /// Read time from `clock`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::builder(Quota::per_second(4)?).clock(ManualClock::new()).build()?;
+    /// # drop(limiter);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn clock<D: Clock>(self, clock: D) -> ShardedBuilder<D> {
+        ShardedBuilder {
+            quota: self.quota,
+            shards: self.shards,
+            clock,
+        }
+    }
+
+    /// Builds the limiter, filled as the quota says as of the clock's reading now.
+    ///
+    /// # Errors
+    ///
+    /// [`ShardsError`] for a shard count that is not a power of two in `1..=256`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Quota, ShardedBucket};
+    /// assert!(ShardedBucket::builder(Quota::per_second(100)?).shards(0).build().is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn build(self) -> Result<ShardedBucket<C>, ShardsError> {
+        let wanted = match self.shards {
+            None => default_shards(),
+            Some(n) if n.is_power_of_two() && n <= MAX_SHARDS => n,
+            Some(requested) => return Err(ShardsError { requested }),
+        };
+        Ok(ShardedBucket::assemble(self.quota, wanted, self.clock))
+    }
+}
+
+/// One rate limit spread over cache-padded per-core shards, for a key every core checks.
+///
+/// The same quota and outcome API as [`TokenBucket`](crate::TokenBucket). See the
+/// [module docs](self) for stealing, exactness and when to use it.
+///
+/// An [`Admitted`] from the home shard reports that shard's `remaining` and `reset_after` (a lower
+/// bound on the limiter's, read without touching other cores' lines); one from a gather, and every
+/// [`Denied`], reports the whole limiter's as this call read it. [`ShardedBucket::remaining`] sums
+/// every shard.
+///
+/// # Memory ordering
+///
+/// Each shard is linearizable and publishes nothing but itself; do not use an admission to publish
+/// other data between threads.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::{Quota, ShardedBucket};
+///
+/// let limiter = Arc::new(ShardedBucket::new(Quota::per_second(1_000)?.with_capacity(100)?));
+/// let handles: Vec<_> = (0..4)
+///     .map(|_| {
+///         let limiter = Arc::clone(&limiter);
+///         std::thread::spawn(move || (0..50).filter(|_| limiter.try_acquire().is_ok()).count())
+///     })
+///     .collect();
+/// let admitted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+/// assert!(admitted >= 100 && admitted <= 200); // the burst, plus what refilled meanwhile
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub struct ShardedBucket<C = MonotonicClock> {
+    shards: Box<[CachePadded<Shard>]>,
+    mask: usize,
+    quota: Quota,
+    clock: C,
+}
+
+impl ShardedBucket<MonotonicClock> {
+    /// A limiter for `quota` on the default clock with [`default_shards`] shards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(100)?);
+    /// assert_eq!(limiter.remaining(), 100);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> ShardedBucket<MonotonicClock> {
+        ShardedBucket::assemble(quota, default_shards(), MonotonicClock::new())
+    }
+
+    /// A builder for the shard count and the clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::ShardedBucket::builder(tollgate::Quota::per_second(100)?).shards(4).build()?;
+    /// assert_eq!(limiter.shards(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder(quota: Quota) -> ShardedBuilder<MonotonicClock> {
+        ShardedBuilder {
+            quota,
+            shards: None,
+            clock: MonotonicClock::new(),
+        }
+    }
+}
+
+impl<C: Clock> ShardedBucket<C> {
+    /// A limiter for `quota` reading `clock`, with [`default_shards`] shards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// assert_eq!(limiter.remaining(), 10);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn with_clock(quota: Quota, clock: C) -> ShardedBucket<C> {
+        ShardedBucket::assemble(quota, default_shards(), clock)
+    }
+
+    /// Splits `quota` into at most `wanted` (a power of two) shards: fewer when a part would be
+    /// invalid (a count or capacity below 1, a rate too slow); one shard is the quota itself.
+    fn assemble(quota: Quota, wanted: usize, clock: C) -> ShardedBucket<C> {
+        let mut count = wanted.max(1);
+        let parts = loop {
+            let parts: Result<Vec<Quota>, _> = (0..count as u64)
+                .map(|i| quota.part(count as u64, i))
+                .collect();
+            match parts {
+                Ok(parts) => break parts,
+                Err(_) if count > 1 => count /= 2,
+                Err(_) => break vec![quota],
+            }
+        };
+        let now = clock.now();
+        let shards: Box<[CachePadded<Shard>]> = parts
+            .iter()
+            .map(|part| {
+                let policy = Policy::new(part);
+                let word = policy.initial_word(part.initial(), policy.time(now));
+                CachePadded::new(Shard {
+                    word: AtomicU64::new(word),
+                    policy,
+                })
+            })
+            .collect();
+        ShardedBucket {
+            mask: shards.len() - 1,
+            shards,
+            quota,
+            clock,
+        }
+    }
+
+    /// Takes one token now, from the calling thread's home shard or, failing that, from the others.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(1)?);
+    /// assert!(limiter.try_acquire().is_ok());
+    /// assert!(limiter.try_acquire().is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
+        self.try_acquire_at(self.clock.now())
+    }
+
+    /// Takes one token as of `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// assert!(limiter.try_acquire_at(Nanos::new(0)).is_ok());
+    /// assert!(limiter.try_acquire_at(Nanos::new(0)).is_ok()); // stolen from the other shard
+    /// assert!(limiter.try_acquire_at(Nanos::new(0)).is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
+        // The capacity is at least 1, so one token is always a valid request.
+        self.take(thread_slot(), 1, now)
+    }
+
+    /// Takes `n` tokens now, all or none, gathering from several shards if need be. `n = 0` is a
+    /// query that always succeeds.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::Denied`] when the shards together hold fewer than `n` whole tokens (or racing
+    /// callers took them first); [`AcquireError::InsufficientCapacity`] when `n` exceeds the quota's
+    /// capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(10)?);
+    /// assert!(limiter.try_acquire_n(10).is_ok()); // the full burst, whatever the shard count
+    /// assert!(limiter.try_acquire_n(1).is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
+        self.try_acquire_n_at(n, self.clock.now())
+    }
+
+    /// Takes `n` tokens as of `now`, all or none.
+    ///
+    /// # Errors
+    ///
+    /// As [`ShardedBucket::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+    /// assert!(limiter.try_acquire_n_at(4, Nanos::new(0)).is_ok());
+    /// let denied = limiter.try_acquire_n_at(2, Nanos::new(0)).unwrap_err();
+    /// assert_eq!(denied.denied().unwrap().retry_after().as_millis(), 500);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        self.try_acquire_n_from(thread_slot(), n, now)
+    }
+
+    /// Takes `n` tokens as of `now` as a caller whose home shard is `home` (taken modulo the shard
+    /// count): for callers that manage their own affinity (one shard per worker of a thread-per-core
+    /// runtime), and for tests that choose the interleaving.
+    ///
+    /// # Errors
+    ///
+    /// As [`ShardedBucket::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::builder(Quota::per_second(4)?).shards(2).clock(ManualClock::new()).build()?;
+    /// let t = Nanos::new(0);
+    /// assert_eq!(limiter.try_acquire_n_from(0, 2, t)?.remaining(), 0); // shard 0 held 2
+    /// assert!(limiter.try_acquire_n_from(0, 1, t).is_ok()); // stolen from shard 1
+    /// assert_eq!(limiter.remaining_at(t), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire_n_from(
+        &self,
+        home: usize,
+        n: u64,
+        now: Nanos,
+    ) -> Result<Admitted, AcquireError> {
+        if n == 0 {
+            return Ok(self.query(now));
+        }
+        let capacity = self.quota.capacity();
+        if n > capacity {
+            return Err(AcquireError::InsufficientCapacity(InsufficientCapacity {
+                requested: n,
+                capacity,
+            }));
+        }
+        self.take(home, n, now).map_err(AcquireError::Denied)
+    }
+
+    /// Would `n` tokens be admitted now? Reads every shard, consumes nothing, writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`ShardedBucket::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(3)?);
+    /// assert!(limiter.peek_n(3).is_ok());
+    /// assert!(limiter.peek_n(4).is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
+        self.peek_n_at(n, self.clock.now())
+    }
+
+    /// Would `n` tokens be admitted as of `now`? Reads every shard, writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`ShardedBucket::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let quota = Quota::per_second(2)?.with_initial(0)?;
+    /// let limiter = ShardedBucket::builder(quota).shards(2).clock(ManualClock::new()).build()?;
+    /// // Two shards of 1 per second: at 0.5 s each holds half a token, and halves do not add up.
+    /// assert!(limiter.peek_n_at(1, Nanos::new(500_000_000)).is_err());
+    /// assert!(limiter.peek_n_at(2, Nanos::new(1_000_000_000)).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        let capacity = self.quota.capacity();
+        if n > capacity {
+            return Err(AcquireError::InsufficientCapacity(InsufficientCapacity {
+                requested: n,
+                capacity,
+            }));
+        }
+        let total = self.remaining_at(now);
+        if total >= n {
+            Ok(Admitted::new(
+                total - n,
+                1,
+                Span::from_nanos(self.full_in(now)),
+            ))
+        } else {
+            Err(AcquireError::Denied(self.denied(n, now)))
+        }
+    }
+
+    /// Gives back `n` tokens taken earlier and not used, starting at the calling thread's home shard
+    /// and never filling any shard above its capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(8)?, ManualClock::new());
+    /// limiter.try_acquire_n(5)?;
+    /// limiter.refund(5);
+    /// assert_eq!(limiter.remaining(), 8);
+    /// limiter.refund(u64::MAX); // already full: nothing changes
+    /// assert_eq!(limiter.remaining(), 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, n: u64) {
+        self.refund_from(thread_slot(), n, self.clock.now());
+    }
+
+    /// Gives back `n` tokens as of `now`, starting at the calling thread's home shard.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(8)?, ManualClock::new());
+    /// limiter.try_acquire_n_at(8, Nanos::new(0))?;
+    /// limiter.refund_at(3, Nanos::new(0));
+    /// assert_eq!(limiter.remaining_at(Nanos::new(0)), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_at(&self, n: u64, now: Nanos) {
+        self.refund_from(thread_slot(), n, now);
+    }
+
+    /// Gives back `n` tokens as of `now`, starting at shard `home` (modulo the shard count).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::builder(Quota::per_second(4)?).shards(2).clock(ManualClock::new()).build()?;
+    /// let t = Nanos::new(0);
+    /// limiter.try_acquire_n_from(1, 4, t)?;
+    /// limiter.refund_from(1, 3, t); // 2 fit in shard 1, the third goes to shard 0
+    /// assert_eq!(limiter.remaining_at(t), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_from(&self, home: usize, n: u64, now: Nanos) {
+        let mut left = n;
+        for step in 0..self.shards.len() {
+            if left == 0 {
+                return;
+            }
+            let shard = &self.shards[(home.wrapping_add(step)) & self.mask];
+            let t = shard.policy.time(now);
+            let given =
+                cas::update(&shard.word, |w| shard.policy.refund_up_to(w, t, left)).unwrap_or(0);
+            left -= given.min(left);
+        }
+    }
+
+    /// Whole tokens in all shards now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(6)?);
+    /// assert_eq!(limiter.remaining(), 6);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        self.remaining_at(self.clock.now())
+    }
+
+    /// Whole tokens in all shards as of `now` (each shard's whole tokens, summed: fractions of a
+    /// token stranded in different shards do not add up).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(4)?.with_initial(0)?, ManualClock::new());
+    /// assert_eq!(limiter.remaining_at(Nanos::new(1_000_000_000)), 4);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn remaining_at(&self, now: Nanos) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.policy.remaining(cas::read(&s.word), s.policy.time(now)))
+            .sum()
+    }
+
+    /// The number of shards in use.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::ShardedBucket::builder(tollgate::Quota::per_second(100)?).shards(2).build()?;
+    /// assert_eq!(limiter.shards(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The quota this limiter enforces (over all its shards).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(3)?;
+    /// assert_eq!(tollgate::ShardedBucket::new(q).quota(), &q);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this limiter reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(3)?, ManualClock::starting_at(Nanos::new(4)));
+    /// assert_eq!(limiter.clock().now(), Nanos::new(4));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Takes `n` tokens (`1 <= n <= capacity`): from the home shard if it can admit all `n`, else by
+    /// gathering.
+    #[inline]
+    fn take(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
+        let home = home & self.mask;
+        let shard = &self.shards[home];
+        if n <= shard.policy.capacity() {
+            let t = shard.policy.time(now);
+            if let Ok(admitted) = cas::update(&shard.word, |w| shard.policy.take(w, t, n)) {
+                return Ok(admitted);
+            }
+        }
+        self.gather(home, n, now)
+    }
+
+    /// The slow path: deny without writing if the shards together cannot cover `n`; otherwise take
+    /// what each shard has, from home on, and give it all back if it does not add up to `n`.
+    #[cold]
+    fn gather(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
+        let total = self.remaining_at(now);
+        if total < n {
+            return Err(self.denied(n, now));
+        }
+        let mut taken = [0u64; MAX_SHARDS];
+        let mut got = 0;
+        for step in 0..self.shards.len() {
+            let index = (home + step) & self.mask;
+            let shard = &self.shards[index];
+            let t = shard.policy.time(now);
+            let k =
+                cas::update(&shard.word, |w| shard.policy.take_up_to(w, t, n - got)).unwrap_or(0);
+            taken[index] = k;
+            got += k;
+            if got == n {
+                return Ok(Admitted::new(
+                    total.saturating_sub(n),
+                    1,
+                    Span::from_nanos(self.full_in(now)),
+                ));
+            }
+        }
+        // Others got there first: give back exactly what was taken, then report as of now.
+        for (shard, &k) in self.shards.iter().zip(taken.iter()) {
+            if k > 0 {
+                let t = shard.policy.time(now);
+                let _ = cas::update(&shard.word, |w| shard.policy.refund(w, t, k));
+            }
+        }
+        Err(self.denied(n, now))
+    }
+
+    /// The answer to a request for nothing: what all the shards hold at `now`.
+    fn query(&self, now: Nanos) -> Admitted {
+        Admitted::new(
+            self.remaining_at(now),
+            1,
+            Span::from_nanos(self.full_in(now)),
+        )
+    }
+
+    /// Nanoseconds until every shard is full, as the shards read now.
+    fn full_in(&self, now: Nanos) -> u128 {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.policy
+                    .full_in_nanos(cas::read(&s.word), s.policy.time(now))
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A denial of `n` tokens at `now`, from one snapshot of the shards: the total, the time until
+    /// all are full, and the earliest instant at which the shards, left alone, hold `n` whole tokens.
+    #[cold]
+    fn denied(&self, n: u64, now: Nanos) -> Denied {
+        let mut words = [0u64; MAX_SHARDS];
+        for (word, shard) in words.iter_mut().zip(self.shards.iter()) {
+            *word = cas::read(&shard.word);
+        }
+        let snapshot = &words[..self.shards.len()];
+        let tokens_at = |at: Nanos| -> u64 {
+            self.shards
+                .iter()
+                .zip(snapshot)
+                .map(|(s, &w)| s.policy.remaining(w, s.policy.time(at)))
+                .sum()
+        };
+        let full_in = self
+            .shards
+            .iter()
+            .zip(snapshot)
+            .map(|(s, &w)| s.policy.full_in_nanos(w, s.policy.time(now)))
+            .max()
+            .unwrap_or(0);
+        let base = now.clamped();
+        let wait = if n == 1 {
+            // The first whole token in any shard.
+            self.shards
+                .iter()
+                .zip(snapshot)
+                .map(|(s, &w)| s.policy.wait_nanos(w, s.policy.time(now), 1))
+                .min()
+                .unwrap_or(0)
+        } else {
+            // The smallest wait at which the shards' whole tokens add up to n: every shard is full
+            // after `full_in`, and the sum only grows with time, so a binary search finds it.
+            let (mut lo, mut hi) = (0u64, u64::try_from(full_in).unwrap_or(u64::MAX));
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if tokens_at(Nanos::new(base.saturating_add(mid))) >= n {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            u128::from(lo)
+        };
+        Denied::new(
+            base,
+            Span::from_nanos(wait),
+            tokens_at(now),
+            1,
+            Span::from_nanos(full_in),
+        )
+    }
+}
+
+impl<C> fmt::Debug for ShardedBucket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardedBucket")
+            .field("quota", &self.quota)
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
