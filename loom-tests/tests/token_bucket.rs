@@ -10,7 +10,8 @@
 //! Most models also return a small summary of how the race went (who won, what a peek saw), and
 //! `check_reaches` asserts that loom produced every summary the race allows. That guards against a
 //! vacuous model: loom's partial-order reduction can skip interleavings (see the note on
-//! `check_reaches`), and a model whose interesting case is never run proves nothing.
+//! `check_reaches`, in `common/mod.rs`), and a model whose interesting case is never run proves
+//! nothing.
 //!
 //! Readings are explicit `Nanos` passed to the `_at` methods, so "no time passes" is exact and a
 //! refill is exactly one token. The bucket (and its `ManualClock`, whose word is also a loom atomic
@@ -23,11 +24,11 @@
 // `missing_docs`).
 #![cfg(loom)]
 
-use std::collections::BTreeSet;
-use std::fmt::Debug;
-use std::sync::Mutex;
+mod common;
+
 use std::time::Duration;
 
+use common::check_reaches;
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::{AcquireError, Admitted, Clock, ManualClock, Nanos, Quota, TokenBucket};
@@ -60,40 +61,6 @@ fn bucket(quota: Quota) -> Arc<TokenBucket<ManualClock>> {
 /// Whole tokens left after an admission; `None` for a refusal.
 fn remaining_after<E>(outcome: &Result<Admitted, E>) -> Option<u64> {
     outcome.as_ref().ok().map(Admitted::remaining)
-}
-
-/// Runs `model` under loom and asserts that the summaries it returned, over every interleaving
-/// explored, are exactly `expected`.
-///
-/// The assertions inside `model` say that nothing bad happens in any interleaving; this says that
-/// each case they cover was actually run. loom 0.7's partial-order reduction can miss interleavings:
-/// when a thread loads a word and then writes it (a `fetch_update`, or the load-then-CAS of
-/// tollgate's update loop), that write is never scheduled ahead of another thread's plain load
-/// made before the first thread's load (compare tokio-rs/loom issues 166 and 392). A model that
-/// reads the clock on the main thread while spawned threads advance it passes having only ever
-/// read 0; the clock model below therefore reads from a spawned thread, and checks it saw every
-/// partial sum. The summaries are recorded in a `std` mutex: loom runs every model thread on one
-/// OS thread, and nothing holds the lock across a loom operation.
-fn check_reaches<T>(expected: &[T], model: impl Fn() -> T + Send + Sync + 'static)
-where
-    T: Ord + Debug + Send + 'static,
-{
-    let reached = std::sync::Arc::new(Mutex::new(BTreeSet::new()));
-    let sink = std::sync::Arc::clone(&reached);
-    loom::model(move || {
-        let summary = model();
-        sink.lock()
-            .expect("a model panicked while recording")
-            .insert(summary);
-    });
-    let reached = reached.lock().expect("a model panicked while recording");
-    let expected: BTreeSet<&T> = expected.iter().collect();
-    assert_eq!(
-        reached.iter().collect::<BTreeSet<_>>(),
-        expected,
-        "the interleavings loom ran reached these summaries (left), the race allows these (right); \
-         a preemption bound below LOOM_MAX_PREEMPTIONS=2 is too low to reach them all"
-    );
 }
 
 #[test]

@@ -1,0 +1,372 @@
+//! Loom models of [`tollgate::ShardedBucket`]'s stealing: a home-shard take racing a steal of the
+//! same shard, two stealers racing for the last token across shards, a gather that fails and gives
+//! back racing a take, a refund spreading over the shards racing a steal, a failed gather at an
+//! early reading racing a gather at a later one, and a hopeless request (denied from reads alone)
+//! racing a take.
+//!
+//! Each shard is one token-bucket word updated by compare-and-swap (modelled in `token_bucket.rs`);
+//! what is new here is the protocol across words. A gather reads every shard, then takes from one
+//! shard after another, and gives everything back if it cannot collect `n`; nothing makes those
+//! steps atomic together. The models assert what must hold anyway, in every interleaving loom
+//! explores: no token is handed out twice, a request for `n` is all or nothing, a failed gather
+//! neither loses nor invents a token (admitted + remaining is what the limiter held), and no
+//! reading ever shows more than the capacity; and a request the shards cannot cover writes nothing.
+//!
+//! As in `token_bucket.rs`, each model returns a small summary of how its race went and
+//! `check_reaches` (in `common/`) asserts that loom reached every summary the race allows, so a
+//! model whose interesting interleaving is never run fails instead of passing vacuously. Where one
+//! thread's plain reads must be able to see another's write, the reader is the spawned thread and
+//! the writer the main one: the other way round, loom never schedules the write before the reads
+//! (see the note on `check_reaches`).
+//!
+//! Under loom every thread's home slot is 0, so the models choose homes explicitly with the `_from`
+//! methods, pass explicit `Nanos` readings (no time passes unless a model says so), and build a
+//! limiter with an explicit shard count on a `ManualClock` inside each `loom::model` closure. Which
+//! shard holds what is set up before the race by home takes, which touch only the home shard.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release`.
+
+// Without `--cfg loom` this file compiles to an empty test binary (the doc above stays, for
+// `missing_docs`).
+#![cfg(loom)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::check_reaches;
+use loom::sync::Arc;
+use loom::thread;
+use tollgate::{AcquireError, Admitted, ManualClock, Nanos, Quota, ShardedBucket};
+
+/// The reading every model uses for "no time passes".
+const T0: Nanos = Nanos::ZERO;
+
+/// A limiter for `per_second` tokens a second (and as many of capacity, initially `initial`), split
+/// over `shards` shards, on a manual clock reading [`T0`], shareable between loom threads.
+fn limiter(per_second: u64, initial: u64, shards: usize) -> Arc<ShardedBucket<ManualClock>> {
+    let quota = Quota::per_second(per_second)
+        .and_then(|q| q.with_initial(initial))
+        .expect("a valid quota");
+    let limiter = ShardedBucket::builder(quota)
+        .shards(shards)
+        .clock(ManualClock::new())
+        .build()
+        .expect("a power-of-two shard count");
+    assert_eq!(limiter.shards(), shards, "every shard gets a token");
+    Arc::new(limiter)
+}
+
+/// Four tokens a second over two shards: each shard holds up to two and refills one every 500 ms.
+fn two_shards_of_two() -> Arc<ShardedBucket<ManualClock>> {
+    limiter(4, 4, 2)
+}
+
+/// Tokens admitted by `outcome`: `n` or none. A request that exceeds the capacity is a bug in the
+/// model.
+fn admitted(outcome: &Result<Admitted, AcquireError>, n: u64) -> u64 {
+    match outcome {
+        Ok(_) => n,
+        Err(AcquireError::Denied(_)) => 0,
+        Err(e) => panic!("{n} tokens fit the capacity, got {e}"),
+    }
+}
+
+/// Whole tokens left after an admission, as the call reported them; `None` for a denial.
+fn reported(outcome: &Result<Admitted, AcquireError>) -> Option<u64> {
+    outcome.as_ref().ok().map(Admitted::remaining)
+}
+
+/// Whether shard 0 of a [`two_shards_of_two`] limiter holds both its tokens at [`T0`], found by
+/// taking them: a take of two from home 0 that the home shard admits reports that shard's
+/// remaining (0), while one that has to gather reports the whole limiter's. Only for after a race;
+/// it consumes what it finds.
+fn shard_0_full(limiter: &ShardedBucket<ManualClock>) -> bool {
+    let total = limiter.remaining_at(T0);
+    assert!(
+        (3..=4).contains(&total),
+        "the probe needs 3 or 4 tokens, found {total}"
+    );
+    match limiter.try_acquire_n_from(0, 2, T0) {
+        // A full home shard: its own remaining. A gather: what the whole limiter had, less two.
+        Ok(taken) if taken.remaining() == 0 => true,
+        Ok(taken) => {
+            assert_eq!(taken.remaining(), total - 2, "a gather reports the total");
+            false
+        }
+        Err(e) => panic!("{total} tokens cover two, got {e}"),
+    }
+}
+
+#[test]
+fn home_take_racing_a_steal_of_the_same_shard() {
+    const HELD: u64 = 2;
+    // Summary: (admitted by the home thread, by the stealer, what the stealer reported left). The
+    // steal lands before both home takes, between them, or after both; a steal whose read of the
+    // shards came before the first home take reports the token that take then got.
+    check_reaches(&[(1, 1, Some(0)), (1, 1, Some(1)), (2, 0, None)], || {
+        let limiter = two_shards_of_two();
+        // Drain shard 1 (a home take touches no other shard): both tokens left are in shard 0.
+        let drained = limiter
+            .try_acquire_n_from(1, 2, T0)
+            .expect("shard 1 holds two");
+        assert_eq!(drained.remaining(), 0, "admitted by the home shard alone");
+        assert_eq!(limiter.remaining_at(T0), HELD);
+
+        // Home 1 is empty: its one token can only come from shard 0.
+        let stealer = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_n_from(1, 1, T0))
+        };
+        // Two takes at home 0, racing the steal of the same shard.
+        let first = limiter.try_acquire_n_from(0, 1, T0);
+        let second = limiter.try_acquire_n_from(0, 1, T0);
+        let stolen = stealer.join().expect("stealer panicked");
+
+        let home = admitted(&first, 1) + admitted(&second, 1);
+        let steal = admitted(&stolen, 1);
+        assert_eq!(
+            home + steal,
+            HELD,
+            "three requests for the two tokens of shard 0: {first:?}, {second:?}, stolen {stolen:?}"
+        );
+        // Admitted at home, each take reports what it left in shard 0; no token reported twice.
+        match (reported(&first), reported(&second)) {
+            (Some(1), Some(0) | None) | (Some(0), None) => {}
+            other => panic!("home takes reported {other:?} left: {first:?}, {second:?}"),
+        }
+        if let Some(left) = reported(&stolen) {
+            assert!(left < HELD, "the steal reported {left} left of {HELD}");
+        }
+        for outcome in [&first, &second, &stolen] {
+            if let Err(AcquireError::Denied(denied)) = outcome {
+                assert_eq!(denied.remaining(), 0, "denied with tokens in sight");
+            }
+        }
+        assert_eq!(limiter.remaining_at(T0), 0, "tokens created or lost");
+        // Each shard refills one token per 500 ms, whatever the race did to their words.
+        assert_eq!(limiter.remaining_at(Nanos::new(500_000_000)), 2);
+        (home, steal, reported(&stolen))
+    });
+}
+
+#[test]
+fn two_stealers_racing_for_the_last_token_across_shards() {
+    check_reaches(&["home 1 won", "home 2 won"], || {
+        // Four shards of one token each; the only token left is in shard 0.
+        let limiter = limiter(4, 1, 4);
+        assert_eq!(limiter.remaining_at(T0), 1);
+
+        // Both homes are empty; each stealer scans from its own home: shards 1, 2, 3, 0 and
+        // 2, 3, 0 (then 1).
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_n_from(2, 1, T0))
+        };
+        let mine = limiter.try_acquire_n_from(1, 1, T0);
+        let theirs = other.join().expect("stealer panicked");
+
+        assert_eq!(
+            admitted(&mine, 1) + admitted(&theirs, 1),
+            1,
+            "one token, two stealers: home 1 {mine:?}, home 2 {theirs:?}"
+        );
+        for outcome in [&mine, &theirs] {
+            match outcome {
+                Ok(taken) => assert_eq!(taken.remaining(), 0, "the winner took the last token"),
+                Err(AcquireError::Denied(denied)) => {
+                    assert_eq!(denied.remaining(), 0, "the loser saw an empty limiter");
+                    // Every shard is empty since T0 and refills its one token in a second.
+                    assert_eq!(denied.retry_after(), Duration::from_secs(1));
+                }
+                Err(e) => panic!("one token fits the capacity, got {e}"),
+            }
+        }
+        assert_eq!(limiter.remaining_at(T0), 0, "tokens created or lost");
+        assert_eq!(limiter.remaining_at(Nanos::new(1_000_000_000)), 4);
+        if mine.is_ok() {
+            "home 1 won"
+        } else {
+            "home 2 won"
+        }
+    });
+}
+
+#[test]
+fn failed_gather_gives_back_racing_a_take() {
+    const CAPACITY: u64 = 4;
+    // Summary: (admitted by the gather of all four, by the single take, what the taker then read).
+    // The take lands before the gather reads the shards (which then denies without writing), after
+    // the gather (and loses), or in the middle: the gather has taken shard 0's two, finds only one
+    // in shard 1, takes it and gives all three back. The taker's read (shard 0, then shard 1) can
+    // fall anywhere in that: it sees 3 tokens, or 3 - 2 while the gather holds shard 0's two,
+    // 3 - 1 while it holds shard 1's last, 0 while it holds both. Reaching 0, 1 and 2 shows the
+    // partial gather and its give-back were run.
+    let expected = [(0, 1, 0), (0, 1, 1), (0, 1, 2), (0, 1, 3), (4, 0, 0)];
+    check_reaches(&expected, || {
+        let limiter = two_shards_of_two();
+
+        let taker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let taken = limiter.try_acquire_n_from(1, 1, T0);
+                let seen = limiter.remaining_at(T0);
+                assert!(seen <= CAPACITY, "{seen} tokens of {CAPACITY}");
+                (taken, seen)
+            })
+        };
+        // More than a shard holds: straight to the gather, from shard 0 then shard 1.
+        let gathered = limiter.try_acquire_n_from(0, CAPACITY, T0);
+        let (taken, seen) = taker.join().expect("taker panicked");
+
+        let gather = admitted(&gathered, CAPACITY);
+        let take = admitted(&taken, 1);
+        let remaining = limiter.remaining_at(T0);
+        assert!(remaining <= CAPACITY, "{remaining} tokens of {CAPACITY}");
+        assert_eq!(
+            gather + take + remaining,
+            CAPACITY,
+            "gather {gathered:?}, take {taken:?}, {remaining} left: tokens created or lost"
+        );
+        // Nothing adds tokens but give-backs, and they only restore what the race leaves.
+        assert!(
+            seen <= remaining,
+            "the taker read {seen}, more than the {remaining} left"
+        );
+        match (&gathered, &taken) {
+            (Ok(all), Err(AcquireError::Denied(denied))) => {
+                assert_eq!(all.remaining(), 0);
+                assert_eq!(denied.remaining(), 0);
+            }
+            (Err(AcquireError::Denied(denied)), Ok(one)) => {
+                // Denied after the give-back, with the three tokens there in sight, and the one
+                // taken from shard 1 back in 500 ms.
+                assert_eq!(denied.remaining(), 3, "{denied:?}");
+                assert_eq!(denied.retry_after(), Duration::from_millis(500));
+                assert_eq!(one.remaining(), 1, "the take left one in its home shard");
+                // Shard 0 got both its tokens back (so shard 1 holds the third): nothing was given
+                // back to the wrong shard, where it would not fit.
+                assert!(shard_0_full(&limiter), "the give-back missed shard 0");
+            }
+            _ => {
+                panic!(
+                    "exactly one of four and one fits in four: gather {gathered:?}, take {taken:?}"
+                )
+            }
+        }
+        (gather, take, seen)
+    });
+}
+
+#[test]
+fn refund_spreading_over_shards_racing_a_steal() {
+    // Summary: (what the taker reported left, does shard 0 end with both its tokens). The take at
+    // home 0 finds the refund there (and takes at home), or steals from shard 1: either before the
+    // refund looks at shard 1 (which then takes one token back) or after (all of it goes to shard
+    // 0). A steal whose read of the shards came after the refund reports the total it read, 4 - 1.
+    check_reaches(&[(1, false), (1, true), (3, false)], || {
+        let limiter = two_shards_of_two();
+        // Empty shard 0: shard 1 is full, shard 0 has room for two.
+        limiter
+            .try_acquire_n_from(0, 2, T0)
+            .expect("shard 0 holds two");
+        assert_eq!(limiter.remaining_at(T0), 2);
+
+        let taker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_n_from(0, 1, T0))
+        };
+        // Gives back two from home 1: shard 1 takes what fits, the rest goes on to shard 0.
+        limiter.refund_from(1, 2, T0);
+        let taken = taker.join().expect("taker panicked");
+
+        let left = reported(&taken).expect("shard 1 always holds a token to steal");
+        let remaining = limiter.remaining_at(T0);
+        assert_eq!(
+            remaining, 3,
+            "2 held + 2 given back - 1 taken, {taken:?}: tokens created or lost"
+        );
+        (left, shard_0_full(&limiter))
+    });
+}
+
+#[test]
+fn failed_gather_at_an_early_reading_racing_a_gather_at_a_later_one_creates_no_tokens() {
+    const CAPACITY: u64 = 4;
+    /// One shard interval later: each shard has refilled one token since [`T0`].
+    const LATER: Nanos = Nanos::new(500_000_000);
+    /// From full at [`T0`], the most that can be admitted by [`LATER`] plus what is left then:
+    /// `C + R × t` = 4 + 4 × 0.5.
+    const BOUND: u64 = CAPACITY + 2;
+    // Summary: (admitted at T0, admitted at LATER, left at LATER). Whichever gather runs first wins
+    // (4 + 3 exceed the bound). When the late one takes shard 1 between the early one's take of
+    // shard 0 and of shard 1, the early gather fails and gives shard 0's tokens back, as of T0, to
+    // a word the late gather may already have moved on to LATER: shard 0 is then full at LATER.
+    check_reaches(&[(0, 3, 1), (0, 3, 2), (4, 0, 2)], || {
+        let limiter = two_shards_of_two();
+
+        // Three from home 1, as of LATER: more than a shard holds, so a gather, from shard 1 on.
+        let late = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_n_from(1, 3, LATER))
+        };
+        // All four from home 0, as of T0.
+        let early = limiter.try_acquire_n_from(0, CAPACITY, T0);
+        let late = late.join().expect("late gatherer panicked");
+
+        let at_t0 = admitted(&early, CAPACITY);
+        let at_later = admitted(&late, 3);
+        let left = limiter.remaining_at(LATER);
+        assert!(left <= CAPACITY, "{left} tokens of {CAPACITY}");
+        assert!(
+            at_t0 + at_later + left <= BOUND,
+            "admitted {at_t0} at T0 and {at_later} later, {left} left: more than C + R × t = {BOUND}"
+        );
+        match (&early, &late) {
+            (Ok(_), Err(AcquireError::Denied(denied))) => {
+                // One token in each shard at LATER; both full, so 4 >= 3, one interval on.
+                assert_eq!(denied.remaining(), 2, "{denied:?}");
+                assert_eq!(denied.retry_after(), Duration::from_millis(500));
+            }
+            (Err(AcquireError::Denied(denied)), Ok(_)) => {
+                // Shard 1 gave its two as of LATER, so it is empty until LATER + 1 s: all four
+                // are there 1.5 s after T0, however shard 0 stood. As of T0 shard 1 is empty, and
+                // shard 0 holds its two, or fewer if the late gather took from it first.
+                assert!(denied.remaining() <= 2, "{denied:?}");
+                assert_eq!(denied.retry_after(), Duration::from_millis(1_500));
+            }
+            _ => panic!("exactly one gather fits: early {early:?}, late {late:?}"),
+        }
+        (at_t0, at_later, left)
+    });
+}
+
+#[test]
+fn hopeless_request_writes_nothing_so_a_racing_take_always_wins() {
+    // Summary: what the hopeless request saw left when denied: the token, or nothing once taken.
+    check_reaches(&[0, 1], || {
+        // One token in the limiter, in shard 0.
+        let limiter = limiter(4, 1, 2);
+        assert_eq!(limiter.remaining_at(T0), 1);
+
+        // Two, from empty home 1: more than the whole limiter holds, so denied by reading the
+        // shards alone. Had it gathered and given back, the take could find the token gone. (The
+        // request that only reads runs on a spawned thread: see `check_reaches`.)
+        let hopeless = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_n_from(1, 2, T0))
+        };
+        let taken = limiter.try_acquire_n_from(0, 1, T0);
+        let hopeless = hopeless.join().expect("hopeless requester panicked");
+
+        let denied = match &hopeless {
+            Err(AcquireError::Denied(denied)) => denied,
+            other => panic!("two of one token: {other:?}"),
+        };
+        let taken = taken.expect("the hopeless request took nothing, so the token is there");
+        assert_eq!(taken.remaining(), 0, "the home shard gave its one token");
+        assert_eq!(limiter.remaining_at(T0), 0, "tokens created or lost");
+        denied.remaining()
+    });
+}
