@@ -3,13 +3,17 @@
 
 Reads every `<criterion dir>/<group>/<bench>[/<threads>]/new/{benchmark,estimates}.json`, takes the
 median point estimate (or another estimate, with --estimate), and prints one table per group with
-the time per check, the total throughput, the ratios to governor and to the Mutex baseline in the
-same group, and the team's speed targets marked met or missed. Standard library only.
+the time per check, the total throughput, the ratios to governor and to the Mutex baseline (in the
+`sharded_*` groups: to governor and to `TokenBucket`) in the same group, and the team's speed
+targets marked met or missed. With --latency, it also reads the table printed by
+`cargo bench --bench latency` and judges the p99 target. Standard library only.
 
 Usage:
     python3 benches/summarize.py                      # finds the criterion directory itself
     python3 benches/summarize.py target/bench/criterion
     python3 benches/summarize.py --estimate mean
+    cargo bench --bench latency | tee target/latency.md
+    python3 benches/summarize.py --latency target/latency.md
 """
 
 import argparse
@@ -19,8 +23,9 @@ import sys
 from pathlib import Path
 
 # Rows in this order within a group; unknown benches follow, alphabetically.
-ORDER = ["tollgate", "tollgate_coarse", "tollgate_at", "governor", "governor_upkeep", "mutex"]
-GROUP_ORDER = ["single_allow", "single_deny", "contended_allow", "contended_deny", "spread_allow"]
+ORDER = ["sharded", "tollgate", "tollgate_coarse", "tollgate_at", "governor", "governor_upkeep", "mutex"]
+GROUP_ORDER = ["single_allow", "single_deny", "contended_allow", "contended_deny", "spread_allow",
+               "sharded_allow", "sharded_deny"]
 
 GROUP_TITLES = {
     "single_allow": "Single thread, accept-heavy (every check admitted)",
@@ -28,7 +33,12 @@ GROUP_TITLES = {
     "contended_allow": "One key, 1/2/4 threads, accept-heavy",
     "contended_deny": "One key, 1/2/4 threads, reject-heavy",
     "spread_allow": "Spread keys (a limiter per thread), accept-heavy",
+    "sharded_allow": "One key, 1/2/4/8 threads, accept-heavy: ShardedBucket, TokenBucket, governor",
+    "sharded_deny": "One key, 1/2/4/8 threads, reject-heavy: ShardedBucket, TokenBucket, governor",
 }
+
+# The groups whose tables compare throughput with governor and TokenBucket (`tollgate`).
+SHARDED_GROUPS = ("sharded_allow", "sharded_deny")
 
 
 def find_criterion_dir(given):
@@ -88,7 +98,30 @@ def sort_key(key):
     return (threads, rank, function)
 
 
+def thrpt_ratio(a, b):
+    return "" if a is None or b is None else f"{mops(a) / mops(b):.2f}"
+
+
+def sharded_table(group, rows):
+    """A `sharded_*` group: throughput multiples of governor's and TokenBucket's (above 1 is faster)."""
+    out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", "",
+           "| bench | threads | ns per check (wall) | total Mops/s | × governor's Mops/s | "
+           "× TokenBucket's Mops/s | × own 1-thread throughput |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key in sorted(rows, key=sort_key):
+        function, threads = key
+        r = rows[key]
+        one = rows.get((function, 1))
+        scale = thrpt_ratio(r, one) if threads != 1 else ""
+        out.append(f"| {function} | {threads} | {per_check(r):.1f} | {mops(r):.1f} | "
+                   f"{thrpt_ratio(r, rows.get(('governor', threads)))} | "
+                   f"{thrpt_ratio(r, rows.get(('tollgate', threads)))} | {scale} |")
+    return out
+
+
 def table(group, rows):
+    if group in SHARDED_GROUPS:
+        return sharded_table(group, rows)
     multi = any(t != 1 for (_, t) in rows) or group.startswith(("contended", "spread"))
     out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", ""]
     if multi:
@@ -112,8 +145,28 @@ def table(group, rows):
     return out
 
 
-def targets(groups):
-    """The team's speed targets, as ratios within one run."""
+def read_latency(path):
+    """({(limiter, threads): {column: value}}, warning or None) from what `cargo bench --bench latency`
+    printed: its table, and its warning when the 2-thread rounds did not get two cores."""
+    rows, header, warning = {}, None, None
+    for line in Path(path).read_text().splitlines():
+        if "did not run side by side" in line:
+            warning = line.strip()
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[:2] == ["limiter", "threads"]:
+            header = cells
+        elif header and len(cells) == len(header) and not cells[0].startswith("---"):
+            rows[(cells[0], int(cells[1]))] = dict(zip(header, cells))
+    if not rows:
+        sys.exit(f"no latency table in {path}: pass the output of `cargo bench --bench latency`")
+    return rows, warning
+
+
+def targets(groups, latency=None):
+    """The team's speed targets, as ratios within one run (the latency target from its own run)."""
     def get(group, function, threads=1):
         return groups.get(group, {}).get((function, threads))
 
@@ -140,10 +193,47 @@ def targets(groups):
                    get("contended_deny", "tollgate", 2), get("contended_deny", "tollgate", 1), 1.8)
     thrpt_at_least("2 threads admitting, one key: total throughput ÷ governor's",
                    get("contended_allow", "tollgate", 2), get("contended_allow", "governor", 2), 1.0)
+    # Issue 3: the sharded bucket on one hot key.
+    sharded_2 = get("sharded_allow", "sharded", 2)
+    thrpt_at_least("2 threads admitting, one key: ShardedBucket total throughput ÷ governor's",
+                   sharded_2, get("sharded_allow", "governor", 2), 4.0)
+    thrpt_at_least("2 threads admitting, one key: ShardedBucket total throughput ÷ TokenBucket's",
+                   sharded_2, get("sharded_allow", "tollgate", 2), 4.0)
+    latency, latency_warning = latency or (None, None)
+    if latency:
+        s, g = latency.get(("ShardedBucket", 2)), latency.get(("governor", 2))
+        if s and g:
+            v = float(s["p99"]) / float(g["p99"])
+            checks.append(("2 threads admitting, one key: ShardedBucket p99 ÷ governor's "
+                           f"({s['p99']} ns ÷ {g['p99']} ns, latency bench)", f"{v:.3f}×", "≤ 0.5×", v <= 0.5))
 
     out = ["#### Targets", "", "| target | measured | wanted | |", "| --- | ---: | ---: | --- |"]
     for label, value, wanted, ok in checks:
         out.append(f"| {label} | {value} | {wanted} | {'met' if ok else '**missed**'} |")
+    if latency_warning:
+        out += ["", "The latency bench warned: " + latency_warning]
+    if not latency and sharded_2:
+        out += ["", "The p99 target (ShardedBucket's p99 at 2 threads ≤ half of governor's) is judged by "
+                "`cargo bench --bench latency`; pass its output with `--latency FILE` to list it here."]
+
+    # What 4× TokenBucket would take: shards share nothing, so 2 threads can at best double the
+    # sharded bucket's own 1-thread throughput; TokenBucket keeps ~0.9× of its 1-thread throughput
+    # on one key, so the best reachable ratio to it at 2 threads is about 2 ÷ 0.9, far below 4.
+    sharded_1 = get("sharded_allow", "sharded", 1)
+    if sharded_1 and sharded_2:
+        own = mops(sharded_2) / mops(sharded_1)
+        out += ["", f"Ceiling: ShardedBucket ran 2 threads at {own:.2f}× its own 1-thread throughput "
+                "(2 cores: at most 2×)."]
+        if own > 2.05:
+            out.append("**Above 2×: its 1-thread sample ran slow (the machine's noise), so the ceilings "
+                       "below are understated.**")
+        for function, name in (("tollgate", "TokenBucket"), ("governor", "governor")):
+            other = get("sharded_allow", function, 2)
+            if other:
+                ceiling = 2 * mops(sharded_1) / mops(other)
+                out.append(f"Against {name} at 2 threads that caps the ratio at 2 × ShardedBucket's 1-thread "
+                           f"÷ {name}'s 2-thread throughput = {ceiling:.2f}×; measured "
+                           f"{mops(sharded_2) / mops(other):.2f}×.")
 
     # The control for every multi-thread figure: threads that share nothing should scale with cores.
     one, two = get("spread_allow", "tollgate", 1), get("spread_allow", "tollgate", 2)
@@ -162,7 +252,10 @@ def main():
     p.add_argument("criterion_dir", nargs="?", help="criterion's output directory")
     p.add_argument("--estimate", default="median", choices=["median", "mean", "slope"],
                    help="which point estimate to report (default: median)")
+    p.add_argument("--latency", metavar="FILE",
+                   help="the output of `cargo bench --bench latency`, to judge the p99 target")
     args = p.parse_args()
+    latency = read_latency(args.latency) if args.latency else None
 
     criterion_dir = find_criterion_dir(args.criterion_dir)
     groups = load(criterion_dir, args.estimate)
@@ -175,11 +268,12 @@ def main():
         shown = shown.relative_to(root)
     lines = [f"Point estimate: {args.estimate} time per iteration, from `{shown}`. "
              "÷ columns divide this row's time per check by governor's (or the mutex's) at the same "
-             "thread count in the same group: below 1 is faster.", ""]
+             "thread count in the same group: below 1 is faster. In the `sharded_*` tables, × columns "
+             "divide this row's total throughput by governor's (or TokenBucket's): above 1 is faster.", ""]
     names = [g for g in GROUP_ORDER if g in groups] + sorted(g for g in groups if g not in GROUP_ORDER)
     for g in names:
         lines += table(g, groups[g]) + [""]
-    lines += targets(groups)
+    lines += targets(groups, latency)
     print("\n".join(lines))
 
 

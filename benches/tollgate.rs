@@ -9,6 +9,10 @@
 //! | `single_allow`, `single_deny` | one thread, one limiter: the cost of one check, accept-heavy and reject-heavy |
 //! | `contended_allow`, `contended_deny` | one limiter shared by 1, 2 and 4 threads: total checks per second |
 //! | `spread_allow` | 2 and 4 threads, each with a limiter of its own: scaling without a shared cache line |
+//! | `sharded_allow`, `sharded_deny` | one key, 1, 2, 4 and 8 threads: `ShardedBucket` beside `TokenBucket` and governor |
+//!
+//! Per-call latency percentiles do not fit criterion's model: they are the separate `latency` bench
+//! (`benches/latency.rs`).
 
 use std::time::Duration;
 
@@ -28,6 +32,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = groups::single::bench, groups::contended::bench
+    targets = groups::single::bench, groups::contended::bench, groups::sharded::bench
 }
 criterion_main!(benches);

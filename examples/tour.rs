@@ -5,16 +5,19 @@
 //! **Part 1** replays a synthetic 20-second trace (quiet stretches, sharp bursts, a sustained
 //! overload) through every limiter in [`trace_columns`], on explicit timestamps, so its output is
 //! the same on every machine. It charts requests offered against requests admitted per time slice
-//! and checks each limiter's promise (for the token bucket: admissions <= C + R*t over every window).
+//! and checks each limiter's promise (for the token bucket and the sharded bucket alike:
+//! admissions <= C + R*t over every window).
 //!
 //! **Part 2** measures, live, one limiter shared by 1, 2 and 4 threads: nanoseconds per check and
-//! total throughput, for tollgate admitting, tollgate denying, and a `Mutex<(f64, Instant)>` token
-//! bucket as the baseline. These are quick numbers for orientation; the criterion benches
-//! (`cargo bench --bench tollgate`, results in `benches/README.md`) are the rigorous ones.
+//! total throughput, for tollgate's `TokenBucket` and `ShardedBucket` admitting and denying, and a
+//! `Mutex<(f64, Instant)>` token bucket as the baseline. These are quick numbers for orientation;
+//! the criterion benches (`cargo bench --bench tollgate`, results in `benches/README.md`) are the
+//! rigorous ones.
 //!
 //! Later algorithms join the tour by adding a [`Column`] to [`trace_columns`] and a [`Contender`] to
 //! [`contenders`].
 
+use std::cell::Cell;
 use std::hint::black_box;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -23,7 +26,7 @@ use std::sync::{Barrier, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tollgate::{Clock, ManualClock, Nanos, Quota, QuotaError, TokenBucket};
+use tollgate::{Clock, ManualClock, Nanos, Quota, ShardedBucket, TokenBucket};
 
 fn main() -> ExitCode {
     let started = Instant::now();
@@ -72,6 +75,27 @@ impl<C: Clock> TraceLimiter for TokenBucket<C> {
     }
 }
 
+/// A [`ShardedBucket`] serving simulated clients that take turns, one request each, each client
+/// with its own home shard.
+///
+/// `try_acquire_at` would take from the calling thread's home shard, and the replay runs on one
+/// thread, so every request would start at the same shard. `try_acquire_n_from` names the home
+/// instead: here the homes rotate, as they would with one client per core, and the chart stays
+/// the same on every machine.
+struct RotatingHomes<C: Clock> {
+    limiter: ShardedBucket<C>,
+    /// The home shard of the next request (taken modulo the shard count by the limiter).
+    next_home: Cell<usize>,
+}
+
+impl<C: Clock> TraceLimiter for RotatingHomes<C> {
+    fn admit_at(&self, now: Nanos) -> bool {
+        let home = self.next_home.get();
+        self.next_home.set(home.wrapping_add(1));
+        self.limiter.try_acquire_n_from(home, 1, now).is_ok()
+    }
+}
+
 /// The most admissions a limiter promises over any span of time, with the formula it comes from.
 struct Bound {
     /// The promise in words, with its constants filled in.
@@ -83,27 +107,77 @@ struct Bound {
 
 /// One column of the chart: a named limiter and the promise it is checked against.
 struct Column {
+    /// The column's heading in the chart: a few words.
+    heading: String,
+    /// The limiter and its configuration, for the checks below the chart.
     name: String,
     limiter: Box<dyn TraceLimiter>,
     bound: Bound,
+    /// For a limiter that may admit less than the first column's on the same trace: why (a few
+    /// lines), printed below its checks with the difference.
+    shortfall: Option<Vec<String>>,
 }
 
+/// Shards of the sharded column: enough for a fraction of a token to be stranded in each.
+const TRACE_SHARDS: usize = 4;
+
 /// The limiters the trace is replayed through, one chart column each.
-fn trace_columns() -> Result<Vec<Column>, QuotaError> {
+fn trace_columns() -> Result<Vec<Column>, String> {
     let (rate, capacity) = (10, 20);
-    let quota = Quota::per_second(rate)?.with_capacity(capacity)?;
+    let quota = Quota::per_second(rate)
+        .and_then(|q| q.with_capacity(capacity))
+        .map_err(|e| format!("bad quota in the tour: {e}"))?;
     let interval = u64::try_from(quota.interval().as_nanos()).unwrap_or(u64::MAX);
-    Ok(vec![Column {
-        name: format!("token bucket ({rate}/s, burst {capacity})"),
-        // A manual clock reads zero: the bucket starts full at the start of the trace, and the
-        // `_at` calls below supply every instant explicitly.
-        limiter: Box::new(TokenBucket::with_clock(quota, ManualClock::new())),
-        bound: Bound {
-            formula: format!("C + R*t (C = {capacity}, R = {rate}/s)"),
-            // C at once, then one more per whole interval.
-            max_in_span: Box::new(move |span| capacity + span / interval),
+    // A manual clock reads zero: each limiter starts full at the start of the trace, and the
+    // `_at` calls below supply every instant explicitly.
+    let sharded = ShardedBucket::builder(quota)
+        .shards(TRACE_SHARDS)
+        .clock(ManualClock::new())
+        .build()
+        .map_err(|e| format!("bad shard count in the tour: {e}"))?;
+    let shards = sharded.shards();
+    Ok(vec![
+        Column {
+            heading: "token bucket".into(),
+            name: format!("token bucket ({rate}/s, burst {capacity})"),
+            limiter: Box::new(TokenBucket::with_clock(quota, ManualClock::new())),
+            bound: Bound {
+                formula: format!("C + R*t (C = {capacity}, R = {rate}/s)"),
+                // C at once, then one more per whole (rounded-up) interval.
+                max_in_span: Box::new(move |span| capacity + span / interval),
+            },
+            shortfall: None,
         },
-    }])
+        Column {
+            heading: format!("sharded, {shards} shards"),
+            name: format!("sharded bucket ({rate}/s, burst {capacity}, {shards} shards)"),
+            limiter: Box::new(RotatingHomes {
+                limiter: sharded,
+                next_home: Cell::new(0),
+            }),
+            bound: Bound {
+                formula: format!("C + R*t (C = {capacity}, R = {rate}/s)"),
+                // Each shard promises its own C_i + R_i*t, rounded down; the parts sum to C and R,
+                // so the whole promises C + R*t, rounded down.
+                max_in_span: Box::new(move |span| {
+                    let refilled = u128::from(span) * u128::from(rate) / 1_000_000_000;
+                    capacity.saturating_add(u64::try_from(refilled).unwrap_or(u64::MAX))
+                }),
+            },
+            shortfall: Some(vec![
+                format!(
+                    "each shard refills its own fraction of a token, so up to S - 1 = {} whole",
+                    shards - 1
+                ),
+                "tokens can sit stranded in fractions at once; and a full shard stops refilling"
+                    .into(),
+                "while the others are below theirs, where one bucket would still refill (until a"
+                    .into(),
+                "request steals from it). The bounds are in the docs of `tollgate::sharded`."
+                    .into(),
+            ]),
+        },
+    ])
 }
 
 /// A small deterministic generator (SplitMix64): the trace is the same on every run and machine.
@@ -169,7 +243,7 @@ fn bar(n: u64, scale: u64, mark: char) -> String {
 
 /// Replays the trace, prints the chart and the checks; `Ok(false)` if a limiter broke its bound.
 fn part_one() -> Result<bool, String> {
-    let columns = trace_columns().map_err(|e| format!("bad quota in the tour: {e}"))?;
+    let columns = trace_columns()?;
     let trace = trace();
 
     // admitted[column][slice], and every admission's instant per column for the checks.
@@ -189,10 +263,13 @@ fn part_one() -> Result<bool, String> {
     let offered: Vec<u64> = trace.iter().map(|s| s.arrivals.len() as u64).collect();
     let most = offered.iter().copied().max().unwrap_or(1).max(1);
     let scale = most.div_ceil(MAX_BAR);
-    let bar_width = most.div_ceil(scale) as usize;
+    // Bars as long as the longest, or as a heading needs: a cell is a count, a space, a bar and a
+    // space, and holds its heading with a space to spare.
+    let widest_heading = columns.iter().map(|c| c.heading.len()).max().unwrap_or(0);
+    let bar_width = (most.div_ceil(scale) as usize).max(widest_heading.saturating_sub(4));
     let cell = bar_width + 5;
 
-    println!("tollgate tour, part 1: a bursty trace through the limiter (deterministic)");
+    println!("tollgate tour, part 1: a bursty trace through the limiters (deterministic)");
     println!();
     println!(
         "{} s of synthetic traffic in {} ms slices, replayed with explicit timestamps (`_at`).",
@@ -206,7 +283,7 @@ fn part_one() -> Result<bool, String> {
     println!();
     let mut header = format!("{:>6}  {:<cell$}", "t (s)", "offered");
     for column in &columns {
-        header.push_str(&format!("{:<cell$}", column.name));
+        header.push_str(&format!("{:<cell$}", column.heading));
     }
     println!("{}", header.trim_end());
     for (s, slice) in trace.iter().enumerate() {
@@ -279,6 +356,21 @@ fn part_one() -> Result<bool, String> {
             ),
             None => println!("  check, windows: no admissions to check"),
         }
+        if let (Some(why), Some(first)) = (&column.shortfall, admitted.first()) {
+            let reference: u64 = first.iter().sum();
+            println!(
+                "  vs {}: {} admissions ({total} vs {reference}), the cost of sharding:",
+                columns[0].heading,
+                match total.cmp(&reference) {
+                    std::cmp::Ordering::Less => format!("{} fewer", reference - total),
+                    std::cmp::Ordering::Equal => "as many".to_string(),
+                    std::cmp::Ordering::Greater => format!("{} more", total - reference),
+                }
+            );
+            for line in why {
+                println!("    {line}");
+            }
+        }
         all_held &= run_ok && windows_ok;
     }
     Ok(all_held)
@@ -312,6 +404,14 @@ trait Check: Sync {
 impl<C: Clock> Check for TokenBucket<C> {
     #[inline]
     fn check(&self) -> bool {
+        self.try_acquire().is_ok()
+    }
+}
+
+impl<C: Clock + Sync> Check for ShardedBucket<C> {
+    #[inline]
+    fn check(&self) -> bool {
+        // Each thread starts at its own home shard, assigned on its first call.
         self.try_acquire().is_ok()
     }
 }
@@ -382,9 +482,13 @@ fn contenders() -> Vec<Contender> {
             .and_then(|q| q.with_capacity(1_000_000_000))
             .expect("a valid quota")
     }
-    // Reject-heavy: 1 per second, so after the first check every check is a denial and only reads.
+    // Reject-heavy: 256 per hour, starting empty, so every check is a denial and only reads. (256
+    // tokens, not 1, so that a sharded bucket can give every shard a part: a quota with fewer
+    // tokens than shards uses fewer shards.)
     fn reject() -> Quota {
-        Quota::per_second(1).expect("a valid quota")
+        Quota::per_hour(256)
+            .and_then(|q| q.with_initial(0))
+            .expect("a valid quota")
     }
     vec![
         contender("tollgate TokenBucket, accept-heavy", || {
@@ -392,6 +496,13 @@ fn contenders() -> Vec<Contender> {
         }),
         contender("tollgate TokenBucket, reject-heavy", || {
             TokenBucket::new(reject())
+        }),
+        // The default shard count (the available parallelism, rounded up to a power of two).
+        contender("tollgate ShardedBucket, accept-heavy", || {
+            ShardedBucket::new(accept())
+        }),
+        contender("tollgate ShardedBucket, reject-heavy", || {
+            ShardedBucket::new(reject())
         }),
         contender("Mutex<(f64, Instant)>, accept-heavy", || {
             MutexBucket::new(1e9, 1e9)
@@ -489,6 +600,12 @@ fn part_two() -> Result<(), String> {
             ""
         }
     );
+    let shards = tollgate::sharded::default_shards();
+    println!(
+        "ShardedBucket: {shards} shard{} here, the default (the available parallelism rounded up",
+        if shards == 1 { "" } else { "s" }
+    );
+    println!("to a power of two); each thread has a home shard, assigned round-robin.");
     println!("ns/check is per thread (wall time x threads / checks); Mops/s counts all threads;");
     println!("'vs 1 thread' compares total throughput with the same limiter's 1-thread row.");
     if let Some(load) = load_average() {
@@ -548,10 +665,12 @@ fn part_two() -> Result<(), String> {
     }
     println!();
     for line in [
-        "What to look for: tollgate's denials only read the shared word, so on an idle machine",
-        "its reject-heavy throughput grows with threads up to the core count; an admission, and",
-        "every check of the mutex bucket, writes one shared cache line, so those threads take",
-        "turns instead. Threads beyond the core count only add scheduling.",
+        "What to look for: tollgate's denials only read, so on an idle machine its reject-heavy",
+        "throughput grows with threads up to the core count. A TokenBucket admission, and every",
+        "check of the mutex bucket, writes one shared cache line, so those threads take turns",
+        "instead. A ShardedBucket admission writes only the thread's home shard, a cache line of",
+        "its own, so its accept-heavy throughput also grows with threads, up to one per shard;",
+        "its denials read every shard. Threads beyond the core count only add scheduling.",
     ] {
         println!("{line}");
     }

@@ -493,15 +493,15 @@ impl<C: Clock> ShardedBucket<C> {
                 capacity,
             }));
         }
-        let total = self.remaining_at(now);
-        if total >= n {
+        let survey = self.survey(now);
+        if survey.tokens >= n {
             Ok(Admitted::new(
-                total - n,
+                survey.tokens - n,
                 1,
-                Span::from_nanos(self.full_in(now)),
+                Span::from_nanos(survey.full_in),
             ))
         } else {
-            Err(AcquireError::Denied(self.denied(n, now)))
+            Err(AcquireError::Denied(self.denied(n, now, &survey)))
         }
     }
 
@@ -657,11 +657,19 @@ impl<C: Clock> ShardedBucket<C> {
     /// what each shard has, from home on, and give it all back if it does not add up to `n`.
     #[cold]
     fn gather(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
-        let total = self.remaining_at(now);
-        if total < n {
-            return Err(self.denied(n, now));
+        let survey = self.survey(now);
+        if survey.tokens < n {
+            return Err(self.denied(n, now, &survey));
         }
-        let mut taken = [0u64; MAX_SHARDS];
+        // What was taken from each shard, for the give-back; on the stack for up to 16 shards.
+        let mut small = [0u64; 16];
+        let mut large = Vec::new();
+        let taken: &mut [u64] = if self.shards.len() <= small.len() {
+            &mut small[..self.shards.len()]
+        } else {
+            large.resize(self.shards.len(), 0);
+            &mut large
+        };
         let mut got = 0;
         for step in 0..self.shards.len() {
             let index = (home + step) & self.mask;
@@ -672,10 +680,12 @@ impl<C: Clock> ShardedBucket<C> {
             taken[index] = k;
             got += k;
             if got == n {
+                // Report the shards as they are after the admission.
+                let after = self.survey(now);
                 return Ok(Admitted::new(
-                    total.saturating_sub(n),
+                    after.tokens,
                     1,
-                    Span::from_nanos(self.full_in(now)),
+                    Span::from_nanos(after.full_in),
                 ));
             }
         }
@@ -686,69 +696,67 @@ impl<C: Clock> ShardedBucket<C> {
                 let _ = cas::update(&shard.word, |w| shard.policy.refund(w, t, k));
             }
         }
-        Err(self.denied(n, now))
+        let survey = self.survey(now);
+        Err(self.denied(n, now, &survey))
     }
 
     /// The answer to a request for nothing: what all the shards hold at `now`.
     fn query(&self, now: Nanos) -> Admitted {
-        Admitted::new(
-            self.remaining_at(now),
-            1,
-            Span::from_nanos(self.full_in(now)),
-        )
+        let survey = self.survey(now);
+        Admitted::new(survey.tokens, 1, Span::from_nanos(survey.full_in))
     }
 
-    /// Nanoseconds until every shard is full, as the shards read now.
-    fn full_in(&self, now: Nanos) -> u128 {
-        self.shards
-            .iter()
-            .map(|s| {
-                s.policy
-                    .full_in_nanos(cas::read(&s.word), s.policy.time(now))
-            })
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// A denial of `n` tokens at `now`, from one snapshot of the shards: the total, the time until
-    /// all are full, and the earliest instant at which the shards, left alone, hold `n` whole tokens.
-    #[cold]
-    fn denied(&self, n: u64, now: Nanos) -> Denied {
-        let mut words = [0u64; MAX_SHARDS];
-        for (word, shard) in words.iter_mut().zip(self.shards.iter()) {
-            *word = cas::read(&shard.word);
-        }
-        let snapshot = &words[..self.shards.len()];
-        let tokens_at = |at: Nanos| -> u64 {
-            self.shards
-                .iter()
-                .zip(snapshot)
-                .map(|(s, &w)| s.policy.remaining(w, s.policy.time(at)))
-                .sum()
+    /// One read of every shard at `now`: whole tokens in all, the wait for the first whole token in
+    /// any, and the wait until all are full.
+    fn survey(&self, now: Nanos) -> Survey {
+        let mut survey = Survey {
+            tokens: 0,
+            first_token_in: u128::MAX,
+            full_in: 0,
         };
-        let full_in = self
-            .shards
-            .iter()
-            .zip(snapshot)
-            .map(|(s, &w)| s.policy.full_in_nanos(w, s.policy.time(now)))
-            .max()
-            .unwrap_or(0);
+        for shard in self.shards.iter() {
+            let word = cas::read(&shard.word);
+            let t = shard.policy.time(now);
+            survey.tokens += shard.policy.remaining(word, t);
+            survey.first_token_in = survey
+                .first_token_in
+                .min(shard.policy.wait_nanos(word, t, 1));
+            survey.full_in = survey.full_in.max(shard.policy.full_in_nanos(word, t));
+        }
+        survey
+    }
+
+    /// A denial of `n` tokens at `now`, given a survey taken at `now`: the earliest instant at which
+    /// the shards, left alone, hold `n` whole tokens.
+    #[cold]
+    fn denied(&self, n: u64, now: Nanos, survey: &Survey) -> Denied {
         let base = now.clamped();
-        let wait = if n == 1 {
-            // The first whole token in any shard.
-            self.shards
-                .iter()
-                .zip(snapshot)
-                .map(|(s, &w)| s.policy.wait_nanos(w, s.policy.time(now), 1))
-                .min()
-                .unwrap_or(0)
+        let wait = if n <= 1 {
+            survey.first_token_in
         } else {
-            // The smallest wait at which the shards' whole tokens add up to n: every shard is full
-            // after `full_in`, and the sum only grows with time, so a binary search finds it.
+            // The smallest wait at which the shards' whole tokens add up to n, from one snapshot:
+            // every shard is full after `full_in`, and the sum only grows with time, so a binary
+            // search finds it. (A fresh read here may differ from the survey's by racing callers;
+            // either is a correct answer for the state it read.)
+            let words: Vec<u64> = self.shards.iter().map(|s| cas::read(&s.word)).collect();
+            let tokens_at = |at: u64| -> u64 {
+                self.shards
+                    .iter()
+                    .zip(&words)
+                    .map(|(s, &w)| s.policy.remaining(w, s.policy.time(Nanos::new(at))))
+                    .sum()
+            };
+            let full_in = self
+                .shards
+                .iter()
+                .zip(&words)
+                .map(|(s, &w)| s.policy.full_in_nanos(w, s.policy.time(now)))
+                .max()
+                .unwrap_or(0);
             let (mut lo, mut hi) = (0u64, u64::try_from(full_in).unwrap_or(u64::MAX));
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                if tokens_at(Nanos::new(base.saturating_add(mid))) >= n {
+                if tokens_at(base.saturating_add(mid)) >= n {
                     hi = mid;
                 } else {
                     lo = mid + 1;
@@ -759,11 +767,18 @@ impl<C: Clock> ShardedBucket<C> {
         Denied::new(
             base,
             Span::from_nanos(wait),
-            tokens_at(now),
+            survey.tokens,
             1,
-            Span::from_nanos(full_in),
+            Span::from_nanos(survey.full_in),
         )
     }
+}
+
+/// What one read of every shard found.
+struct Survey {
+    tokens: u64,
+    first_token_in: u128,
+    full_in: u128,
 }
 
 impl<C> fmt::Debug for ShardedBucket<C> {

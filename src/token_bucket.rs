@@ -230,7 +230,13 @@ impl Policy {
 
     /// Whole tokens at `now`.
     pub(crate) fn remaining(&self, word: u64, now: Time) -> u64 {
-        Tat(word).level(now.units, self.burst) / self.interval
+        let level = Tat(word).level(now.units, self.burst);
+        // An empty bucket (the case on every denial) needs no division.
+        if level < self.interval {
+            0
+        } else {
+            level / self.interval
+        }
     }
 
     /// The capacity, in tokens.

@@ -1,5 +1,5 @@
 //! What every group shares: the two loads, the limiters built for them, the `Mutex` baseline, and
-//! the timed loops.
+//! the timed loops. The `latency` bench includes this file too, for the same loads.
 //!
 //! Every sample builds fresh limiters, so each starts in the same state (full for accept-heavy,
 //! drained for reject-heavy), and every timed loop counts its admissions and checks afterwards that
@@ -93,6 +93,40 @@ impl Load {
                 .allow_burst(nonzero(ACCEPT_CAPACITY)),
             Load::Deny => governor::Quota::with_period(DENY_PERIOD).expect("a non-zero period"),
         }
+    }
+
+    /// The quota of a [`tollgate::ShardedBucket`] under this load.
+    ///
+    /// Accept-heavy: the tollgate quota itself (each of `S` shards gets `1/S` of the rate and the
+    /// capacity, still far more than a thread can take). Reject-heavy: the tollgate quota has one
+    /// token, and a quota with fewer tokens than shards uses fewer shards, so that would be a
+    /// one-shard limiter; instead `S` tokens per `S` hours (the same rate), capacity `S`, starting
+    /// empty, so every one of the `S` shards exists and is empty: one token per `S` hours each.
+    fn sharded_quota(self) -> tollgate::Quota {
+        match self {
+            Load::Accept => self.tollgate_quota(),
+            Load::Deny => {
+                let shards = tollgate::sharded::default_shards();
+                let period = DENY_PERIOD * u32::try_from(shards).expect("at most 256 shards");
+                tollgate::Quota::per_period(shards as u64, period)
+                    .and_then(|q| q.with_initial(0))
+                    .expect("the bench quotas are valid")
+            }
+        }
+    }
+
+    /// A [`tollgate::ShardedBucket`] on the default clock with the default shard count (the
+    /// available parallelism rounded up to a power of two), full or empty as this load needs.
+    ///
+    /// Panics if the quota did not get every one of those shards.
+    pub(crate) fn sharded(self) -> tollgate::ShardedBucket {
+        let limiter = tollgate::ShardedBucket::new(self.sharded_quota());
+        assert_eq!(
+            limiter.shards(),
+            tollgate::sharded::default_shards(),
+            "the bench quota splits over every default shard"
+        );
+        limiter
     }
 
     /// A tollgate bucket on the default clock, full or empty as this load needs.

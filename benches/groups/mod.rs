@@ -2,4 +2,5 @@
 
 pub(crate) mod common;
 pub(crate) mod contended;
+pub(crate) mod sharded;
 pub(crate) mod single;
