@@ -91,6 +91,15 @@ pub(crate) fn update<T, E>(
     }
 }
 
+/// Puts `previous` back in `word` if, and only if, `word` still holds `written`: undoes one's own
+/// write when nobody has touched the word since. Answers whether it did.
+#[inline]
+pub(crate) fn undo(word: &AtomicU64, written: u64, previous: u64) -> bool {
+    // Relaxed: as in `update`; a single compare-and-swap against the latest value.
+    word.compare_exchange(written, previous, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+}
+
 /// Reads a word for a decision that will not write (peeks and queries).
 #[inline]
 pub(crate) fn read(word: &AtomicU64) -> u64 {

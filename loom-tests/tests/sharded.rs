@@ -264,8 +264,8 @@ fn refund_spreading_over_shards_racing_a_steal() {
     // Summary: (what the taker reported left, does shard 0 end with both its tokens). The take at
     // home 0 finds the refund there (and takes at home), or steals from shard 1: either before the
     // refund looks at shard 1 (which then takes one token back) or after (all of it goes to shard
-    // 0). A steal whose read of the shards came after the refund reports the total it read, 4 - 1.
-    check_reaches(&[(1, false), (1, true), (3, false)], || {
+    // 0). A steal reports the shards as it reads them after its take: 1, or 3 once the refund is in.
+    check_reaches(&[(1, false), (1, true), (3, false), (3, true)], || {
         let limiter = two_shards_of_two();
         // Empty shard 0: shard 1 is full, shard 0 has room for two.
         limiter
@@ -301,9 +301,11 @@ fn failed_gather_at_an_early_reading_racing_a_gather_at_a_later_one_creates_no_t
     const BOUND: u64 = CAPACITY + 2;
     // Summary: (admitted at T0, admitted at LATER, left at LATER). Whichever gather runs first wins
     // (4 + 3 exceed the bound). When the late one takes shard 1 between the early one's take of
-    // shard 0 and of shard 1, the early gather fails and gives shard 0's tokens back, as of T0, to
-    // a word the late gather may already have moved on to LATER: shard 0 is then full at LATER.
-    check_reaches(&[(0, 3, 1), (0, 3, 2), (4, 0, 2)], || {
+    // shard 0 and of shard 1, the early gather fails and gives shard 0's tokens back only if the
+    // late gather has not written shard 0 since: then 1 is left at LATER; if it has, the early
+    // gather keeps them (0 left), since giving them back as of T0 to a word moved on to LATER would
+    // hand back refill that already happened.
+    check_reaches(&[(0, 3, 0), (0, 3, 1), (4, 0, 2)], || {
         let limiter = two_shards_of_two();
 
         // Three from home 1, as of LATER: more than a shard holds, so a gather, from shard 1 on.
@@ -368,5 +370,38 @@ fn hopeless_request_writes_nothing_so_a_racing_take_always_wins() {
         assert_eq!(taken.remaining(), 0, "the home shard gave its one token");
         assert_eq!(limiter.remaining_at(T0), 0, "tokens created or lost");
         denied.remaining()
+    });
+}
+
+/// A regression model: a gather stalled between its take and its give-back while the shards
+/// refill must not hand back refill that already happened. Before give-backs became an exact undo
+/// of an untouched word, a gather of 4 at reading 0 that failed after the main thread drained the
+/// refilled shards at 1 s gave its tokens back as of 0, and 6 tokens were admitted at the single
+/// reading 1 s from a limiter of capacity 4.
+#[test]
+fn stalled_failing_gather_never_hands_back_refilled_tokens() {
+    loom::model(|| {
+        let limiter = two_shards_of_two();
+        let early = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_n_from(0, 4, T0).is_ok())
+        };
+        // One second on, every shard is full again whatever the early gather took.
+        let t1 = Nanos::new(1_000_000_000);
+        let mut at_t1 = 0;
+        for home in [1, 0] {
+            if limiter.try_acquire_n_from(home, 2, t1).is_ok() {
+                at_t1 += 2;
+            }
+        }
+        let early_ok = early.join().expect("early gatherer panicked");
+        let left = limiter.remaining_at(t1);
+        if left > 0 && limiter.try_acquire_n_from(0, left, t1).is_ok() {
+            at_t1 += left;
+        }
+        assert!(
+            at_t1 <= 4,
+            "{at_t1} admitted at the one reading 1 s from a limiter of capacity 4 (early: {early_ok})"
+        );
     });
 }

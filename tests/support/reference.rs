@@ -293,3 +293,20 @@ impl RefBucket {
         p.tokens(self.level_at(p.reading(now_ns).t))
     }
 }
+
+/// Read-only views of a model bucket's state, for the sharded model (`sharded_reference.rs`), which
+/// builds one `ShardedBucket` shard from each [`RefBucket`]. Not every crate that includes this file
+/// uses them.
+#[allow(dead_code)]
+impl RefBucket {
+    /// The model's constants.
+    pub(crate) fn policy(&self) -> &RefPolicy {
+        &self.policy
+    }
+
+    /// The level `f(t)` at the reading `now_ns`, in units (`tokens × I`): at most `B`, negative
+    /// for a reading earlier than one already applied.
+    pub(crate) fn level_units(&self, now_ns: u64) -> i128 {
+        self.level_at(self.policy.reading(now_ns).t)
+    }
+}

@@ -1,0 +1,385 @@
+//! Drives a [`ShardedBucket`] from one thread and the sharded model (`sharded_reference.rs`) through
+//! the same operations, each with the caller's home shard chosen per operation, and checks every
+//! answer and the documented bounds.
+//!
+//! Shared by `tests/sharded_model.rs` (proptest) and the fuzz crate's `sharded_ops` target
+//! (arbitrary): both include this file next to `reference.rs`, `bucket_driver.rs` and
+//! `sharded_reference.rs`, as `mod sharded_driver` etc. at their crate root.
+
+use std::time::Duration;
+
+use tollgate::{sharded, AcquireError, Admitted, Clock, ManualClock, Nanos, Quota, ShardedBucket};
+
+use crate::bucket_driver::{observe, observe_one, representable, Amount, QuotaSpec, Step, YEAR_NS};
+use crate::reference::{self, RefOutcome, RefPolicy, MAX_USABLE_NS};
+use crate::sharded_reference::ShardedModel;
+
+/// Who calls: a home chosen by the caller (`_from`), or the calling thread's own slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// `try_acquire_n_from` / `refund_from` with this home (any `usize`: it is masked).
+    From(usize),
+    /// The `_at` form: the thread's home, the reading passed in.
+    At,
+    /// The form that reads the limiter's clock: the thread's home.
+    Clock,
+}
+
+/// One operation on the limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShardOp {
+    /// `try_acquire_n_from`, `try_acquire_n_at` or `try_acquire_n`.
+    Acquire {
+        /// Tokens asked for.
+        n: Amount,
+        /// Who asks.
+        caller: Caller,
+    },
+    /// `try_acquire_at` or `try_acquire`: one token, the thread's home.
+    AcquireOne {
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `peek_n_at` or `peek_n`.
+    Peek {
+        /// Tokens asked about.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `peek_n_at(n, t)` then at once `try_acquire_n_from(home, n, t)`: they must agree.
+    PeekThenAcquire {
+        /// Tokens asked for.
+        n: Amount,
+        /// The acquiring caller's home.
+        home: usize,
+    },
+    /// `refund_from`, `refund_at` or `refund`.
+    Refund {
+        /// Tokens given back.
+        n: Amount,
+        /// Who gives them back.
+        caller: Caller,
+    },
+    /// `remaining_at` or `remaining`.
+    Remaining {
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// Moves the clock.
+    Time(Step),
+}
+
+/// The calling thread's home shard, modulo [`sharded::MAX_SHARDS`], found through the public API.
+///
+/// A 256-shard limiter with three tokens per shard: the thread takes one token from its home, then
+/// asks each shard in turn, as its home, for two. A full shard admits them from home and reports
+/// what that shard has left (one); the thread's home, holding two, reports none.
+pub(crate) fn thread_home() -> usize {
+    std::thread_local! {
+        static HOME: usize = discover_home();
+    }
+    HOME.with(|home| *home)
+}
+
+fn discover_home() -> usize {
+    let shards = sharded::MAX_SHARDS;
+    let quota = tollgate::Quota::per_second(3 * shards as u64).expect("a valid quota");
+    let probe = ShardedBucket::builder(quota)
+        .shards(shards)
+        .clock(ManualClock::new())
+        .build()
+        .expect("a power-of-two shard count");
+    assert_eq!(probe.shards(), shards);
+    let t = Nanos::ZERO;
+    assert!(probe.try_acquire_at(t).is_ok());
+    (0..shards)
+        .find(|&home| {
+            let taken = probe
+                .try_acquire_n_from(home, 2, t)
+                .expect("enough tokens for the probe");
+            taken.remaining() == 0
+        })
+        .expect("the thread's home shard is one token short")
+}
+
+/// `num / den` intervals of `interval_ns`, in nanoseconds, saturating (a `den` of 0 counts as 1).
+fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
+    let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// Applies `step` to `clock`, whose reading is `now`; returns the new reading.
+pub(crate) fn apply_step(clock: &ManualClock, now: u64, step: Step, interval_ns: u64) -> u64 {
+    let forward = |ns: u64| {
+        clock.advance(Duration::from_nanos(ns));
+        now.saturating_add(ns)
+    };
+    let set = |t: u64| {
+        clock.set(Nanos::new(t));
+        t
+    };
+    match step {
+        Step::Nanos(ns) => forward(ns),
+        Step::Intervals { num, den } => forward(intervals(num, den, interval_ns)),
+        Step::Years(y) => forward(u64::from(y).saturating_mul(YEAR_NS)),
+        Step::ToMax => forward(u64::MAX),
+        Step::BackNanos(ns) => set(now.saturating_sub(ns)),
+        Step::BackIntervals { num, den } => {
+            set(now.saturating_sub(intervals(num, den, interval_ns)))
+        }
+        Step::Set(t) => set(t),
+    }
+}
+
+/// Builds the quota through the crate's API and checks it against the documented ranges (as
+/// `bucket_driver::check_quota` does, except that the period is compared with the one given, which
+/// `Quota::period` returns as is even beyond `u64::MAX` ns). Returns the quota, the model's
+/// constants and the initial fill when it is valid, `None` when both refuse it.
+pub(crate) fn build_quota(spec: &QuotaSpec) -> Option<(Quota, RefPolicy, u64)> {
+    match (spec.build(), spec.expected()) {
+        (Ok(quota), Ok((policy, initial))) => {
+            assert_eq!(quota.count(), spec.rate.count(), "count of {spec:?}");
+            assert_eq!(quota.period(), spec.rate.period(), "period of {spec:?}");
+            assert_eq!(
+                quota.interval(),
+                Duration::from_nanos(policy.interval_ns),
+                "interval of {spec:?}"
+            );
+            assert_eq!(quota.capacity(), policy.capacity, "capacity of {spec:?}");
+            assert_eq!(quota.initial(), initial, "initial fill of {spec:?}");
+            assert_eq!(
+                quota.max_capacity(),
+                reference::max_capacity(policy.interval_ns),
+                "max_capacity of {spec:?}"
+            );
+            Some((quota, policy, initial))
+        }
+        (Err(err), Err(field)) => {
+            assert_eq!(err.field(), field, "error {err:?} for {spec:?}");
+            None
+        }
+        (built, expected) => {
+            panic!("{spec:?}: the crate built {built:?}, the documented ranges say {expected:?}")
+        }
+    }
+}
+
+/// What the limiter answered: admitted or not.
+fn is_admitted(outcome: &RefOutcome) -> bool {
+    matches!(outcome, RefOutcome::Admitted { .. })
+}
+
+/// Runs `ops` on a limiter for `spec` asked for `shards` shards (`None`: the default count) whose
+/// manual clock starts at `start`, from the calling thread, and checks:
+///
+/// - the builder refuses exactly the shard counts that are not a power of two in `1..=256`, with
+///   the documented message;
+/// - the shard count and every answer (admitted or denied, `remaining`, `reset_after`,
+///   `retry_after`, `retry_at`, `InsufficientCapacity`) equal the sharded model's, and so does
+///   `remaining` after every operation;
+/// - `remaining` never exceeds `C`;
+/// - one caller alone is denied `1 <= n <= C` tokens exactly when the shards' whole tokens add up
+///   to fewer than `n` (no gather fails without a race), and a denial changes nothing;
+/// - a peek agrees with an acquisition at once after it (same reading): both admit or neither, two
+///   denials are identical, and an admission leaves no more than the peek said;
+/// - **the limit**: tokens admitted never exceed `C + floor(R × t)` plus the tokens refunded, with
+///   `R = count / period` exactly and `t` from the construction reading to the latest reading
+///   (clamped to 2^62 ns; readings behind the construction's only see fewer tokens), checked after
+///   every operation.
+pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp]) {
+    let Some((quota, policy, initial)) = build_quota(spec) else {
+        return;
+    };
+    let clock = ManualClock::starting_at(Nanos::new(start));
+    let builder = ShardedBucket::builder(quota).clock(clock.clone());
+    let (builder, wanted) = match shards {
+        None => (builder, sharded::default_shards()),
+        Some(n) => (builder.shards(n), n),
+    };
+    let limiter = match builder.build() {
+        Ok(limiter) => {
+            assert!(wanted.is_power_of_two() && wanted <= sharded::MAX_SHARDS);
+            limiter
+        }
+        Err(err) => {
+            assert!(!wanted.is_power_of_two() || wanted > sharded::MAX_SHARDS);
+            assert_eq!(err.requested, wanted);
+            assert_eq!(
+                err.to_string(),
+                format!("shards must be a power of two between 1 and 256, got {wanted}")
+            );
+            return;
+        }
+    };
+    let period_ns = spec.rate.period().as_nanos();
+    let mut model = ShardedModel::new(quota.count(), period_ns, policy, initial, wanted, start);
+    assert_eq!(limiter.shards(), model.len(), "shard count for {spec:?}");
+    assert_eq!(limiter.quota(), &quota);
+    let capacity = policy.capacity;
+    let slot = thread_home();
+    let mut now = start;
+    // The limit's window: from the construction reading (the first) to the latest one, clamped.
+    let first = start.min(MAX_USABLE_NS);
+    let mut latest = first;
+    let (mut admitted, mut refunded) = (0u128, 0u128);
+    assert_eq!(limiter.remaining_at(Nanos::new(now)), model.tokens(now));
+    for (i, &op) in ops.iter().enumerate() {
+        let at = Nanos::new(now);
+        let before = limiter.remaining_at(at);
+        let reading = now;
+        let context = move || {
+            format!("op {i} {op:?} at {reading} ns, {spec:?}, shards {shards:?} from {start}")
+        };
+        let mut took = 0u64;
+        match op {
+            ShardOp::Acquire { n, caller } => {
+                let n = n.resolve(capacity);
+                let (got, home) = match caller {
+                    Caller::From(home) => (limiter.try_acquire_n_from(home, n, at), home),
+                    Caller::At => (limiter.try_acquire_n_at(n, at), slot),
+                    Caller::Clock => (limiter.try_acquire_n(n), slot),
+                };
+                let got = observe(got);
+                assert_eq!(
+                    got,
+                    representable(model.acquire(home, n, now)),
+                    "acquire {n}: {}",
+                    context()
+                );
+                if (1..=capacity).contains(&n) {
+                    assert_eq!(is_admitted(&got), before >= n, "one caller: {}", context());
+                    took = if is_admitted(&got) { n } else { 0 };
+                }
+            }
+            ShardOp::AcquireOne { clock: read } => {
+                let got = observe_one(if read {
+                    limiter.try_acquire()
+                } else {
+                    limiter.try_acquire_at(at)
+                });
+                assert_eq!(
+                    got,
+                    representable(model.acquire(slot, 1, now)),
+                    "acquire one: {}",
+                    context()
+                );
+                assert_eq!(is_admitted(&got), before >= 1, "one caller: {}", context());
+                took = u64::from(is_admitted(&got));
+            }
+            ShardOp::Peek { n, clock: read } => {
+                let n = n.resolve(capacity);
+                let got = if read {
+                    limiter.peek_n(n)
+                } else {
+                    limiter.peek_n_at(n, at)
+                };
+                assert_eq!(
+                    observe(got),
+                    representable(model.peek(n, now)),
+                    "peek {n}: {}",
+                    context()
+                );
+            }
+            ShardOp::PeekThenAcquire { n, home } => {
+                let n = n.resolve(capacity);
+                let peeked = limiter.peek_n_at(n, at);
+                let taken = limiter.try_acquire_n_from(home, n, at);
+                assert_eq!(
+                    observe(peeked),
+                    representable(model.peek(n, now)),
+                    "peek {n}: {}",
+                    context()
+                );
+                assert_eq!(
+                    observe(taken),
+                    representable(model.acquire(home, n, now)),
+                    "acquire {n} after the peek: {}",
+                    context()
+                );
+                check_peek_agrees(&peeked, &taken, &context);
+                if n > 0 && taken.is_ok() {
+                    took = n;
+                }
+            }
+            ShardOp::Refund { n, caller } => {
+                let n = n.resolve(capacity);
+                let home = match caller {
+                    Caller::From(home) => {
+                        limiter.refund_from(home, n, at);
+                        home
+                    }
+                    Caller::At => {
+                        limiter.refund_at(n, at);
+                        slot
+                    }
+                    Caller::Clock => {
+                        limiter.refund(n);
+                        slot
+                    }
+                };
+                model.refund(home, n, now);
+                refunded += u128::from(n);
+            }
+            ShardOp::Remaining { clock: read } => {
+                let got = if read {
+                    limiter.remaining()
+                } else {
+                    limiter.remaining_at(at)
+                };
+                assert_eq!(got, model.tokens(now), "remaining: {}", context());
+            }
+            ShardOp::Time(step) => {
+                now = apply_step(&clock, now, step, policy.interval_ns);
+                assert_eq!(
+                    limiter.clock().now(),
+                    Nanos::new(now),
+                    "clock: {}",
+                    context()
+                );
+            }
+        }
+        let after = limiter.remaining_at(Nanos::new(now));
+        assert_eq!(after, model.tokens(now), "remaining after {}", context());
+        assert!(after <= capacity, "{after} tokens above C: {}", context());
+        if took == 0 && !matches!(op, ShardOp::Refund { .. } | ShardOp::Time(_)) {
+            assert_eq!(
+                after,
+                before,
+                "nothing taken, nothing changed: {}",
+                context()
+            );
+        }
+        admitted += u128::from(took);
+        latest = latest.max(now.min(MAX_USABLE_NS));
+        let span = u128::from(latest - first);
+        let bound = u128::from(capacity) + u128::from(quota.count()) * span / period_ns + refunded;
+        assert!(
+            admitted <= bound,
+            "{admitted} tokens admitted over {span} ns, above C + R*t (+ {refunded} refunded) = \
+             {bound}: {}",
+            context()
+        );
+    }
+}
+
+/// A peek and an acquisition of the same `n` at the same reading, nothing in between: both admit
+/// or neither, two denials are identical, and what the acquisition leaves is at most what the peek
+/// said would be left.
+pub(crate) fn check_peek_agrees(
+    peeked: &Result<Admitted, AcquireError>,
+    taken: &Result<Admitted, AcquireError>,
+    context: &dyn Fn() -> String,
+) {
+    match (peeked, taken) {
+        (Ok(p), Ok(t)) => assert!(
+            t.remaining() <= p.remaining(),
+            "acquired leaving {} after a peek said {}: {}",
+            t.remaining(),
+            p.remaining(),
+            context()
+        ),
+        (Err(p), Err(t)) => assert_eq!(p, t, "peek and acquire refused differently: {}", context()),
+        (p, t) => panic!("peek said {p:?}, acquire said {t:?}: {}", context()),
+    }
+}
