@@ -46,49 +46,64 @@ pub(crate) fn bench(c: &mut Criterion) {
 
 /// `threads` threads checking one limiter of each kind.
 fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize) {
-    let checks = iters_to_checks(threads);
-
-    group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
-        b.iter_custom(|iters| {
-            let bucket = load.tollgate();
-            let (elapsed, admitted) = run_threads(threads, iters, slice::from_ref(&bucket), |l| {
-                l.try_acquire().is_ok()
-            });
-            load.verify("contended tollgate", admitted, checks(iters));
-            elapsed
-        });
-    });
-
-    group.bench_function(BenchmarkId::new("governor", threads), |b| {
-        b.iter_custom(|iters| {
-            let limiter = load.governor();
-            let (elapsed, admitted) = run_threads(threads, iters, slice::from_ref(&limiter), |l| {
-                l.check().is_ok()
-            });
-            load.verify("contended governor", admitted, checks(iters));
-            elapsed
-        });
-    });
-
-    group.bench_function(BenchmarkId::new("mutex", threads), |b| {
-        b.iter_custom(|iters| {
-            let bucket = load.mutex();
-            let (elapsed, admitted) = run_threads(threads, iters, slice::from_ref(&bucket), |l| {
-                l.try_acquire()
-            });
-            load.verify("contended mutex", admitted, checks(iters));
-            elapsed
-        });
-    });
-
+    let name = |bench| BenchmarkId::new(bench, threads);
+    one_limiter(
+        group,
+        name("tollgate"),
+        "contended tollgate",
+        load,
+        threads,
+        || load.tollgate(),
+        |l| l.try_acquire().is_ok(),
+    );
+    one_limiter(
+        group,
+        name("governor"),
+        "contended governor",
+        load,
+        threads,
+        || load.governor(),
+        |l| l.check().is_ok(),
+    );
+    one_limiter(
+        group,
+        name("mutex"),
+        "contended mutex",
+        load,
+        threads,
+        || load.mutex(),
+        |l| l.try_acquire(),
+    );
     let clock = CoarseClock::new().expect("the coarse clock's upkeep thread starts");
-    group.bench_function(BenchmarkId::new("tollgate_coarse", threads), |b| {
+    one_limiter(
+        group,
+        name("tollgate_coarse"),
+        "contended tollgate_coarse",
+        load,
+        threads,
+        || load.tollgate_with(clock.clone()),
+        |l| l.try_acquire().is_ok(),
+    );
+}
+
+/// One benchmark: `threads` threads sharing one limiter that `make` builds fresh for every sample,
+/// each doing `iters` checks; `label` names the run when its admissions do not match the load.
+pub(crate) fn one_limiter<L: Sync>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    label: &str,
+    load: Load,
+    threads: usize,
+    make: impl Fn() -> L,
+    check: impl Fn(&L) -> bool + Sync,
+) {
+    let checks = iters_to_checks(threads);
+    group.bench_function(id, |b| {
         b.iter_custom(|iters| {
-            let bucket = load.tollgate_with(clock.clone());
-            let (elapsed, admitted) = run_threads(threads, iters, slice::from_ref(&bucket), |l| {
-                l.try_acquire().is_ok()
-            });
-            load.verify("contended tollgate_coarse", admitted, checks(iters));
+            let limiter = make();
+            let (elapsed, admitted) =
+                run_threads(threads, iters, slice::from_ref(&limiter), &check);
+            load.verify(label, admitted, checks(iters));
             elapsed
         });
     });

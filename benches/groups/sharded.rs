@@ -16,13 +16,13 @@
 //! threads take their slots one after another, so with `S` shards and `S` or fewer threads every
 //! thread has a shard of its own; with more threads, `threads / S` share each shard.
 
-use std::slice;
 use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 
-use super::common::{run_threads, Load};
+use super::common::Load;
+use super::contended::one_limiter;
 
 /// 1 is the reference; 2 is one per core on the bench machine; 4 and 8 oversubscribe it.
 const THREADS: [usize; 4] = [1, 2, 4, 8];
@@ -48,38 +48,32 @@ pub(crate) fn bench(c: &mut Criterion) {
 
 /// `threads` threads checking one limiter of each kind.
 fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize) {
-    let checks = |iters: u64| iters * threads as u64;
-
-    group.bench_function(BenchmarkId::new("sharded", threads), |b| {
-        b.iter_custom(|iters| {
-            let limiter = load.sharded();
-            let (elapsed, admitted) = run_threads(threads, iters, slice::from_ref(&limiter), |l| {
-                l.try_acquire().is_ok()
-            });
-            load.verify("sharded ShardedBucket", admitted, checks(iters));
-            elapsed
-        });
-    });
-
-    group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
-        b.iter_custom(|iters| {
-            let bucket = load.tollgate();
-            let (elapsed, admitted) = run_threads(threads, iters, slice::from_ref(&bucket), |l| {
-                l.try_acquire().is_ok()
-            });
-            load.verify("sharded TokenBucket", admitted, checks(iters));
-            elapsed
-        });
-    });
-
-    group.bench_function(BenchmarkId::new("governor", threads), |b| {
-        b.iter_custom(|iters| {
-            let limiter = load.governor();
-            let (elapsed, admitted) = run_threads(threads, iters, slice::from_ref(&limiter), |l| {
-                l.check().is_ok()
-            });
-            load.verify("sharded governor", admitted, checks(iters));
-            elapsed
-        });
-    });
+    let name = |bench| BenchmarkId::new(bench, threads);
+    one_limiter(
+        group,
+        name("sharded"),
+        "sharded ShardedBucket",
+        load,
+        threads,
+        || load.sharded(),
+        |l| l.try_acquire().is_ok(),
+    );
+    one_limiter(
+        group,
+        name("tollgate"),
+        "sharded TokenBucket",
+        load,
+        threads,
+        || load.tollgate(),
+        |l| l.try_acquire().is_ok(),
+    );
+    one_limiter(
+        group,
+        name("governor"),
+        "sharded governor",
+        load,
+        threads,
+        || load.governor(),
+        |l| l.check().is_ok(),
+    );
 }
