@@ -10,7 +10,7 @@
 #[path = "../../tests/support/reference.rs"]
 mod reference;
 
-#[allow(dead_code)] // the sharded driver uses its quota specs and the comparison helpers only
+#[allow(dead_code)] // the sharded driver uses its quota specs, quota check and comparison helpers only
 #[path = "../../tests/support/bucket_driver.rs"]
 mod bucket_driver;
 

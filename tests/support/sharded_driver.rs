@@ -8,10 +8,12 @@
 
 use std::time::Duration;
 
-use tollgate::{sharded, AcquireError, Admitted, Clock, ManualClock, Nanos, Quota, ShardedBucket};
+use tollgate::{sharded, AcquireError, Admitted, Clock, ManualClock, Nanos, ShardedBucket};
 
-use crate::bucket_driver::{observe, observe_one, representable, Amount, QuotaSpec, Step, YEAR_NS};
-use crate::reference::{self, RefOutcome, RefPolicy, MAX_USABLE_NS};
+use crate::bucket_driver::{
+    check_quota, observe, observe_one, representable, Amount, QuotaSpec, Step, YEAR_NS,
+};
+use crate::reference::{RefOutcome, MAX_USABLE_NS};
 use crate::sharded_reference::ShardedModel;
 
 /// Who calls: a home chosen by the caller (`_from`), or the calling thread's own slot.
@@ -132,39 +134,6 @@ pub(crate) fn apply_step(clock: &ManualClock, now: u64, step: Step, interval_ns:
     }
 }
 
-/// Builds the quota through the crate's API and checks it against the documented ranges (as
-/// `bucket_driver::check_quota` does, except that the period is compared with the one given, which
-/// `Quota::period` returns as is even beyond `u64::MAX` ns). Returns the quota, the model's
-/// constants and the initial fill when it is valid, `None` when both refuse it.
-pub(crate) fn build_quota(spec: &QuotaSpec) -> Option<(Quota, RefPolicy, u64)> {
-    match (spec.build(), spec.expected()) {
-        (Ok(quota), Ok((policy, initial))) => {
-            assert_eq!(quota.count(), spec.rate.count(), "count of {spec:?}");
-            assert_eq!(quota.period(), spec.rate.period(), "period of {spec:?}");
-            assert_eq!(
-                quota.interval(),
-                Duration::from_nanos(policy.interval_ns),
-                "interval of {spec:?}"
-            );
-            assert_eq!(quota.capacity(), policy.capacity, "capacity of {spec:?}");
-            assert_eq!(quota.initial(), initial, "initial fill of {spec:?}");
-            assert_eq!(
-                quota.max_capacity(),
-                reference::max_capacity(policy.interval_ns),
-                "max_capacity of {spec:?}"
-            );
-            Some((quota, policy, initial))
-        }
-        (Err(err), Err(field)) => {
-            assert_eq!(err.field(), field, "error {err:?} for {spec:?}");
-            None
-        }
-        (built, expected) => {
-            panic!("{spec:?}: the crate built {built:?}, the documented ranges say {expected:?}")
-        }
-    }
-}
-
 /// What the limiter answered: admitted or not.
 fn is_admitted(outcome: &RefOutcome) -> bool {
     matches!(outcome, RefOutcome::Admitted { .. })
@@ -188,7 +157,7 @@ fn is_admitted(outcome: &RefOutcome) -> bool {
 ///   (clamped to 2^62 ns; readings behind the construction's only see fewer tokens), checked after
 ///   every operation.
 pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp]) {
-    let Some((quota, policy, initial)) = build_quota(spec) else {
+    let Some((quota, policy, initial)) = check_quota(spec) else {
         return;
     };
     let clock = ManualClock::starting_at(Nanos::new(start));
