@@ -56,6 +56,7 @@ pub mod quota;
 pub mod sharded;
 mod sync;
 pub mod token_bucket;
+pub mod window;
 
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};

@@ -443,11 +443,59 @@ pub enum QuotaError {
         /// The capacity.
         capacity: u64,
     },
+    /// A window limiter was given a capacity other than its count: a window admits `count` per
+    /// window and has no separate burst size.
+    WindowCapacity {
+        /// The capacity asked for.
+        capacity: u64,
+        /// The count per window, the only capacity a window limiter accepts.
+        count: u64,
+    },
+    /// A window limiter was given an initial fill below its count: windows start empty.
+    WindowInitial {
+        /// The initial fill asked for.
+        initial: u64,
+        /// The count per window, the only initial fill a window limiter accepts.
+        count: u64,
+    },
+    /// A window (the quota's period) longer than 2^62 ns (about 146 years).
+    WindowTooLong {
+        /// The period asked for.
+        period: Duration,
+    },
+    /// The count does not fit beside the window index in the limiter's 64-bit word at this window
+    /// length: shorter windows need more index bits and leave fewer for counts.
+    WindowCountTooLarge {
+        /// The count asked for.
+        count: u64,
+        /// The largest count at this window length.
+        max: u64,
+        /// The window length (the quota's period, or one sub-window of it).
+        window: Duration,
+    },
+    /// The number of sub-windows is zero, above the maximum, or does not divide the period into
+    /// whole nanoseconds.
+    SubWindows {
+        /// The number of sub-windows asked for.
+        sub_windows: u64,
+        /// The largest number of sub-windows.
+        max: u64,
+        /// The period to divide.
+        period: Duration,
+    },
+    /// A sliding window log longer than its maximum: it keeps one 8-byte timestamp per admission
+    /// in the window.
+    LogTooLong {
+        /// The count asked for.
+        count: u64,
+        /// The longest log.
+        max: u64,
+    },
 }
 
 impl QuotaError {
-    /// The name of the field that was refused: `"count"`, `"period"`, `"rate"`, `"capacity"` or
-    /// `"initial"`.
+    /// The name of the field that was refused: `"count"`, `"period"`, `"rate"`, `"capacity"`,
+    /// `"initial"` or `"sub_windows"`.
     ///
     /// # Examples
     ///
@@ -462,7 +510,11 @@ impl QuotaError {
             QuotaError::ZeroPeriod => "period",
             QuotaError::RateTooFast { .. } | QuotaError::RateTooSlow { .. } => "rate",
             QuotaError::ZeroCapacity | QuotaError::CapacityTooLarge { .. } => "capacity",
-            QuotaError::InitialAboveCapacity { .. } => "initial",
+            QuotaError::InitialAboveCapacity { .. } | QuotaError::WindowInitial { .. } => "initial",
+            QuotaError::WindowCapacity { .. } => "capacity",
+            QuotaError::WindowTooLong { .. } => "period",
+            QuotaError::WindowCountTooLarge { .. } | QuotaError::LogTooLong { .. } => "count",
+            QuotaError::SubWindows { .. } => "sub_windows",
         }
     }
 }
@@ -492,6 +544,34 @@ impl fmt::Display for QuotaError {
             QuotaError::InitialAboveCapacity { initial, capacity } => write!(
                 f,
                 "initial fill must be between 0 and the capacity ({capacity}), got {initial}"
+            ),
+            QuotaError::WindowCapacity { capacity, count } => write!(
+                f,
+                "capacity of a window limiter must equal its count per window ({count}), got {capacity}"
+            ),
+            QuotaError::WindowInitial { initial, count } => write!(
+                f,
+                "initial fill of a window limiter must be its count per window ({count}): windows start empty, got {initial}"
+            ),
+            QuotaError::WindowTooLong { period } => write!(
+                f,
+                "period of a window limiter must be at most 2^62 ns (about 146 years), got {period:?}"
+            ),
+            QuotaError::WindowCountTooLarge { count, max, window } => write!(
+                f,
+                "count must be between 1 and {max} for a window of {window:?}, got {count}"
+            ),
+            QuotaError::SubWindows {
+                sub_windows,
+                max,
+                period,
+            } => write!(
+                f,
+                "sub_windows must be between 1 and {max} and divide the period ({period:?}) into whole nanoseconds, got {sub_windows}"
+            ),
+            QuotaError::LogTooLong { count, max } => write!(
+                f,
+                "count of a sliding window log must be between 1 and {max} (8 bytes per entry), got {count}"
             ),
         }
     }

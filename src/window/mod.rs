@@ -1,0 +1,243 @@
+//! Window limiters: fixed window, sliding window counter, sliding window log.
+//!
+//! Each takes a [`Quota`] as "`count` per window of `period`" (the quota's capacity must be its
+//! count and its initial fill full: a window has no separate burst size, and starts empty), and
+//! answers with the same outcomes as [`TokenBucket`](crate::TokenBucket): [`Admitted`](crate::Admitted)
+//! with `remaining` and `reset_after`, [`Denied`](crate::Denied) with an exact `retry_after`.
+//!
+//! Window boundaries fall at the clock's epoch and every whole window after it, unless an
+//! [`Alignment`] says otherwise.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::clock::Nanos;
+use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
+
+/// Where window boundaries fall on the limiter's clock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::window::Alignment;
+/// // Windows of a minute that start at 15 s past each minute of the limiter's clock.
+/// let alignment = Alignment::Offset(Duration::from_secs(15));
+/// assert_ne!(alignment, Alignment::default());
+/// assert_eq!(Alignment::default(), Alignment::Epoch);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Alignment {
+    /// Windows start at the clock's epoch (reading 0) and at every whole window after it. The
+    /// default: [`MonotonicClock`](crate::MonotonicClock)'s epoch is when the process first read it.
+    #[default]
+    Epoch,
+    /// Windows start at whole multiples of the window length in UNIX time, so a one-minute window
+    /// starts at every full minute of the wall clock (what users see in an `X-RateLimit-Reset`
+    /// header). The offset between the limiter's clock and the wall clock is read once, when the
+    /// limiter is aligned: a later step of the wall clock (NTP, a manual change) does not move the
+    /// boundaries, which follow the limiter's monotonic clock from then on.
+    WallClock,
+    /// Windows start at this reading of the limiter's clock and every whole window before and after
+    /// it (the offset is taken modulo the window length).
+    Offset(Duration),
+}
+
+/// Window boundaries on a clock's nanoseconds: window `i` covers the readings
+/// `[i × length − shift, (i + 1) × length − shift)`, with `0 <= shift < length`.
+///
+/// Readings are clamped at [`Nanos::MAX_USABLE`] (2^62 ns), and `length <= 2^62`, so
+/// `reading + shift < 2^63` and nothing overflows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grid {
+    length: u64,
+    shift: u64,
+}
+
+impl Grid {
+    /// Windows of `length` nanoseconds (`1..=2^62`) aligned to the epoch.
+    pub(crate) fn new(length: u64) -> Grid {
+        Grid {
+            length: length.clamp(1, MAX_WINDOW_NANOS),
+            shift: 0,
+        }
+    }
+
+    /// The same windows moved to `alignment`; `now` is the limiter's clock reading, needed to
+    /// relate it to the wall clock.
+    pub(crate) fn aligned(self, alignment: Alignment, now: Nanos) -> Grid {
+        let length = i128::from(self.length);
+        // The reading at which a window must start.
+        let start: i128 = match alignment {
+            Alignment::Epoch => 0,
+            Alignment::Offset(offset) => i128::try_from(offset.as_nanos()).unwrap_or(i128::MAX),
+            Alignment::WallClock => {
+                // A wall clock before 1970 is taken as 1970: the windows still have the right
+                // length, only their phase is arbitrary.
+                let unix = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
+                // UNIX time 0 (mod length) falls at this reading.
+                i128::from(now.as_u64()) - unix
+            }
+        };
+        // index = (reading + shift) / length steps up at every reading ≡ start (mod length).
+        let shift = (-start).rem_euclid(length);
+        Grid {
+            length: self.length,
+            // 0 <= shift < length <= 2^62.
+            shift: u64::try_from(shift).unwrap_or(0),
+        }
+    }
+
+    /// The window length in nanoseconds.
+    #[inline]
+    pub(crate) fn length(self) -> u64 {
+        self.length
+    }
+
+    /// The index of the window holding `now`, and the nanoseconds of that window already elapsed
+    /// at `now` (`0..length`).
+    #[inline]
+    pub(crate) fn locate(self, now: Nanos) -> (u64, u64) {
+        let t = now.clamped() + self.shift;
+        (t / self.length, t % self.length)
+    }
+
+    /// The reading at which window `index` starts, saturating at 0 (the first window may start
+    /// before the clock's epoch) and at `u64::MAX`.
+    pub(crate) fn start(self, index: u64) -> u64 {
+        let start = u128::from(index) * u128::from(self.length);
+        u64::try_from(start.saturating_sub(u128::from(self.shift))).unwrap_or(u64::MAX)
+    }
+
+    /// The largest count that fits `fields` times beside a window index of these windows in one
+    /// 64-bit word, whatever the alignment.
+    pub(crate) fn max_count(self, fields: u32) -> u64 {
+        index_and_count_budget(self.length, fields)
+    }
+}
+
+/// The largest count that fits `fields` times beside the index of windows of `length` ns in one
+/// 64-bit word. The index must reach `(2^62 + shift) / length` for every shift `< length`.
+fn index_and_count_budget(length: u64, fields: u32) -> u64 {
+    let length = length.clamp(1, MAX_WINDOW_NANOS);
+    let max_index = (MAX_WINDOW_NANOS + (length - 1)) / length;
+    let index_bits = u64::BITS - max_index.leading_zeros();
+    let bits = (u64::BITS - index_bits) / fields.max(1);
+    // index_bits >= 1, so bits <= 63.
+    (1u64 << bits) - 1
+}
+
+/// The count per window and the window length in nanoseconds of a quota a window limiter can use.
+///
+/// # Errors
+///
+/// [`QuotaError::WindowCapacity`] when the quota's capacity is not its count,
+/// [`QuotaError::WindowInitial`] when its initial fill is not full, and
+/// [`QuotaError::WindowTooLong`] for a period over 2^62 ns.
+pub(crate) fn window_of(quota: &Quota) -> Result<(u64, u64), QuotaError> {
+    let count = quota.count();
+    if quota.capacity() != count {
+        return Err(QuotaError::WindowCapacity {
+            capacity: quota.capacity(),
+            count,
+        });
+    }
+    if quota.initial() != count {
+        return Err(QuotaError::WindowInitial {
+            initial: quota.initial(),
+            count,
+        });
+    }
+    match u64::try_from(quota.period().as_nanos()) {
+        Ok(period) if period <= MAX_WINDOW_NANOS => Ok((count, period)),
+        _ => Err(QuotaError::WindowTooLong {
+            period: quota.period(),
+        }),
+    }
+}
+
+/// Checks that `count` fits `fields` times beside the index of windows of `length` ns.
+///
+/// # Errors
+///
+/// [`QuotaError::WindowCountTooLarge`] naming the largest count that fits.
+pub(crate) fn check_count(count: u64, length: u64, fields: u32) -> Result<(), QuotaError> {
+    let max = index_and_count_budget(length, fields);
+    if count > max {
+        return Err(QuotaError::WindowCountTooLarge {
+            count,
+            max,
+            window: Duration::from_nanos(length),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_windows_start_at_multiples_of_the_length() {
+        let grid = Grid::new(10);
+        assert_eq!(grid.locate(Nanos::new(0)), (0, 0));
+        assert_eq!(grid.locate(Nanos::new(9)), (0, 9));
+        assert_eq!(grid.locate(Nanos::new(10)), (1, 0));
+        assert_eq!(grid.start(3), 30);
+    }
+
+    #[test]
+    fn an_offset_moves_every_boundary() {
+        let grid = Grid::new(10).aligned(Alignment::Offset(Duration::from_nanos(23)), Nanos::ZERO);
+        // Boundaries at 3, 13, 23, ...
+        assert_eq!(grid.locate(Nanos::new(2)).1, 9);
+        assert_eq!(grid.locate(Nanos::new(3)).1, 0);
+        let (index, _) = grid.locate(Nanos::new(13));
+        assert_eq!(grid.start(index), 13);
+        // The window holding reading 0 starts before the epoch.
+        let (first, elapsed) = grid.locate(Nanos::new(0));
+        assert_eq!((grid.start(first), elapsed), (0, 7));
+    }
+
+    #[test]
+    fn wall_clock_windows_start_at_whole_unix_multiples() {
+        let second = 1_000_000_000;
+        let now = Nanos::new(123_456_789);
+        let grid = Grid::new(second).aligned(Alignment::WallClock, now);
+        let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        // The elapsed part of the window is the wall clock's sub-second part, give or take the
+        // time between the two readings.
+        let (_, elapsed) = grid.locate(now);
+        let wall = u64::from(unix.subsec_nanos());
+        let gap = (wall + second - elapsed) % second;
+        assert!(
+            gap < second / 10 || gap > second - second / 10,
+            "{elapsed} vs {wall}"
+        );
+    }
+
+    #[test]
+    fn the_last_reading_has_an_index_that_fits() {
+        for length in [1, 2, 3, 1000, 1 << 40, MAX_WINDOW_NANOS] {
+            let grid = Grid::new(length).aligned(
+                Alignment::Offset(Duration::from_nanos(length / 2 + 1)),
+                Nanos::ZERO,
+            );
+            let (index, _) = grid.locate(Nanos::new(u64::MAX));
+            let index_bits = u64::BITS - index.leading_zeros();
+            let count_bits = u64::BITS - grid.max_count(1).leading_zeros();
+            assert!(index_bits + count_bits <= 64, "length {length}");
+        }
+    }
+
+    #[test]
+    fn budgets_by_window_length() {
+        // 1 ns windows need 63 index bits: one bit of count.
+        assert_eq!(Grid::new(1).max_count(1), 1);
+        assert_eq!(Grid::new(1).max_count(2), 0);
+        // 1 s windows: 2^62 / 10^9 < 2^33, so 31 bits per field for one, 15 for two.
+        assert_eq!(Grid::new(1_000_000_000).max_count(1), (1 << 31) - 1);
+        assert_eq!(Grid::new(1_000_000_000).max_count(2), (1 << 15) - 1);
+    }
+}
