@@ -10,6 +10,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod fixed;
+
+pub use fixed::FixedWindow;
+
 use crate::clock::Nanos;
 use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
 
@@ -121,7 +125,7 @@ impl Grid {
 /// 64-bit word. The index must reach `(2^62 + shift) / length` for every shift `< length`.
 fn index_and_count_budget(length: u64, fields: u32) -> u64 {
     let length = length.clamp(1, MAX_WINDOW_NANOS);
-    let max_index = (MAX_WINDOW_NANOS + (length - 1)) / length;
+    let max_index = MAX_WINDOW_NANOS.div_ceil(length);
     let index_bits = u64::BITS - max_index.leading_zeros();
     let bits = (u64::BITS - index_bits) / fields.max(1);
     // index_bits >= 1, so bits <= 63.

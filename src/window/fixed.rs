@@ -1,0 +1,669 @@
+//! The fixed window: up to N admissions per window of length W, the count reset at each window's
+//! start, the whole state in one `AtomicU64`.
+//!
+//! ```
+//! use tollgate::{ManualClock, Nanos, Quota};
+//! use tollgate::window::FixedWindow;
+//!
+//! // 3 per second, windows starting at every whole second of the clock.
+//! let limiter = FixedWindow::with_clock(Quota::per_second(3)?, ManualClock::new())?;
+//! let admitted = (0..5).filter(|_| limiter.try_acquire_at(Nanos::new(500_000_000)).is_ok()).count();
+//! assert_eq!(admitted, 3);
+//! // A new window, a new count.
+//! assert!(limiter.try_acquire_at(Nanos::new(1_000_000_000)).is_ok());
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
+//! # Algorithm
+//!
+//! The design notes' simplest limiter: divide time into windows of length W, count admissions in
+//! the current one, refuse once the count would pass N, and start again from zero in the next
+//! window. Windows are numbered from the clock's epoch (or from an [`Alignment`]), and the word
+//! holds the number of the window its count belongs to beside the count, so a new window resets the
+//! count in the same compare-and-swap that admits the first request of the window, and a limiter
+//! left idle for any length of time reads as a fresh window. No timer, no background reset.
+//!
+//! # The boundary burst
+//!
+//! A fixed window limits each window, not each span of length W: a client can take N admissions in
+//! the last instant of one window and N more in the first instant of the next, 2N within a span
+//! just over one nanosecond long. The design notes call this the fixed window's critical flaw, and
+//! it is inherent to the algorithm. Where it matters, use
+//! [`SlidingWindowCounter`](crate::window::SlidingWindowCounter) (approximate, one word),
+//! [`SlidingWindowLog`](crate::window::SlidingWindowLog) (exact, 8 bytes per admission in a window)
+//! or [`TokenBucket`](crate::TokenBucket) (exact C + R t, one word).
+//!
+//! # Guarantees
+//!
+//! - At most N admissions carry each window index, under any interleaving of threads and readings.
+//! - **Time only moves forward.** A reading in a window older than the one the word holds (a clock
+//!   stepping back, or a slower thread's older reading) is taken as a reading in the word's window:
+//!   it can never reset the count. Readings past [`Nanos::MAX_USABLE`] (2^62 ns) are clamped.
+//! - Windows never wrap: the window index has enough bits for every reading up to 2^62 ns, and the
+//!   count gets the bits left over, which sets the largest N for a window length (below).
+//!
+//! # Ranges
+//!
+//! The window length W is the quota's period, from 1 ns to 2^62 ns; N is the quota's count, at most
+//! one per nanosecond of the window (the quota's own limit). Every such N fits: the window index
+//! takes the bit length of `2^62 / W` (rounded up) and leaves the count room for at least W.
+//!
+//! # Memory ordering
+//!
+//! The word publishes nothing but itself, so every access is `Relaxed`, as in the token bucket: the
+//! atomicity of the compare-and-swap, not a fence, keeps two threads from taking the same slot.
+
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use super::{check_count, window_of, Alignment, Grid};
+use crate::cas::{self, Step};
+use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
+use crate::quota::{Quota, QuotaError};
+use crate::sync::AtomicU64;
+
+/// The fixed window's constants, derived once from a [`Quota`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Policy {
+    grid: Grid,
+    /// N: admissions per window.
+    limit: u64,
+    /// Bits of the word below the window index, holding the count.
+    count_bits: u32,
+}
+
+/// The packed state: the window index and the count of admissions in it.
+///
+/// # State table
+///
+/// With `b = count_bits` (fixed by the window length, at least 1) and `j` the index of the window
+/// holding the reading:
+///
+/// | bits | field |
+/// | --- | --- |
+/// | `63..b` | `i`: the index of the window the count belongs to |
+/// | `b-1..0` | `k`: admissions in window `i`, `0..=N` |
+///
+/// | word `(i, k)` | admissions so far in the reading's window | reached by |
+/// | --- | --- | --- |
+/// | `i == j` | `k` | an admission in window `j` |
+/// | `i < j` | 0 (a new window) | time passing; construction (`(0, 0)`) |
+/// | `i > j` | `k`, as if the reading were in window `i` | only a reading older than one applied |
+///
+/// Transitions: an admission of `n` writes `(max(i, j), k' + n)`, where `k'` is the count the table
+/// gives, and only when `k' + n <= N`; denials, peeks and queries never write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Word(u64);
+
+impl Word {
+    fn new(index: u64, count: u64, count_bits: u32) -> Word {
+        Word((index << count_bits) | count)
+    }
+
+    fn index(self, count_bits: u32) -> u64 {
+        self.0 >> count_bits
+    }
+
+    fn count(self, count_bits: u32) -> u64 {
+        self.0 & ((1 << count_bits) - 1)
+    }
+}
+
+/// Where a reading falls, seen from a word: the window that counts and what it holds.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    /// The window the decision is made in: the reading's, or the word's when the reading is older.
+    index: u64,
+    /// Admissions already in that window.
+    count: u64,
+    /// The reading (clamped), from which waits are measured.
+    now: u64,
+}
+
+impl Policy {
+    fn new(quota: &Quota) -> Result<Policy, QuotaError> {
+        let (limit, length) = window_of(quota)?;
+        check_count(limit, length, 1)?;
+        let grid = Grid::new(length);
+        Ok(Policy {
+            grid,
+            limit,
+            count_bits: u64::BITS - grid.max_count(1).leading_zeros(),
+        })
+    }
+
+    fn aligned(self, alignment: Alignment, now: Nanos) -> Policy {
+        Policy {
+            grid: self.grid.aligned(alignment, now),
+            ..self
+        }
+    }
+
+    #[inline]
+    fn view(&self, word: u64, now: Nanos) -> View {
+        let word = Word(word);
+        let (j, _) = self.grid.locate(now);
+        let i = word.index(self.count_bits);
+        let count = if j > i {
+            0
+        } else {
+            word.count(self.count_bits)
+        };
+        View {
+            index: j.max(i),
+            count,
+            now: now.clamped(),
+        }
+    }
+
+    /// Nanoseconds from the reading to the end of the view's window.
+    fn until_window_end(&self, view: View) -> u128 {
+        u128::from(
+            self.grid
+                .start(view.index.saturating_add(1))
+                .saturating_sub(view.now),
+        )
+    }
+
+    /// Takes `n` (`1 <= n <= N`) at `now`.
+    #[inline]
+    fn take(&self, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
+        let view = self.view(word, now);
+        // count <= N and n <= N < 2^63: no overflow.
+        let after = view.count + n;
+        if after <= self.limit {
+            Step::Write(
+                Word::new(view.index, after, self.count_bits).0,
+                Admitted::new(
+                    self.limit - after,
+                    1,
+                    Span::from_nanos(self.until_window_end(view)),
+                ),
+            )
+        } else {
+            Step::Refuse(self.denied(view))
+        }
+    }
+
+    /// The denial of a request that does not fit in the view's window: it fits at the next window's
+    /// start, since `n <= N`.
+    #[cold]
+    fn denied(&self, view: View) -> Denied {
+        let wait = Span::from_nanos(self.until_window_end(view));
+        Denied::new(view.now, wait, self.limit - view.count, 1, wait)
+    }
+
+    /// The answer to a request for nothing.
+    fn query(&self, word: u64, now: Nanos) -> Admitted {
+        let view = self.view(word, now);
+        let reset = if view.count == 0 {
+            0
+        } else {
+            self.until_window_end(view)
+        };
+        Admitted::new(self.limit - view.count, 1, Span::from_nanos(reset))
+    }
+
+    /// `Ok(true)` for a request to decide, `Ok(false)` for a query (`n = 0`).
+    fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
+        if n > self.limit {
+            Err(InsufficientCapacity {
+                requested: n,
+                capacity: self.limit,
+            })
+        } else {
+            Ok(n > 0)
+        }
+    }
+}
+
+/// A lock-free fixed window limiter: up to N admissions per window, with the design notes' boundary
+/// burst (see the [module docs](self)).
+///
+/// # Memory ordering
+///
+/// Admissions are linearizable: every admission takes effect at one instant in a single total
+/// order, and no window ever counts more than N. An admission is not a synchronization point
+/// between threads: do not rely on it to make other writes visible.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::Quota;
+/// use tollgate::window::FixedWindow;
+///
+/// // 100 requests per minute, windows on the wall clock's minutes.
+/// let limiter = FixedWindow::new(Quota::per_minute(100)?)?
+///     .aligned(tollgate::window::Alignment::WallClock);
+/// match limiter.try_acquire() {
+///     Ok(ok) => println!("{} left until the window ends in {:?}", ok.remaining(), ok.reset_after()),
+///     Err(denied) => println!("429, Retry-After: {:?}", denied.retry_after()),
+/// }
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub struct FixedWindow<C = MonotonicClock> {
+    /// The window index and count; see [`Word`]. Padded to its own cache line.
+    word: CachePadded<AtomicU64>,
+    policy: Policy,
+    quota: Quota,
+    clock: C,
+}
+
+impl FixedWindow<MonotonicClock> {
+    /// A limiter for `quota` (`count` per window of `period`) on the default clock, windows aligned
+    /// to the clock's epoch.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::WindowCapacity`] or [`QuotaError::WindowInitial`] for a quota with a capacity or
+    /// initial fill of its own; [`QuotaError::WindowTooLong`] for a period over 2^62 ns;
+    /// [`QuotaError::WindowCountTooLarge`] when the count does not fit beside the window index.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Quota, QuotaError};
+    /// use tollgate::window::FixedWindow;
+    /// assert_eq!(FixedWindow::new(Quota::per_second(10)?)?.remaining(), 10);
+    /// let err = FixedWindow::new(Quota::per_second(10)?.with_capacity(20)?).unwrap_err();
+    /// assert_eq!(err.field(), "capacity");
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> Result<FixedWindow<MonotonicClock>, QuotaError> {
+        FixedWindow::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> FixedWindow<C> {
+    /// A limiter for `quota` reading time from `clock`.
+    ///
+    /// # Errors
+    ///
+    /// As [`FixedWindow::new`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota};
+    /// use tollgate::window::FixedWindow;
+    /// let limiter = FixedWindow::with_clock(Quota::per_period(5, Duration::from_millis(100))?, ManualClock::new())?;
+    /// assert_eq!(limiter.try_acquire_n(5)?.remaining(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock(quota: Quota, clock: C) -> Result<FixedWindow<C>, QuotaError> {
+        Ok(FixedWindow {
+            word: CachePadded::new(AtomicU64::new(0)),
+            policy: Policy::new(&quota)?,
+            quota,
+            clock,
+        })
+    }
+
+    /// The same limiter with its window boundaries moved to `alignment` (by default windows start
+    /// at the clock's epoch). Meant for a limiter just built: a count already taken stays with the
+    /// window index it was taken in.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// use tollgate::window::{Alignment, FixedWindow};
+    /// let limiter = FixedWindow::with_clock(Quota::per_second(1)?, ManualClock::new())?
+    ///     .aligned(Alignment::Offset(Duration::from_millis(250)));
+    /// assert!(limiter.try_acquire_at(Nanos::new(300_000_000)).is_ok());
+    /// // This window ends at 1.25 s.
+    /// let denied = limiter.try_acquire_at(Nanos::new(1_000_000_000)).unwrap_err();
+    /// assert_eq!(denied.retry_after(), Duration::from_millis(250));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn aligned(self, alignment: Alignment) -> FixedWindow<C> {
+        let now = self.clock.now();
+        FixedWindow {
+            policy: self.policy.aligned(alignment, now),
+            ..self
+        }
+    }
+
+    /// Takes one slot of the current window, or says when the next window starts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::window::FixedWindow::new(tollgate::Quota::per_hour(1)?)?;
+    /// assert!(limiter.try_acquire().is_ok());
+    /// assert!(limiter.try_acquire().is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
+        self.try_acquire_at(self.clock.now())
+    }
+
+    /// Takes one slot of the window holding `now`, a reading of this limiter's clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// use tollgate::window::FixedWindow;
+    /// let limiter = FixedWindow::with_clock(Quota::per_second(1)?, ManualClock::new())?;
+    /// assert!(limiter.try_acquire_at(Nanos::new(999_999_999)).is_ok());
+    /// // The boundary burst: the next window starts one nanosecond later.
+    /// assert!(limiter.try_acquire_at(Nanos::new(1_000_000_000)).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
+        // N is at least 1, so one slot is always a valid request.
+        cas::update(&self.word, |w| self.policy.take(w, now, 1))
+    }
+
+    /// Takes `n` slots of the current window, all or none. `n = 0` is a query that always succeeds.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::Denied`] when fewer than `n` slots are left in this window;
+    /// [`AcquireError::InsufficientCapacity`] when `n` exceeds N and can never succeed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::window::FixedWindow::new(tollgate::Quota::per_minute(10)?)?;
+    /// assert_eq!(limiter.try_acquire_n(4)?.remaining(), 6);
+    /// assert!(limiter.try_acquire_n(7).is_err());
+    /// assert!(limiter.try_acquire_n(11).unwrap_err().denied().is_none()); // never fits
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
+        self.try_acquire_n_at(n, self.clock.now())
+    }
+
+    /// Takes `n` slots of the window holding `now`, all or none.
+    ///
+    /// # Errors
+    ///
+    /// As [`FixedWindow::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// use tollgate::window::FixedWindow;
+    /// let limiter = FixedWindow::with_clock(Quota::per_second(10)?, ManualClock::new())?;
+    /// limiter.try_acquire_n_at(8, Nanos::new(100_000_000))?;
+    /// let denied = limiter.try_acquire_n_at(3, Nanos::new(400_000_000)).unwrap_err();
+    /// assert_eq!(denied.denied().unwrap().retry_after(), Duration::from_millis(600));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        if self.policy.check_n(n)? {
+            cas::update(&self.word, |w| self.policy.take(w, now, n)).map_err(AcquireError::Denied)
+        } else {
+            Ok(self.policy.query(cas::read(&self.word), now))
+        }
+    }
+
+    /// Would `n` slots be admitted now? Takes nothing and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`FixedWindow::try_acquire_n`]: the denial it would get.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::window::FixedWindow::new(tollgate::Quota::per_hour(3)?)?;
+    /// assert!(limiter.peek_n(3).is_ok());
+    /// assert!(limiter.peek_n(3).is_ok()); // peeking takes nothing
+    /// assert!(limiter.peek_n(4).is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
+        self.peek_n_at(n, self.clock.now())
+    }
+
+    /// Would `n` slots be admitted as of `now`? Takes nothing and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`FixedWindow::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// use tollgate::window::FixedWindow;
+    /// let limiter = FixedWindow::with_clock(Quota::per_second(1)?, ManualClock::new())?;
+    /// limiter.try_acquire_at(Nanos::new(0))?;
+    /// assert!(limiter.peek_n_at(1, Nanos::new(999_999_999)).is_err());
+    /// assert!(limiter.peek_n_at(1, Nanos::new(1_000_000_000)).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        let word = cas::read(&self.word);
+        if !self.policy.check_n(n)? {
+            return Ok(self.policy.query(word, now));
+        }
+        match self.policy.take(word, now, n) {
+            Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
+            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
+        }
+    }
+
+    /// Slots left in the current window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::window::FixedWindow::new(tollgate::Quota::per_day(5)?)?;
+    /// limiter.try_acquire_n(2)?;
+    /// assert_eq!(limiter.remaining(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        self.remaining_at(self.clock.now())
+    }
+
+    /// Slots left in the window holding `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// use tollgate::window::FixedWindow;
+    /// let limiter = FixedWindow::with_clock(Quota::per_second(5)?, ManualClock::new())?;
+    /// limiter.try_acquire_n_at(5, Nanos::new(0))?;
+    /// assert_eq!(limiter.remaining_at(Nanos::new(999_999_999)), 0);
+    /// assert_eq!(limiter.remaining_at(Nanos::new(1_000_000_000)), 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remaining_at(&self, now: Nanos) -> u64 {
+        self.policy.query(cas::read(&self.word), now).remaining()
+    }
+
+    /// The quota this limiter enforces.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(3)?;
+    /// assert_eq!(tollgate::window::FixedWindow::new(q)?.quota(), &q);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this limiter reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, Nanos, Quota};
+    /// let clock = ManualClock::starting_at(Nanos::new(7));
+    /// let limiter = tollgate::window::FixedWindow::with_clock(Quota::per_second(3)?, clock)?;
+    /// assert_eq!(limiter.clock().now(), Nanos::new(7));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C> fmt::Debug for FixedWindow<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = Word(cas::read(&self.word));
+        f.debug_struct("FixedWindow")
+            .field("quota", &self.quota)
+            .field("window", &word.index(self.policy.count_bits))
+            .field("count", &word.count(self.policy.count_bits))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(count: u64, period_ns: u64) -> Policy {
+        let quota = Quota::per_period(count, std::time::Duration::from_nanos(period_ns)).unwrap();
+        Policy::new(&quota).unwrap()
+    }
+
+    fn admit(policy: &Policy, word: u64, now: u64, n: u64) -> Option<u64> {
+        match policy.take(word, Nanos::new(now), n) {
+            Step::Write(new, _) => Some(new),
+            Step::Keep(_) | Step::Refuse(_) => None,
+        }
+    }
+
+    #[test]
+    fn a_window_takes_its_count_then_refuses() {
+        let p = policy(3, 100);
+        let mut w = 0;
+        for _ in 0..3 {
+            w = admit(&p, w, 10, 1).expect("fits");
+        }
+        assert_eq!(admit(&p, w, 99, 1), None);
+        assert!(admit(&p, w, 100, 3).is_some(), "a new window");
+    }
+
+    #[test]
+    fn an_older_reading_counts_in_the_newer_window() {
+        let p = policy(2, 100);
+        let w = admit(&p, 0, 250, 2).expect("fits");
+        // Window 1's reading after window 2 was counted: still window 2, full.
+        assert_eq!(admit(&p, w, 150, 1), None);
+        match p.take(w, Nanos::new(150), 1) {
+            Step::Refuse(denied) => {
+                // Window 2 ends at 300.
+                assert_eq!(denied.retry_at(), Nanos::new(300));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The count field holds at least W, so the quota's limit of W per W ns always fits.
+    #[test]
+    fn the_documented_ranges() {
+        let max = |ns: u64| Grid::new(ns).max_count(1);
+        assert_eq!(max(1_000), 2_047);
+        assert_eq!(max(1_000_000), 2_097_151);
+        assert_eq!(max(1_000_000_000), 2_147_483_647);
+        assert_eq!(max(60_000_000_000), 137_438_953_471);
+        assert_eq!(max(3_600_000_000_000), 8_796_093_022_207);
+        for bit in 0..=62 {
+            for ns in [
+                (1u64 << bit) - 1,
+                1 << bit,
+                (1 << bit) + 1,
+                (1 << bit) / 3 * 2,
+            ] {
+                let ns = ns.clamp(1, 1 << 62);
+                assert!(max(ns) >= ns, "{ns}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_word_packs_index_above_count() {
+        let p = policy(1, 1);
+        // 1 ns windows: one bit of count.
+        assert_eq!(p.count_bits, 1);
+        let w = admit(&p, 0, 5, 1).expect("fits");
+        assert_eq!(Word(w).index(1), 5);
+        assert_eq!(Word(w).count(1), 1);
+        let last = admit(&p, w, u64::MAX, 1).expect("fits");
+        assert_eq!(Word(last).index(1), 1 << 62);
+    }
+
+    /// Real threads on one limiter whose windows roll over during the run: no window ever counts
+    /// more than N (every admission's window is read back from the clock reading it used), and
+    /// compare-and-swap retries really happened (the work grows until they do).
+    #[test]
+    fn stress_real_threads_never_overfill_a_window_and_do_contend() {
+        use std::collections::HashMap;
+        use std::sync::{Arc, Barrier};
+
+        const LIMIT: u64 = 50;
+        // 20 µs windows: several hundred windows in a run.
+        let quota = Quota::per_period(LIMIT, std::time::Duration::from_micros(20)).unwrap();
+        let threads = 4;
+        let mut per_thread = 20_000u64;
+        for _attempt in 0..8 {
+            let limiter = Arc::new(FixedWindow::with_clock(quota, MonotonicClock::new()).unwrap());
+            let barrier = Arc::new(Barrier::new(threads));
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    let limiter = Arc::clone(&limiter);
+                    let barrier = Arc::clone(&barrier);
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let mut windows = HashMap::<u64, u64>::new();
+                        for _ in 0..per_thread {
+                            let now = limiter.clock().now();
+                            if let Ok(ok) = limiter.try_acquire_at(now) {
+                                // The window it was counted in ends `reset_after` from the
+                                // reading (a reading older than the word's window counts there).
+                                let end = now.saturating_add(ok.reset_after());
+                                let (index, _) =
+                                    limiter.policy.grid.locate(Nanos::new(end.as_u64() - 1));
+                                *windows.entry(index).or_default() += 1;
+                            }
+                        }
+                        (windows, cas::retries::on_this_thread())
+                    })
+                })
+                .collect();
+            let mut windows = HashMap::<u64, u64>::new();
+            let mut retries = 0;
+            for handle in handles {
+                let (w, r) = handle.join().unwrap();
+                for (index, count) in w {
+                    *windows.entry(index).or_default() += count;
+                }
+                retries += r;
+            }
+            for (index, count) in &windows {
+                assert!(*count <= LIMIT, "window {index} admitted {count}");
+            }
+            assert!(windows.len() > 1, "the windows rolled over");
+            assert!(
+                windows.values().any(|&c| c == LIMIT),
+                "some window filled up"
+            );
+            if retries > 0 {
+                return;
+            }
+            per_thread *= 2;
+        }
+        panic!("no compare-and-swap retry observed: the stress test proved nothing");
+    }
+}

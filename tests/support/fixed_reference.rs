@@ -1,0 +1,246 @@
+//! An exact reference model of the fixed window, and a driver that runs a [`FixedWindow`] and the
+//! model through the same operations and asserts identical answers.
+//!
+//! Shared by `tests/fixed_window_model.rs` (proptest) and the fuzz crate's `fixed_window_ops`
+//! target (arbitrary), which include it as `mod fixed_reference` at their crate root.
+//!
+//! The model is written from the definition, not from the crate: a map from window number to count,
+//! windows numbered by floor division in `i128` from the alignment offset, and "time only moves
+//! forward" as the largest window number seen so far.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tollgate::window::{Alignment, FixedWindow};
+use tollgate::{AcquireError, Admitted, Clock, Denied, ManualClock, Nanos, Quota, QuotaError};
+
+/// The limiter's clamp: readings past 2^62 ns count as 2^62.
+const MAX_USABLE: u64 = 1 << 62;
+
+/// The model: `limit` per window of `length` ns, windows starting at `offset + k × length`.
+#[derive(Debug, Clone)]
+pub(crate) struct RefFixed {
+    limit: u64,
+    length: i128,
+    offset: i128,
+    counts: HashMap<i128, u64>,
+    /// The newest window any admission was counted in.
+    newest: Option<i128>,
+}
+
+/// What the model answers, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefOutcome {
+    Admitted {
+        remaining: u64,
+        reset_after: u128,
+    },
+    Denied {
+        remaining: u64,
+        retry_after: u128,
+        reset_after: u128,
+    },
+    Insufficient,
+}
+
+impl RefFixed {
+    pub(crate) fn new(limit: u64, length: u64, offset: u64) -> RefFixed {
+        RefFixed {
+            limit,
+            length: i128::from(length),
+            offset: i128::from(offset),
+            counts: HashMap::new(),
+            newest: None,
+        }
+    }
+
+    /// The window a decision at `now` is made in, and `now` clamped.
+    fn window(&self, now: u64) -> (i128, i128) {
+        let now = i128::from(now.min(MAX_USABLE));
+        let own = (now - self.offset).div_euclid(self.length);
+        (self.newest.map_or(own, |newest| own.max(newest)), now)
+    }
+
+    fn end_of(&self, window: i128) -> i128 {
+        self.offset + (window + 1) * self.length
+    }
+
+    /// Takes `n` at `now`, or just answers when `take` is false.
+    pub(crate) fn acquire(&mut self, n: u64, now: u64, take: bool) -> RefOutcome {
+        if n > self.limit {
+            return RefOutcome::Insufficient;
+        }
+        let (window, now) = self.window(now);
+        let count = self.counts.get(&window).copied().unwrap_or(0);
+        let to_end = u128::try_from(self.end_of(window) - now).expect("the window ends after now");
+        if n == 0 {
+            let reset_after = if count == 0 { 0 } else { to_end };
+            return RefOutcome::Admitted {
+                remaining: self.limit - count,
+                reset_after,
+            };
+        }
+        if count + n <= self.limit {
+            if take {
+                self.counts.insert(window, count + n);
+                self.newest = Some(window);
+            }
+            RefOutcome::Admitted {
+                remaining: self.limit - count - n,
+                reset_after: to_end,
+            }
+        } else {
+            RefOutcome::Denied {
+                remaining: self.limit - count,
+                retry_after: to_end,
+                reset_after: to_end,
+            }
+        }
+    }
+
+    /// Admissions in each window, for the boundary-burst and limit checks.
+    pub(crate) fn counts(&self) -> impl Iterator<Item = u64> + '_ {
+        self.counts.values().copied()
+    }
+}
+
+/// How a test builds the limiter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spec {
+    pub(crate) count: u64,
+    pub(crate) period_ns: u64,
+    /// `Alignment::Offset` in nanoseconds; 0 is the epoch.
+    pub(crate) offset: u64,
+    /// The clock's reading when the limiter is built and aligned.
+    pub(crate) start: u64,
+}
+
+/// One operation: move the clock by `step` (wrapping at `u64` bounds is avoided by saturating),
+/// then act.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    Acquire { n: u64, step: i64 },
+    Peek { n: u64, step: i64 },
+    Remaining { step: i64 },
+}
+
+/// Builds the limiter the spec describes, or the error the crate gives.
+pub(crate) fn build(spec: Spec) -> Result<FixedWindow<ManualClock>, QuotaError> {
+    let quota = Quota::per_period(spec.count, Duration::from_nanos(spec.period_ns))?;
+    let clock = ManualClock::starting_at(Nanos::new(spec.start));
+    Ok(FixedWindow::with_clock(quota, clock)?
+        .aligned(Alignment::Offset(Duration::from_nanos(spec.offset))))
+}
+
+/// Whether a window limiter should accept the spec, given that its quota is valid: the window's
+/// length and the count's room beside the window index.
+pub(crate) fn expected_valid(spec: Spec) -> bool {
+    if spec.period_ns > MAX_USABLE {
+        // The window index needs a window of at most 2^62 ns.
+        return false;
+    }
+    let length = u128::from(spec.period_ns);
+    let max_index = (u128::from(MAX_USABLE) + length - 1) / length;
+    let index_bits = 128 - max_index.leading_zeros();
+    let max_count = (1u128 << (64 - index_bits)) - 1;
+    u128::from(spec.count) <= max_count
+}
+
+fn moved(now: u64, step: i64) -> u64 {
+    if step >= 0 {
+        now.saturating_add(step.unsigned_abs())
+    } else {
+        now.saturating_sub(step.unsigned_abs())
+    }
+}
+
+fn admitted(ok: &Admitted) -> RefOutcome {
+    RefOutcome::Admitted {
+        remaining: ok.remaining(),
+        reset_after: ok.reset_after().as_nanos(),
+    }
+}
+
+fn denied(d: &Denied) -> RefOutcome {
+    RefOutcome::Denied {
+        remaining: d.remaining(),
+        retry_after: d.retry_after().as_nanos(),
+        reset_after: d.reset_after().as_nanos(),
+    }
+}
+
+fn outcome(result: Result<Admitted, AcquireError>) -> RefOutcome {
+    match result {
+        Ok(ok) => admitted(&ok),
+        Err(AcquireError::Denied(d)) => denied(&d),
+        Err(AcquireError::InsufficientCapacity(_)) => RefOutcome::Insufficient,
+    }
+}
+
+/// Runs `ops` on a limiter built from `spec` and on the model; panics at the first difference.
+/// Returns the model, for checks over the whole run.
+pub(crate) fn run(spec: Spec, ops: &[Op]) -> Option<RefFixed> {
+    if Quota::per_period(spec.count, Duration::from_nanos(spec.period_ns)).is_err() {
+        // The quota's own rules are tested (and fuzzed) on their own.
+        return None;
+    }
+    let limiter = match build(spec) {
+        Ok(limiter) => {
+            assert!(expected_valid(spec), "{spec:?} should be refused");
+            limiter
+        }
+        Err(err) => {
+            assert!(!expected_valid(spec), "{spec:?} refused: {err}");
+            return None;
+        }
+    };
+    let length = spec.period_ns;
+    let mut model = RefFixed::new(spec.count, length, spec.offset % length);
+    let clock = limiter.clock().clone();
+    for (i, op) in ops.iter().enumerate() {
+        let (n, step, take) = match *op {
+            Op::Acquire { n, step } => (n, step, true),
+            Op::Peek { n, step } => (n, step, false),
+            Op::Remaining { step } => (0, step, false),
+        };
+        let now = moved(clock.now().as_u64(), step);
+        clock.set(Nanos::new(now));
+        let expected = model.acquire(n, now, take);
+        let got = match *op {
+            Op::Acquire { n: 1, .. } => match limiter.try_acquire() {
+                Ok(ok) => admitted(&ok),
+                Err(d) => denied(&d),
+            },
+            Op::Acquire { n, .. } => outcome(limiter.try_acquire_n(n)),
+            Op::Peek { n, .. } => outcome(limiter.peek_n_at(n, Nanos::new(now))),
+            Op::Remaining { .. } => {
+                let remaining = limiter.remaining_at(Nanos::new(now));
+                match expected {
+                    RefOutcome::Admitted { remaining: r, .. } => assert_eq!(remaining, r),
+                    other => panic!("a query answered {other:?}"),
+                }
+                continue;
+            }
+        };
+        assert_eq!(got, expected, "op {i} {op:?} at {now} on {spec:?}");
+        if let (RefOutcome::Denied { retry_after, .. }, true) = (expected, take) {
+            // Exact: the same request one nanosecond before the retry instant is refused, at it
+            // admitted (checked on a copy of the model, without touching the limiter).
+            let at = now.min(MAX_USABLE) as u128 + retry_after;
+            if let Ok(at) = u64::try_from(at) {
+                if at <= MAX_USABLE {
+                    let mut copy = model.clone();
+                    assert!(
+                        matches!(copy.acquire(n, at, true), RefOutcome::Admitted { .. }),
+                        "admitted at retry_at"
+                    );
+                    let peek = limiter.peek_n_at(n, Nanos::new(at));
+                    assert!(peek.is_ok(), "the limiter admits at retry_at: {peek:?}");
+                    let before = limiter.peek_n_at(n, Nanos::new(at - 1));
+                    assert!(before.is_err(), "refused just before retry_at: {before:?}");
+                }
+            }
+        }
+    }
+    Some(model)
+}
