@@ -1,0 +1,204 @@
+//! Loom models of [`tollgate::window::SlidingWindowLog`]'s claim protocol: two threads racing for the
+//! last slot of a window, a claim racing a reader of the same slot, and a claimer stalled between
+//! its slot compare-and-swap and its head move while another thread helps the head on and claims
+//! the next position.
+//!
+//! The log is a head (a hint of the next position) and a ring of N timestamp words; a claim is one
+//! compare-and-swap on one slot, validated by loading the head before and after reading the slots.
+//! The models assert what must hold in every interleaving loom explores: exactly one of two racers
+//! for the last slot is admitted, a reader sees a slot's old entry or its new one and answers
+//! exactly as the log before or after the claim would (never a mix of the two), and a stalled
+//! claimer never blocks the others. Readings are explicit `Nanos`, so times are exact.
+//!
+//! Each model returns a summary of how its race went, and `check_reaches` (in `common/`) asserts
+//! that loom reached every summary the race allows. Where one thread's plain reads must be able to
+//! see another's write, the reader is the spawned thread and the writer the main one (see the note
+//! on `check_reaches`).
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test sliding_log`.
+
+// Without `--cfg loom` this file compiles to an empty test binary (the doc above stays, for
+// `missing_docs`).
+#![cfg(loom)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::check_reaches;
+use loom::sync::Arc;
+use loom::thread;
+use tollgate::window::SlidingWindowLog;
+use tollgate::{AcquireError, ManualClock, Nanos, Quota};
+
+/// The window length every model uses, in nanoseconds.
+const W: u64 = 10;
+
+/// A log of `count` admissions per window of [`W`] ns, on a manual clock, built inside the running
+/// model and shareable between loom threads.
+fn log(count: u64) -> Arc<SlidingWindowLog<ManualClock>> {
+    let quota = Quota::per_period(count, Duration::from_nanos(W)).expect("a valid window quota");
+    Arc::new(SlidingWindowLog::with_clock(quota, ManualClock::new()).expect("a short log"))
+}
+
+fn at(ns: u64) -> Nanos {
+    Nanos::new(ns)
+}
+
+/// The head position, read through the log's `Debug` output.
+fn head(log: &SlidingWindowLog<ManualClock>) -> u64 {
+    let text = format!("{log:?}");
+    let rest = text.split("head: ").nth(1).expect("Debug shows the head");
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|digits| digits.parse().ok())
+        .expect("the head is a number")
+}
+
+#[test]
+fn two_threads_racing_for_the_last_slot_exactly_one_wins() {
+    check_reaches(&["main thread won", "spawned thread won"], || {
+        // Two per window; one admission at 0 leaves one. The racers read 1 and 2.
+        let log = log(2);
+        log.try_acquire_at(at(0)).expect("an empty log admits");
+
+        let other = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || log.try_acquire_at(at(2)))
+        };
+        let mine = log.try_acquire_at(at(1));
+        let theirs = other.join().expect("racer panicked");
+
+        assert_eq!(
+            usize::from(mine.is_ok()) + usize::from(theirs.is_ok()),
+            1,
+            "one slot, two takers: mine {mine:?}, theirs {theirs:?}"
+        );
+        let (winner_at, loser) = match (&mine, &theirs) {
+            (Ok(ok), Err(denied)) => {
+                assert_eq!(ok.remaining(), 0);
+                (1, denied)
+            }
+            (Err(denied), Ok(ok)) => {
+                assert_eq!(ok.remaining(), 0);
+                (2, denied)
+            }
+            _ => unreachable!("checked above"),
+        };
+        // The loser waits for the admission at 0 to leave, exactly.
+        assert_eq!(loser.retry_at(), at(W));
+        assert_eq!(loser.remaining(), 0);
+        // The log holds the winner: at W the entry at 0 has left and the winner's has not; it
+        // leaves at its own reading plus W.
+        assert_eq!(log.remaining_at(at(W)), 1);
+        assert_eq!(log.remaining_at(at(winner_at + W - 1)), 1);
+        assert_eq!(log.remaining_at(at(winner_at + W)), 2);
+        assert_eq!(head(&log), 2);
+        if mine.is_ok() {
+            "main thread won"
+        } else {
+            "spawned thread won"
+        }
+    });
+}
+
+#[test]
+fn a_reader_of_a_slot_being_claimed_sees_the_old_entry_or_the_new_never_a_mix() {
+    // The log holds positions 0 (at 0) and 1 (at 5) of two; the main thread claims position 2 at
+    // reading 10, reusing slot 0 (position 0 left at exactly 10). The reader asks about one more
+    // at 10, and what is left.
+    //
+    // Before the claim: the entry at 0 has left, so one is admitted, leaving 0, reset after 10.
+    // After it: the entries at 5 and 10 fill the window; denied until 5 leaves (retry at 15).
+    // A reader that took the new word of slot 0 for the entry it replaced (the head lags the claim
+    // until the claimer moves it) would answer "retry at 20".
+    check_reaches(&[("old", 1), ("new", 0), ("old", 0)], || {
+        let log = log(2);
+        log.try_acquire_at(at(0)).expect("an empty log admits");
+        log.try_acquire_at(at(5)).expect("one slot left");
+
+        let reader = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || {
+                let peek = log.peek_n_at(1, at(10));
+                let left = log.remaining_at(at(10));
+                (peek, left)
+            })
+        };
+        let claim = log
+            .try_acquire_at(at(10))
+            .expect("position 0 has left at 10");
+        assert_eq!(claim.remaining(), 0);
+        let (peek, left) = reader.join().expect("reader panicked");
+
+        let saw = match peek {
+            Ok(admitted) => {
+                assert_eq!(
+                    admitted.remaining(),
+                    0,
+                    "one of two in the window, one more asked"
+                );
+                assert_eq!(admitted.reset_after(), Duration::from_nanos(W));
+                "old"
+            }
+            Err(AcquireError::Denied(denied)) => {
+                assert_eq!(denied.retry_at(), at(15), "5 leaves at 15: {denied:?}");
+                assert_eq!(denied.remaining(), 0);
+                assert_eq!(denied.reset_after(), Duration::from_nanos(W));
+                "new"
+            }
+            Err(e) => panic!("1 fits a log of 2: {e}"),
+        };
+        // Reads are in order: once the peek saw the claim, a later read sees it too.
+        assert!(left <= 1);
+        if saw == "new" {
+            assert_eq!(left, 0, "the remaining read after the peek saw the claim");
+        }
+        assert_eq!(log.remaining_at(at(10)), 0);
+        assert_eq!(head(&log), 3);
+        (saw, left)
+    });
+}
+
+#[test]
+fn a_claimer_stalled_before_moving_the_head_is_helped_and_the_next_position_claimed() {
+    // Two per window, empty. The main thread admits at reading 1; the spawned one looks at what is
+    // left, then admits at reading 2. If the main thread stalls after claiming position 0 and before
+    // moving the head, the spawned one must move the head for it (or spin for ever) and take
+    // position 1. Summary: (the spawned thread's position, what it saw left before admitting).
+    check_reaches(&[(0, 2), (1, 2), (1, 1)], || {
+        let log = log(2);
+
+        let helper = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || {
+                let seen = log.remaining_at(at(2));
+                let ok = log.try_acquire_at(at(2)).expect("two slots, two takers");
+                // Admitted first, it leaves one; second, none.
+                let position = 1 - ok.remaining();
+                assert!(head(&log) > position, "the head is past its own claim");
+                (position, seen, ok)
+            })
+        };
+        let mine = log.try_acquire_at(at(1)).expect("two slots, two takers");
+        let (position, seen, theirs) = helper.join().expect("helper panicked");
+
+        assert_eq!(head(&log), 2);
+        assert_eq!(
+            mine.remaining(),
+            position,
+            "exactly one of the two went first"
+        );
+        // Second after the reading of 2, the main thread's entry records 2, not its reading 1:
+        // times never decrease along the log.
+        let mine_at = if position == 0 { 2 } else { 1 };
+        assert_eq!(mine.reset_after(), Duration::from_nanos(mine_at + W - 1));
+        assert_eq!(theirs.reset_after(), Duration::from_nanos(W));
+        assert_eq!(log.remaining_at(at(2)), 0);
+        // At W + 1 the entry at 1 (if the main thread went first) has left; entries at 2 have not.
+        assert_eq!(log.remaining_at(at(W + 1)), position);
+        assert_eq!(log.remaining_at(at(W + 2)), 2);
+        (position, seen)
+    });
+}
