@@ -1,7 +1,13 @@
 //! Loom models of [`tollgate::window::SlidingWindowLog`]'s claim protocol: two threads racing for the
-//! last slot of a window, a claim racing a reader of the same slot, and a claimer stalled between
-//! its slot compare-and-swap and its head move while another thread helps the head on and claims
-//! the next position.
+//! last slot of a window, a claim racing a reader of the same slot, a claimer stalled between its
+//! slot compare-and-swap and its head move while another thread helps the head on and claims the
+//! next position, a request for two losing its second position to a racer, and a reader stalled
+//! while the slots it reads are reused a lap later.
+//!
+//! Each model was checked against a broken protocol, and fails on it: judging the slot being
+//! claimed by a second load instead of the word the claim compares against (the reader model),
+//! all orderings `Relaxed` (the reader model), no helping (every model livelocks), and no second
+//! head load (the stalled-reader model).
 //!
 //! The log is a head (a hint of the next position) and a ring of N timestamp words; a claim is one
 //! compare-and-swap on one slot, validated by loading the head before and after reading the slots.
@@ -200,5 +206,91 @@ fn a_claimer_stalled_before_moving_the_head_is_helped_and_the_next_position_clai
         assert_eq!(log.remaining_at(at(W + 1)), position);
         assert_eq!(log.remaining_at(at(W + 2)), 2);
         (position, seen)
+    });
+}
+
+#[test]
+fn a_pair_losing_half_its_positions_to_a_racer_is_denied_and_keeps_the_half_it_claimed() {
+    // Two per window, empty, everything at reading 0. A request for two checks up front that two
+    // are free, then claims one position at a time; a single request racing it may take the second
+    // position in between. Then the pair is denied, and the one position it claimed stays in the
+    // log (the documented trade: never more than the limit, at the cost of some capacity).
+    check_reaches(&["pair won", "single first", "split"], || {
+        let log = log(2);
+
+        let single = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || log.try_acquire_at(at(0)).is_ok())
+        };
+        let pair = log.try_acquire_n_at(2, at(0));
+        let single = single.join().expect("single thread panicked");
+
+        // Never more than two in the window; everything leaves at W.
+        assert_eq!(log.remaining_at(at(W)), 2);
+        match (&pair, single) {
+            (Ok(ok), false) => {
+                assert_eq!(ok.remaining(), 0);
+                assert_eq!((head(&log), log.remaining_at(at(0))), (2, 0));
+                "pair won"
+            }
+            (Err(AcquireError::Denied(denied)), true) => {
+                // Either way the oldest entry, at 0, has to leave first.
+                assert_eq!(denied.retry_at(), at(W));
+                if head(&log) == 1 {
+                    // Denied up front, having written nothing: one was free, two were asked.
+                    assert_eq!(log.remaining_at(at(0)), 1);
+                    "single first"
+                } else {
+                    // Claimed position 0, lost position 1 to the single, denied at position 2:
+                    // its claim stays, so the window is full.
+                    assert_eq!((head(&log), log.remaining_at(at(0))), (2, 0));
+                    "split"
+                }
+            }
+            other => panic!("two slots, requests for 2 and 1: {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn a_reader_stalled_while_the_slots_it_reads_are_reused_answers_from_one_state() {
+    // Two per window, holding 0 (at 0) and 1 (at 1). The main thread admits at 12 (position 2,
+    // reusing slot 0) and at 13 (position 3, reusing slot 1); the reader peeks at 12. A reader that
+    // read slot 0 before both claims and slot 1 after them would mix position 0 with position 3;
+    // the second head load must send it back. Summary: how many of the two claims its answer shows.
+    //
+    // Before: 0 and 1 have left at 12, admitted leaving 1, reset 10. After the first claim: 1 has
+    // left, 12 is in: admitted leaving 0, reset 10. After both: 12 and 13 are in, judged at 13;
+    // denied until 12 leaves at 22, reset 13 + 10 - 12 = 11. The mix would say admitted leaving 0,
+    // reset 11: no state of the log.
+    check_reaches(&[0, 1, 2], || {
+        let log = log(2);
+        log.try_acquire_at(at(0)).expect("an empty log admits");
+        log.try_acquire_at(at(1)).expect("one slot left");
+
+        let reader = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || log.peek_n_at(1, at(12)))
+        };
+        log.try_acquire_at(at(12)).expect("0 has left at 12");
+        log.try_acquire_at(at(13)).expect("1 has left at 13");
+        let peek = reader.join().expect("reader panicked");
+
+        match peek {
+            Ok(ok) => match (ok.remaining(), ok.reset_after()) {
+                (1, reset) if reset == Duration::from_nanos(W) => 0,
+                (0, reset) if reset == Duration::from_nanos(W) => 1,
+                other => panic!("no state of the log admits with {other:?}"),
+            },
+            Err(AcquireError::Denied(d)) => {
+                assert_eq!(d.retry_at(), at(22), "{d:?}");
+                assert_eq!(
+                    (d.remaining(), d.reset_after()),
+                    (0, Duration::from_nanos(11))
+                );
+                2
+            }
+            Err(e) => panic!("1 fits a log of 2: {e}"),
+        }
     });
 }
