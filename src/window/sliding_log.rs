@@ -25,7 +25,7 @@
 //! A request at reading `t` is admitted when fewer than N admissions lie in the window
 //! `(t - W, t]`. Keeping every admission time would cost unbounded memory; the last N suffice,
 //! because the only question is whether the N-th newest has left the window. They live in a ring
-//! of N 64-bit slots, so a key costs `8 × N` bytes (plus one cache line for the head). The longest
+//! of N 64-bit slots, so a key costs `8 × N` bytes (plus one padded cache line for the head). The longest
 //! log is [`MAX_LOG`] entries (512 KiB per key); a longer one is refused with
 //! [`QuotaError::LogTooLong`]. There is no alignment: the window slides with every reading.
 //!
@@ -76,7 +76,10 @@
 //! 1. load the head `s`, then slot `s % N`. If the slot already holds position `s` (another thread
 //!    claimed it and has not advanced the head yet), help: move the head from `s` to `s + 1`, restart;
 //! 2. otherwise the slot holds position `s - N` (or, for `s < N`, the fresh word). Read what the
-//!    decision needs (`ts(s - 1)`, and for the outcome's `remaining` a binary search over the ring);
+//!    decision needs (`ts(s - 1)`, and for the outcome's `remaining` a binary search over the ring),
+//!    taking position `s - N` from the word already read, never from a second load of its slot:
+//!    another thread may claim `s` in between without having moved the head yet, and a judgment
+//!    that took its entry for the one it replaced would answer for no state the log was ever in;
 //! 3. load the head again: if it moved, restart. Head still at `s` proves that every slot read
 //!    in between held the entry of its position below `s` (a slot is only reused a lap later, by a
 //!    thread that had loaded a head past `s`);
@@ -86,6 +89,16 @@
 //!    never a claimed one, so a slot word never repeats: no ABA. Success proves position `s` was
 //!    still free, so the view of step 2 was still the log's state at that instant: the admission
 //!    takes effect there. Failure restarts; success helps the head forward.
+//!
+//! The protocol was designed with step 2 loading each position's slot as needed; the loom model
+//! `a_reader_of_a_slot_being_claimed_sees_the_old_entry_or_the_new_never_a_mix` found that a
+//! reader could then mix a racer's fresh claim of `s` (head not yet moved) with the rest of the
+//! view and report a `retry_after` no state of the log had. Admissions were never affected (their
+//! compare-and-swap fails on the changed word), only the answers of denials, peeks and queries.
+//!
+//! The protocol is lock-free: a thread restarts only when another has claimed a position (moving
+//! the head or changing a slot), and a claim left half-done by a stalled thread (slot written, head
+//! not moved) is finished by whoever sees it.
 //!
 //! # Memory ordering
 //!
