@@ -214,6 +214,9 @@ impl Policy {
     /// and the floor `floor` on the effective time, given `ts(p)`, the timestamp of position `p`
     /// for `p` in `s - N..s` (and `p >= 0`).
     ///
+    /// With `tally` false an admission's level is left at 0 and the binary search for it skipped
+    /// (the later positions of a request for several, whose outcome reports the first judgment).
+    ///
     /// Pure: it reads the log only through `ts`. On inconsistent input (a torn view the caller will
     /// discard) it still returns without panicking.
     #[inline]
@@ -223,6 +226,7 @@ impl Policy {
         now: u64,
         floor: u64,
         n: u64,
+        tally: bool,
         ts: impl Fn(u64) -> u64,
     ) -> Result<Grant, Denied> {
         let last = if s > 0 { Some(ts(s - 1)) } else { None };
@@ -230,12 +234,15 @@ impl Policy {
         // Nanoseconds from the reading until the newest entry leaves the window (0 for none).
         let reset_of =
             |newest: Option<u64>| newest.map_or(0, |t| (t + self.window).saturating_sub(now));
-        let first = self.first_in_window(s.saturating_sub(self.count), s, at, &ts);
-        let held = s - first;
+        // Admissions left in the window at `at`, before this request.
+        let left = || {
+            let first = self.first_in_window(s.saturating_sub(self.count), s, at, &ts);
+            self.count.saturating_sub(s - first)
+        };
         if n == 0 {
             return Ok(Grant {
                 at,
-                level: self.count.saturating_sub(held),
+                level: left(),
                 reset: reset_of(last),
             });
         }
@@ -248,7 +255,7 @@ impl Policy {
                 return Err(Denied::new(
                     now,
                     Span::from_nanos(u128::from(retry_at.saturating_sub(now))),
-                    self.count.saturating_sub(held),
+                    left(),
                     1,
                     Span::from_nanos(u128::from(reset_of(last))),
                 ));
@@ -256,7 +263,7 @@ impl Policy {
         }
         Ok(Grant {
             at,
-            level: self.count.saturating_sub(held).saturating_sub(n),
+            level: if tally { left().saturating_sub(n) } else { 0 },
             reset: reset_of(Some(at)),
         })
     }
@@ -378,7 +385,7 @@ impl Log {
 
     /// Reads a consistent view of the log at its head and judges a request for `n` admissions at
     /// reading `now`, with effective time at least `floor`. Writes nothing but head moves.
-    fn view(&self, policy: &Policy, now: u64, floor: u64, n: u64) -> View {
+    fn view(&self, policy: &Policy, now: u64, floor: u64, n: u64, tally: bool) -> View {
         let count = self.len();
         loop {
             let s = self.head();
@@ -393,7 +400,7 @@ impl Log {
             // slot: a racer may claim `s` in between without moving the head yet, and a judgment
             // mixing that newer entry with head `s` would count it as the entry it replaced.
             let reused = s.checked_sub(count);
-            let verdict = policy.judge(s, now, floor, n, |p| {
+            let verdict = policy.judge(s, now, floor, n, tally, |p| {
                 if Some(p) == reused {
                     word.ts()
                 } else {
@@ -412,10 +419,17 @@ impl Log {
 
     /// Claims one position at reading `now`, with effective time at least `floor`, answering the
     /// judgment of a request for `n` (`1..=N`) admissions made there.
-    fn claim(&self, policy: &Policy, now: u64, floor: u64, n: u64) -> Result<Grant, Denied> {
+    fn claim(
+        &self,
+        policy: &Policy,
+        now: u64,
+        floor: u64,
+        n: u64,
+        tally: bool,
+    ) -> Result<Grant, Denied> {
         let count = self.len();
         loop {
-            let View { s, word, verdict } = self.view(policy, now, floor, n);
+            let View { s, word, verdict } = self.view(policy, now, floor, n, tally);
             let grant = verdict?;
             let new = Entry::new(s, count, grant.at);
             // AcqRel: the Release half publishes the entry (and, with it, everything this thread saw
@@ -438,18 +452,20 @@ impl Log {
 
     /// Admits `n` (`1..=N`) at reading `now`, or says when it could be.
     pub(crate) fn acquire(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
-        let first = self.claim(policy, now, 0, n)?;
+        let first = self.claim(policy, now, 0, n, true)?;
         // The rest at the same effective time (or later, after a lost race), each judged again:
         // without a race each finds its entry `p - N` already checked by the first judgment.
         for _ in 1..n {
-            self.claim(policy, now, first.at, 1)?;
+            self.claim(policy, now, first.at, 1, false)?;
         }
         Ok(first.admitted())
     }
 
     /// The judgment of `n` (`0..=N`) admissions at reading `now`, writing nothing.
     pub(crate) fn peek(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
-        self.view(policy, now, 0, n).verdict.map(Grant::admitted)
+        self.view(policy, now, 0, n, true)
+            .verdict
+            .map(Grant::admitted)
     }
 
     /// The timestamps of the entries in the ring, oldest first: the last `min(N, head)` admissions.
@@ -795,7 +811,7 @@ mod tests {
     /// Judges against a plain vector of timestamps (positions 0.. in order).
     fn judge(p: &Policy, log: &[u64], now: u64, n: u64) -> Result<Grant, Denied> {
         let s = log.len() as u64;
-        p.judge(s, now, 0, n, |i| log[i as usize])
+        p.judge(s, now, 0, n, true, |i| log[i as usize])
     }
 
     #[test]
@@ -838,7 +854,7 @@ mod tests {
         let d = judge(&p, &[50, 60], 0, 1).unwrap_err();
         assert_eq!(d.retry_at().as_u64(), 150);
         assert_eq!(d.retry_after().as_nanos(), 150);
-        let g = p.judge(0, 5, 70, 1, |_| unreachable!()).unwrap();
+        let g = p.judge(0, 5, 70, 1, true, |_| unreachable!()).unwrap();
         assert_eq!(g.at, 70);
     }
 
@@ -860,7 +876,7 @@ mod tests {
         for ts in [0, 1, u64::MAX >> 1, 1 << 62] {
             for s in [0, 1, 3, 4, u64::MAX] {
                 for n in 0..=3 {
-                    let _ = p.judge(s, 1 << 62, 1 << 62, n, |i| ts ^ (i & 7));
+                    let _ = p.judge(s, 1 << 62, 1 << 62, n, n % 2 == 0, |i| ts ^ (i & 7));
                 }
             }
         }
