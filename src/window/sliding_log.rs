@@ -65,7 +65,9 @@
 //! the positions it already claimed **stay in the log**: they count as admissions until they leave
 //! the window. A lost race can therefore cost up to `n - 1` of the window's capacity for one window
 //! length; it never admits more than the limit. A keyed limiter that needs strict all-or-nothing
-//! under contention should keep `n = 1`.
+//! under contention should keep `n = 1`. Such a denial describes the position the request could
+//! not claim: its `retry_after` is when one more admission would fit. Likewise the `remaining` of a
+//! request for several that raced is as of its first position.
 //!
 //! # The claim protocol
 //!
