@@ -135,7 +135,7 @@ proptest! {
     fn log_matches_reference_model(
         spec in spec(),
         start in start(),
-        ops in prop::collection::vec(op(), 0..=64),
+        ops in prop::collection::vec(op(), 0..=128),
     ) {
         run(&spec, start, &ops);
     }
