@@ -42,13 +42,14 @@ struct Input {
     ops: Vec<LogOp>,
 }
 
-/// N: mostly a handful, sometimes the edges of the accepted range or anything.
+/// N: mostly a handful, rarely the edges of the accepted range or anything (the longest log costs
+/// 65 536 claims per request for all of it, which slows every input that draws it).
 fn count(u: &mut Unstructured<'_>) -> Result<u64> {
-    Ok(match u.int_in_range(0..=7u8)? {
-        0..=3 => u.int_in_range(1..=4)?,
-        4 => u.int_in_range(1..=64)?,
-        5 => MAX_LOG,
-        6 => MAX_LOG + 1,
+    Ok(match u.int_in_range(0..=31u8)? {
+        0..=19 => u.int_in_range(1..=4)?,
+        20..=27 => u.int_in_range(1..=64)?,
+        28 => MAX_LOG,
+        29 => MAX_LOG + 1,
         _ => u.arbitrary()?,
     })
 }
