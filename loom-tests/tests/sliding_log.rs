@@ -1,8 +1,8 @@
 //! Loom models of [`tollgate::window::SlidingWindowLog`]'s claim protocol: two threads racing for the
 //! last slot of a window, a claim racing a reader of the same slot, a claimer stalled between its
 //! slot compare-and-swap and its head move while another thread helps the head on and claims the
-//! next position, a request for two losing its second position to a racer, and a reader stalled
-//! while the slots it reads are reused a lap later.
+//! next position, a request for two losing its second position to a racer, a reader stalled
+//! while the slots it reads are reused a lap later, and three threads racing for two slots.
 //!
 //! Each model was checked against a broken protocol, and fails on it: judging the slot being
 //! claimed by a second load instead of the word the claim compares against (the reader model),
@@ -292,5 +292,40 @@ fn a_reader_stalled_while_the_slots_it_reads_are_reused_answers_from_one_state()
             }
             Err(e) => panic!("1 fits a log of 2: {e}"),
         }
+    });
+}
+
+#[test]
+fn three_threads_racing_for_two_slots_exactly_two_win_with_distinct_positions() {
+    // Summary: which of the three threads lost (0 is the main thread).
+    check_reaches(&[0, 1, 2], || {
+        let log = log(2);
+
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let log = Arc::clone(&log);
+                thread::spawn(move || log.try_acquire_at(at(0)))
+            })
+            .collect();
+        let mut outcomes = vec![log.try_acquire_at(at(0))];
+        outcomes.extend(
+            others
+                .into_iter()
+                .map(|h| h.join().expect("racer panicked")),
+        );
+
+        // Each winner reports what it left; two winners on one position would both report 1.
+        let mut left: Vec<u64> = outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().ok().map(|a| a.remaining()))
+            .collect();
+        left.sort_unstable();
+        assert_eq!(left, [0, 1], "two slots, three takers: {outcomes:?}");
+        assert_eq!(head(&log), 2);
+        assert_eq!(log.remaining_at(at(0)), 0);
+        outcomes
+            .iter()
+            .position(Result::is_err)
+            .expect("one thread lost")
     });
 }
