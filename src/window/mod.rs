@@ -8,6 +8,10 @@
 //! Window boundaries fall at the clock's epoch and every whole window after it, unless an
 //! [`Alignment`] says otherwise.
 
+pub mod sliding_log;
+
+pub use sliding_log::SlidingWindowLog;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub mod fixed;

@@ -1,0 +1,1054 @@
+//! The sliding window log: exact, "never more than N admissions in any window `(t - W, t]`", its
+//! state a lock-free ring of the last N admission times.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::window::SlidingWindowLog;
+//! use tollgate::{ManualClock, Nanos, Quota};
+//!
+//! // 3 per second, in any second, not only in each calendar second.
+//! let log = SlidingWindowLog::with_clock(Quota::per_second(3)?, ManualClock::new())?;
+//! let ms = |n: u64| Nanos::new(n * 1_000_000);
+//! assert!(log.try_acquire_at(ms(0)).is_ok());
+//! assert!(log.try_acquire_at(ms(400)).is_ok());
+//! assert!(log.try_acquire_at(ms(900)).is_ok());
+//! // A fixed window would open again at 1000 ms; the log waits until the admission at 0 ms leaves.
+//! let denied = log.try_acquire_at(ms(950)).unwrap_err();
+//! assert_eq!(denied.retry_at(), ms(1000));
+//! assert!(log.try_acquire_at(ms(1000)).is_ok());
+//! assert!(log.try_acquire_at(ms(1001)).is_err()); // the admission at 400 ms is still in
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Algorithm
+//!
+//! A request at reading `t` is admitted when fewer than N admissions lie in the window
+//! `(t - W, t]`. Keeping every admission time would cost unbounded memory; the last N suffice,
+//! because the only question is whether the N-th newest has left the window. They live in a ring
+//! of N 64-bit slots, so a key costs `8 × N` bytes (plus one padded cache line for the head). The longest
+//! log is [`MAX_LOG`] entries (512 KiB per key); a longer one is refused with
+//! [`QuotaError::LogTooLong`]. There is no alignment: the window slides with every reading.
+//!
+//! Admissions get consecutive *positions* 0, 1, 2, …; position `p` lives in slot `p % N`. A request
+//! for one admission at reading `t` against a log whose next free position is `s`:
+//!
+//! 1. takes the effective time `t' = max(t, ts(s - 1))`: timestamps never decrease along positions,
+//!    so a clock that steps back, or a slower reading that lost a race, never records a time earlier
+//!    than the entry before it (and binary search over the ring works);
+//! 2. is admitted iff `s < N` (fewer than N admissions ever) or `ts(s - N) <= t' - W` (the N-th
+//!    newest admission has left the window);
+//! 3. if admitted, writes `t'` into position `s`; if not, writes nothing and reports
+//!    `retry_at = ts(s - N) + W`, the exact instant the oldest admission in the window leaves it.
+//!
+//! # Guarantees
+//!
+//! - **Exact.** Every admission at position `p >= N` satisfies `ts(p) >= ts(p - N) + W`. Among any
+//!   N + 1 admissions two positions are congruent mod N, and the chain of such steps between them
+//!   spans at least W, so no window `(t - W, t]` of length W (measured on recorded times) ever holds
+//!   N + 1 admissions, under any interleaving of threads.
+//! - **Time only helps.** A reading earlier than one already recorded is judged at the recorded time
+//!   (`t'` above): a clock that steps back never admits more than the limit. An idle period of any
+//!   length, up to a reading of `u64::MAX`, empties the window and no more.
+//! - **Exact `retry_after`.** A denial's [`Denied::retry_at`] is the earliest reading at which the
+//!   same request would be admitted if nothing else happened in between; one nanosecond earlier it
+//!   would be denied.
+//! - Readings beyond [`Nanos::MAX_USABLE`] (2^62 ns, 146 years) are clamped: no arithmetic can
+//!   overflow.
+//!
+//! # Requests for more than one
+//!
+//! A request for `n` admissions checks up front that the entry at position `s + n - 1 - N` has left
+//! the window (timestamps are monotone, so it is the only one to check) and then claims positions
+//! `s, s + 1, …` one at a time. Without a race that is all or nothing. If another thread claims one
+//! of those positions first, the request continues at the next free position while its entry
+//! `p - N` has left the window, judged again each time; if one has not, the request is denied and
+//! the positions it already claimed **stay in the log**: they count as admissions until they leave
+//! the window. A lost race can therefore cost up to `n - 1` of the window's capacity for one window
+//! length; it never admits more than the limit. A keyed limiter that needs strict all-or-nothing
+//! under contention should keep `n = 1`. Such a denial describes the position the request could
+//! not claim: its `retry_after` is when one more admission would fit. Likewise the `remaining` of a
+//! request for several that raced is as of its first position.
+//!
+//! # The claim protocol
+//!
+//! The state is a head (the next position to claim; a hint, advanced by whoever sees it lag) and the
+//! ring. A slot is *claimed* by the same compare-and-swap that writes its new timestamp, so no thread
+//! ever judges by a slot that is claimed and not yet written. To claim position `s`:
+//!
+//! 1. load the head `s`, then slot `s % N`. If the slot already holds position `s` (another thread
+//!    claimed it and has not advanced the head yet), help: move the head from `s` to `s + 1`, restart;
+//! 2. otherwise the slot holds position `s - N` (or, for `s < N`, the fresh word). Read what the
+//!    decision needs (`ts(s - 1)`, and for the outcome's `remaining` a binary search over the ring),
+//!    taking position `s - N` from the word already read, never from a second load of its slot:
+//!    another thread may claim `s` in between without having moved the head yet, and a judgment
+//!    that took its entry for the one it replaced would answer for no state the log was ever in;
+//! 3. load the head again: if it moved, restart. Head still at `s` proves that every slot read
+//!    in between held the entry of its position below `s` (a slot is only reused a lap later, by a
+//!    thread that had loaded a head past `s`);
+//! 4. judge; a denial returns having written nothing;
+//! 5. compare-and-swap the slot from the word read in step 1 to `(s, t')`. Timestamps in a slot
+//!    strictly increase with each claim (`t' >= ts(s - N) + W > ts(s - N)`) and the fresh word is
+//!    never a claimed one, so a slot word never repeats: no ABA. Success proves position `s` was
+//!    still free, so the view of step 2 was still the log's state at that instant: the admission
+//!    takes effect there. Failure restarts; success helps the head forward.
+//!
+//! The protocol was designed with step 2 loading each position's slot as needed; the loom model
+//! `a_reader_of_a_slot_being_claimed_sees_the_old_entry_or_the_new_never_a_mix` found that a
+//! reader could then mix a racer's fresh claim of `s` (head not yet moved) with the rest of the
+//! view and report a `retry_after` no state of the log had. Admissions were never affected (their
+//! compare-and-swap fails on the changed word), only the answers of denials, peeks and queries.
+//!
+//! The protocol is lock-free: a thread restarts only when another has claimed a position (moving
+//! the head or changing a slot), and a claim left half-done by a stalled thread (slot written, head
+//! not moved) is finished by whoever sees it.
+//!
+//! # Memory ordering
+//!
+//! Slot loads are `Acquire` and claims `AcqRel`; head loads are `Acquire` and head moves `AcqRel`.
+//! A thread moves the head past `s` only after it has seen the claim of `s` (its own, or one loaded
+//! with `Acquire`), so a thread that loads the head at `s` sees the claims of every position below
+//! `s`. None of it publishes other data: do not use an admission to make other writes visible.
+//! Admissions are linearizable, each at its claiming compare-and-swap.
+
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use super::window_of;
+use crate::cas::retries;
+use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
+use crate::quota::{Quota, QuotaError};
+use crate::sync::{AtomicU64, Ordering};
+
+/// The longest log: 65 536 entries of 8 bytes, 512 KiB per key. A quota whose count exceeds it is
+/// refused with [`QuotaError::LogTooLong`]: a limit that large is better served by a
+/// [`TokenBucket`](crate::TokenBucket) or a sliding window counter, whose state is one word.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::{sliding_log::MAX_LOG, SlidingWindowLog};
+/// use tollgate::{Quota, QuotaError};
+/// assert!(SlidingWindowLog::new(Quota::per_hour(MAX_LOG)?).is_ok());
+/// let err = SlidingWindowLog::new(Quota::per_hour(MAX_LOG + 1)?).unwrap_err();
+/// assert_eq!(err, QuotaError::LogTooLong { count: MAX_LOG + 1, max: MAX_LOG });
+/// assert_eq!(err.field(), "count");
+/// # Ok::<(), QuotaError>(())
+/// ```
+pub const MAX_LOG: u64 = 65_536;
+
+/// The log's constants, derived once from a [`Quota`]: shared by every key of a keyed limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Policy {
+    /// N, the admissions allowed in any window: `1..=MAX_LOG`.
+    count: u64,
+    /// W, the window length in nanoseconds: `1..=2^62`.
+    window: u64,
+}
+
+/// What an admission will write and report, decided from a view of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The effective time `t'` the new entries record.
+    at: u64,
+    /// Admissions left in the window at `t'` after this one.
+    level: u64,
+    /// Nanoseconds from the reading until the newest entry leaves the window.
+    reset: u64,
+}
+
+impl Grant {
+    fn admitted(self) -> Admitted {
+        // unit 1: the level is in whole admissions.
+        Admitted::new(self.level, 1, Span::from_nanos(u128::from(self.reset)))
+    }
+}
+
+impl Policy {
+    /// The policy for `quota`, or why a log cannot enforce it.
+    pub(crate) fn new(quota: &Quota) -> Result<Policy, QuotaError> {
+        let (count, window) = window_of(quota)?;
+        if count > MAX_LOG {
+            return Err(QuotaError::LogTooLong {
+                count,
+                max: MAX_LOG,
+            });
+        }
+        Ok(Policy {
+            // A quota's count and period are at least 1; `max` keeps the modulo by N panic-free
+            // even if that ever changed.
+            count: count.max(1),
+            window: window.max(1),
+        })
+    }
+
+    /// Checks `n` against N, answering `n = 0` as a query.
+    #[inline]
+    pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
+        if n > self.count {
+            Err(InsufficientCapacity {
+                requested: n,
+                capacity: self.count,
+            })
+        } else {
+            Ok(n != 0)
+        }
+    }
+
+    /// The first position in `lo..hi` whose entry is still in the window at `at` (`hi` if none):
+    /// timestamps never decrease along positions, so the entries in the window are a suffix.
+    fn first_in_window(&self, lo: u64, hi: u64, at: u64, ts: &impl Fn(u64) -> u64) -> u64 {
+        let (mut a, mut b) = (lo, hi);
+        while a < b {
+            let mid = a + (b - a) / 2;
+            // ts < 2^63 (the word's low bits) and W <= 2^62: the sum fits.
+            if ts(mid) + self.window > at {
+                b = mid;
+            } else {
+                a = mid + 1;
+            }
+        }
+        a
+    }
+
+    /// Judges a request for `n` admissions (`0..=N`) at position `s`, the reading `now` (clamped)
+    /// and the floor `floor` on the effective time, given `ts(p)`, the timestamp of position `p`
+    /// for `p` in `s - N..s` (and `p >= 0`).
+    ///
+    /// With `tally` false an admission's level is left at 0 and the binary search for it skipped
+    /// (the later positions of a request for several, whose outcome reports the first judgment).
+    ///
+    /// Pure: it reads the log only through `ts`. On inconsistent input (a torn view the caller will
+    /// discard) it still returns without panicking.
+    #[inline]
+    pub(crate) fn judge(
+        &self,
+        s: u64,
+        now: u64,
+        floor: u64,
+        n: u64,
+        tally: bool,
+        ts: impl Fn(u64) -> u64,
+    ) -> Result<Grant, Denied> {
+        let last = if s > 0 { Some(ts(s - 1)) } else { None };
+        let at = now.max(floor).max(last.unwrap_or(0));
+        // Nanoseconds from the reading until the newest entry leaves the window (0 for none).
+        let reset_of =
+            |newest: Option<u64>| newest.map_or(0, |t| (t + self.window).saturating_sub(now));
+        // Admissions left in the window at `at`, before this request.
+        let left = || {
+            let first = self.first_in_window(s.saturating_sub(self.count), s, at, &ts);
+            self.count.saturating_sub(s - first)
+        };
+        if n == 0 {
+            return Ok(Grant {
+                at,
+                level: left(),
+                reset: reset_of(last),
+            });
+        }
+        // The request's last admission goes to position `p`; its entry `p - N` must have left.
+        let p = s.saturating_add(n - 1);
+        if p >= self.count {
+            let oldest = ts(p - self.count);
+            let retry_at = oldest + self.window;
+            if retry_at > at {
+                return Err(Denied::new(
+                    now,
+                    Span::from_nanos(u128::from(retry_at.saturating_sub(now))),
+                    left(),
+                    1,
+                    Span::from_nanos(u128::from(reset_of(last))),
+                ));
+            }
+        }
+        Ok(Grant {
+            at,
+            level: if tally { left().saturating_sub(n) } else { 0 },
+            reset: reset_of(Some(at)),
+        })
+    }
+}
+
+/// One slot of the ring: the entry of the position it last held.
+///
+/// # State table
+///
+/// Bit 63 is the lap parity `(p / N) & 1` of the entry's position `p`; bits 0..63 its timestamp in
+/// nanoseconds (readings are clamped to 2^62, so they fit).
+///
+/// | word | meaning | written by |
+/// | --- | --- | --- |
+/// | parity 1, ts 0 ([`Entry::FRESH`]) | no entry yet: "position `i - N`" of slot `i`, lap -1, never judged | construction |
+/// | parity `(p / N) & 1`, ts `t` | position `p` was admitted at effective time `t` | the claim of `p`, one compare-and-swap from the entry of `p - N` |
+///
+/// Each claim replaces the entry of `p - N` by that of `p`, with `t >= ts(p - N) + W > ts(p - N)`:
+/// a slot's timestamps strictly increase and its parity alternates, and a claimed word of parity 1
+/// has `ts >= W >= 1`, so no word ever returns to a slot (no ABA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry(u64);
+
+impl Entry {
+    const PARITY: u64 = 1 << 63;
+    /// The word of a slot that has never been claimed.
+    const FRESH: Entry = Entry(Entry::PARITY);
+
+    /// The entry of position `p` of a log of `count` slots, admitted at `ts` (`< 2^63`).
+    #[inline]
+    fn new(p: u64, count: u64, ts: u64) -> Entry {
+        Entry(Entry::parity(p, count) | (ts & !Entry::PARITY))
+    }
+
+    #[inline]
+    fn parity(p: u64, count: u64) -> u64 {
+        ((p / count) & 1) << 63
+    }
+
+    /// Whether this is the entry of a position of `p`'s lap parity.
+    #[inline]
+    fn has_parity_of(self, p: u64, count: u64) -> bool {
+        self.0 & Entry::PARITY == Entry::parity(p, count)
+    }
+
+    #[inline]
+    fn ts(self) -> u64 {
+        self.0 & !Entry::PARITY
+    }
+}
+
+/// The per-key state: the head and the ring of the last N admission times.
+pub(crate) struct Log {
+    /// The next position to claim, a hint: at most one position behind the last claim, moved
+    /// forward by the claimer or by any thread that sees it lag. On its own cache line: every
+    /// request loads it twice, and the slots are written by other threads.
+    head: CachePadded<AtomicU64>,
+    /// N slots; position `p` lives in slot `p % N`. See [`Entry`] for the state table.
+    slots: Box<[AtomicU64]>,
+}
+
+/// A validated view of the log: the head, the word in its slot, and the judgment.
+struct View {
+    s: u64,
+    word: Entry,
+    verdict: Result<Grant, Denied>,
+}
+
+impl Log {
+    /// An empty log for `policy`: N fresh slots.
+    pub(crate) fn new(policy: &Policy) -> Log {
+        Log {
+            head: CachePadded::new(AtomicU64::new(0)),
+            slots: (0..policy.count)
+                .map(|_| AtomicU64::new(Entry::FRESH.0))
+                .collect(),
+        }
+    }
+
+    /// N, the number of slots (at least 1).
+    #[inline]
+    fn len(&self) -> u64 {
+        // usize -> u64 never truncates on the platforms Rust supports; `max` keeps the modulo safe.
+        (self.slots.len() as u64).max(1)
+    }
+
+    #[inline]
+    fn slot(&self, p: u64) -> &AtomicU64 {
+        // The index is below the slice's length, so it is in bounds.
+        &self.slots[(p % self.len()) as usize]
+    }
+
+    #[inline]
+    fn load(&self, p: u64) -> Entry {
+        // Acquire: pairs with the AcqRel claim that wrote this entry, so that a helper that sees a
+        // claim and then moves the head publishes that claim with its own Release.
+        Entry(self.slot(p).load(Ordering::Acquire))
+    }
+
+    #[inline]
+    fn head(&self) -> u64 {
+        // Acquire: pairs with the AcqRel head move that wrote this value, and through the chain of
+        // head read-modify-writes with every earlier one; each was made by a thread that had seen the
+        // claim of the position it passed, so every claim below the value read is visible here.
+        self.head.load(Ordering::Acquire)
+    }
+
+    /// Moves the head from `s` to `s + 1` if nobody has; the caller has seen position `s` claimed.
+    #[inline]
+    fn advance(&self, s: u64) {
+        // AcqRel: the Release half publishes the claim of `s` this thread has seen to every thread
+        // that later loads the head past `s` (see `head`); the Acquire half continues the chain
+        // from the move that wrote `s`. Failure is Relaxed: someone else moved it, and the value
+        // seen is not used. Positions never wrap in practice (2^64 admissions).
+        let _ =
+            self.head
+                .compare_exchange(s, s.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// Reads a consistent view of the log at its head and judges a request for `n` admissions at
+    /// reading `now`, with effective time at least `floor`. Writes nothing but head moves.
+    fn view(&self, policy: &Policy, now: u64, floor: u64, n: u64, tally: bool) -> View {
+        let count = self.len();
+        loop {
+            let s = self.head();
+            let word = self.load(s);
+            if word.has_parity_of(s, count) {
+                // Position `s` is claimed (the slot holds at least position `s - N`, since the head
+                // read shows that claim, and parity rules that one out): the head lags. Help.
+                self.advance(s);
+                continue;
+            }
+            // Position `s - N` is judged by the word just read, never by a second load of its
+            // slot: a racer may claim `s` in between without moving the head yet, and a judgment
+            // mixing that newer entry with head `s` would count it as the entry it replaced.
+            let reused = s.checked_sub(count);
+            let verdict = policy.judge(s, now, floor, n, tally, |p| {
+                if Some(p) == reused {
+                    word.ts()
+                } else {
+                    self.load(p).ts()
+                }
+            });
+            // Validation: a head still at `s` proves every slot read above held the entry of its
+            // position below `s` (or, for slot `s % N`, position `s - N`): a later entry can only
+            // be claimed by a thread that loaded a head past `s`, and seeing its claim would make
+            // this load see that head too.
+            if self.head() == s {
+                return View { s, word, verdict };
+            }
+        }
+    }
+
+    /// Claims one position at reading `now`, with effective time at least `floor`, answering the
+    /// judgment of a request for `n` (`1..=N`) admissions made there.
+    fn claim(
+        &self,
+        policy: &Policy,
+        now: u64,
+        floor: u64,
+        n: u64,
+        tally: bool,
+    ) -> Result<Grant, Denied> {
+        let count = self.len();
+        loop {
+            let View { s, word, verdict } = self.view(policy, now, floor, n, tally);
+            let grant = verdict?;
+            let new = Entry::new(s, count, grant.at);
+            // AcqRel: the Release half publishes the entry (and, with it, everything this thread saw
+            // when it loaded the head at `s`) to the Acquire slot loads of judges and helpers; the
+            // Acquire half pairs with the claim of `s - N` being replaced. Failure is Relaxed: the
+            // value seen is discarded, and the retry starts over from an Acquire load of the head.
+            match self
+                .slot(s)
+                .compare_exchange(word.0, new.0, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    claims::record(s, grant.at);
+                    self.advance(s);
+                    return Ok(grant);
+                }
+                Err(_) => retries::record(),
+            }
+        }
+    }
+
+    /// Admits `n` (`1..=N`) at reading `now`, or says when it could be.
+    pub(crate) fn acquire(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
+        let first = self.claim(policy, now, 0, n, true)?;
+        // The rest at the same effective time (or later, after a lost race), each judged again:
+        // without a race each finds its entry `p - N` already checked by the first judgment.
+        for _ in 1..n {
+            self.claim(policy, now, first.at, 1, false)?;
+        }
+        Ok(first.admitted())
+    }
+
+    /// The judgment of `n` (`0..=N`) admissions at reading `now`, writing nothing.
+    pub(crate) fn peek(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
+        self.view(policy, now, 0, n, true)
+            .verdict
+            .map(Grant::admitted)
+    }
+
+    /// The timestamps of the entries in the ring, oldest first: the last `min(N, head)` admissions.
+    /// For tests; racing claims may make it inconsistent.
+    #[cfg(all(test, not(loom)))]
+    fn entries(&self) -> Vec<u64> {
+        let s = self.head();
+        (s.saturating_sub(self.len())..s)
+            .map(|p| self.load(p).ts())
+            .collect()
+    }
+}
+
+/// An exact sliding window log: never more than N admissions in any window of length W.
+///
+/// Its state is a ring of the last N admission times (`8 × N` bytes, at most [`MAX_LOG`] entries),
+/// claimed lock-free: an admission is one compare-and-swap on one slot, a denial only reads.
+/// Generic over its [`Clock`]: [`MonotonicClock`] by default, [`ManualClock`](crate::ManualClock)
+/// for tests. See the [module docs](self) for the protocol and its guarantees.
+///
+/// # Memory ordering
+///
+/// Admissions are linearizable: each takes effect at one instant (its claiming compare-and-swap) in
+/// a single total order, and the limit holds over the times they record. An admission is not a
+/// synchronization point for other data: do not rely on it to make other writes visible.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::SlidingWindowLog;
+/// use tollgate::Quota;
+///
+/// // At most 10 requests in any minute.
+/// let log = SlidingWindowLog::new(Quota::per_minute(10)?)?;
+/// for _ in 0..10 {
+///     assert!(log.try_acquire().is_ok());
+/// }
+/// let denied = log.try_acquire().unwrap_err();
+/// assert!(denied.retry_after().as_secs() <= 60);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub struct SlidingWindowLog<C = MonotonicClock> {
+    log: Log,
+    policy: Policy,
+    quota: Quota,
+    clock: C,
+}
+
+impl SlidingWindowLog<MonotonicClock> {
+    /// A log of `quota.count()` admissions per window of `quota.period()`, on the default clock.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::WindowCapacity`] or [`QuotaError::WindowInitial`] when the quota has a capacity
+    /// or initial fill other than its count, [`QuotaError::WindowTooLong`] for a period over 2^62 ns,
+    /// [`QuotaError::LogTooLong`] for a count over [`MAX_LOG`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(5)?)?;
+    /// assert_eq!(log.remaining(), 5);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> Result<SlidingWindowLog<MonotonicClock>, QuotaError> {
+        SlidingWindowLog::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> SlidingWindowLog<C> {
+    /// A log for `quota` reading time from `clock`, starting empty.
+    ///
+    /// # Errors
+    ///
+    /// As [`SlidingWindowLog::new`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// use tollgate::{ManualClock, Quota};
+    /// let log = SlidingWindowLog::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+    /// assert_eq!(log.remaining(), 2);
+    /// // A window limiter has no separate burst size.
+    /// let err = SlidingWindowLog::with_clock(Quota::per_second(2)?.with_capacity(3)?, ManualClock::new());
+    /// assert_eq!(err.unwrap_err().field(), "capacity");
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn with_clock(quota: Quota, clock: C) -> Result<SlidingWindowLog<C>, QuotaError> {
+        let policy = Policy::new(&quota)?;
+        Ok(SlidingWindowLog {
+            log: Log::new(&policy),
+            policy,
+            quota,
+            clock,
+        })
+    }
+
+    /// Admits one request now, or says how long until one would be.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(1)?)?;
+    /// assert!(log.try_acquire().is_ok());
+    /// assert!(log.try_acquire().is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
+        self.try_acquire_at(self.clock.now())
+    }
+
+    /// Admits one request as of `now`, a reading of this log's clock the caller already holds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let log = SlidingWindowLog::with_clock(Quota::per_second(1)?, ManualClock::new())?;
+    /// assert!(log.try_acquire_at(Nanos::new(0)).is_ok());
+    /// assert!(log.try_acquire_at(Nanos::new(999_999_999)).is_err());
+    /// assert!(log.try_acquire_at(Nanos::new(1_000_000_000)).is_ok()); // the window is (t - W, t]
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
+        // N is at least 1, so one admission is always a valid request.
+        self.log.acquire(&self.policy, now.clamped(), 1)
+    }
+
+    /// Admits `n` requests now (see the [module docs](self#requests-for-more-than-one) for what a
+    /// lost race does to a request for more than one). `n = 0` is a query that always succeeds.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::Denied`] when fewer than `n` admissions are left in the window now;
+    /// [`AcquireError::InsufficientCapacity`] when `n` exceeds N and can never succeed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(10)?)?;
+    /// assert_eq!(log.try_acquire_n(4)?.remaining(), 6);
+    /// assert!(log.try_acquire_n(7).is_err());
+    /// assert!(log.try_acquire_n(11).unwrap_err().denied().is_none()); // never, not "later"
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
+        self.try_acquire_n_at(n, self.clock.now())
+    }
+
+    /// Admits `n` requests as of `now`. `n = 0` is a query that always succeeds and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`SlidingWindowLog::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let log = SlidingWindowLog::with_clock(Quota::per_second(4)?, ManualClock::new())?;
+    /// log.try_acquire_n_at(3, Nanos::new(0))?;
+    /// let denied = log.try_acquire_n_at(2, Nanos::new(10)).unwrap_err();
+    /// assert_eq!(denied.denied().unwrap().retry_at(), Nanos::new(1_000_000_000));
+    /// assert_eq!(log.try_acquire_n_at(0, Nanos::new(10))?.remaining(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        let now = now.clamped();
+        if self.policy.check_n(n)? {
+            self.log
+                .acquire(&self.policy, now, n)
+                .map_err(AcquireError::Denied)
+        } else {
+            self.log
+                .peek(&self.policy, now, 0)
+                .map_err(AcquireError::Denied)
+        }
+    }
+
+    /// Would `n` requests be admitted now? Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`SlidingWindowLog::try_acquire_n`]: the answer it would get.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(3)?)?;
+    /// assert!(log.peek_n(3).is_ok());
+    /// assert!(log.peek_n(3).is_ok()); // still: peeking admits nothing
+    /// assert!(log.peek_n(4).is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
+        self.peek_n_at(n, self.clock.now())
+    }
+
+    /// Would `n` requests be admitted as of `now`? Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`SlidingWindowLog::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let log = SlidingWindowLog::with_clock(Quota::per_second(1)?, ManualClock::new())?;
+    /// log.try_acquire_at(Nanos::new(5))?;
+    /// assert!(log.peek_n_at(1, Nanos::new(1_000_000_004)).is_err());
+    /// assert!(log.peek_n_at(1, Nanos::new(1_000_000_005)).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        self.policy.check_n(n)?;
+        self.log
+            .peek(&self.policy, now.clamped(), n)
+            .map_err(AcquireError::Denied)
+    }
+
+    /// Admissions left in the window now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(8)?)?;
+    /// assert_eq!(log.remaining(), 8);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        self.remaining_at(self.clock.now())
+    }
+
+    /// Admissions left in the window as of `now` (judged, as admissions are, at no earlier time than
+    /// the newest admission).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let log = SlidingWindowLog::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+    /// log.try_acquire_n_at(2, Nanos::new(0))?;
+    /// assert_eq!(log.remaining_at(Nanos::new(999_999_999)), 0);
+    /// assert_eq!(log.remaining_at(Nanos::new(u64::MAX)), 2); // a jump of centuries: just empty
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remaining_at(&self, now: Nanos) -> u64 {
+        self.log
+            .peek(&self.policy, now.clamped(), 0)
+            .map_or(0, |a| a.remaining())
+    }
+
+    /// The quota this log enforces.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// let q = tollgate::Quota::per_second(3)?;
+    /// assert_eq!(SlidingWindowLog::new(q)?.quota(), &q);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this log reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::SlidingWindowLog;
+    /// use tollgate::{Clock, ManualClock, Nanos, Quota};
+    /// let log = SlidingWindowLog::with_clock(Quota::per_second(3)?, ManualClock::starting_at(Nanos::new(4)))?;
+    /// assert_eq!(log.clock().now(), Nanos::new(4));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C> fmt::Debug for SlidingWindowLog<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingWindowLog")
+            .field("quota", &self.quota)
+            .field("head", &self.log.head())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A per-thread record of the positions this thread claimed and the times it wrote, kept only in
+/// the crate's own unit tests so that stress tests can rebuild the whole log; it compiles to nothing
+/// elsewhere.
+mod claims {
+    #[cfg(all(test, not(loom)))]
+    std::thread_local! {
+        static CLAIMS: std::cell::RefCell<Vec<(u64, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Notes that this thread claimed position `p` at time `at`.
+    #[inline(always)]
+    pub(super) fn record(p: u64, at: u64) {
+        #[cfg(all(test, not(loom)))]
+        CLAIMS.with(|c| c.borrow_mut().push((p, at)));
+        let _ = (p, at);
+    }
+
+    /// The claims this thread made so far, and forgets them.
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn take() -> Vec<(u64, u64)> {
+        CLAIMS.with(|c| std::mem::take(&mut *c.borrow_mut()))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn policy(count: u64, window_ns: u64) -> Policy {
+        let quota = Quota::per_period(count, std::time::Duration::from_nanos(window_ns)).unwrap();
+        Policy::new(&quota).unwrap()
+    }
+
+    /// Judges against a plain vector of timestamps (positions 0.. in order).
+    fn judge(p: &Policy, log: &[u64], now: u64, n: u64) -> Result<Grant, Denied> {
+        let s = log.len() as u64;
+        p.judge(s, now, 0, n, true, |i| log[i as usize])
+    }
+
+    #[test]
+    fn entries_pack_parity_and_time_and_the_fresh_word_is_never_a_claim() {
+        let e = Entry::new(5, 3, 1234);
+        assert_eq!(e.ts(), 1234);
+        assert!(e.has_parity_of(5, 3) && e.has_parity_of(11, 3) && !e.has_parity_of(8, 3));
+        assert!(Entry::new(0, 3, 0) != Entry::FRESH);
+        // Fresh is lap -1: the parity of positions 3..6 of a log of 3, whose entries have ts >= W >= 1.
+        assert!(Entry::FRESH.has_parity_of(3, 3) && !Entry::FRESH.has_parity_of(0, 3));
+        assert_eq!(Entry::new(3, 3, 1 << 62).ts(), 1 << 62);
+    }
+
+    #[test]
+    fn judge_admits_n_then_denies_with_exact_retry() {
+        let p = policy(3, SEC);
+        let grant = judge(&p, &[], 10, 1).unwrap();
+        assert_eq!((grant.at, grant.level, grant.reset), (10, 2, SEC));
+        let log = [10, 20, 30];
+        let d = judge(&p, &log, 40, 1).unwrap_err();
+        assert_eq!(d.retry_at().as_u64(), 10 + SEC);
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.reset_after().as_nanos(), u128::from(30 + SEC - 40));
+        // At exactly ts + W the oldest has left: the window is (t - W, t].
+        let g = judge(&p, &log, 10 + SEC, 1).unwrap();
+        assert_eq!(g.level, 0);
+        assert!(judge(&p, &log, 10 + SEC - 1, 1).is_err());
+        // Two need the second oldest gone.
+        let d = judge(&p, &log, 10 + SEC, 2).unwrap_err();
+        assert_eq!(d.retry_at().as_u64(), 20 + SEC);
+        assert_eq!(d.remaining(), 1);
+    }
+
+    #[test]
+    fn judge_clamps_time_to_the_newest_entry_and_the_floor() {
+        let p = policy(2, 100);
+        // A reading before the newest entry is judged at the newest entry.
+        let g = judge(&p, &[50], 0, 1).unwrap();
+        assert_eq!((g.at, g.level, g.reset), (50, 0, 150));
+        let d = judge(&p, &[50, 60], 0, 1).unwrap_err();
+        assert_eq!(d.retry_at().as_u64(), 150);
+        assert_eq!(d.retry_after().as_nanos(), 150);
+        let g = p.judge(0, 5, 70, 1, true, |_| unreachable!()).unwrap();
+        assert_eq!(g.at, 70);
+    }
+
+    #[test]
+    fn judge_of_nothing_reports_level_and_reset() {
+        let p = policy(4, 100);
+        let g = judge(&p, &[], 7, 0).unwrap();
+        assert_eq!((g.level, g.reset), (4, 0));
+        let g = judge(&p, &[0, 10, 60], 105, 0).unwrap();
+        // 0 left at 100; 10 and 60 are in (5, 105].
+        assert_eq!((g.at, g.level, g.reset), (105, 2, 55));
+        let g = judge(&p, &[0, 10, 60], u64::MAX >> 2, 0).unwrap();
+        assert_eq!((g.level, g.reset), (4, 0));
+    }
+
+    #[test]
+    fn judge_never_panics_on_a_torn_view() {
+        let p = policy(3, 1 << 62);
+        for ts in [0, 1, u64::MAX >> 1, 1 << 62] {
+            for s in [0, 1, 3, 4, u64::MAX] {
+                for n in 0..=3 {
+                    let _ = p.judge(s, 1 << 62, 1 << 62, n, n % 2 == 0, |i| ts ^ (i & 7));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn memory_is_eight_bytes_per_entry() {
+        for count in [1, 7, MAX_LOG] {
+            let log =
+                SlidingWindowLog::with_clock(Quota::per_hour(count).unwrap(), ManualClock::new())
+                    .unwrap();
+            assert_eq!(log.log.slots.len() as u64, count);
+            assert_eq!(std::mem::size_of_val(&*log.log.slots), 8 * count as usize);
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_last_n_times_and_the_head_follows() {
+        let log = SlidingWindowLog::with_clock(
+            Quota::per_period(3, std::time::Duration::from_nanos(100)).unwrap(),
+            ManualClock::new(),
+        )
+        .unwrap();
+        for t in [0, 10, 20, 100, 115] {
+            assert!(log.try_acquire_at(Nanos::new(t)).is_ok(), "{t}");
+        }
+        assert_eq!(log.log.entries(), vec![20, 100, 115]);
+        assert_eq!(log.log.head(), 5);
+        // A backwards reading records the newest time, not the reading.
+        assert!(log.try_acquire_at(Nanos::new(5)).is_err());
+        assert!(log.try_acquire_at(Nanos::new(120)).is_ok());
+        assert!(log.try_acquire_n_at(2, Nanos::new(0)).is_err());
+        assert!(log.try_acquire_at(Nanos::new(0)).is_err());
+        assert_eq!(log.log.entries(), vec![100, 115, 120]);
+        assert!(log.try_acquire_n_at(2, Nanos::new(216)).is_ok());
+        assert_eq!(log.log.entries(), vec![120, 216, 216]);
+    }
+
+    #[test]
+    fn denials_peeks_and_queries_never_write() {
+        let log = SlidingWindowLog::with_clock(Quota::per_second(2).unwrap(), ManualClock::new())
+            .unwrap();
+        log.try_acquire_n(2).unwrap();
+        let before = (log.log.head(), log.log.entries());
+        for _ in 0..10 {
+            assert!(log.try_acquire().is_err());
+            assert!(log.peek_n(1).is_err());
+            assert!(log.try_acquire_n(2).is_err());
+            assert!(log.try_acquire_n(3).is_err());
+            assert_eq!(log.try_acquire_n(0).unwrap().remaining(), 0);
+            assert_eq!(log.remaining(), 0);
+        }
+        assert_eq!((log.log.head(), log.log.entries()), before);
+    }
+
+    /// Checks a whole log rebuilt from every thread's claims: each position claimed exactly once,
+    /// timestamps non-decreasing along positions, and no window `(t - W, t]` with more than N.
+    fn check_full_log(mut claims: Vec<(u64, u64)>, count: u64, window: u64) {
+        claims.sort_unstable();
+        for (i, &(p, _)) in claims.iter().enumerate() {
+            assert_eq!(p, i as u64, "every position claimed exactly once");
+        }
+        let ts: Vec<u64> = claims.iter().map(|&(_, t)| t).collect();
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]), "times never decrease");
+        // Windows ending at each admission: the N-th admission after any one is at least W later.
+        let n = count as usize;
+        for i in n..ts.len() {
+            assert!(
+                ts[i] >= ts[i - n] + window,
+                "{} admissions within {} ns at positions {}..={i}",
+                n + 1,
+                ts[i] - ts[i - n],
+                i - n
+            );
+        }
+    }
+
+    /// Real threads whose readings arrive out of order (each lags the shared clock by its own,
+    /// varying amount, and one thread moves the clock on): the rebuilt log still never decreases
+    /// along positions and never holds more than N in any window.
+    #[test]
+    fn stress_out_of_order_readings_never_exceed_the_limit() {
+        use std::sync::Arc;
+
+        let (count, window) = (3u64, 1_000u64);
+        let quota = Quota::per_period(count, std::time::Duration::from_nanos(window)).unwrap();
+        let clock = ManualClock::new();
+        let log = Arc::new(SlidingWindowLog::with_clock(quota, clock.clone()).unwrap());
+        let handles: Vec<_> = (0..4u64)
+            .map(|i| {
+                let log = Arc::clone(&log);
+                let clock = clock.clone();
+                std::thread::spawn(move || {
+                    for k in 0..50_000u64 {
+                        if i == 0 {
+                            clock.advance(std::time::Duration::from_nanos(7));
+                        }
+                        let lag = (k * (i + 3)) % 2_500;
+                        let now = Nanos::new(clock.now().as_u64().saturating_sub(lag));
+                        if k % 5 == 0 {
+                            let _ = log.try_acquire_n_at(1 + k % 3, now);
+                        } else {
+                            let _ = log.try_acquire_at(now);
+                        }
+                    }
+                    claims::take()
+                })
+            })
+            .collect();
+        let all: Vec<(u64, u64)> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        assert!(all.len() as u64 > count, "the run admitted almost nothing");
+        assert_eq!(all.len() as u64, log.log.head());
+        check_full_log(all, count, window);
+    }
+
+    /// Real threads on one log: the rebuilt log never holds more than N in any window, and claims
+    /// really raced (the work per thread grows until a lost claim is observed).
+    #[test]
+    fn stress_real_threads_never_exceed_the_limit_and_do_contend() {
+        use std::sync::{Arc, Barrier};
+
+        let (count, window) = (4u64, 20_000u64);
+        let threads = 4;
+        let mut per_thread = 20_000u64;
+        for _attempt in 0..8 {
+            let quota = Quota::per_period(count, std::time::Duration::from_nanos(window)).unwrap();
+            let log = Arc::new(SlidingWindowLog::with_clock(quota, MonotonicClock::new()).unwrap());
+            let barrier = Arc::new(Barrier::new(threads));
+            let handles: Vec<_> = (0..threads)
+                .map(|i| {
+                    let log = Arc::clone(&log);
+                    let barrier = Arc::clone(&barrier);
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let mut admitted = 0u64;
+                        for k in 0..per_thread {
+                            // Mostly single requests; some pairs, and some peeks racing them.
+                            let ok = match (k + i as u64) % 8 {
+                                0 => log.try_acquire_n(2).map(|_| 2).unwrap_or(0),
+                                1 => {
+                                    let _ = log.peek_n(1);
+                                    0
+                                }
+                                _ => u64::from(log.try_acquire().is_ok()),
+                            };
+                            admitted += ok;
+                        }
+                        (admitted, retries::on_this_thread(), claims::take())
+                    })
+                })
+                .collect();
+            let (mut admitted, mut lost, mut all) = (0, 0, Vec::new());
+            for h in handles {
+                let (a, r, c) = h.join().unwrap();
+                admitted += a;
+                lost += r;
+                all.extend(c);
+            }
+            // Partial claims of a denied pair stay in the log, so the log holds at least as many.
+            assert!(all.len() as u64 >= admitted);
+            assert_eq!(all.len() as u64, log.log.head());
+            check_full_log(all, count, window);
+            if lost > 0 {
+                return;
+            }
+            per_thread *= 2;
+        }
+        panic!("no lost claim observed: the stress test proved nothing");
+    }
+}

@@ -1,0 +1,163 @@
+//! An exact reference model of the sliding window log, written from the specification alone: every
+//! admission time ever recorded, in a plain `Vec`, and the rule "admit `n` at effective time `t'`
+//! iff the recorded times in `(t' - W, t']` number at most `N - n`".
+//!
+//! Shared by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target,
+//! which include it with `#[path]` as `mod log_reference` next to `log_driver.rs`.
+//!
+//! Arithmetic is in `u128`, so nothing here can overflow whatever the crate does.
+
+/// Readings beyond this are taken as this (the crate's `Nanos::MAX_USABLE`, 2^62 ns).
+pub(crate) const MAX_USABLE: u64 = 1 << 62;
+
+/// The longest log the crate accepts (`window::sliding_log::MAX_LOG`).
+pub(crate) const MAX_LOG: u64 = 65_536;
+
+/// What the crate answers, in numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogOutcome {
+    /// Admitted (or a query for nothing).
+    Admitted {
+        /// Admissions left in the window after this one.
+        remaining: u64,
+        /// Nanoseconds from the reading until the newest admission leaves the window.
+        reset_after_ns: u128,
+    },
+    /// Denied for now.
+    Denied {
+        /// Nanoseconds from the reading until the same request would be admitted.
+        retry_after_ns: u128,
+        /// The reading at which it would be.
+        retry_at_ns: u64,
+        /// Admissions left in the window.
+        remaining: u64,
+        /// Nanoseconds from the reading until the newest admission leaves the window.
+        reset_after_ns: u128,
+    },
+    /// More than N asked for.
+    InsufficientCapacity {
+        /// Asked for.
+        requested: u64,
+        /// N.
+        capacity: u64,
+    },
+}
+
+/// The model: N, W, and every admission time in the order recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RefLog {
+    /// N, admissions allowed in any window.
+    pub(crate) count: u64,
+    /// W, the window length in nanoseconds.
+    pub(crate) window: u64,
+    /// Every recorded time, oldest first (never decreasing, since each is at least the last).
+    pub(crate) times: Vec<u64>,
+}
+
+impl RefLog {
+    /// An empty log of N per W ns.
+    pub(crate) fn new(count: u64, window: u64) -> RefLog {
+        RefLog {
+            count,
+            window,
+            times: Vec::new(),
+        }
+    }
+
+    /// The reading as the crate uses it: clamped.
+    fn reading(now: u64) -> u64 {
+        now.min(MAX_USABLE)
+    }
+
+    /// The effective time of a request at `reading`: never before the newest recorded time.
+    fn effective(&self, reading: u64) -> u64 {
+        self.times.last().map_or(reading, |&last| last.max(reading))
+    }
+
+    /// The recorded times in the window `(t - W, t]`, oldest first.
+    fn in_window(&self, t: u64) -> Vec<u64> {
+        self.times
+            .iter()
+            .copied()
+            .filter(|&x| x <= t && u128::from(x) + u128::from(self.window) > u128::from(t))
+            .collect()
+    }
+
+    /// Nanoseconds from `reading` until the newest recorded time leaves the window (0 if none).
+    fn reset_after(&self, reading: u64) -> u128 {
+        self.times.last().map_or(0, |&last| {
+            (u128::from(last) + u128::from(self.window)).saturating_sub(u128::from(reading))
+        })
+    }
+
+    fn judge(&mut self, n: u64, now: u64, write: bool) -> LogOutcome {
+        if n > self.count {
+            return LogOutcome::InsufficientCapacity {
+                requested: n,
+                capacity: self.count,
+            };
+        }
+        let reading = RefLog::reading(now);
+        let t = self.effective(reading);
+        let held = self.in_window(t);
+        let k = held.len() as u64;
+        if n == 0 {
+            return LogOutcome::Admitted {
+                remaining: self.count - k,
+                reset_after_ns: self.reset_after(reading),
+            };
+        }
+        if k + n <= self.count {
+            if write {
+                self.times.extend(std::iter::repeat(t).take(n as usize));
+            }
+            return LogOutcome::Admitted {
+                remaining: self.count - k - n,
+                reset_after_ns: u128::from(t) + u128::from(self.window) - u128::from(reading),
+            };
+        }
+        // The `d` oldest in the window must leave first; the last of them leaves at its time + W.
+        let d = (k + n - self.count) as usize;
+        let retry_at = u128::from(held[d - 1]) + u128::from(self.window);
+        let retry_after = retry_at - u128::from(reading);
+        LogOutcome::Denied {
+            retry_after_ns: retry_after,
+            retry_at_ns: u64::try_from(retry_at).expect("below 2^63"),
+            remaining: self.count - k,
+            reset_after_ns: self.reset_after(reading),
+        }
+    }
+
+    /// A request for `n` at reading `now`: recorded if admitted.
+    pub(crate) fn acquire(&mut self, n: u64, now: u64) -> LogOutcome {
+        let outcome = self.judge(n, now, true);
+        self.forget_left(now);
+        outcome
+    }
+
+    /// The answer `acquire` would give, recording nothing.
+    pub(crate) fn peek(&self, n: u64, now: u64) -> LogOutcome {
+        self.clone().judge(n, now, false)
+    }
+
+    /// Admissions left in the window at reading `now`.
+    pub(crate) fn remaining(&self, now: u64) -> u64 {
+        let t = self.effective(RefLog::reading(now));
+        self.count - self.in_window(t).len() as u64
+    }
+
+    /// Drops times that can never be in a window again: effective times never decrease, so a time
+    /// that has left the window at the newest recorded time has left it for good. Keeps the newest,
+    /// which sets the effective time. Only an economy: the answers do not change.
+    fn forget_left(&mut self, _now: u64) {
+        let Some(&last) = self.times.last() else {
+            return;
+        };
+        let keep_from = self
+            .times
+            .iter()
+            .position(|&x| u128::from(x) + u128::from(self.window) > u128::from(last))
+            .unwrap_or(self.times.len() - 1);
+        self.times.drain(..keep_from);
+    }
+}
