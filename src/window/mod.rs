@@ -13,6 +13,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::clock::Nanos;
 use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
 
+pub mod sliding_counter;
+
+pub use sliding_counter::{SlidingWindowCounter, SubWindowCounter};
+
 /// Where window boundaries fall on the limiter's clock.
 ///
 /// # Examples
