@@ -881,11 +881,14 @@ impl SubState {
     /// `count(h)` for a sub-window `h` below the hot word's; `None` when its slot was reused.
     fn history_count(&self, p: &Policy, h: u64) -> Option<u64> {
         let slot = self.slot(p, h)?;
-        // Relaxed: the Acquire load of the hot word that preceded this read synchronizes with the
-        // Release compare-and-swap that moved the hot word past `h`, which the mover made after
-        // publishing `count(h)` here; coherence then gives this value or a later one, and later
-        // values are the same count or a reused slot (seen as a later tag).
-        let (tag, count) = p.unpack_slot(slot.load(Ordering::Relaxed));
+        // The Acquire load of the hot word before this read already makes `count(h)` visible (it
+        // synchronizes with the Release compare-and-swap that moved the hot word past `h`, made
+        // after publishing `count(h)` here), so this load returns it or a later value: the same
+        // count, or a reused slot. Acquire here pairs with the Release publish of a reused slot:
+        // its publisher had seen the hot word at the later tag, so the reload that a stale view
+        // triggers is then guaranteed to see the hot word moved on too (with Relaxed, a reader
+        // could reload the old hot word again and again, which loom found as a livelock).
+        let (tag, count) = p.unpack_slot(slot.load(Ordering::Acquire));
         match tag.cmp(&h) {
             std::cmp::Ordering::Equal => Some(count),
             std::cmp::Ordering::Less => Some(0),
@@ -900,16 +903,19 @@ impl SubState {
             return;
         };
         let new = p.pack_slot(index, count);
-        // Relaxed: this write reaches readers through the Release compare-and-swap on the hot word
-        // that follows it in this thread, not through the slot itself.
+        // Relaxed: only compared against; what the slot publishes is ordered by the Release below.
         let mut seen = slot.load(Ordering::Relaxed);
         loop {
             let (tag, have) = p.unpack_slot(seen);
             if tag > index || (tag == index && have >= count) {
                 return;
             }
-            // Relaxed on both arms, as above; a failure hands back the value to compare again.
-            match slot.compare_exchange_weak(seen, new, Ordering::Relaxed, Ordering::Relaxed) {
+            // Release on success: pairs with the Acquire load of the slot by a reader with a stale
+            // hot word, so that its reload sees the hot word at least at `index` (which this thread
+            // had loaded before). Readers that need `count(index)` itself get it through the
+            // Release compare-and-swap on the hot word that follows. Relaxed on failure: the value
+            // seen is only compared again.
+            match slot.compare_exchange_weak(seen, new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(now) => seen = now,
             }
@@ -1019,8 +1025,11 @@ impl SubState {
 ///
 /// Admissions are linearizable, as above. The hot word is loaded with `Acquire` and written with a
 /// `Release` compare-and-swap, which is what makes the history published before a rollover visible
-/// to every later decision; history slots themselves are `Relaxed`. Do not use an admission to
-/// publish other data between threads.
+/// to every later decision. History slots are published with `Release` and read with `Acquire`
+/// too: a reader that finds a slot reused for a later sub-window must, on reloading the hot word,
+/// see it moved on at least that far (otherwise nothing forces its reload to see anything newer,
+/// and loom finds the reader spinning on a stale hot word). On x86 none of this costs an extra
+/// instruction. Do not use an admission to publish other data between threads.
 ///
 /// # Examples
 ///
