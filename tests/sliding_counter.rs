@@ -125,10 +125,13 @@ fn sub_windows_count_all_but_the_oldest_in_full() {
     assert_eq!(c.left(2 * SEC), 8);
 }
 
+/// (N per second, k, admissions as (n, reading), request, reading).
+type Case = (u64, u64, &'static [(u64, u64)], u64, u64);
+
 #[test]
 fn retry_at_is_exact() {
     // (quota, k, admissions, request, reading)
-    let cases: &[(u64, u64, &[(u64, u64)], u64, u64)] = &[
+    let cases: &[Case] = &[
         (10, 1, &[(10, 0)], 1, 0),
         (10, 1, &[(10, 0)], 5, 0),
         (10, 1, &[(10, 0)], 10, 0),
@@ -172,9 +175,15 @@ fn retry_after_when_the_previous_window_must_drain_first() {
     let d = c.acquire_n(4, SEC / 2 - 1).unwrap_err();
     let d = d.denied().unwrap();
     assert_eq!(d.retry_at(), at(SEC + 400 * MS));
-    assert_eq!(d.retry_after(), Duration::from_nanos(SEC + 400 * MS - (SEC / 2 - 1)));
+    assert_eq!(
+        d.retry_after(),
+        Duration::from_nanos(SEC + 400 * MS - (SEC / 2 - 1))
+    );
     assert_eq!(d.remaining(), 0);
-    assert_eq!(d.reset_after(), Duration::from_nanos(2 * SEC - (SEC / 2 - 1)));
+    assert_eq!(
+        d.reset_after(),
+        Duration::from_nanos(2 * SEC - (SEC / 2 - 1))
+    );
 }
 
 #[test]
@@ -245,7 +254,10 @@ fn zero_is_a_query_and_more_than_n_is_impossible() {
             assert!(c.peek(n, 0).unwrap_err().denied().is_none());
         }
         // A query writes nothing: a fresh window later still reads empty.
-        assert_eq!(c.acquire_n(0, 2 * SEC).unwrap().reset_after(), Duration::ZERO);
+        assert_eq!(
+            c.acquire_n(0, 2 * SEC).unwrap().reset_after(),
+            Duration::ZERO
+        );
         assert_eq!(c.left(2 * SEC), 4);
     }
 }
@@ -253,7 +265,10 @@ fn zero_is_a_query_and_more_than_n_is_impossible() {
 #[test]
 fn reset_after_is_when_the_estimate_reaches_zero() {
     let c = sub(per_second(8), 4);
-    assert_eq!(c.try_acquire_n_at(0, at(0)).unwrap().reset_after(), Duration::ZERO);
+    assert_eq!(
+        c.try_acquire_n_at(0, at(0)).unwrap().reset_after(),
+        Duration::ZERO
+    );
     let a = c.try_acquire_n_at(1, at(100 * MS)).unwrap();
     // Sub-window 0 leaves the window at the end of sub-window 4: 1.25 s.
     assert_eq!(a.reset_after(), Duration::from_millis(1150));
@@ -291,7 +306,10 @@ fn every_quota_error_names_its_field() {
         (SubWindowCounter::new(q, 1025).map(drop), "sub_windows"),
         (SubWindowCounter::new(q, 3).map(drop), "sub_windows"),
         // 32 767 fits at 1 s (and 500 ms), not at 250 ms sub-windows.
-        (SubWindowCounter::new(per_second(32_767), 4).map(drop), "count"),
+        (
+            SubWindowCounter::new(per_second(32_767), 4).map(drop),
+            "count",
+        ),
         (
             SubWindowCounter::new(q.with_capacity(20).unwrap(), 2).map(drop),
             "capacity",
@@ -312,8 +330,14 @@ fn every_quota_error_names_its_field() {
     );
     // 1024 sub-windows of 2^20 ns.
     let binary = Quota::per_period(10, Duration::from_nanos(1 << 30)).unwrap();
-    assert_eq!(SubWindowCounter::new(binary, 1024).unwrap().sub_windows(), 1024);
-    assert_eq!(SubWindowCounter::new(binary, 1025).unwrap_err().field(), "sub_windows");
+    assert_eq!(
+        SubWindowCounter::new(binary, 1024).unwrap().sub_windows(),
+        1024
+    );
+    assert_eq!(
+        SubWindowCounter::new(binary, 1025).unwrap_err().field(),
+        "sub_windows"
+    );
     assert_eq!(
         SubWindowCounter::new(q, 1025).unwrap_err(),
         QuotaError::SubWindows {
@@ -364,10 +388,7 @@ fn readings_at_the_end_of_time_are_clamped() {
     }
     // The largest window, the largest count.
     let big = Quota::per_period(1 << 31, Duration::from_nanos(1 << 62)).unwrap();
-    assert_eq!(
-        SlidingWindowCounter::new(big).unwrap_err().field(),
-        "count"
-    );
+    assert_eq!(SlidingWindowCounter::new(big).unwrap_err().field(), "count");
     let c = SlidingWindowCounter::with_clock(
         Quota::per_period((1 << 31) - 1, Duration::from_nanos(1 << 62)).unwrap(),
         ManualClock::new(),

@@ -118,7 +118,10 @@ fn one_word_rollover_racing_the_old_window_neither_loses_nor_doubles() {
         let rollover = c.try_acquire_at(at(1500));
         let old = old.join().expect("racer panicked");
 
-        assert!(rollover.is_ok(), "the rollover admits either way: {rollover:?}");
+        assert!(
+            rollover.is_ok(),
+            "the rollover admits either way: {rollover:?}"
+        );
         let previous = 3 + u64::from(old.is_ok());
         let state = format!("{c:?}");
         assert!(
@@ -171,7 +174,11 @@ fn sub_window_rollover_racing_an_old_admission_and_a_reader_publishes_the_final_
             // is 1; if the old admission won, the hot word still holds count(1) = 2. Either way 2:
             // the published history is the final count, neither lost nor doubled.
             assert_eq!(c.remaining_at(at(1500)), 1, "{c:?}");
-            assert_eq!(c.remaining_at(at(2000)), 3 - u64::from(rollover.is_ok()), "{c:?}");
+            assert_eq!(
+                c.remaining_at(at(2000)),
+                3 - u64::from(rollover.is_ok()),
+                "{c:?}"
+            );
             (rollover.is_ok(), saw_room)
         },
     );

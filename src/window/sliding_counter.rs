@@ -231,7 +231,10 @@ impl Policy {
 
     #[inline]
     fn unpack_slot(&self, word: u64) -> (u64, u64) {
-        (word >> self.slot_bits, word & ((1u64 << self.slot_bits) - 1))
+        (
+            word >> self.slot_bits,
+            word & ((1u64 << self.slot_bits) - 1),
+        )
     }
 
     // --- estimate --------------------------------------------------------------------------
@@ -397,9 +400,7 @@ impl Policy {
         // full; after k + 1 sub-windows everything has left and n <= N is admitted.
         for t in 0..=self.k + 1 {
             if let Some(e) = self.earliest(oldest, full, n, from) {
-                return Some(
-                    u128::from(v.at.lead) + u128::from(t) * w + u128::from(e) - e0,
-                );
+                return Some(u128::from(v.at.lead) + u128::from(t) * w + u128::from(e) - e0);
             }
             let next = if t < self.k {
                 count((j + t + 1).checked_sub(self.k))?
@@ -441,7 +442,13 @@ impl Policy {
                 1,
                 Span::from_nanos(reset),
             );
-            return Some(Ok((View { cur: v.cur + n, ..v }, answer)));
+            return Some(Ok((
+                View {
+                    cur: v.cur + n,
+                    ..v
+                },
+                answer,
+            )));
         }
         let retry = self.wait_nanos(&v, n, &mut count)?;
         let reset = self.reset_nanos(&v, &mut count)?;
@@ -1074,7 +1081,10 @@ impl SubWindowCounter<MonotonicClock> {
     /// assert_eq!(err.field(), "sub_windows");
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn new(quota: Quota, sub_windows: u64) -> Result<SubWindowCounter<MonotonicClock>, QuotaError> {
+    pub fn new(
+        quota: Quota,
+        sub_windows: u64,
+    ) -> Result<SubWindowCounter<MonotonicClock>, QuotaError> {
         SubWindowCounter::with_clock(quota, sub_windows, MonotonicClock::new())
     }
 }
@@ -1348,7 +1358,6 @@ impl<C> fmt::Debug for SubWindowCounter<C> {
     }
 }
 
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -1444,8 +1453,9 @@ mod tests {
             let _ = c.remaining_at(Nanos::new(t));
         }
         assert_eq!(format!("{c:?}"), snapshot);
-        let one = SlidingWindowCounter::with_clock(Quota::per_second(2).unwrap(), ManualClock::new())
-            .unwrap();
+        let one =
+            SlidingWindowCounter::with_clock(Quota::per_second(2).unwrap(), ManualClock::new())
+                .unwrap();
         one.try_acquire_n_at(2, Nanos::new(0)).unwrap();
         let before = cas::read(&one.word);
         let _ = one.try_acquire_at(Nanos::new(1));
@@ -1519,15 +1529,22 @@ mod tests {
                 }
                 per_thread *= 2;
             }
-            assert!(contended, "no retry observed for k = {k}: the stress test proved nothing");
+            assert!(
+                contended,
+                "no retry observed for k = {k}: the stress test proved nothing"
+            );
 
             // Moving readings: 4 threads × 20 000 requests over 0 .. 20 000 × 50 µs = 1 s per
             // 20 000, so about 1 window; the estimate never lets more than N into one window.
             let step = 50_000;
             let per_thread = 20_000;
             let sub = std::sync::Arc::new(
-                SubWindowCounter::with_clock(Quota::per_second(500).unwrap(), k, ManualClock::new())
-                    .unwrap(),
+                SubWindowCounter::with_clock(
+                    Quota::per_second(500).unwrap(),
+                    k,
+                    ManualClock::new(),
+                )
+                .unwrap(),
             );
             let c = std::sync::Arc::clone(&sub);
             let (admitted, _) = race(4, per_thread, step, move |t| c.try_acquire_at(t).is_ok());

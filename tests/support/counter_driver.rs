@@ -58,9 +58,15 @@ pub(crate) enum Step {
     Nanos(u64),
     BackNanos(u64),
     /// `num / den` sub-windows forwards.
-    Subs { num: u16, den: u8 },
+    Subs {
+        num: u16,
+        den: u8,
+    },
     /// `num / den` sub-windows backwards.
-    BackSubs { num: u16, den: u8 },
+    BackSubs {
+        num: u16,
+        den: u8,
+    },
     /// Whole windows forwards (an idle period of any length).
     Windows(u32),
     Set(u64),
@@ -169,7 +175,12 @@ fn build(spec: &Spec, start: u64) -> Option<(Limiter, RefCounter)> {
 
 fn check_admitted(context: &dyn Fn() -> String, got: &Admitted, remaining: u64, reset: u128) {
     assert_eq!(got.remaining(), remaining, "remaining: {}", context());
-    assert_eq!(got.reset_after(), duration(reset), "reset_after: {}", context());
+    assert_eq!(
+        got.reset_after(),
+        duration(reset),
+        "reset_after: {}",
+        context()
+    );
 }
 
 fn check_denied(
@@ -180,8 +191,18 @@ fn check_denied(
     reset: u128,
 ) {
     assert_eq!(got.remaining(), remaining, "remaining: {}", context());
-    assert_eq!(got.retry_after(), duration(retry), "retry_after: {}", context());
-    assert_eq!(got.reset_after(), duration(reset), "reset_after: {}", context());
+    assert_eq!(
+        got.retry_after(),
+        duration(retry),
+        "retry_after: {}",
+        context()
+    );
+    assert_eq!(
+        got.reset_after(),
+        duration(reset),
+        "reset_after: {}",
+        context()
+    );
 }
 
 /// Checks that `n` is denied one nanosecond before `retry_at` and admitted at it, on both.
@@ -197,7 +218,11 @@ fn check_retry_at(
         return;
     }
     let before = limiter.peek_n(n, Nanos::new(at - 1), false);
-    assert!(before.is_err(), "admitted before retry_at {at}: {}", context());
+    assert!(
+        before.is_err(),
+        "admitted before retry_at {at}: {}",
+        context()
+    );
     assert!(matches!(
         model.acquire(at - 1, n, false),
         RefOutcome::Denied { .. }
@@ -285,12 +310,8 @@ pub(crate) fn run(spec: &Spec, start: u64, ops: &[Op]) {
                 now = match step {
                     Step::Nanos(d) => now.saturating_add(d),
                     Step::BackNanos(d) => now.saturating_sub(d),
-                    Step::Subs { num, den } => {
-                        now.saturating_add(fraction(sub_ns, num, den))
-                    }
-                    Step::BackSubs { num, den } => {
-                        now.saturating_sub(fraction(sub_ns, num, den))
-                    }
+                    Step::Subs { num, den } => now.saturating_add(fraction(sub_ns, num, den)),
+                    Step::BackSubs { num, den } => now.saturating_sub(fraction(sub_ns, num, den)),
                     Step::Windows(m) => {
                         now.saturating_add(spec.period_ns.saturating_mul(u64::from(m)))
                     }
