@@ -43,15 +43,19 @@
 //!
 //! - **Worst case for one window**: `N` admissions at the very end of window `j − 1`, then, as soon
 //!   as window `j` has run for a fraction `f` of its length, `⌊f × N⌋` more. As `f` approaches 1
-//!   (the weight `1 − f` of the old window approaches 0), nearly `2N` admissions fall within a span
-//!   just over `W`: the exact sliding log would have refused all but a few of the second batch.
-//!   `tests/sliding_counter.rs` measures this against an exact count.
+//!   (the weight `1 − f` of the old window approaches 0), nearly `2N` admissions fall within one
+//!   span of length `W` (just under one window from the first batch to the second): the exact
+//!   sliding log would have refused all but a few of the second batch. `tests/sliding_counter.rs`
+//!   measures this against an exact count.
+//! - The other way, admissions early in the oldest (sub-)window are still partly counted after they
+//!   have left the exact window: the estimate then refuses requests the exact log would admit, by
+//!   at most the same count.
 //! - **With `k` sub-windows** the excess is bounded by the oldest sub-window's count: at most
 //!   `N + count(j − k)` admissions in any span of length `W`, and `count(j − k)` is at most `N`
 //!   but is typically near `N / k` for steady traffic (60 one-second sub-windows: the error shrinks
 //!   from a whole window's count to about a sixtieth of it).
-//! - The estimate never lets more than `N` through within one (sub-)window-aligned window of
-//!   length `W`: it counts every sub-window of it in full except the oldest, which it weights.
+//! - The estimate never lets more than `N` through within one aligned window of `k` whole
+//!   sub-windows: each admission counts every earlier sub-window of it in full.
 //! - Idle periods of any length read as empty; a request for `n > N` can never succeed and is
 //!   [`AcquireError::InsufficientCapacity`].
 //!
