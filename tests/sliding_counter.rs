@@ -483,3 +483,43 @@ fn clock_reading_methods_read_the_clock() {
     assert!(format!("{s:?}").contains("current: 2"));
     assert!(format!("{c:?}").contains("current: 2"));
 }
+
+/// The table of the largest `N` by window length in `SlidingWindowCounter`'s docs.
+#[test]
+fn the_documented_range_table_is_what_the_constructors_accept() {
+    let table: [(u64, u64); 10] = [
+        (1_000, 31),
+        (MS, 1_023),
+        (10 * MS, 4_095),
+        (100 * MS, 16_383),
+        (SEC, 32_767),
+        (10 * SEC, 131_071),
+        (60 * SEC, 262_143),
+        (3_600 * SEC, 2_097_151),
+        (86_400 * SEC, 16_777_215),
+        (1 << 62, (1 << 31) - 1),
+    ];
+    for (length, max) in table {
+        let period = Duration::from_nanos(length);
+        let fits = Quota::per_period(max, period).unwrap();
+        let over = Quota::per_period(max + 1, period).unwrap();
+        assert!(SlidingWindowCounter::new(fits).is_ok(), "{length}");
+        assert_eq!(
+            SlidingWindowCounter::new(over).unwrap_err(),
+            QuotaError::WindowCountTooLarge {
+                count: max + 1,
+                max,
+                window: period
+            }
+        );
+        // The same limit for a sub-window of that length (windows of 4 × 2^62 ns are too long).
+        let k = 4;
+        if length > (1 << 60) {
+            continue;
+        }
+        let fits = Quota::per_period(max, period * 4).unwrap();
+        assert!(SubWindowCounter::new(fits, k).is_ok(), "{length}");
+        let over = Quota::per_period(max + 1, period * 4).unwrap();
+        assert_eq!(SubWindowCounter::new(over, k).unwrap_err().field(), "count");
+    }
+}

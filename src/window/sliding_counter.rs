@@ -74,20 +74,7 @@
 //! and initial fill must be its count ([`QuotaError::WindowCapacity`], [`QuotaError::WindowInitial`]),
 //! and the count must fit twice beside a (sub-)window index in a 64-bit word
 //! ([`QuotaError::WindowCountTooLarge`]): shorter (sub-)windows need more index bits. The largest `N`
-//! for some (sub-)window lengths:
-//!
-//! | (sub-)window | largest `N` |
-//! | --- | --- |
-//! | 1 µs | 31 |
-//! | 1 ms | 1 023 |
-//! | 10 ms | 4 095 |
-//! | 100 ms | 16 383 |
-//! | 1 s | 32 767 |
-//! | 10 s | 131 071 |
-//! | 1 min | 262 143 |
-//! | 1 h | 2 097 151 |
-//! | 1 day | 16 777 215 |
-//! | 2^62 ns | 2^31 − 1 |
+//! for each length is tabled on [`SlidingWindowCounter`].
 //!
 //! `SubWindowCounter` needs `1 <= k <=` [`MAX_SUB_WINDOWS`] with `W` a whole multiple of `k`
 //! nanoseconds ([`QuotaError::SubWindows`]), and checks `N` against the table at the sub-window length
@@ -564,6 +551,25 @@ impl Policy {
 ///
 /// Word 0 is window 0 with both counts 0: a fresh limiter. The index never decreases and, within
 /// one index, the counts never decrease; denials, peeks and queries never write.
+///
+/// # Ranges
+///
+/// `N` must fit twice beside the window index, which needs more bits for shorter windows; `W` is at
+/// most 2^62 ns. The largest `N` for some window lengths (for a [`SubWindowCounter`], look up the
+/// sub-window length `W / k`):
+///
+/// | (sub-)window | largest `N` |
+/// | --- | --- |
+/// | 1 µs | 31 |
+/// | 1 ms | 1 023 |
+/// | 10 ms | 4 095 |
+/// | 100 ms | 16 383 |
+/// | 1 s | 32 767 |
+/// | 10 s | 131 071 |
+/// | 1 min | 262 143 |
+/// | 1 h | 2 097 151 |
+/// | 1 day | 16 777 215 |
+/// | 2^62 ns | 2^31 − 1 |
 ///
 /// # Memory ordering
 ///
