@@ -145,3 +145,50 @@ fn the_model_agrees_with_paper() {
         }
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The documented approximation bounds, on sequential traffic with forward readings, against
+    /// an exact log: any `k` consecutive sub-windows hold at most `N`, and any span `(t − W, t]`
+    /// at most `N` plus the count of the oldest sub-window it overlaps.
+    #[test]
+    fn admissions_stay_within_the_documented_bounds(
+        n_q in 1u64..=20,
+        k in 1u64..=6,
+        w in 1_000u64..=5_000,
+        ops in prop::collection::vec((0u64..=30, 1u64..=5), 1..200),
+    ) {
+        use tollgate::window::SubWindowCounter;
+        use tollgate::{ManualClock, Nanos, Quota};
+        let period = w * k;
+        // Up to 31 fits sub-windows of 1000 ns and more.
+        let quota = Quota::per_period(n_q, std::time::Duration::from_nanos(period)).unwrap();
+        let c = SubWindowCounter::with_clock(quota, k, ManualClock::new()).unwrap();
+        let mut now = 0u64;
+        let mut log: Vec<(u64, u64)> = Vec::new();
+        for (tenths, n) in ops {
+            // Steps of 0 to 3 sub-windows, in tenths.
+            now += w * tenths / 10;
+            let n = n.min(n_q);
+            if c.try_acquire_n_at(n, Nanos::new(now)).is_ok() {
+                log.push((now, n));
+            }
+        }
+        let count = |h: u64| -> u64 {
+            log.iter().filter(|&&(t, _)| t / w == h).map(|&(_, n)| n).sum()
+        };
+        for &(t, _) in &log {
+            let j = t / w;
+            let window: u64 = (j.saturating_sub(k - 1)..=j).map(count).sum();
+            prop_assert!(window <= n_q, "{window} in sub-windows ..={j}");
+            let span: u64 = log
+                .iter()
+                .filter(|&&(u, _)| u + period > t && u <= t)
+                .map(|&(_, n)| n)
+                .sum();
+            let oldest = j.checked_sub(k).map_or(0, count);
+            prop_assert!(span <= n_q + oldest, "{span} in ({}, {t}]", t.saturating_sub(period));
+        }
+    }
+}
