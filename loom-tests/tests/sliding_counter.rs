@@ -238,3 +238,35 @@ fn sub_window_reader_after_a_rollover_sees_the_published_count() {
         seen
     });
 }
+
+#[test]
+fn sub_window_two_rollovers_racing_both_count_once() {
+    // Summary: what each racer was told remained (main, spawned).
+    check_reaches(&[(0, 1), (1, 0)], || {
+        // 4 per window in 2 sub-windows of 500 ns; 2 admitted in sub-window 0.
+        let c = sub(4, 2);
+        c.try_acquire_n_at(2, at(0)).expect("admits");
+
+        // Both readings are in sub-window 1: both try to publish count(0) and advance; one
+        // advances, the other's raise is a no-op and it retries within sub-window 1.
+        let other = {
+            let c = Arc::clone(&c);
+            thread::spawn(move || c.try_acquire_at(at(700)))
+        };
+        let mine = c.try_acquire_at(at(600));
+        let theirs = other.join().expect("racer panicked");
+
+        let (Ok(mine), Ok(theirs)) = (&mine, &theirs) else {
+            panic!("2 + 1 + 1 <= 4 admits both: {mine:?}, {theirs:?}");
+        };
+        // Sub-window 2, start: count(0) at full weight (from the history) + count(1) = 4.
+        assert_eq!(c.remaining_at(at(1000)), 0, "{c:?}");
+        // Half way: 2 × 1/2 + 2 = 3.
+        assert_eq!(c.remaining_at(at(1250)), 1, "{c:?}");
+        assert!(
+            format!("{c:?}").contains("sub_window: 1, settled: 2, current: 2"),
+            "{c:?}"
+        );
+        (mine.remaining(), theirs.remaining())
+    });
+}
