@@ -92,8 +92,9 @@ use crate::quota::{Quota, QuotaError};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most sub-windows a [`SubWindowCounter`] accepts. Its state is `k + 2` words (the history
-/// ring and the hot word), and a rollover or a denial reads up to `k` of them; 1024 keeps both under
-/// 9 KB and a few microseconds.
+/// ring and the hot word) plus the hot word's cache-line padding, and a rollover or a denial reads
+/// up to `k` of them; 1024 keeps the state near 8 KB and the slowest denial to about a thousand
+/// loads of words that are rarely written.
 pub const MAX_SUB_WINDOWS: u64 = 1024;
 
 // ---------------------------------------------------------------------------------------------
