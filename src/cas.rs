@@ -10,25 +10,26 @@ use crate::sync::{spin_loop, AtomicU64, Ordering};
 /// The longest pause after a lost race, in spin-loop hints.
 const MAX_SPINS: u32 = 64;
 
-/// Exponential backoff after a lost compare-and-swap.
+/// Exponential backoff after a lost compare-and-swap (also used by the multi-word loop of
+/// [`SubWindowCounter`](crate::window::SubWindowCounter)).
 ///
 /// Two cores admitting on one word otherwise trade its cache line on every attempt, and most of
 /// their attempts fail: pausing a little (doubling up to [`MAX_SPINS`] hints, well under a
 /// microsecond) lets the winner's next attempt find the line still in its cache. Measured on the
 /// 2-core bench machine, it nearly doubles the throughput of two threads admitting on one bucket and
 /// costs nothing uncontended (a thread that never loses a race never pauses).
-struct Backoff {
+pub(crate) struct Backoff {
     spins: u32,
 }
 
 impl Backoff {
     #[inline]
-    fn new() -> Backoff {
+    pub(crate) fn new() -> Backoff {
         Backoff { spins: 1 }
     }
 
     #[cold]
-    fn pause(&mut self) {
+    pub(crate) fn pause(&mut self) {
         // Under loom a spin hint is a yield to the model checker, which would shift which
         // interleavings its preemption bound reaches; a pause changes timing, never an outcome, so
         // the models run without it.

@@ -21,6 +21,10 @@ pub use fixed::FixedWindow;
 use crate::clock::Nanos;
 use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
 
+pub mod sliding_counter;
+
+pub use sliding_counter::{SlidingWindowCounter, SubWindowCounter};
+
 /// Where window boundaries fall on the limiter's clock.
 ///
 /// # Examples

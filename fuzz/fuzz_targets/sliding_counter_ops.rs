@@ -1,0 +1,143 @@
+//! Arbitrary quotas, sub-window counts, alignments and operation sequences on a
+//! `SlidingWindowCounter` or a `SubWindowCounter`, every answer compared with the exact counter
+//! model to the nanosecond, and every denial's `retry_at` checked to be exact.
+//!
+//! The model and the driver are the same files the proptest in `tests/sliding_counter_model.rs`
+//! uses; only the way inputs are generated differs. Counts and periods come from the generators
+//! the bucket targets share.
+
+#![no_main]
+
+#[allow(dead_code)] // shared_input needs it; this target uses none of it directly
+#[path = "../../tests/support/reference.rs"]
+mod reference;
+
+#[allow(dead_code)] // shared_input needs its types; this target uses none of it directly
+#[path = "../../tests/support/bucket_driver.rs"]
+mod bucket_driver;
+
+#[allow(dead_code)] // this target uses the count and period generators only
+#[path = "shared_input.rs"]
+mod shared_input;
+
+#[path = "../../tests/support/counter_reference.rs"]
+mod counter_reference;
+
+#[path = "../../tests/support/counter_driver.rs"]
+mod counter_driver;
+
+use arbitrary::{Arbitrary, Result, Unstructured};
+use libfuzzer_sys::fuzz_target;
+
+use counter_driver::{run, Amount, Op, Spec, Step};
+
+/// The most operations one input runs.
+const MAX_OPS: usize = 256;
+
+/// One fuzz input: a counter, a starting reading, operations.
+#[derive(Debug)]
+struct Input {
+    spec: Spec,
+    start: u64,
+    ops: Vec<Op>,
+}
+
+fn spec(u: &mut Unstructured<'_>) -> Result<Spec> {
+    let count = shared_input::count(u)?;
+    let k = match u.int_in_range(0..=3u8)? {
+        0 => 1,
+        1 => u.int_in_range(1..=8)?,
+        2 => u.int_in_range(0..=1100)?,
+        _ => u.arbitrary()?,
+    };
+    let period_ns = match u.int_in_range(0..=2u8)? {
+        // A whole number of sub-windows, short or long.
+        0 => u
+            .int_in_range(1..=1_000_000u64)?
+            .saturating_mul(k.max(1)),
+        1 => u
+            .int_in_range(1..=(1u64 << 62) / 1024)?
+            .saturating_mul(k.max(1)),
+        // Anything the generators of the other targets produce.
+        _ => u64::try_from(shared_input::period(u)?.as_nanos()).unwrap_or(u64::MAX),
+    };
+    let offset = if u.ratio(1u8, 5u8)? {
+        Some(u.arbitrary()?)
+    } else {
+        None
+    };
+    Ok(Spec {
+        count,
+        period_ns,
+        k,
+        offset,
+        one_word: u.arbitrary()?,
+    })
+}
+
+fn amount(u: &mut Unstructured<'_>) -> Result<Amount> {
+    Ok(match u.int_in_range(0..=5u8)? {
+        0 => Amount::Zero,
+        1 => Amount::One,
+        2 => Amount::Few(u.arbitrary()?),
+        3 => Amount::Limit,
+        4 => Amount::AboveLimit,
+        _ => Amount::Raw(u.arbitrary()?),
+    })
+}
+
+fn step(u: &mut Unstructured<'_>) -> Result<Step> {
+    Ok(match u.int_in_range(0..=6u8)? {
+        0 => Step::Nanos(u.int_in_range(0..=1_000)?),
+        1 => Step::Subs {
+            num: u.int_in_range(0..=40)?,
+            den: u.int_in_range(1..=8)?,
+        },
+        2 => Step::BackSubs {
+            num: u.int_in_range(0..=40)?,
+            den: u.int_in_range(1..=8)?,
+        },
+        3 => Step::BackNanos(u.arbitrary()?),
+        4 => Step::Windows(u.arbitrary()?),
+        5 => Step::Set(u.arbitrary()?),
+        _ => Step::ToMax,
+    })
+}
+
+fn op(u: &mut Unstructured<'_>) -> Result<Op> {
+    let clock = u.ratio(1u8, 4u8)?;
+    Ok(match u.int_in_range(0..=4u8)? {
+        0 => Op::Acquire {
+            n: amount(u)?,
+            clock,
+        },
+        1 => Op::AcquireOne { clock },
+        2 => Op::Peek {
+            n: amount(u)?,
+            clock,
+        },
+        3 => Op::Remaining { clock },
+        _ => Op::Time(step(u)?),
+    })
+}
+
+impl<'a> Arbitrary<'a> for Input {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        let spec = spec(u)?;
+        let start = match u.int_in_range(0..=2u8)? {
+            0 => 0,
+            1 => u.int_in_range(0..=1 << 50)?,
+            _ => u.arbitrary()?,
+        };
+        let len = u.int_in_range(0..=MAX_OPS)?;
+        let mut ops = Vec::with_capacity(len);
+        for _ in 0..len {
+            ops.push(op(u)?);
+        }
+        Ok(Input { spec, start, ops })
+    }
+}
+
+fuzz_target!(|input: Input| {
+    run(&input.spec, input.start, &input.ops);
+});
