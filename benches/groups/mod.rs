@@ -4,3 +4,4 @@ pub(crate) mod common;
 pub(crate) mod contended;
 pub(crate) mod sharded;
 pub(crate) mod single;
+pub(crate) mod windows;

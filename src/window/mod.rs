@@ -8,22 +8,18 @@
 //! Window boundaries fall at the clock's epoch and every whole window after it, unless an
 //! [`Alignment`] says otherwise.
 
+pub mod fixed;
+pub mod sliding_counter;
 pub mod sliding_log;
 
+pub use fixed::FixedWindow;
+pub use sliding_counter::{SlidingWindowCounter, SubWindowCounter};
 pub use sliding_log::SlidingWindowLog;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub mod fixed;
-
-pub use fixed::FixedWindow;
-
 use crate::clock::Nanos;
 use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
-
-pub mod sliding_counter;
-
-pub use sliding_counter::{SlidingWindowCounter, SubWindowCounter};
 
 /// Where window boundaries fall on the limiter's clock.
 ///
@@ -99,12 +95,6 @@ impl Grid {
             // 0 <= shift < length <= 2^62.
             shift: u64::try_from(shift).unwrap_or(0),
         }
-    }
-
-    /// The window length in nanoseconds.
-    #[inline]
-    pub(crate) fn length(self) -> u64 {
-        self.length
     }
 
     /// The index of the window holding `now`, and the nanoseconds of that window already elapsed

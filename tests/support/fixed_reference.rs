@@ -140,7 +140,7 @@ pub(crate) fn expected_valid(spec: Spec) -> bool {
         return false;
     }
     let length = u128::from(spec.period_ns);
-    let max_index = (u128::from(MAX_USABLE) + length - 1) / length;
+    let max_index = u128::from(MAX_USABLE).div_ceil(length);
     let index_bits = 128 - max_index.leading_zeros();
     let max_count = (1u128 << (64 - index_bits)) - 1;
     u128::from(spec.count) <= max_count

@@ -1,0 +1,340 @@
+//! The window limiters beside `TokenBucket` and the peers that offer the same algorithm, one key,
+//! 1 and 2 threads, accept-heavy (`windows_allow`) and reject-heavy (`windows_deny`).
+//!
+//! | bench | limiter | peer of |
+//! | --- | --- | --- |
+//! | `fixed` | `FixedWindow` | |
+//! | `sliding_counter` | `SlidingWindowCounter` (one word) | |
+//! | `sub_window_10` | `SubWindowCounter`, 10 sub-windows | |
+//! | `sliding_log` | `SlidingWindowLog` | |
+//! | `token_bucket` | `TokenBucket` (capacity N, N per W) | |
+//! | `rg_fixed` | rate-guard-core 0.7.2 `FixedWindowCounterCore` | `fixed` |
+//! | `rg_approx_sliding` | rate-guard-core `ApproximateSlidingWindowCore` (two windows, weighted) | `sliding_counter` |
+//! | `rg_sliding_10` | rate-guard-core `SlidingWindowCounterCore`, 10 buckets | `sub_window_10` |
+//! | `rl_log` (deny only) | rate_limiters 0.1.13 `SlidingWindowLogShared` | `sliding_log_clock` |
+//!
+//! Every limiter gets the same quota, [`N`] per [`W`] (500 per millisecond: within every window
+//! limiter's range, 10 sub-windows included), and the same readings, passed explicitly (`_at`
+//! forms; rate-guard-core takes them as ticks in nanoseconds), so no clock read is timed: what is
+//! measured is the decision and its atomic or lock.
+//!
+//! - **Accept-heavy:** each thread's readings advance by [`STEP`] = 4W/N per check, so a thread
+//!   offers a quarter of the limit and two threads half of it: every check is admitted, except
+//!   where two threads' readings drift apart (tollgate counts an older reading in the newer
+//!   window; rate-guard-core refuses it as an expired tick). The admitted share must be at least
+//!   90 % for tollgate's limiters; the peers' share is not asserted. rate-guard-core answers
+//!   "contention" when its `try_lock` fails: the bench retries then, as a caller that needs an
+//!   answer would.
+//! - **Reject-heavy:** the limiter is filled with N at a reading inside its first window of an
+//!   hour, and every check uses that reading: every check is refused (asserted). rate_limiters'
+//!   log reads the wall clock in whole seconds itself and cannot take readings, so it is measured
+//!   beside `sliding_log_clock`, tollgate's log reading its own clock (`try_acquire()`).
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
+use rate_guard_core::cores::{
+    ApproximateSlidingWindowCore, FixedWindowCounterCore, SlidingWindowCounterCore,
+};
+use rate_guard_core::{SimpleRateLimitError, SimpleRateLimitResult};
+use rate_limiters::sliding_window_log::{SlidingWindowLogConfig, SlidingWindowLogShared};
+use rate_limiters::RateLimiterShared;
+use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
+use tollgate::{ManualClock, MonotonicClock, Nanos, Quota, TokenBucket};
+
+use super::common::run_threads;
+
+/// Admissions per window.
+const N: u64 = 500;
+
+/// The window, in nanoseconds: one millisecond.
+const W: u64 = 1_000_000;
+
+/// Sub-windows of the bucketed counters.
+const SUB_WINDOWS: u64 = 10;
+
+/// How far each thread's readings advance per check when accept-heavy: a quarter of the limit.
+const STEP: u64 = 4 * W / N;
+
+/// The reading every reject-heavy check uses: inside the first of hour-long windows.
+const DENY_AT: u64 = 1_800_000_000_000;
+
+thread_local! {
+    /// This thread's accept-heavy reading. The bench threads are fresh for every sample, so each
+    /// sample's threads start from zero beside a fresh limiter.
+    static READING: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The next accept-heavy reading of this thread.
+#[inline(always)]
+fn next_reading() -> u64 {
+    READING.with(|r| {
+        let now = r.get() + STEP;
+        r.set(now);
+        now
+    })
+}
+
+/// Which answer the checks get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    Accept,
+    Deny,
+}
+
+impl Load {
+    fn name(self) -> &'static str {
+        match self {
+            Load::Accept => "allow",
+            Load::Deny => "deny",
+        }
+    }
+
+    /// The window: a millisecond accept-heavy, an hour reject-heavy (nothing refills during a run).
+    fn window(self) -> Duration {
+        match self {
+            Load::Accept => Duration::from_nanos(W),
+            Load::Deny => Duration::from_secs(3_600),
+        }
+    }
+
+    fn window_ns(self) -> u64 {
+        u64::try_from(self.window().as_nanos()).expect("an hour fits")
+    }
+
+    fn quota(self) -> Quota {
+        Quota::per_period(N, self.window()).expect("the bench quota is valid")
+    }
+
+    /// The reading for the next check.
+    #[inline(always)]
+    fn reading(self) -> u64 {
+        match self {
+            Load::Accept => next_reading(),
+            Load::Deny => DENY_AT,
+        }
+    }
+
+    /// Panics unless the admitted share is what this load promises (`strict`: tollgate's
+    /// limiters; the peers are only checked when reject-heavy).
+    fn verify(self, bench: &str, admitted: u64, checks: u64, strict: bool) {
+        match self {
+            Load::Accept if strict => assert!(
+                admitted * 10 >= checks * 9,
+                "{bench}: accept-heavy, yet only {admitted} of {checks} checks were admitted"
+            ),
+            Load::Accept => {}
+            Load::Deny => assert_eq!(
+                admitted, 0,
+                "{bench}: reject-heavy, yet {admitted} of {checks} were admitted"
+            ),
+        }
+    }
+}
+
+/// rate-guard-core's answer as a caller who needs one sees it: retried while its lock is taken.
+#[inline(always)]
+fn rg(mut decide: impl FnMut() -> SimpleRateLimitResult) -> bool {
+    loop {
+        match decide() {
+            Err(SimpleRateLimitError::ContentionFailure) => std::hint::spin_loop(),
+            outcome => return outcome.is_ok(),
+        }
+    }
+}
+
+/// Registers the `windows_allow` and `windows_deny` groups.
+pub(crate) fn bench(c: &mut Criterion) {
+    for load in [Load::Accept, Load::Deny] {
+        let mut group = c.benchmark_group(format!("windows_{}", load.name()));
+        group
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(2))
+            .sample_size(15);
+        for threads in [1, 2] {
+            group.throughput(Throughput::Elements(threads as u64));
+            one_key(&mut group, load, threads);
+        }
+        group.finish();
+    }
+}
+
+/// Fills `n` at the reject-heavy reading when reject-heavy.
+fn filled<L>(load: Load, limiter: L, fill: impl FnOnce(&L) -> bool) -> L {
+    if load == Load::Deny {
+        assert!(fill(&limiter), "the bench limiter takes its fill");
+    }
+    limiter
+}
+
+fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize) {
+    let quota = load.quota();
+    let at = Nanos::new(DENY_AT);
+    let clock = ManualClock::new;
+
+    measure(
+        group,
+        load,
+        threads,
+        "fixed",
+        true,
+        || {
+            let l = FixedWindow::with_clock(quota, clock()).expect("a valid window quota");
+            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
+        },
+        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+    );
+
+    measure(
+        group,
+        load,
+        threads,
+        "sliding_counter",
+        true,
+        || {
+            let l = SlidingWindowCounter::with_clock(quota, clock()).expect("a valid window quota");
+            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
+        },
+        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+    );
+
+    measure(
+        group,
+        load,
+        threads,
+        "sub_window_10",
+        true,
+        || {
+            let l = SubWindowCounter::with_clock(quota, SUB_WINDOWS, clock())
+                .expect("a valid window quota");
+            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
+        },
+        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+    );
+
+    measure(
+        group,
+        load,
+        threads,
+        "sliding_log",
+        true,
+        || {
+            let l = SlidingWindowLog::with_clock(quota, clock()).expect("a valid log quota");
+            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
+        },
+        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+    );
+
+    measure(
+        group,
+        load,
+        threads,
+        "token_bucket",
+        true,
+        || {
+            let l = TokenBucket::with_clock(quota, clock());
+            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
+        },
+        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+    );
+
+    let window = load.window_ns();
+    measure(
+        group,
+        load,
+        threads,
+        "rg_fixed",
+        false,
+        || {
+            let l = FixedWindowCounterCore::new(N, window);
+            filled(load, l, |l| l.try_acquire_at(DENY_AT, N).is_ok())
+        },
+        |l| rg(|| l.try_acquire_at(load.reading(), 1)),
+    );
+
+    measure(
+        group,
+        load,
+        threads,
+        "rg_approx_sliding",
+        false,
+        || {
+            let l = ApproximateSlidingWindowCore::new(N, window);
+            filled(load, l, |l| l.try_acquire_at(DENY_AT, N).is_ok())
+        },
+        |l| rg(|| l.try_acquire_at(load.reading(), 1)),
+    );
+
+    measure(
+        group,
+        load,
+        threads,
+        "rg_sliding_10",
+        false,
+        || {
+            let l = SlidingWindowCounterCore::new(N, window / SUB_WINDOWS, SUB_WINDOWS);
+            filled(load, l, |l| l.try_acquire_at(DENY_AT, N).is_ok())
+        },
+        |l| rg(|| l.try_acquire_at(load.reading(), 1)),
+    );
+
+    if load == Load::Deny {
+        measure(
+            group,
+            load,
+            threads,
+            "sliding_log_clock",
+            true,
+            || {
+                let l = SlidingWindowLog::with_clock(quota, MonotonicClock::new())
+                    .expect("a valid log quota");
+                assert!(
+                    l.try_acquire_n(N).is_ok(),
+                    "the bench limiter takes its fill"
+                );
+                l
+            },
+            |l| l.try_acquire().is_ok(),
+        );
+
+        measure(
+            group,
+            load,
+            threads,
+            "rl_log",
+            false,
+            || {
+                let l = SlidingWindowLogShared::new(SlidingWindowLogConfig {
+                    capacity: u32::try_from(N).expect("N fits"),
+                    window_secs: 3_600,
+                });
+                assert!(l.try_acquire(u32::try_from(N).expect("N fits")));
+                l
+            },
+            |l| l.try_acquire(1),
+        );
+    }
+}
+
+/// One benchmark: `threads` threads checking one limiter that `make` builds fresh every sample.
+fn measure<L: Sync>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    load: Load,
+    threads: usize,
+    name: &str,
+    strict: bool,
+    make: impl Fn() -> L,
+    check: impl Fn(&L) -> bool + Sync,
+) {
+    group.bench_function(BenchmarkId::new(name, threads), |b| {
+        b.iter_custom(|iters| {
+            let limiter = make();
+            let (elapsed, admitted) =
+                run_threads(threads, iters, std::slice::from_ref(&limiter), &check);
+            load.verify(name, admitted, iters * threads as u64, strict);
+            elapsed
+        });
+    });
+}
