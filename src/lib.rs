@@ -26,6 +26,9 @@
 //! | [`Quota`] | "n per period", a capacity (burst) and an initial fill, validated ([`QuotaError`]) |
 //! | [`TokenBucket`] | bursts up to C, then R per second; one `AtomicU64`, one CAS per admission, denials read only |
 //! | [`ShardedBucket`] | the same limit for one hot key, spread over cache-padded per-core shards with stealing |
+//! | [`window::FixedWindow`] | N per window, the count and the window index in one word; the boundary burst (up to 2N) |
+//! | [`window::SlidingWindowCounter`], [`window::SubWindowCounter`] | the weighted estimate of the last window, in one word or over `k` sub-windows |
+//! | [`window::SlidingWindowLog`] | exact: never more than N in any window `(t − W, t]`, a ring of the last N admission times |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |

@@ -13,16 +13,18 @@
 //! | `rg_sliding_10` | rate-guard-core `SlidingWindowCounterCore`, 10 buckets | `sub_window_10` |
 //! | `rl_log` (deny only) | rate_limiters 0.1.13 `SlidingWindowLogShared` | `sliding_log_clock` |
 //!
-//! Every limiter gets the same quota, [`N`] per [`W`] (500 per millisecond: within every window
+//! Every limiter gets the same quota, [`N`] per [`W`] (16 000 per second: within every window
 //! limiter's range, 10 sub-windows included), and the same readings, passed explicitly (`_at`
 //! forms; rate-guard-core takes them as ticks in nanoseconds), so no clock read is timed: what is
 //! measured is the decision and its atomic or lock.
 //!
 //! - **Accept-heavy:** each thread's readings advance by [`STEP`] = 4W/N per check, so a thread
-//!   offers a quarter of the limit and two threads half of it: every check is admitted, except
-//!   where two threads' readings drift apart (tollgate counts an older reading in the newer
-//!   window; rate-guard-core refuses it as an expired tick). The admitted share must be at least
-//!   90 % for tollgate's limiters; the peers' share is not asserted. rate-guard-core answers
+//!   offers a quarter of the limit and two threads half of it, and every 64 checks a thread catches
+//!   up with the latest reading any thread has reached (see [`next_reading`]), so two threads'
+//!   readings drift apart by tens of checks, where the limit is thousands away. Every check is admitted, save a few where
+//!   the readings of two threads cross (tollgate counts an older reading in the newer window;
+//!   rate-guard-core refuses it as an expired tick). The admitted share must be at least 90 % for
+//!   tollgate's limiters; the peers' share is not asserted. rate-guard-core answers
 //!   "contention" when its `try_lock` fails: the bench retries then, as a caller that needs an
 //!   answer would.
 //! - **Reject-heavy:** the limiter is filled with N at a reading inside its first window of an
@@ -31,6 +33,7 @@
 //!   beside `sliding_log_clock`, tollgate's log reading its own clock (`try_acquire()`).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::measurement::WallTime;
@@ -46,11 +49,13 @@ use tollgate::{ManualClock, MonotonicClock, Nanos, Quota, TokenBucket};
 
 use super::common::run_threads;
 
-/// Admissions per window.
-const N: u64 = 500;
+/// Admissions per window: large, so that threads whose readings drift apart by a few hundred
+/// checks stay far from the limit (see [`next_reading`]), and within every window limiter's range
+/// (10 sub-windows of 100 ms take up to 16 383).
+const N: u64 = 16_000;
 
-/// The window, in nanoseconds: one millisecond.
-const W: u64 = 1_000_000;
+/// The window, in nanoseconds: one second.
+const W: u64 = 1_000_000_000;
 
 /// Sub-windows of the bucketed counters.
 const SUB_WINDOWS: u64 = 10;
@@ -61,18 +66,34 @@ const STEP: u64 = 4 * W / N;
 /// The reading every reject-heavy check uses: inside the first of hour-long windows.
 const DENY_AT: u64 = 1_800_000_000_000;
 
+/// Checks between two syncs of a thread's readings with the others'.
+const SYNC_EVERY: u64 = 64;
+
 thread_local! {
-    /// This thread's accept-heavy reading. The bench threads are fresh for every sample, so each
-    /// sample's threads start from zero beside a fresh limiter.
-    static READING: Cell<u64> = const { Cell::new(0) };
+    /// This thread's accept-heavy reading and its check count. The bench threads are fresh for
+    /// every sample.
+    static READING: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
-/// The next accept-heavy reading of this thread.
+/// The latest accept-heavy reading any thread has published. Threads that drifted apart would
+/// otherwise pile the laggard's checks into the leader's window (a reading older than a limiter's
+/// window counts in that window), refusing checks that the load means to admit.
+static PUBLISHED: AtomicU64 = AtomicU64::new(0);
+
+/// The next accept-heavy reading of this thread: [`STEP`] after its last, and every
+/// [`SYNC_EVERY`] checks (its first included) no earlier than the latest any thread published. The
+/// sync is one `fetch_max` on a shared word per 64 checks, the same for every limiter measured;
+/// drift between threads stays near 64 steps, where the limit is N / 4 = 4 000 steps away.
 #[inline(always)]
 fn next_reading() -> u64 {
     READING.with(|r| {
-        let now = r.get() + STEP;
-        r.set(now);
+        let (last, checks) = r.get();
+        let mut now = last + STEP;
+        if checks % SYNC_EVERY == 0 {
+            // Relaxed: only the value matters; no other data travels with it.
+            now = now.max(PUBLISHED.fetch_max(now, Ordering::Relaxed));
+        }
+        r.set((now, checks + 1));
         now
     })
 }
@@ -92,7 +113,7 @@ impl Load {
         }
     }
 
-    /// The window: a millisecond accept-heavy, an hour reject-heavy (nothing refills during a run).
+    /// The window: a second accept-heavy, an hour reject-heavy (nothing refills during a run).
     fn window(self) -> Duration {
         match self {
             Load::Accept => Duration::from_nanos(W),

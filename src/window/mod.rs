@@ -7,6 +7,24 @@
 //!
 //! Window boundaries fall at the clock's epoch and every whole window after it, unless an
 //! [`Alignment`] says otherwise.
+//!
+//! # Which one
+//!
+//! | limiter | accuracy against "at most N in any span of length W" | state per key | a check |
+//! | --- | --- | --- | --- |
+//! | [`FixedWindow`] | N per aligned window; up to 2N across a boundary (the design notes' flaw) | one `AtomicU64` | one CAS; denials read only |
+//! | [`SlidingWindowCounter`] | weighted estimate of two windows; off by at most the previous window's count (nearly 2N in the worst case) | one `AtomicU64` | one CAS; denials read only |
+//! | [`SubWindowCounter`] | the same estimate over `k` sub-windows; off by at most the oldest sub-window's count (about N/k for steady traffic) | `k + 2` words | one CAS; a rollover or a denial reads up to `k` words |
+//! | [`SlidingWindowLog`] | exact: never more than N in any window `(t − W, t]` | `8 × N` bytes (N <= [`MAX_LOG`](sliding_log::MAX_LOG)) | two CASes and a binary search over the ring |
+//! | [`TokenBucket`](crate::TokenBucket) | exact `C + R × t` over any span; no windows at all | one `AtomicU64` | one CAS; denials read only |
+//!
+//! The fixed window is the cheapest and the easiest to explain in a `429` ("60 per minute, resets
+//! at the top of the minute": align it with [`Alignment::WallClock`]); it admits up to twice its
+//! limit around a boundary. The sliding counters smooth that out at the cost of an approximation
+//! (the counters' docs bound it, and the tour measures it on a bursty trace). The log is exact at
+//! 8 bytes per admission in a window, for small N. Where no window semantics are required, the
+//! token bucket is exact, one word, and allows a configured burst. Measured costs are in the README
+//! and `benches/README.md`.
 
 pub mod fixed;
 pub mod sliding_counter;

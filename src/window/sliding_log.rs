@@ -115,7 +115,7 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use super::window_of;
-use crate::cas::retries;
+use crate::cas::{retries, Backoff};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::{Quota, QuotaError};
@@ -254,10 +254,15 @@ impl Policy {
             let oldest = ts(p - self.count);
             let retry_at = oldest + self.window;
             if retry_at > at {
+                // Entry `p - N` and every later one are still in the window, so the first entry in
+                // it lies in `s - N..=p - N`: a search over at most `n - 1` entries (none for a
+                // single request, the common denial), not the whole ring.
+                let first =
+                    self.first_in_window(s.saturating_sub(self.count), p - self.count, at, &ts);
                 return Err(Denied::new(
                     now,
                     Span::from_nanos(u128::from(retry_at.saturating_sub(now))),
-                    left(),
+                    self.count.saturating_sub(s - first),
                     1,
                     Span::from_nanos(u128::from(reset_of(last))),
                 ));
@@ -389,12 +394,15 @@ impl Log {
     /// reading `now`, with effective time at least `floor`. Writes nothing but head moves.
     fn view(&self, policy: &Policy, now: u64, floor: u64, n: u64, tally: bool) -> View {
         let count = self.len();
+        let mut backoff = Backoff::new();
         loop {
             let s = self.head();
             let word = self.load(s);
             if word.has_parity_of(s, count) {
                 // Position `s` is claimed (the slot holds at least position `s - N`, since the head
-                // read shows that claim, and parity rules that one out): the head lags. Help.
+                // read shows that claim, and parity rules that one out): the head lags. Help, after
+                // a pause that usually lets the claimer move the head itself.
+                backoff.pause();
                 self.advance(s);
                 continue;
             }
@@ -416,22 +424,20 @@ impl Log {
             if self.head() == s {
                 return View { s, word, verdict };
             }
+            backoff.pause();
         }
     }
 
     /// Claims one position at reading `now`, with effective time at least `floor`, answering the
     /// judgment of a request for `n` (`1..=N`) admissions made there.
-    fn claim(
-        &self,
-        policy: &Policy,
-        now: u64,
-        floor: u64,
-        n: u64,
-        tally: bool,
-    ) -> Result<Grant, Denied> {
+    fn claim(&self, policy: &Policy, now: u64, floor: u64, n: u64) -> Result<(u64, Grant), Denied> {
         let count = self.len();
+        let mut backoff = Backoff::new();
         loop {
-            let View { s, word, verdict } = self.view(policy, now, floor, n, tally);
+            // No tally here: the level is counted after the claim succeeds (see `acquire`), so a
+            // lost race wastes no binary search and the window between the view and the
+            // compare-and-swap stays short.
+            let View { s, word, verdict } = self.view(policy, now, floor, n, false);
             let grant = verdict?;
             let new = Entry::new(s, count, grant.at);
             // AcqRel: the Release half publishes the entry (and, with it, everything this thread saw
@@ -445,22 +451,33 @@ impl Log {
                 Ok(_) => {
                     claims::record(s, grant.at);
                     self.advance(s);
-                    return Ok(grant);
+                    return Ok((s, grant));
                 }
-                Err(_) => retries::record(),
+                Err(_) => {
+                    retries::record();
+                    // A lost race: let the winner finish (and move the head) before looking again,
+                    // rather than pulling the head's and the slot's cache lines back at once.
+                    backoff.pause();
+                }
             }
         }
     }
 
     /// Admits `n` (`1..=N`) at reading `now`, or says when it could be.
     pub(crate) fn acquire(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
-        let first = self.claim(policy, now, 0, n, true)?;
+        let (mut last, first) = self.claim(policy, now, 0, n)?;
         // The rest at the same effective time (or later, after a lost race), each judged again:
         // without a race each finds its entry `p - N` already checked by the first judgment.
         for _ in 1..n {
-            self.claim(policy, now, first.at, 1, false)?;
+            last = self.claim(policy, now, first.at, 1)?.0;
         }
-        Ok(first.admitted())
+        // Admissions left at the effective time: the last N positions up to the last claimed, less
+        // those still in the window. Counted from the ring as it is now: a racer's later claims
+        // can only make entries look newer, so the count errs low, never high.
+        let from = (last + 1).saturating_sub(policy.count);
+        let first_in = policy.first_in_window(from, last + 1, first.at, &|p| self.load(p).ts());
+        let level = policy.count.saturating_sub(last + 1 - first_in);
+        Ok(Grant { level, ..first }.admitted())
     }
 
     /// The judgment of `n` (`0..=N`) admissions at reading `now`, writing nothing.
