@@ -392,9 +392,18 @@ impl Log {
 
     /// Reads a consistent view of the log at its head and judges a request for `n` admissions at
     /// reading `now`, with effective time at least `floor`. Writes nothing but head moves.
-    fn view(&self, policy: &Policy, now: u64, floor: u64, n: u64, tally: bool) -> View {
+    /// `backoff` paces the retries: the caller's, so that a claim that keeps losing keeps backing
+    /// off further instead of starting over at every view.
+    fn view(
+        &self,
+        policy: &Policy,
+        now: u64,
+        floor: u64,
+        n: u64,
+        tally: bool,
+        backoff: &mut Backoff,
+    ) -> View {
         let count = self.len();
-        let mut backoff = Backoff::new();
         loop {
             let s = self.head();
             let word = self.load(s);
@@ -437,7 +446,7 @@ impl Log {
             // No tally here: the level is counted after the claim succeeds (see `acquire`), so a
             // lost race wastes no binary search and the window between the view and the
             // compare-and-swap stays short.
-            let View { s, word, verdict } = self.view(policy, now, floor, n, false);
+            let View { s, word, verdict } = self.view(policy, now, floor, n, false, &mut backoff);
             let grant = verdict?;
             let new = Entry::new(s, count, grant.at);
             // AcqRel: the Release half publishes the entry (and, with it, everything this thread saw
@@ -482,7 +491,7 @@ impl Log {
 
     /// The judgment of `n` (`0..=N`) admissions at reading `now`, writing nothing.
     pub(crate) fn peek(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
-        self.view(policy, now, 0, n, true)
+        self.view(policy, now, 0, n, true, &mut Backoff::new())
             .verdict
             .map(Grant::admitted)
     }
