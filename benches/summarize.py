@@ -25,7 +25,14 @@ from pathlib import Path
 # Rows in this order within a group; unknown benches follow, alphabetically.
 ORDER = ["sharded", "tollgate", "tollgate_coarse", "tollgate_at", "governor", "governor_upkeep", "mutex"]
 GROUP_ORDER = ["single_allow", "single_deny", "contended_allow", "contended_deny", "spread_allow",
-               "sharded_allow", "sharded_deny"]
+               "sharded_allow", "sharded_deny", "windows_allow", "windows_deny"]
+
+# The window groups' rows, in order, and each tollgate limiter's peer (the crate that offers the
+# same algorithm), whose time the `÷ peer` column divides by.
+WINDOW_ORDER = ["fixed", "rg_fixed", "sliding_counter", "rg_approx_sliding", "sub_window_10",
+                "rg_sliding_10", "sliding_log", "sliding_log_clock", "rl_log", "token_bucket"]
+WINDOW_PEERS = {"fixed": "rg_fixed", "sliding_counter": "rg_approx_sliding",
+                "sub_window_10": "rg_sliding_10", "sliding_log_clock": "rl_log"}
 
 GROUP_TITLES = {
     "single_allow": "Single thread, accept-heavy (every check admitted)",
@@ -35,6 +42,8 @@ GROUP_TITLES = {
     "spread_allow": "Spread keys (a limiter per thread), accept-heavy",
     "sharded_allow": "One key, 1/2/4/8 threads, accept-heavy: ShardedBucket, TokenBucket, governor",
     "sharded_deny": "One key, 1/2/4/8 threads, reject-heavy: ShardedBucket, TokenBucket, governor",
+    "windows_allow": "Window limiters, one key, 1/2 threads, accept-heavy, explicit readings",
+    "windows_deny": "Window limiters, one key, 1/2 threads, reject-heavy, explicit readings",
 }
 
 # The groups whose tables compare throughput with governor and TokenBucket (`tollgate`).
@@ -119,9 +128,34 @@ def sharded_table(group, rows):
     return out
 
 
+def windows_table(group, rows):
+    """A `windows_*` group: time per check divided by TokenBucket's and by the algorithm's peer."""
+    out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", "",
+           "| bench | threads | ns per check (wall) | total Mops/s | ÷ TokenBucket | ÷ peer | "
+           "× own 1-thread throughput |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def key(k):
+        function, threads = k
+        rank = WINDOW_ORDER.index(function) if function in WINDOW_ORDER else len(WINDOW_ORDER)
+        return (threads, rank, function)
+
+    for k in sorted(rows, key=key):
+        function, threads = k
+        r = rows[k]
+        one = rows.get((function, 1))
+        scale = f"{mops(r) / mops(one):.2f}" if one and threads != 1 else ""
+        peer = rows.get((WINDOW_PEERS[function], threads)) if function in WINDOW_PEERS else None
+        out.append(f"| {function} | {threads} | {per_check(r):.1f} | {mops(r):.1f} | "
+                   f"{ratio(r, rows.get(('token_bucket', threads)))} | {ratio(r, peer)} | {scale} |")
+    return out
+
+
 def table(group, rows):
     if group in SHARDED_GROUPS:
         return sharded_table(group, rows)
+    if group.startswith("windows"):
+        return windows_table(group, rows)
     multi = any(t != 1 for (_, t) in rows) or group.startswith(("contended", "spread"))
     out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", ""]
     if multi:

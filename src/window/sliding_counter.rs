@@ -261,15 +261,23 @@ impl Policy {
             <= u128::from(self.limit) * w
     }
 
-    /// `⌊N − estimate⌋`, 0 when the estimate reaches `N`.
-    fn level(&self, oldest: u64, full: u64, e: u64) -> u64 {
+    /// `N − estimate` as `(level, unit)`, whose quotient `⌊level / unit⌋` is the whole admissions
+    /// left (0 when the estimate reaches `N`). The outcome divides only when asked for
+    /// `remaining()`: in units of `1 / w` of an admission while `N × w` fits a `u64` (the common
+    /// case), else already divided (`unit` 1).
+    #[inline]
+    fn level(&self, oldest: u64, full: u64, e: u64) -> (u64, u64) {
         if oldest == 0 {
-            return self.limit.saturating_sub(full);
+            return (self.limit.saturating_sub(full), 1);
         }
         let w = u128::from(self.sub);
         let used = u128::from(oldest) * (w - u128::from(e)) + u128::from(full) * w;
-        let cap = u128::from(self.limit) * w;
-        u64::try_from(cap.saturating_sub(used) / w).unwrap_or(0)
+        let room = (u128::from(self.limit) * w).saturating_sub(used);
+        match u64::try_from(room) {
+            // `sub` is at least 1.
+            Ok(room) => (room, self.sub),
+            Err(_) => (u64::try_from(room / w).unwrap_or(0), 1),
+        }
     }
 
     /// The earliest elapsed time `>= from` in a sub-window with these counts at which `n` more
@@ -429,11 +437,8 @@ impl Policy {
             } else {
                 self.reset_nanos(&v, &mut count)?
             };
-            let answer = Admitted::new(
-                self.level(v.oldest, full + n, e),
-                1,
-                Span::from_nanos(reset),
-            );
+            let (level, unit) = self.level(v.oldest, full + n, e);
+            let answer = Admitted::new(level, unit, Span::from_nanos(reset));
             return Some(Ok((
                 View {
                     cur: v.cur + n,
@@ -444,11 +449,12 @@ impl Policy {
         }
         let retry = self.wait_nanos(&v, n, &mut count)?;
         let reset = self.reset_nanos(&v, &mut count)?;
+        let (level, unit) = self.level(v.oldest, full, e);
         Some(Err(Denied::new(
             r.ns,
             Span::from_nanos(retry),
-            self.level(v.oldest, full, e),
-            1,
+            level,
+            unit,
             Span::from_nanos(reset),
         )))
     }
