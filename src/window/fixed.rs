@@ -528,7 +528,7 @@ impl<C> fmt::Debug for FixedWindow<C> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
