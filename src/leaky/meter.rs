@@ -82,7 +82,8 @@
 //! coarse units, the interval is rounded up to a whole unit; the backlog is measured from the
 //! reading rounded down (the queue looks fuller, never emptier), and a request on an empty queue
 //! departs at the reading rounded up, so its delay may be a fraction of one unit (under 0.1 % of
-//! the interval) rather than zero. Delays, departure instants and `retry_after` stay exact to the
+//! the interval) rather than zero, and the queue behind it may read one request longer than it
+//! holds until that unit has passed. Delays, departure instants and `retry_after` stay exact to the
 //! nanosecond; durations past `Duration::MAX` saturate.
 //!
 //! # Memory ordering
