@@ -65,8 +65,8 @@
 //! - Departures never come closer than the interval: every scheduled or strict admission occupies
 //!   `[start, start + n × I)` with `start` at or after the drain time it saw, and moves the drain
 //!   time to the end of that span, under any interleaving of threads and clock readings.
-//! - No admitted request waits longer than `(C - n) × I`, and the queue never holds more than `C`
-//!   at the reading of any admission.
+//! - No admitted request waits longer than `(C - n) × I` (plus under one time unit where units are
+//!   coarser than 1 ns), and the queue never holds more than `C` at the reading of any admission.
 //! - A reading earlier than one already applied (a clock stepping back, two threads whose readings
 //!   arrive out of order) sees the queue as it would be at that reading: no shorter, so it never frees
 //!   places, and never schedules a departure before the drain time. An idle period of any length
