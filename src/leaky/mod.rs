@@ -6,6 +6,20 @@
 //! admissions leave as fast as they arrive up to a burst of C, a leaky bucket's *output* is smooth:
 //! one request every interval `1/R`, whatever burst arrived.
 //!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{leaky::LeakyMeter, ManualClock, Quota, TokenBucket};
+//!
+//! let quota = Quota::per_second(4)?; // capacity 4
+//! let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+//! let meter = LeakyMeter::with_clock(quota, ManualClock::new());
+//! // A burst of 4: the bucket lets all of them go now, the meter spaces them 250 ms apart.
+//! assert!((0..4).all(|_| bucket.try_acquire().is_ok()));
+//! let delays: Vec<Duration> = (0..4).map(|_| meter.try_schedule().unwrap().delay()).collect();
+//! assert_eq!(delays, [0, 250, 500, 750].map(Duration::from_millis));
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
 //! # Which one
 //!
 //! | limiter | what leaves | what a caller gets | state |
