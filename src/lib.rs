@@ -29,6 +29,7 @@
 //! | [`window::FixedWindow`] | N per window, the count and the window index in one word; the boundary burst (up to 2N) |
 //! | [`window::SlidingWindowCounter`], [`window::SubWindowCounter`] | the weighted estimate of the last window, in one word or over `k` sub-windows |
 //! | [`window::SlidingWindowLog`] | exact: never more than N in any window `(t − W, t]`, a ring of the last N admission times |
+//! | [`leaky::LeakyMeter`] | the leaky bucket as a meter: one departure per interval, each caller told its delay ([`Scheduled`]) in a virtual queue of at most C; one `AtomicU64` |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
@@ -54,6 +55,7 @@
 
 mod cas;
 pub mod clock;
+pub mod leaky;
 pub mod outcome;
 pub mod quota;
 pub mod sharded;
@@ -62,7 +64,7 @@ pub mod token_bucket;
 pub mod window;
 
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
-pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
+pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
 pub use quota::{Quota, QuotaError};
 pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};
 pub use token_bucket::TokenBucket;

@@ -1,4 +1,5 @@
-//! What a limiter answers: [`Admitted`], [`Denied`], [`InsufficientCapacity`] and [`AcquireError`].
+//! What a limiter answers: [`Admitted`], [`Denied`], [`InsufficientCapacity`] and [`AcquireError`],
+//! and, for a request scheduled on a [`LeakyMeter`](crate::leaky::LeakyMeter), [`Scheduled`].
 //!
 //! Every outcome carries enough for an HTTP response: tokens remaining, the time until the limiter
 //! is full again (`reset_after`, for `RateLimit` headers) and, on a denial, `retry_after`, the exact
@@ -133,6 +134,165 @@ impl fmt::Display for Admitted {
             "admitted: {} remaining, full again in {:?}",
             self.remaining(),
             self.reset_after()
+        )
+    }
+}
+
+/// A request was given a place in a [`LeakyMeter`](crate::leaky::LeakyMeter)'s virtual queue: it
+/// leaves after [`Scheduled::delay`], at [`Scheduled::depart_at`].
+///
+/// Callers that wait out their delays before acting leave exactly one interval apart (`n` intervals
+/// after a request for `n`), whatever the burst in which they arrived.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+///
+/// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+/// let first = meter.try_schedule()?;
+/// let second = meter.try_schedule()?;
+/// assert_eq!(first.delay(), Duration::ZERO);
+/// assert_eq!(second.delay(), Duration::from_millis(100));
+/// assert_eq!(second.depart_at(), Nanos::new(100_000_000));
+/// assert_eq!(second.queued(), 2); // both are in the virtual queue
+/// assert_eq!(second.remaining(), 8);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scheduled {
+    /// The reading the decision used, in nanoseconds (clamped).
+    now: u64,
+    /// From the reading to the request's departure.
+    delay: Span,
+    /// The virtual queue's backlog after the request, in `unit`s of the limiter's time.
+    backlog: u64,
+    /// Free capacity after the request, in `unit`s.
+    level: u64,
+    unit: u64,
+    /// From the reading until the virtual queue is empty.
+    reset: Span,
+}
+
+impl Scheduled {
+    #[inline]
+    pub(crate) fn new(
+        now: u64,
+        delay: Span,
+        backlog: u64,
+        level: u64,
+        unit: u64,
+        reset: Span,
+    ) -> Scheduled {
+        Scheduled {
+            now,
+            delay,
+            backlog,
+            level,
+            unit,
+            reset,
+        }
+    }
+
+    /// How long to wait, from the reading the decision used, before acting on this request: zero
+    /// when the virtual queue was empty.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(4)?, ManualClock::new());
+    /// let delays: Vec<Duration> = (0..4).map(|_| meter.try_schedule().map(|s| s.delay())).collect::<Result<_, _>>()?;
+    /// assert_eq!(delays, [0, 250, 500, 750].map(Duration::from_millis));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn delay(&self) -> Duration {
+        self.delay.duration()
+    }
+
+    /// The instant on the limiter's clock at which this request leaves (the reading the decision
+    /// used plus [`Scheduled::delay`], saturating at `u64::MAX` nanoseconds).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// meter.try_schedule_at(Nanos::new(7))?;
+    /// assert_eq!(meter.try_schedule_at(Nanos::new(9))?.depart_at(), Nanos::new(500_000_007));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn depart_at(&self) -> crate::Nanos {
+        let at = u128::from(self.now).saturating_add(self.delay.nanos());
+        crate::Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+    }
+
+    /// Requests in the virtual queue once this one joined it, this one (all `n` of it) included,
+    /// counting one still leaving as a whole one.
+    ///
+    /// At most the capacity for every scheduled request; a query (`n = 0`) at a reading earlier than
+    /// one already applied can report more (see the [meter's docs](crate::leaky::meter)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// assert_eq!(meter.try_schedule_n(3)?.queued(), 3);
+    /// assert_eq!(meter.try_schedule()?.queued(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn queued(&self) -> u64 {
+        // `unit` is at least 1 by construction; `checked_div` keeps even a broken invariant panic-free.
+        match self.backlog.checked_div(self.unit) {
+            Some(whole) => whole + u64::from(self.backlog % self.unit != 0),
+            None => 0,
+        }
+    }
+
+    /// Free places left in the virtual queue after this request: the capacity minus
+    /// [`Scheduled::queued`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?.with_capacity(5)?, ManualClock::new());
+    /// assert_eq!(meter.try_schedule_n(2)?.remaining(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        self.level.checked_div(self.unit).unwrap_or(0)
+    }
+
+    /// The time until the virtual queue is empty again if nothing else is scheduled: this
+    /// request's delay plus its own `n` intervals.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// meter.try_schedule()?;
+    /// assert_eq!(meter.try_schedule_n(2)?.reset_after(), Duration::from_millis(300));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reset_after(&self) -> Duration {
+        self.reset.duration()
+    }
+}
+
+impl fmt::Display for Scheduled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "scheduled: leaves in {:?}, {} queued, {} places free",
+            self.delay(),
+            self.queued(),
+            self.remaining()
         )
     }
 }

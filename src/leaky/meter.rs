@@ -1,0 +1,1006 @@
+//! The leaky bucket as a meter: a virtual queue that holds no items, only the instant it will be
+//! empty, in one `AtomicU64`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+//!
+//! // 10 per second, at most 3 waiting: a burst of 5 gets delays 0, 100 ms, 200 ms, then refusals.
+//! let meter = LeakyMeter::with_clock(Quota::per_second(10)?.with_capacity(3)?, ManualClock::new());
+//! let delays: Vec<_> = (0..5).map(|_| meter.try_schedule().map(|s| s.delay())).collect();
+//! assert_eq!(delays[..3], [Ok(Duration::ZERO), Ok(Duration::from_millis(100)), Ok(Duration::from_millis(200))]);
+//! assert_eq!(delays[3].unwrap_err().retry_after(), Duration::from_millis(100));
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
+//! # Algorithm
+//!
+//! Picture a queue in front of a server that lets one request leave every interval `I = 1/R`.
+//! The queue's whole state is its *drain time* `D`: the instant it will be empty, which is also the
+//! first free departure slot. A request for `n` places read at `now`
+//!
+//! - leaves at `start = max(D, now)`, after a delay of `start - now`;
+//! - occupies the server for `n` intervals, so the queue drains at `D' = start + n × I`;
+//! - is refused if the queue would then hold more than the capacity `C`: if the backlog
+//!   `D' - now` exceeds `C × I`.
+//!
+//! Callers that sleep for their delays leave exactly `I` apart (`n × I` after a request for `n`),
+//! however bursty their arrival. The backlog `D - now`, counted in whole requests rounded up, is the
+//! queue's length, the one leaving now included; capacity left is `C` minus that. This is the
+//! leaky bucket "as a meter" of the generic cell rate algorithm (GCRA, ITU-T I.371): `D` is the
+//! theoretical arrival time the [`TokenBucket`](crate::TokenBucket) stores, and a scheduled request
+//! is admitted exactly when the token bucket with the same quota would admit it. The meter adds
+//! *when* it may go.
+//!
+//! # Decisions
+//!
+//! - **Quota.** R is the quota's count per period; the interval is [`Quota::interval`], the period
+//!   divided by the count and rounded **up** to a whole nanosecond, so departures are never closer
+//!   than configured. C is [`Quota::capacity`]: the most requests the virtual queue holds,
+//!   including the one leaving now. A capacity of 1 allows no waiting at all.
+//! - **Initial fill** ([`Quota::with_initial`]) is the number of *free places* at construction, as
+//!   it is the number of tokens of a token bucket (the same number, read from the other side). By
+//!   default the queue starts empty; `with_initial(k)` starts it as if `C - k` requests had just
+//!   been scheduled, so that a restarted process cannot open with a full burst of zero delays.
+//! - **Scheduling** ([`LeakyMeter::try_schedule_n`]) answers [`Scheduled`] with the delay, the
+//!   departure instant and the queue behind it, or [`Denied`] with an exact `retry_after`: the
+//!   earliest reading at which the same request fits (`D + n × I - C × I`). A request for more than
+//!   `C` is [`InsufficientCapacity`]; a request for 0 is a query that writes nothing and reports the
+//!   delay a request made now would get.
+//! - **Strict acquisition** ([`LeakyMeter::try_acquire_n`]) admits only a request whose delay would
+//!   be zero, when the queue is empty at `now`, and then drains at `now + n × I`: strict spacing, no
+//!   burst, one request per interval at most. A denial's `retry_after` is `D - now`, the instant the
+//!   queue is empty. Its `remaining` is the free places, which may be many: a strict request needs an
+//!   empty queue, not a free place. Scheduled and strict requests share the one queue, so a strict
+//!   request never cuts in front of a scheduled one.
+//! - **Peeks.** [`LeakyMeter::peek_n`] answers what [`LeakyMeter::try_acquire_n`] would, as it does
+//!   for every limiter in the crate; [`LeakyMeter::peek_schedule_n`] what
+//!   [`LeakyMeter::try_schedule_n`] would. Neither writes.
+//! - **No refund.** A place cannot be given back: requests scheduled after it have been told their
+//!   departure times, and moving the drain time back would let a later request leave closer than one
+//!   interval to one of them.
+//!
+//! # Guarantees
+//!
+//! - Departures never come closer than the interval: every scheduled or strict admission occupies
+//!   `[start, start + n × I)` with `start` at or after the drain time it saw, and moves the drain
+//!   time to the end of that span, under any interleaving of threads and clock readings.
+//! - No admitted request waits longer than `(C - n) × I` (plus under one time unit where units are
+//!   coarser than 1 ns), and the queue never holds more than `C` at the reading of any admission.
+//! - A reading earlier than one already applied (a clock stepping back, two threads whose readings
+//!   arrive out of order) sees the queue as it would be at that reading: no shorter, so it never frees
+//!   places, and never schedules a departure before the drain time. An idle period of any length
+//!   empties the queue, and no further.
+//! - Readings beyond [`Nanos::MAX_USABLE`] (146 years) are clamped: no arithmetic can overflow.
+//!
+//! # Ranges and time units
+//!
+//! The meter accepts every [`Quota`], with the token bucket's bounds: the drain time is at most
+//! `C × I` ahead of a reading, and the quota's validation keeps that window within 2^62 time units.
+//! Units are nanoseconds unless `C × I` exceeds 2^62 ns (146 years of queue), where they become
+//! `2^k` ns with `2^k <= I / 1024` (see [`Quota`](crate::quota#very-long-burst-windows)). With
+//! coarse units, the interval is rounded up to a whole unit; the backlog is measured from the
+//! reading rounded down (the queue looks fuller, never emptier), and a request on an empty queue
+//! departs at the reading rounded up, so its delay may be a fraction of one unit (under 0.1 % of
+//! the interval) rather than zero, and the queue behind it may read one request longer than it
+//! holds until that unit has passed. Delays, departure instants and `retry_after` stay exact to the
+//! nanosecond; durations past `Duration::MAX` saturate.
+//!
+//! # Memory ordering
+//!
+//! The word publishes nothing but itself, so every access is `Relaxed`: a scheduling is a
+//! compare-and-swap on the word's latest value, and the atomicity of that read-modify-write, not any
+//! fence, is what keeps two threads from getting the same departure slot. Do not use a scheduling to
+//! publish other data between threads.
+
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::cas::{self, Step};
+use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled, Span};
+use crate::quota::Quota;
+use crate::sync::AtomicU64;
+
+/// The meter's constants, derived once from a [`Quota`]. Times are in units of `2^shift` ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Policy {
+    shift: u32,
+    /// Units per request (the interval `1/R`, rounded up), at least 1.
+    interval: u64,
+    /// The longest backlog, `capacity × interval`, at most 2^62.
+    window: u64,
+    capacity: u64,
+}
+
+/// A clock reading in the policy's units: `ns = (units << shift) + sub`, after clamping to
+/// [`Nanos::MAX_USABLE`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Time {
+    /// The reading rounded down to a whole unit: what the backlog is measured from.
+    units: u64,
+    /// The reading rounded up to a whole unit: the earliest departure slot, so that no request
+    /// departs before the reading. Equal to `units` when units are nanoseconds.
+    units_up: u64,
+    sub: u64,
+    ns: u64,
+}
+
+/// The packed state: the virtual queue's drain time, in the policy's units since the clock's epoch.
+///
+/// # State table
+///
+/// With `now` the reading in units, `I` the interval and `W = C × I` the window:
+///
+/// | word `d` | queue at `now` | reached by |
+/// | --- | --- | --- |
+/// | `d <= now` | empty: `C` places free | construction (default); time passing |
+/// | `now < d <= now + W` | `ceil((d - now) / I)` requests, the one leaving included | a scheduling; a strict admission; construction with a partial initial fill |
+/// | `d > now + W` | over-full: 0 places free | only a reading earlier than one already applied |
+///
+/// Transitions: a scheduling of `n` writes `max(d, now_up) + n × I`, and only when
+/// `max(d, now) + n × I - now <= W`; a strict admission of `n` writes `now_up + n × I`, and only when
+/// `d <= now`. Nothing else writes: denials, peeks and queries only read, so the word only grows.
+/// `now_up` is the reading rounded up to a whole unit (equal to `now` for nanosecond units). The word
+/// never exceeds `2^62 + 2^62 + 1`: readings are clamped to 2^62, and every write leaves
+/// `d <= now + W + 1` with `W <= 2^62`; sums formed before a check add at most one more `W`, which
+/// stays below 2^64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Drain(u64);
+
+impl Drain {
+    /// The backlog at `now`, in units: the time until the queue is empty, 0 when it is.
+    #[inline]
+    fn backlog(self, now: Time) -> u64 {
+        self.0.saturating_sub(now.units)
+    }
+
+    /// Whether the queue is empty at `now` (exact to the nanosecond: `d` is a whole unit).
+    #[inline]
+    fn is_empty_at(self, now: Time) -> bool {
+        self.0 <= now.units
+    }
+
+    /// The first departure slot open to a request read at `now`: the drain time, or the reading
+    /// rounded up to a whole unit if the queue is already empty.
+    #[inline]
+    fn start(self, now: Time) -> u64 {
+        self.0.max(now.units_up)
+    }
+}
+
+impl Policy {
+    pub(crate) fn new(quota: &Quota) -> Policy {
+        let (shift, interval) = quota.time_unit();
+        Policy {
+            shift,
+            interval,
+            // Validation bounds this product by 2^62 (see `Quota::time_unit`).
+            window: quota.capacity().saturating_mul(interval),
+            capacity: quota.capacity(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn time(&self, now: Nanos) -> Time {
+        let ns = now.clamped();
+        let units = ns >> self.shift;
+        let sub = ns & ((1 << self.shift) - 1);
+        Time {
+            units,
+            units_up: units + u64::from(sub != 0),
+            sub,
+            ns,
+        }
+    }
+
+    /// `units` from the reading `at` (rounded down), as nanoseconds from the exact reading.
+    #[inline]
+    fn span(&self, units: u64, at: Time) -> Span {
+        Span {
+            units,
+            shift: self.shift,
+            sub: at.sub,
+        }
+    }
+
+    /// The word of a meter with `free` places free (at most the capacity) at `now`: the queue holds
+    /// the other `C - free`, the first of them leaving at the reading rounded up.
+    pub(crate) fn initial_word(&self, free: u64, now: Time) -> u64 {
+        match self.capacity.saturating_sub(free) {
+            0 => now.units,
+            queued => now.units_up + queued * self.interval,
+        }
+    }
+
+    /// Checks `n` against the capacity, answering `n = 0` as a query.
+    #[inline]
+    pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
+        if n > self.capacity {
+            Err(InsufficientCapacity {
+                requested: n,
+                capacity: self.capacity,
+            })
+        } else {
+            Ok(n != 0)
+        }
+    }
+
+    /// Schedules `n` requests (`1 <= n <= capacity`) behind the queue in `word`, or says when they
+    /// would fit.
+    #[inline]
+    pub(crate) fn schedule(&self, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
+        let drain = Drain(word);
+        // n <= capacity, so cost <= window <= 2^62.
+        let cost = n * self.interval;
+        // The backlog the request would leave, measured from the reading rounded down.
+        let backlog = drain.0.max(now.units) + cost - now.units;
+        if backlog <= self.window {
+            let start = drain.start(now);
+            let new = start + cost;
+            Step::Write(
+                new,
+                Scheduled::new(
+                    now.ns,
+                    self.span(start - now.units, now),
+                    backlog,
+                    self.window - backlog,
+                    self.interval,
+                    self.span(new - now.units, now),
+                ),
+            )
+        } else {
+            Step::Refuse(self.denied(drain, now, backlog - self.window))
+        }
+    }
+
+    /// Admits `n` requests (`1 <= n <= capacity`) to leave at once, only if the queue in `word` is
+    /// empty at `now`; otherwise says when it will be.
+    #[inline]
+    pub(crate) fn acquire(&self, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
+        let drain = Drain(word);
+        if drain.is_empty_at(now) {
+            // n <= capacity, so cost <= window.
+            let cost = n * self.interval;
+            let new = now.units_up + cost;
+            Step::Write(
+                new,
+                Admitted::new(
+                    self.window - cost,
+                    self.interval,
+                    self.span(new - now.units, now),
+                ),
+            )
+        } else {
+            Step::Refuse(self.denied(drain, now, drain.backlog(now)))
+        }
+    }
+
+    #[cold]
+    fn denied(&self, drain: Drain, now: Time, wait: u64) -> Denied {
+        let backlog = drain.backlog(now);
+        Denied::new(
+            now.ns,
+            self.span(wait, now),
+            self.window.saturating_sub(backlog),
+            self.interval,
+            self.span(backlog, now),
+        )
+    }
+
+    /// The answer to a strict request for nothing: the free places at `now`.
+    pub(crate) fn query(&self, word: u64, now: Time) -> Admitted {
+        let backlog = Drain(word).backlog(now);
+        Admitted::new(
+            self.window.saturating_sub(backlog),
+            self.interval,
+            self.span(backlog, now),
+        )
+    }
+
+    /// The answer to a scheduling of nothing: the delay a request made at `now` would get, and the
+    /// queue as it is.
+    pub(crate) fn query_schedule(&self, word: u64, now: Time) -> Scheduled {
+        let drain = Drain(word);
+        let backlog = drain.backlog(now);
+        Scheduled::new(
+            now.ns,
+            self.span(drain.start(now) - now.units, now),
+            backlog,
+            self.window.saturating_sub(backlog),
+            self.interval,
+            self.span(backlog, now),
+        )
+    }
+
+    /// Whole free places at `now`.
+    pub(crate) fn remaining(&self, word: u64, now: Time) -> u64 {
+        let level = self.window.saturating_sub(Drain(word).backlog(now));
+        // A full queue needs no division.
+        if level < self.interval {
+            0
+        } else {
+            level / self.interval
+        }
+    }
+}
+
+/// A lock-free leaky bucket as a meter: a virtual queue of at most the quota's capacity, leaking one
+/// request per interval, that tells each caller how long to wait.
+///
+/// One `AtomicU64` holds the whole state, updated by one compare-and-swap per admission; a denial only
+/// reads. Generic over its [`Clock`]: [`MonotonicClock`] by default,
+/// [`CoarseClock`](crate::CoarseClock) for the cheapest reads, [`ManualClock`](crate::ManualClock)
+/// for tests. See the [module docs](self) for the semantics, the decisions taken, and the guarantees.
+///
+/// # Memory ordering
+///
+/// Admissions are linearizable: every scheduling and strict admission takes effect at one instant in
+/// a single total order, and no two callers ever receive overlapping departure slots. An admission is
+/// not a synchronization point between threads: do not rely on it to make other writes visible.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{leaky::LeakyMeter, Quota};
+///
+/// // At most 100 calls a second to the backend, and no caller kept waiting more than 50 ms.
+/// let meter = LeakyMeter::new(Quota::per_second(100)?.with_capacity(5)?);
+/// match meter.try_schedule() {
+///     Ok(place) => std::thread::sleep(place.delay()), // then call the backend
+///     Err(denied) => println!("busy, retry in {:?}", denied.retry_after()),
+/// }
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub struct LeakyMeter<C = MonotonicClock> {
+    /// The drain time; see [`Drain`] for its state table. Padded to its own cache line, so threads
+    /// scheduling here do not slow down neighbouring data, nor it them.
+    word: CachePadded<AtomicU64>,
+    policy: Policy,
+    quota: Quota,
+    clock: C,
+}
+
+impl LeakyMeter<MonotonicClock> {
+    /// A meter for `quota` on the default clock, with the quota's initial fill free (all of the
+    /// capacity by default: an empty queue).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(50)?);
+    /// assert_eq!(meter.remaining(), 50);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> LeakyMeter<MonotonicClock> {
+        LeakyMeter::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> LeakyMeter<C> {
+    /// A meter for `quota` reading time from `clock`, with [`Quota::initial`] places free as of
+    /// `clock.now()`: the queue starts holding the rest of the capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+    /// // Starts as if 3 of 5 places were taken: the first request waits for them to leave.
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(5)?.with_initial(2)?, ManualClock::new());
+    /// assert_eq!(meter.remaining(), 2);
+    /// assert_eq!(meter.try_schedule()?.delay(), Duration::from_millis(600));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock(quota: Quota, clock: C) -> LeakyMeter<C> {
+        let policy = Policy::new(&quota);
+        let now = policy.time(clock.now());
+        LeakyMeter {
+            word: CachePadded::new(AtomicU64::new(policy.initial_word(quota.initial(), now))),
+            policy,
+            quota,
+            clock,
+        }
+    }
+
+    /// Takes a place in the virtual queue now: the answer says how long to wait before acting, or
+    /// when the queue will have room.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky::LeakyMeter, Quota};
+    /// let meter = LeakyMeter::new(Quota::per_second(1_000)?);
+    /// let place = meter.try_schedule().expect("an empty queue has room");
+    /// assert!(place.delay().is_zero()); // the first in an empty queue leaves at once
+    /// std::thread::sleep(place.delay());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_schedule(&self) -> Result<Scheduled, Denied> {
+        self.try_schedule_at(self.clock.now())
+    }
+
+    /// Takes a place in the virtual queue as of `now`, a reading of this meter's clock the caller
+    /// already holds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// assert_eq!(meter.try_schedule_at(Nanos::new(0))?.delay(), Duration::ZERO);
+    /// assert_eq!(meter.try_schedule_at(Nanos::new(0))?.delay(), Duration::from_millis(500));
+    /// let full = meter.try_schedule_at(Nanos::new(0)).unwrap_err();
+    /// assert_eq!(full.retry_at(), Nanos::new(500_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_schedule_at(&self, now: Nanos) -> Result<Scheduled, Denied> {
+        let now = self.policy.time(now);
+        // The capacity is at least 1, so one place is always a valid request.
+        cas::update(&self.word, |w| self.policy.schedule(w, now, 1))
+    }
+
+    /// Takes `n` consecutive places now, all or none; the request leaves after the delay and holds
+    /// the queue for `n` intervals. `n = 0` is a query that always succeeds.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::Denied`] when the queue has no room for `n` now;
+    /// [`AcquireError::InsufficientCapacity`] when `n` exceeds the capacity and can never succeed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// meter.try_schedule_n(4)?;
+    /// assert_eq!(meter.try_schedule_n(6)?.delay(), Duration::from_millis(400));
+    /// assert!(meter.try_schedule_n(1).is_err()); // 10 places, all taken
+    /// assert!(meter.try_schedule_n(11).unwrap_err().denied().is_none()); // never
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_schedule_n(&self, n: u64) -> Result<Scheduled, AcquireError> {
+        self.try_schedule_n_at(n, self.clock.now())
+    }
+
+    /// Takes `n` consecutive places as of `now`, all or none. `n = 0` is a query that always
+    /// succeeds.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeakyMeter::try_schedule_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// meter.try_schedule_n_at(10, Nanos::new(0))?;
+    /// let denied = meter.try_schedule_n_at(3, Nanos::new(0)).unwrap_err();
+    /// assert_eq!(denied.denied().unwrap().retry_after(), Duration::from_millis(300));
+    /// let query = meter.try_schedule_n_at(0, Nanos::new(0))?;
+    /// assert_eq!((query.delay(), query.queued()), (Duration::from_secs(1), 10));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_schedule_n_at(&self, n: u64, now: Nanos) -> Result<Scheduled, AcquireError> {
+        let now = self.policy.time(now);
+        if self.policy.check_n(n)? {
+            cas::update(&self.word, |w| self.policy.schedule(w, now, n))
+                .map_err(AcquireError::Denied)
+        } else {
+            Ok(self.policy.query_schedule(cas::read(&self.word), now))
+        }
+    }
+
+    /// Would `n` places be scheduled now, and with what delay? Takes nothing and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeakyMeter::try_schedule_n`]: the refusal it would get.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(3)?);
+    /// assert!(meter.peek_schedule_n(3).is_ok());
+    /// assert!(meter.peek_schedule_n(3).is_ok()); // still: peeking takes nothing
+    /// assert!(meter.peek_schedule_n(4).is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn peek_schedule_n(&self, n: u64) -> Result<Scheduled, AcquireError> {
+        self.peek_schedule_n_at(n, self.clock.now())
+    }
+
+    /// Would `n` places be scheduled as of `now`? Takes nothing and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeakyMeter::try_schedule_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// meter.try_schedule_at(Nanos::new(0))?;
+    /// let would = meter.peek_schedule_n_at(1, Nanos::new(100_000_000))?;
+    /// assert_eq!(would.delay(), Duration::from_millis(400));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_schedule_n_at(&self, n: u64, now: Nanos) -> Result<Scheduled, AcquireError> {
+        let now = self.policy.time(now);
+        let word = cas::read(&self.word);
+        if !self.policy.check_n(n)? {
+            return Ok(self.policy.query_schedule(word, now));
+        }
+        match self.policy.schedule(word, now, n) {
+            Step::Write(_, scheduled) | Step::Keep(scheduled) => Ok(scheduled),
+            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
+        }
+    }
+
+    /// Admits one request to act at once, only if the virtual queue is empty now: strict spacing of
+    /// at least one interval, no burst.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(1)?);
+    /// assert!(meter.try_acquire().is_ok());
+    /// assert!(meter.try_acquire().is_err()); // the next one may go a second later
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
+        self.try_acquire_at(self.clock.now())
+    }
+
+    /// Admits one request to act at once as of `now`, only if the virtual queue is empty then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+    /// // Ten places, yet strict admissions are still one per interval (100 ms).
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// assert!(meter.try_acquire_at(Nanos::new(0)).is_ok());
+    /// let denied = meter.try_acquire_at(Nanos::new(40_000_000)).unwrap_err();
+    /// assert_eq!(denied.retry_at(), Nanos::new(100_000_000));
+    /// assert!(meter.try_acquire_at(denied.retry_at()).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
+        let now = self.policy.time(now);
+        cas::update(&self.word, |w| self.policy.acquire(w, now, 1))
+    }
+
+    /// Admits `n` requests to act at once, only if the virtual queue is empty now; they hold it for
+    /// `n` intervals. `n = 0` is a query that always succeeds.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::Denied`] when the queue is not empty now;
+    /// [`AcquireError::InsufficientCapacity`] when `n` exceeds the capacity and can never succeed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(10)?);
+    /// assert_eq!(meter.try_acquire_n(4)?.remaining(), 6);
+    /// assert!(meter.try_acquire_n(1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
+        self.try_acquire_n_at(n, self.clock.now())
+    }
+
+    /// Admits `n` requests to act at once as of `now`, only if the virtual queue is empty then.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeakyMeter::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// meter.try_acquire_n_at(3, Nanos::new(0))?;
+    /// let denied = meter.try_acquire_n_at(1, Nanos::new(0)).unwrap_err();
+    /// assert_eq!(denied.denied().unwrap().retry_after(), Duration::from_millis(300));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        let now = self.policy.time(now);
+        if self.policy.check_n(n)? {
+            cas::update(&self.word, |w| self.policy.acquire(w, now, n))
+                .map_err(AcquireError::Denied)
+        } else {
+            Ok(self.policy.query(cas::read(&self.word), now))
+        }
+    }
+
+    /// Would a strict request for `n` be admitted now? Takes nothing and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeakyMeter::try_acquire_n`]: the denial it would get.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(3)?);
+    /// assert!(meter.peek_n(3).is_ok());
+    /// assert!(meter.peek_n(3).is_ok()); // still: peeking takes nothing
+    /// assert!(meter.peek_n(4).is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
+        self.peek_n_at(n, self.clock.now())
+    }
+
+    /// Would a strict request for `n` be admitted as of `now`? Takes nothing and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeakyMeter::try_acquire_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(1)?.with_initial(0)?, ManualClock::new());
+    /// assert!(meter.peek_n_at(1, Nanos::new(999_999_999)).is_err());
+    /// assert!(meter.peek_n_at(1, Nanos::new(1_000_000_000)).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        let now = self.policy.time(now);
+        let word = cas::read(&self.word);
+        if !self.policy.check_n(n)? {
+            return Ok(self.policy.query(word, now));
+        }
+        match self.policy.acquire(word, now, n) {
+            Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
+            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
+        }
+    }
+
+    /// Free places in the virtual queue now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(8)?);
+    /// assert_eq!(meter.remaining(), 8);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        self.remaining_at(self.clock.now())
+    }
+
+    /// Free places in the virtual queue as of `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// meter.try_schedule_n_at(2, Nanos::new(0))?;
+    /// assert_eq!(meter.remaining_at(Nanos::new(500_000_000)), 1); // one has left
+    /// assert_eq!(meter.remaining_at(Nanos::new(u64::MAX)), 2); // a jump of centuries: just empty
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remaining_at(&self, now: Nanos) -> u64 {
+        self.policy
+            .remaining(cas::read(&self.word), self.policy.time(now))
+    }
+
+    /// The quota this meter enforces.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(3)?;
+    /// assert_eq!(tollgate::leaky::LeakyMeter::new(q).quota(), &q);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this meter reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky::LeakyMeter, Clock, ManualClock, Nanos, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(3)?, ManualClock::starting_at(Nanos::new(4)));
+    /// assert_eq!(meter.clock().now(), Nanos::new(4));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C> fmt::Debug for LeakyMeter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeakyMeter")
+            .field("quota", &self.quota)
+            .field("drain", &cas::read(&self.word))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn at(p: &Policy, ns: u64) -> Time {
+        p.time(Nanos::new(ns))
+    }
+
+    /// 10 per second, capacity 10: interval 100 ms, window 1 s.
+    fn ten_per_second() -> Policy {
+        Policy::new(&Quota::per_second(10).unwrap())
+    }
+
+    #[test]
+    fn an_empty_queue_schedules_at_once_and_drains_one_interval_later() {
+        let p = ten_per_second();
+        match p.schedule(0, at(&p, 5 * SEC), 1) {
+            Step::Write(new, s) => {
+                assert_eq!(new, 5 * SEC + SEC / 10);
+                assert!(s.delay().is_zero());
+                assert_eq!(s.depart_at(), Nanos::new(5 * SEC));
+                assert_eq!((s.queued(), s.remaining()), (1, 9));
+                assert_eq!(s.reset_after().as_nanos(), u128::from(SEC / 10));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_busy_queue_schedules_behind_its_drain_time() {
+        let p = ten_per_second();
+        let now = 3 * SEC;
+        // 4.5 requests' worth of backlog: the new one leaves 450 ms from now and counts as the 6th.
+        let word = now + 450_000_000;
+        match p.schedule(word, at(&p, now), 2) {
+            Step::Write(new, s) => {
+                assert_eq!(new, word + 2 * SEC / 10);
+                assert_eq!(s.delay().as_nanos(), 450_000_000);
+                assert_eq!((s.queued(), s.remaining()), (7, 3));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_refuses_with_the_exact_wait_and_writes_nothing() {
+        let p = ten_per_second();
+        let now = 3 * SEC;
+        let full = now + SEC;
+        match p.schedule(full, at(&p, now), 3) {
+            Step::Refuse(d) => {
+                assert_eq!(d.retry_after().as_nanos(), u128::from(3 * SEC / 10));
+                assert_eq!(d.remaining(), 0);
+                assert_eq!(d.reset_after().as_nanos(), u128::from(SEC));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The retry reading fits, one nanosecond earlier does not.
+        let retry = now + 3 * SEC / 10;
+        assert!(matches!(
+            p.schedule(full, at(&p, retry - 1), 3),
+            Step::Refuse(_)
+        ));
+        assert!(matches!(
+            p.schedule(full, at(&p, retry), 3),
+            Step::Write(..)
+        ));
+    }
+
+    #[test]
+    fn strict_acquisition_needs_an_empty_queue() {
+        let p = ten_per_second();
+        let now = 7 * SEC;
+        match p.acquire(now, at(&p, now), 2) {
+            Step::Write(new, ok) => {
+                assert_eq!(new, now + 2 * SEC / 10);
+                assert_eq!(ok.remaining(), 8);
+            }
+            other => panic!("{other:?}"),
+        }
+        // One nanosecond of backlog is enough to refuse, and the wait is exactly it.
+        match p.acquire(now + 1, at(&p, now), 1) {
+            Step::Refuse(d) => {
+                assert_eq!(d.retry_after().as_nanos(), 1);
+                assert_eq!(d.remaining(), 9);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_earlier_reading_never_frees_places_nor_departs_before_the_drain_time() {
+        let p = ten_per_second();
+        let word = 5 * SEC + SEC / 10;
+        let later = p.remaining(word, at(&p, 5 * SEC));
+        for earlier in [0, SEC, 4 * SEC, 5 * SEC - 1] {
+            assert!(p.remaining(word, at(&p, earlier)) <= later);
+            if let Step::Write(new, s) = p.schedule(word, at(&p, earlier), 1) {
+                assert_eq!(s.depart_at(), Nanos::new(word));
+                assert_eq!(new, word + SEC / 10);
+            }
+            assert!(matches!(
+                p.acquire(word, at(&p, earlier), 1),
+                Step::Refuse(_)
+            ));
+        }
+        assert_eq!(p.remaining(word, at(&p, 4 * SEC)), 0);
+    }
+
+    #[test]
+    fn the_word_cannot_overflow_at_the_extremes() {
+        let q = Quota::per_second(1_000_000_000)
+            .unwrap()
+            .with_capacity(1 << 62)
+            .unwrap();
+        let p = Policy::new(&q);
+        let now = at(&p, u64::MAX);
+        let word = now.units + p.window + 1;
+        assert!(matches!(p.schedule(word, now, 1 << 62), Step::Refuse(_)));
+        assert!(matches!(p.acquire(word, now, 1 << 62), Step::Refuse(_)));
+        match p.schedule(0, now, 1 << 62) {
+            Step::Write(new, s) => {
+                assert_eq!(new, (1 << 62) + (1 << 62));
+                assert_eq!(s.queued(), 1 << 62);
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = p.query_schedule(u64::MAX, now);
+        let _ = p.query(u64::MAX, now);
+        assert_eq!(p.remaining(u64::MAX, now), 0);
+    }
+
+    #[test]
+    fn coarse_units_depart_no_earlier_than_the_reading_and_retry_exactly() {
+        // 1 per day with a capacity of 2^32: an 11-million-year queue needs units above 1 ns.
+        let q = Quota::per_day(1).unwrap().with_capacity(1 << 32).unwrap();
+        let p = Policy::new(&q);
+        assert!(p.shift > 0);
+        let reading = (1 << 40) + 12_345;
+        match p.schedule(0, at(&p, reading), 1) {
+            Step::Write(new, s) => {
+                let depart = s.depart_at().as_u64();
+                assert!(depart >= reading && depart - reading < 1 << p.shift);
+                assert_eq!(s.delay().as_nanos(), u128::from(depart - reading));
+                assert_eq!(new << p.shift, depart + (p.interval << p.shift));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A full queue: retry_at fits and one nanosecond earlier does not.
+        let full = at(&p, reading).units + p.window;
+        match p.schedule(full, at(&p, reading), 5) {
+            Step::Refuse(d) => {
+                let retry = d.retry_at().as_u64();
+                assert!(matches!(
+                    p.schedule(full, at(&p, retry - 1), 5),
+                    Step::Refuse(_)
+                ));
+                assert!(matches!(
+                    p.schedule(full, at(&p, retry), 5),
+                    Step::Write(..)
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn denials_peeks_and_queries_never_write() {
+        let meter = LeakyMeter::with_clock(Quota::per_second(2).unwrap(), ManualClock::new());
+        meter.try_schedule_n(2).unwrap();
+        let before = cas::read(&meter.word);
+        for _ in 0..100 {
+            assert!(meter.try_schedule().is_err());
+            assert!(meter.try_acquire().is_err());
+            assert!(meter.peek_n(1).is_err());
+            assert!(meter.peek_schedule_n(1).is_err());
+            assert!(meter.try_schedule_n(0).is_ok());
+            assert!(meter.try_acquire_n(0).is_ok());
+            assert!(meter.try_schedule_n(3).is_err());
+        }
+        assert_eq!(cas::read(&meter.word), before);
+    }
+
+    /// Real threads on one meter, scheduling and strictly acquiring with their own readings of a
+    /// shared monotonic clock: no two admissions' departure spans overlap (so departures are at
+    /// least one interval apart), no admission sees more than C queued, and compare-and-swap
+    /// retries really happened (the work per thread grows until they do).
+    #[test]
+    fn stress_real_threads_never_share_a_slot_and_do_contend() {
+        use std::sync::{Arc, Barrier};
+
+        let threads = 4;
+        let capacity = 64;
+        let mut per_thread = 20_000u64;
+        for _attempt in 0..8 {
+            let clock = MonotonicClock::new();
+            // A fast rate keeps the queue moving, so both refusals and admissions happen.
+            let quota = Quota::per_second(4_000_000)
+                .unwrap()
+                .with_capacity(capacity)
+                .unwrap();
+            let interval = quota.interval().as_nanos() as u64;
+            let meter = Arc::new(LeakyMeter::with_clock(quota, clock));
+            let barrier = Arc::new(Barrier::new(threads));
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let meter = Arc::clone(&meter);
+                    let barrier = Arc::clone(&barrier);
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        // (departure, places) of every admission.
+                        let mut spans = Vec::new();
+                        for i in 0..per_thread {
+                            let now = meter.clock().now();
+                            let n = 1 + (i + t as u64) % 3;
+                            if (i + t as u64) % 5 == 0 {
+                                if let Ok(ok) = meter.try_acquire_n_at(n, now) {
+                                    assert!(ok.remaining() <= capacity - n);
+                                    spans.push((now.as_u64(), n));
+                                }
+                            } else if let Ok(s) = meter.try_schedule_n_at(n, now) {
+                                assert!(s.queued() <= capacity, "{s:?}");
+                                let wait = s.depart_at().as_u64() - now.as_u64();
+                                assert!(wait <= (capacity - n) * interval, "{s:?}");
+                                spans.push((s.depart_at().as_u64(), n));
+                            }
+                        }
+                        (spans, cas::retries::on_this_thread())
+                    })
+                })
+                .collect();
+            let mut spans = Vec::new();
+            let mut retries = 0;
+            for h in handles {
+                let (s, r) = h.join().unwrap();
+                spans.extend(s);
+                retries += r;
+            }
+            spans.sort_unstable();
+            assert!(spans.len() > 1);
+            for pair in spans.windows(2) {
+                let ((d0, n0), (d1, _)) = (pair[0], pair[1]);
+                assert!(
+                    d1 >= d0 + n0 * interval,
+                    "departures {d0} (x{n0}) and {d1} closer than {interval} ns per place"
+                );
+            }
+            if retries > 0 {
+                return;
+            }
+            per_thread *= 2;
+        }
+        panic!("no compare-and-swap retry observed: the stress test proved nothing");
+    }
+}

@@ -1,0 +1,318 @@
+//! Drives a [`LeakyMeter`] and the reference model (`meter_reference.rs`) through the same
+//! operations and asserts that every answer is identical, to the nanosecond.
+//!
+//! Shared by `tests/leaky_meter_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
+//! (arbitrary): both include this file next to `reference.rs`, `bucket_driver.rs` (quota specs,
+//! amounts, clock steps and the comparison helpers) and `meter_reference.rs`, as `mod meter_driver`
+//! etc. at their crate root.
+
+use std::time::Duration;
+
+use tollgate::{leaky::LeakyMeter, AcquireError, Clock, ManualClock, Nanos, Scheduled};
+
+use crate::bucket_driver::{
+    check_quota, observe, observe_one, representable, Amount, QuotaSpec, Step, YEAR_NS,
+};
+use crate::meter_reference::{RefMeter, RefSchedule};
+
+/// One operation on the meter. `clock: true` uses the method that reads the meter's clock,
+/// `false` the `_at` form with the same reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MeterOp {
+    /// `try_schedule_n(_at)`.
+    Schedule {
+        /// Places asked for.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `try_schedule(_at)`: one place.
+    ScheduleOne {
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `peek_schedule_n(_at)`.
+    PeekSchedule {
+        /// Places asked about.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `try_acquire_n(_at)`: strict.
+    Acquire {
+        /// Places asked for.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `try_acquire(_at)`: strict, one place.
+    AcquireOne {
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `peek_n(_at)`: strict.
+    Peek {
+        /// Places asked about.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `remaining(_at)`.
+    Remaining {
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// Moves the clock.
+    Time(Step),
+}
+
+/// The crate's answer to `try_schedule_n` and `peek_schedule_n`, in the model's terms.
+pub(crate) fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSchedule {
+    match result {
+        Ok(s) => RefSchedule::Scheduled {
+            delay_ns: s.delay().as_nanos(),
+            depart_at_ns: s.depart_at().as_u64(),
+            queued: s.queued(),
+            remaining: s.remaining(),
+            reset_after_ns: s.reset_after().as_nanos(),
+        },
+        Err(AcquireError::Denied(d)) => RefSchedule::Denied {
+            retry_after_ns: d.retry_after().as_nanos(),
+            retry_at_ns: d.retry_at().as_u64(),
+            remaining: d.remaining(),
+            reset_after_ns: d.reset_after().as_nanos(),
+        },
+        Err(AcquireError::InsufficientCapacity(e)) => RefSchedule::InsufficientCapacity {
+            requested: e.requested,
+            capacity: e.capacity,
+        },
+    }
+}
+
+/// The model's answer as the crate can report it: durations stop at `Duration::MAX`.
+pub(crate) fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
+    let max = Duration::MAX.as_nanos();
+    match outcome {
+        RefSchedule::Scheduled {
+            delay_ns,
+            depart_at_ns,
+            queued,
+            remaining,
+            reset_after_ns,
+        } => RefSchedule::Scheduled {
+            delay_ns: delay_ns.min(max),
+            depart_at_ns,
+            queued,
+            remaining,
+            reset_after_ns: reset_after_ns.min(max),
+        },
+        RefSchedule::Denied {
+            retry_after_ns,
+            retry_at_ns,
+            remaining,
+            reset_after_ns,
+        } => RefSchedule::Denied {
+            retry_after_ns: retry_after_ns.min(max),
+            retry_at_ns,
+            remaining,
+            reset_after_ns: reset_after_ns.min(max),
+        },
+        RefSchedule::InsufficientCapacity { .. } => outcome,
+    }
+}
+
+/// Runs `ops` on a meter for `spec` whose clock starts at `start`, comparing every answer, and the
+/// free places after every operation, with the model.
+pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
+    let Some((quota, policy, initial)) = check_quota(spec) else {
+        return;
+    };
+    let clock = ManualClock::starting_at(Nanos::new(start));
+    let meter = LeakyMeter::with_clock(quota, clock.clone());
+    let mut model = RefMeter::new(policy, initial, start).expect("an initial fill in range");
+    let capacity = policy.capacity;
+    let mut now = start;
+    assert_eq!(
+        meter.remaining_at(Nanos::new(now)),
+        model.remaining(now),
+        "remaining at the start, {spec:?} from {start}"
+    );
+    for (i, &op) in ops.iter().enumerate() {
+        let at = Nanos::new(now);
+        // The reading and the state before the operation, for the messages.
+        let state = format!("{meter:?}");
+        let context = move || format!("op {i} {op:?} at {now} ns, {spec:?} from {start}, {state}");
+        match op {
+            MeterOp::Schedule { n, clock: read } => {
+                let n = n.resolve(capacity);
+                let got = if read {
+                    meter.try_schedule_n(n)
+                } else {
+                    meter.try_schedule_n_at(n, at)
+                };
+                let want = representable_schedule(model.schedule(n, now));
+                assert_eq!(observe_schedule(got), want, "schedule {n}: {}", context());
+            }
+            MeterOp::ScheduleOne { clock: read } => {
+                let got = if read {
+                    meter.try_schedule()
+                } else {
+                    meter.try_schedule_at(at)
+                };
+                let want = representable_schedule(model.schedule(1, now));
+                assert_eq!(
+                    observe_schedule(got.map_err(AcquireError::Denied)),
+                    want,
+                    "schedule one: {}",
+                    context()
+                );
+            }
+            MeterOp::PeekSchedule { n, clock: read } => {
+                let n = n.resolve(capacity);
+                let got = if read {
+                    meter.peek_schedule_n(n)
+                } else {
+                    meter.peek_schedule_n_at(n, at)
+                };
+                let want = representable_schedule(model.peek_schedule(n, now));
+                assert_eq!(
+                    observe_schedule(got),
+                    want,
+                    "peek schedule {n}: {}",
+                    context()
+                );
+            }
+            MeterOp::Acquire { n, clock: read } => {
+                let n = n.resolve(capacity);
+                let got = if read {
+                    meter.try_acquire_n(n)
+                } else {
+                    meter.try_acquire_n_at(n, at)
+                };
+                let want = representable(model.acquire(n, now));
+                assert_eq!(observe(got), want, "acquire {n}: {}", context());
+            }
+            MeterOp::AcquireOne { clock: read } => {
+                let got = if read {
+                    meter.try_acquire()
+                } else {
+                    meter.try_acquire_at(at)
+                };
+                let want = representable(model.acquire(1, now));
+                assert_eq!(observe_one(got), want, "acquire one: {}", context());
+            }
+            MeterOp::Peek { n, clock: read } => {
+                let n = n.resolve(capacity);
+                let got = if read {
+                    meter.peek_n(n)
+                } else {
+                    meter.peek_n_at(n, at)
+                };
+                let want = representable(model.peek(n, now));
+                assert_eq!(observe(got), want, "peek {n}: {}", context());
+            }
+            MeterOp::Remaining { clock: read } => {
+                let got = if read {
+                    meter.remaining()
+                } else {
+                    meter.remaining_at(at)
+                };
+                assert_eq!(got, model.remaining(now), "remaining: {}", context());
+            }
+            MeterOp::Time(step) => {
+                let before = now;
+                let forward = |ns: u64| {
+                    clock.advance(Duration::from_nanos(ns));
+                    before.saturating_add(ns)
+                };
+                let set = |t: u64| {
+                    clock.set(Nanos::new(t));
+                    t
+                };
+                now = match step {
+                    Step::Nanos(ns) => forward(ns),
+                    Step::Intervals { num, den } => {
+                        forward(intervals(num, den, policy.interval_ns))
+                    }
+                    Step::Years(y) => forward(u64::from(y) * YEAR_NS),
+                    Step::ToMax => forward(u64::MAX),
+                    Step::BackNanos(ns) => set(now.saturating_sub(ns)),
+                    Step::BackIntervals { num, den } => {
+                        set(now.saturating_sub(intervals(num, den, policy.interval_ns)))
+                    }
+                    Step::Set(t) => set(t),
+                };
+                assert_eq!(meter.clock().now(), Nanos::new(now), "clock: {}", context());
+            }
+        }
+        assert_eq!(
+            meter.remaining_at(Nanos::new(now)),
+            model.remaining(now),
+            "remaining after {}",
+            context()
+        );
+    }
+}
+
+/// `num / den` intervals of `interval_ns`, in nanoseconds, saturating (den of 0 counts as 1).
+fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
+    let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// Checks the promise callers rely on, independently of the model: requests read at
+/// `start + offset` for each `(offset, amount, strict)`, in any order, scheduled
+/// (`strict == false`) or strictly acquired, are given departure spans `[depart, depart + n × I)`
+/// (`I` in nanoseconds, rounded up to whole units) that never overlap, never start before their
+/// reading, and never end more than `C × I` after it (rounded up to a whole unit), so the virtual
+/// queue never holds more than `C`.
+pub(crate) fn check_departures(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount, bool)]) {
+    let Some((quota, policy, _)) = check_quota(spec) else {
+        return;
+    };
+    let meter = LeakyMeter::with_clock(quota, ManualClock::starting_at(Nanos::new(start)));
+    let interval_ns = u128::try_from(policy.interval << policy.shift).expect("positive");
+    let unit = 1u128 << policy.shift;
+    let window = u128::from(policy.capacity) * interval_ns;
+    // (departure, places) of every admission.
+    let mut spans: Vec<(u128, u64)> = Vec::new();
+    for &(offset, amount, strict) in requests {
+        let reading = start.saturating_add(offset).min(1 << 62);
+        let at = Nanos::new(start.saturating_add(offset));
+        let n = amount.resolve(policy.capacity);
+        let depart = if strict {
+            match meter.try_acquire_n_at(n, at) {
+                // Leaves at once, no later than the reading rounded up to a whole unit.
+                Ok(_) if n > 0 => u128::from(reading).div_ceil(unit) * unit,
+                _ => continue,
+            }
+        } else {
+            match meter.try_schedule_n_at(n, at) {
+                // A delay past `Duration::MAX` (a queue of 584 billion years) is reported
+                // saturated: nothing after it can be placed exactly.
+                Ok(s) if s.delay() == Duration::MAX => return,
+                Ok(s) if n > 0 => {
+                    assert!(s.queued() <= policy.capacity, "{s:?}, {spec:?}");
+                    // Not `depart_at`, which saturates at u64::MAX for a queue centuries long.
+                    u128::from(reading) + s.delay().as_nanos()
+                }
+                _ => continue,
+            }
+        };
+        let end = depart + u128::from(n) * interval_ns;
+        assert!(depart >= u128::from(reading), "departs before its reading");
+        assert!(
+            end <= u128::from(reading) + window + unit,
+            "a backlog over C: {end} after {reading}, {spec:?}"
+        );
+        spans.push((depart, n));
+    }
+    spans.sort_unstable();
+    for pair in spans.windows(2) {
+        let ((d0, n0), (d1, _)) = (pair[0], pair[1]);
+        assert!(
+            d1 >= d0 + u128::from(n0) * interval_ns,
+            "departures {d0} (x{n0}) and {d1} overlap: {spec:?} from {start}"
+        );
+    }
+}

@@ -1,0 +1,306 @@
+//! An exact reference model of tollgate's `LeakyMeter`, written from the documented semantics.
+//!
+//! The crate stores one number, the drain time, and compares a backlog with `C × I`. This model
+//! keeps the list of every admitted request's departure span `[start, start + n × I)` in `i128`
+//! time units, derives the drain time from the list each time it is asked, counts the queue in
+//! whole requests (`ceil(backlog / I)`, the wording of the docs), and finds `retry_after` by
+//! searching for the earliest reading at which the same request fits, rather than by a formula. It
+//! shares no clamp, saturation or wrap-around of the crate's `u64` arithmetic. Its answers must equal
+//! the crate's to the nanosecond.
+//!
+//! It depends on nothing but `std` and `reference.rs` (for the documented time units of a quota:
+//! [`RefPolicy`] and [`Reading`]); the fuzz crate includes it by path.
+//!
+//! # The semantics modelled (the meter's module docs)
+//!
+//! - Time units, the interval `I` and the reading's split into `t` (rounded down) and `sub` are the
+//!   token bucket's ([`RefPolicy`]); the window `C × I` is its burst window.
+//! - The drain time `D` is the end of the last departure span, and never earlier than the reading
+//!   at which the meter was built (a reading before that sees a backlog, never a freer queue).
+//! - The queue at reading `t` holds `ceil(max(0, D - t) / I)` requests.
+//! - A scheduling of `n` (1 ..= C) at `t` starts at `max(D, t_up)` and fits when the queue it leaves,
+//!   `ceil((max(D, t) + n × I - t) / I)`, is at most `C`.
+//! - A strict admission of `n` fits when `D <= t`, and occupies `[t_up, t_up + n × I)`.
+//! - `n = 0` is a query; `n > C` is refused for ever.
+
+use crate::reference::{Reading, RefOutcome, RefPolicy};
+
+/// What the model answers to a scheduling: the crate's `Result<Scheduled, AcquireError>`, flattened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefSchedule {
+    /// Scheduled (or a query for zero places).
+    Scheduled {
+        /// Nanoseconds from the (clamped) reading to the departure.
+        delay_ns: u128,
+        /// The departure instant, saturating at `u64::MAX`.
+        depart_at_ns: u64,
+        /// Requests queued once this one joined.
+        queued: u64,
+        /// Free places left.
+        remaining: u64,
+        /// Nanoseconds until the queue is empty.
+        reset_after_ns: u128,
+    },
+    /// Refused for now.
+    Denied {
+        /// Nanoseconds until the same request would fit.
+        retry_after_ns: u128,
+        /// The clamped reading plus `retry_after_ns`, saturating at `u64::MAX`.
+        retry_at_ns: u64,
+        /// Free places at the reading.
+        remaining: u64,
+        /// Nanoseconds until the queue is empty.
+        reset_after_ns: u128,
+    },
+    /// Refused for ever.
+    InsufficientCapacity {
+        /// Places asked for.
+        requested: u64,
+        /// The capacity.
+        capacity: u64,
+    },
+}
+
+/// One admitted request: it leaves at `start` and holds the queue for `n` intervals (units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Departure {
+    /// The departure instant, in units.
+    pub(crate) start: i128,
+    /// Places taken.
+    pub(crate) n: u64,
+}
+
+/// The model meter: the departure list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RefMeter {
+    policy: RefPolicy,
+    /// The reading the meter was built at, in units.
+    built: i128,
+    /// Every admitted request, in the order admitted (the construction's virtual backlog first).
+    departures: Vec<Departure>,
+}
+
+impl RefMeter {
+    /// A meter with `free` places free as of `now_ns` (the rest taken by requests leaving from the
+    /// reading rounded up), or `None` for `free > capacity`.
+    pub(crate) fn new(policy: RefPolicy, free: u64, now_ns: u64) -> Option<RefMeter> {
+        if free > policy.capacity {
+            return None;
+        }
+        let at = policy.reading(now_ns);
+        let mut departures = Vec::new();
+        let taken = policy.capacity - free;
+        if taken > 0 {
+            departures.push(Departure {
+                start: at.t_up(),
+                n: taken,
+            });
+        }
+        Some(RefMeter {
+            policy,
+            built: at.t,
+            departures,
+        })
+    }
+
+    /// The admitted departures so far.
+    #[allow(dead_code)]
+    pub(crate) fn departures(&self) -> &[Departure] {
+        &self.departures
+    }
+
+    /// The interval, in units.
+    fn interval(&self) -> i128 {
+        self.policy.interval
+    }
+
+    /// The drain time: the end of the last departure span, never before the construction.
+    fn drain(&self) -> i128 {
+        self.departures
+            .iter()
+            .map(|d| d.start + i128::from(d.n) * self.interval())
+            .fold(self.built, i128::max)
+    }
+
+    /// Requests in the queue at `t` units, if the queue drains at `drain`.
+    fn queue_len(&self, drain: i128, t: i128) -> i128 {
+        let backlog = (drain - t).max(0);
+        (backlog + self.interval() - 1) / self.interval()
+    }
+
+    /// `units << k` as nanoseconds, minus the reading's `sub`, at least zero.
+    fn ns_from(&self, units: i128, at: Reading) -> u128 {
+        let ns = u128::try_from(units).expect("a non-negative instant") << self.policy.shift;
+        ns.saturating_sub(u128::from(at.ns))
+    }
+
+    /// Free places at `t`: `C` minus the queue, at least 0.
+    fn free_at(&self, drain: i128, t: i128) -> u64 {
+        let free = i128::from(self.policy.capacity) - self.queue_len(drain, t);
+        u64::try_from(free.max(0)).expect("at most C")
+    }
+
+    /// Whether a scheduling of `n` read at `t` units fits a queue draining at `drain`.
+    fn fits(&self, drain: i128, t: i128, n: u64) -> bool {
+        let after = drain.max(t) + i128::from(n) * self.interval();
+        self.queue_len(after, t) <= i128::from(self.policy.capacity)
+    }
+
+    /// The earliest whole unit after `t` at which [`RefMeter::fits`] holds, by binary search (it
+    /// holds once the queue has drained, since `n <= C`).
+    fn earliest_fit(&self, drain: i128, t: i128, n: u64) -> i128 {
+        let (mut lo, mut hi) = (t, drain.max(t + 1));
+        assert!(self.fits(drain, hi, n), "no fit once drained");
+        // Invariant: no fit at lo, a fit at hi.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.fits(drain, mid, n) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
+    }
+
+    fn denied(&self, drain: i128, at: Reading, retry_at_units: i128) -> (u128, u64, u64, u128) {
+        let retry_after_ns = self.ns_from(retry_at_units, at);
+        let retry_at = u128::from(at.ns) + retry_after_ns;
+        (
+            retry_after_ns,
+            u64::try_from(retry_at).unwrap_or(u64::MAX),
+            self.free_at(drain, at.t),
+            self.ns_from(drain.max(at.t), at),
+        )
+    }
+
+    fn decide_schedule(&self, n: u64, now_ns: u64) -> (RefSchedule, Option<Departure>) {
+        let p = &self.policy;
+        let at = p.reading(now_ns);
+        if n > p.capacity {
+            let outcome = RefSchedule::InsufficientCapacity {
+                requested: n,
+                capacity: p.capacity,
+            };
+            return (outcome, None);
+        }
+        let drain = self.drain();
+        let start = drain.max(at.t_up());
+        let scheduled = |queued: i128, drain_after: i128| {
+            let delay_ns = self.ns_from(start, at);
+            let depart = u128::from(at.ns) + delay_ns;
+            RefSchedule::Scheduled {
+                delay_ns,
+                depart_at_ns: u64::try_from(depart).unwrap_or(u64::MAX),
+                queued: u64::try_from(queued).expect("a queue of at most 2^64"),
+                remaining: self.free_at(drain_after, at.t),
+                reset_after_ns: self.ns_from(drain_after.max(at.t), at),
+            }
+        };
+        if n == 0 {
+            return (scheduled(self.queue_len(drain, at.t), drain), None);
+        }
+        if self.fits(drain, at.t, n) {
+            let departure = Departure { start, n };
+            // The queue is counted from the reading rounded down, whatever unit the request starts.
+            let queued = self.queue_len(drain.max(at.t) + i128::from(n) * self.interval(), at.t);
+            let drain_after = start + i128::from(n) * self.interval();
+            let mut outcome = scheduled(queued, drain_after);
+            if let RefSchedule::Scheduled { remaining, .. } = &mut outcome {
+                *remaining = u64::try_from(i128::from(p.capacity) - queued).expect("fits");
+            }
+            (outcome, Some(departure))
+        } else {
+            let retry = self.earliest_fit(drain, at.t, n);
+            let (retry_after_ns, retry_at_ns, remaining, reset_after_ns) =
+                self.denied(drain, at, retry);
+            let outcome = RefSchedule::Denied {
+                retry_after_ns,
+                retry_at_ns,
+                remaining,
+                reset_after_ns,
+            };
+            (outcome, None)
+        }
+    }
+
+    fn decide_acquire(&self, n: u64, now_ns: u64) -> (RefOutcome, Option<Departure>) {
+        let p = &self.policy;
+        let at = p.reading(now_ns);
+        if n > p.capacity {
+            let outcome = RefOutcome::InsufficientCapacity {
+                requested: n,
+                capacity: p.capacity,
+            };
+            return (outcome, None);
+        }
+        let drain = self.drain();
+        if n == 0 {
+            let outcome = RefOutcome::Admitted {
+                remaining: self.free_at(drain, at.t),
+                reset_after_ns: self.ns_from(drain.max(at.t), at),
+            };
+            return (outcome, None);
+        }
+        if drain <= at.t {
+            let departure = Departure {
+                start: at.t_up(),
+                n,
+            };
+            let drain_after = at.t_up() + i128::from(n) * self.interval();
+            let outcome = RefOutcome::Admitted {
+                // n places taken from an empty queue.
+                remaining: p.capacity - n,
+                reset_after_ns: self.ns_from(drain_after, at),
+            };
+            (outcome, Some(departure))
+        } else {
+            // The same request fits exactly when the queue is empty: at the drain time.
+            let (retry_after_ns, retry_at_ns, remaining, reset_after_ns) =
+                self.denied(drain, at, drain);
+            let outcome = RefOutcome::Denied {
+                retry_after_ns,
+                retry_at_ns,
+                remaining,
+                reset_after_ns,
+            };
+            (outcome, None)
+        }
+    }
+
+    fn admit(&mut self, departure: Option<Departure>) {
+        if let Some(d) = departure {
+            assert!(d.start >= self.drain(), "a departure before the drain time");
+            self.departures.push(d);
+        }
+    }
+
+    /// Schedules `n` places at `now_ns` if they fit (`n = 0` is a query).
+    pub(crate) fn schedule(&mut self, n: u64, now_ns: u64) -> RefSchedule {
+        let (outcome, departure) = self.decide_schedule(n, now_ns);
+        self.admit(departure);
+        outcome
+    }
+
+    /// What [`RefMeter::schedule`] would answer, admitting nothing.
+    pub(crate) fn peek_schedule(&self, n: u64, now_ns: u64) -> RefSchedule {
+        self.decide_schedule(n, now_ns).0
+    }
+
+    /// Admits `n` to leave at once at `now_ns` if the queue is empty (`n = 0` is a query).
+    pub(crate) fn acquire(&mut self, n: u64, now_ns: u64) -> RefOutcome {
+        let (outcome, departure) = self.decide_acquire(n, now_ns);
+        self.admit(departure);
+        outcome
+    }
+
+    /// What [`RefMeter::acquire`] would answer, admitting nothing.
+    pub(crate) fn peek(&self, n: u64, now_ns: u64) -> RefOutcome {
+        self.decide_acquire(n, now_ns).0
+    }
+
+    /// Free places at `now_ns`.
+    pub(crate) fn remaining(&self, now_ns: u64) -> u64 {
+        self.free_at(self.drain(), self.policy.reading(now_ns).t)
+    }
+}
