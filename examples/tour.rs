@@ -28,6 +28,7 @@ use std::sync::{Barrier, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tollgate::leaky::LeakyMeter;
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
 use tollgate::{Clock, ManualClock, Nanos, Quota, ShardedBucket, TokenBucket};
 
@@ -369,7 +370,100 @@ fn part_one() -> Result<bool, String> {
     for line in WINDOW_NOTES {
         println!("{line}");
     }
-    Ok(buckets && windows)
+    println!();
+    let leaky = leaky_chart(&trace)?;
+    Ok(buckets && windows && leaky)
+}
+
+/// The leaky meter's output beside the token bucket's: when the requests each admits actually
+/// go (the bucket's at once; the meter's at the departure it scheduled). `false` if the meter
+/// let two requests leave closer than its interval or queued more than its capacity.
+fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
+    let (rate, capacity) = (10u64, 20u64);
+    let quota = Quota::per_second(rate)
+        .and_then(|q| q.with_capacity(capacity))
+        .map_err(|e| format!("bad quota in the tour: {e}"))?;
+    let interval = u64::try_from(quota.interval().as_nanos()).unwrap_or(u64::MAX);
+    let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+    let meter = LeakyMeter::with_clock(quota, ManualClock::new());
+    let slice_ns = u64::try_from(SLICE.as_nanos()).unwrap_or(u64::MAX);
+
+    let mut bucket_out = vec![0u64; trace.len()];
+    let mut meter_out = vec![0u64; trace.len()];
+    let (mut departures, mut most_queued, mut refused) = (Vec::new(), 0u64, 0u64);
+    for slice in trace {
+        for &t in &slice.arrivals {
+            let now = Nanos::new(t);
+            if bucket.try_acquire_at(now).is_ok() {
+                bucket_out[(t / slice_ns) as usize] += 1;
+            }
+            match meter.try_schedule_at(now) {
+                Ok(scheduled) => {
+                    let leaves = scheduled.depart_at().as_u64();
+                    departures.push(leaves);
+                    most_queued = most_queued.max(scheduled.queued());
+                    if let Some(out) = meter_out.get_mut((leaves / slice_ns) as usize) {
+                        *out += 1;
+                    }
+                }
+                Err(_) => refused += 1,
+            }
+        }
+    }
+    let offered: Vec<u64> = trace.iter().map(|s| s.arrivals.len() as u64).collect();
+    let scale = offered.iter().copied().max().unwrap_or(1).max(1).div_ceil(MAX_BAR);
+    let width = MAX_BAR as usize + 1;
+    println!("Leaky meter ({rate}/s, room for {capacity}): when admitted requests go (deterministic):");
+    println!("'#' = requests offered, '=' = requests going out in the slice; one mark per {scale}.");
+    println!();
+    println!(
+        "{:>6}  {:<w$}{:<w$}leaky meter (departures)",
+        "t (s)",
+        "offered",
+        "token bucket",
+        w = width + 4
+    );
+    for (i, slice) in trace.iter().enumerate() {
+        let row = format!(
+            "{:>6.1}  {:>3} {:<width$}{:>3} {:<width$}{:>3} {:<width$}{}",
+            slice.start as f64 / 1e9,
+            offered[i],
+            bar(offered[i], scale, '#'),
+            bucket_out[i],
+            bar(bucket_out[i], scale, '='),
+            meter_out[i],
+            bar(meter_out[i], scale, '='),
+            if slice.label.is_empty() {
+                String::new()
+            } else {
+                format!("<- {}", slice.label)
+            }
+        );
+        println!("{}", row.trim_end());
+    }
+    departures.sort_unstable();
+    let closest = departures.windows(2).map(|w| w[1] - w[0]).min();
+    let spaced = closest.map_or(true, |gap| gap >= interval);
+    let bounded = most_queued <= capacity;
+    println!();
+    let shown: u64 = meter_out.iter().sum();
+    println!(
+        "leaky meter: {} scheduled ({} of them leave after the trace ends), {refused} refused; the",
+        departures.len(),
+        departures.len() as u64 - shown
+    );
+    println!("token bucket admits the same requests but lets a burst of up to {capacity} go at once;");
+    println!(
+        "the meter spreads them out: closest departures {:.3} s apart (1/R = {:.3} s)  {}",
+        closest.unwrap_or(0) as f64 / 1e9,
+        interval as f64 / 1e9,
+        verdict(spaced)
+    );
+    println!(
+        "  longest virtual queue: {most_queued} (room for {capacity})  {}",
+        verdict(bounded)
+    );
+    Ok(spaced && bounded)
 }
 
 /// What the window chart shows, printed below it.
