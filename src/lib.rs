@@ -29,6 +29,7 @@
 //! | [`window::FixedWindow`] | N per window, the count and the window index in one word; the boundary burst (up to 2N) |
 //! | [`window::SlidingWindowCounter`], [`window::SubWindowCounter`] | the weighted estimate of the last window, in one word or over `k` sub-windows |
 //! | [`window::SlidingWindowLog`] | exact: never more than N in any window `(t − W, t]`, a ring of the last N admission times |
+//! | [`leaky::LeakyQueue`], [`leaky::LeakySender`] | the leaky bucket as a queue: producers enqueue up to C items (a refused item is handed back), one consumer receives them at exactly R per second |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
@@ -54,6 +55,7 @@
 
 mod cas;
 pub mod clock;
+pub mod leaky;
 pub mod outcome;
 pub mod quota;
 pub mod sharded;
