@@ -130,7 +130,9 @@ use crossbeam_utils::CachePadded;
 use crate::cas::{self, Step};
 use crate::clock::{duration_to_nanos, Clock, MonotonicClock, Nanos};
 use crate::quota::{Quota, QuotaError};
-use crate::sync::{lock, spin_loop, yield_now, Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{
+    lock, spin_loop, yield_now, Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering,
+};
 
 /// How long before a release time a blocking wait stops sleeping and spins on the clock.
 const SPIN_NANOS: u64 = 50_000;
@@ -235,7 +237,9 @@ struct Slots<T>(Mutex<std::collections::VecDeque<T>>);
 #[cfg(loom)]
 impl<T> Slots<T> {
     fn new(capacity: usize) -> Slots<T> {
-        Slots(Mutex::new(std::collections::VecDeque::with_capacity(capacity)))
+        Slots(Mutex::new(std::collections::VecDeque::with_capacity(
+            capacity,
+        )))
     }
 
     fn push(&self, item: T) -> Result<(), T> {
@@ -523,7 +527,9 @@ impl<T> fmt::Debug for TrySendError<T> {
 impl<T> fmt::Display for TrySendError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TrySendError::Full(_) => f.write_str("the leaky queue is full; the item was handed back"),
+            TrySendError::Full(_) => {
+                f.write_str("the leaky queue is full; the item was handed back")
+            }
             TrySendError::Closed(_) => {
                 f.write_str("the leaky queue is closed; the item was handed back")
             }
@@ -1172,11 +1178,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
 
     /// The blocking receive loop: until an item, the deadline, the close, or (for the drain thread)
     /// a stop request.
-    fn recv_until(
-        &mut self,
-        deadline: Option<Instant>,
-        watch_stop: bool,
-    ) -> Result<T, Stopped> {
+    fn recv_until(&mut self, deadline: Option<Instant>, watch_stop: bool) -> Result<T, Stopped> {
         loop {
             // Relaxed: the stop flag publishes nothing; the consumer mutex orders it against waits.
             if watch_stop && self.shared.stop.load(Ordering::Relaxed) {
@@ -1646,7 +1648,11 @@ mod drain {
 
     impl<T, C: Clock> fmt::Display for SpawnDrainError<T, C> {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "could not start the leaky queue's drain thread: {}", self.error)
+            write!(
+                f,
+                "could not start the leaky queue's drain thread: {}",
+                self.error
+            )
         }
     }
 
