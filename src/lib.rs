@@ -52,6 +52,7 @@
 //! | feature | what it adds |
 //! | --- | --- |
 //! | `loom` | builds against loom for the model checks in `loom-tests/` (with `RUSTFLAGS="--cfg loom"`); not for production |
+//! | `tokio` | async `send_async` and `recv_async` on the [`leaky`] queue (tokio's `Notify` and timer) |
 
 mod cas;
 pub mod clock;

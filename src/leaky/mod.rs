@@ -10,6 +10,8 @@
 
 pub mod queue;
 
+#[cfg(all(feature = "tokio", not(loom)))]
+pub use queue::SendError;
 #[cfg(not(loom))]
 pub use queue::{DrainHandle, SpawnDrainError};
 pub use queue::{
