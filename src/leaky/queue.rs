@@ -97,7 +97,8 @@
 //! [`send_timeout`](LeakySender::send_timeout) use a waiter count in the same word the same way
 //! against the consumer's release of an item. The loom models in `loom-tests/tests/leaky_queue.rs`
 //! check these races (with the storage swapped for a mutex-protected `VecDeque`, which loom can
-//! model, in place of crossbeam's `ArrayQueue`, which it cannot).
+//! model, in place of crossbeam's `ArrayQueue`, which it cannot). The async forms (feature `tokio`)
+//! use the same two handshakes, with a `tokio::sync::Notify` in place of each condition variable.
 //!
 //! Per-producer order holds: a producer's items are stored in the order of its calls, and the storage
 //! is a FIFO queue, so they are released in that order. Items of different producers interleave in
@@ -706,6 +707,13 @@ impl std::error::Error for RecvTimeoutError {}
 ///
 /// Dropping the last clone closes the queue (the consumer still receives everything accepted).
 ///
+/// # Memory ordering
+///
+/// Everything a producer wrote before a successful send is visible to the consumer once it receives
+/// that item. A refused send publishes nothing. Whether a send that races a [`close`](Self::close)
+/// is accepted or refused is decided by one atomic word; either way the item ends up in exactly one
+/// place: received, or handed back.
+///
 /// # Examples
 ///
 /// ```
@@ -950,6 +958,12 @@ enum Stopped {
 ///
 /// Not `Clone`: there is one consumer, and it owns the schedule. See the [module docs](self) for
 /// pacing, capacity, shutdown and the protocol.
+///
+/// # Memory ordering
+///
+/// A received item comes with everything its producer wrote before sending it. Once a receive
+/// reports the queue closed ([`recv`](Self::recv) answering `None`, [`TryRecvError::Closed`]),
+/// every item accepted before the close has been received: no send can still be on its way in.
 ///
 /// # Examples
 ///
