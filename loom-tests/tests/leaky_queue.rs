@@ -173,3 +173,29 @@ fn a_sender_waiting_for_room_is_woken_by_the_release_that_makes_it() {
         [first, second]
     });
 }
+
+#[test]
+fn a_send_racing_the_release_of_the_last_slot_is_accepted_or_handed_back_full() {
+    check_reaches(&["accepted", "full"], || {
+        let (tx, mut rx) = queue(1);
+        tx.try_send_at('a', T0).expect("an empty queue has room");
+        let producer = thread::spawn(move || tx.try_send_at('b', T0));
+        assert_eq!(rx.try_recv_at(Nanos::MAX_USABLE), Ok('a'));
+        let sent = producer.join().expect("producer panicked");
+        // The producer is gone, so the queue is closed; whatever was accepted is still there.
+        let rest = rx.drain_now();
+        match sent {
+            Ok(ticket) => {
+                assert_eq!(ticket.position(), 0, "the slot was free when b reserved it");
+                assert_eq!(rest, ['b']);
+                "accepted"
+            }
+            Err(TrySendError::Full(back)) => {
+                assert_eq!(back, 'b');
+                assert!(rest.is_empty());
+                "full"
+            }
+            Err(TrySendError::Closed(_)) => panic!("nobody closed the queue before the send"),
+        }
+    });
+}
