@@ -30,6 +30,7 @@
 //! | [`window::SlidingWindowCounter`], [`window::SubWindowCounter`] | the weighted estimate of the last window, in one word or over `k` sub-windows |
 //! | [`window::SlidingWindowLog`] | exact: never more than N in any window `(t − W, t]`, a ring of the last N admission times |
 //! | [`leaky::LeakyMeter`] | the leaky bucket as a meter: one departure per interval, each caller told its delay ([`Scheduled`]) in a virtual queue of at most C; one `AtomicU64` |
+//! | [`leaky::LeakyQueue`], [`leaky::LeakySender`] | the leaky bucket as a queue: producers enqueue up to C items (a refused item is handed back), one consumer receives them at exactly R per second |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
@@ -52,6 +53,7 @@
 //! | feature | what it adds |
 //! | --- | --- |
 //! | `loom` | builds against loom for the model checks in `loom-tests/` (with `RUSTFLAGS="--cfg loom"`); not for production |
+//! | `tokio` | async `send_async` and `recv_async` on the [`leaky`] queue (tokio's `Notify` and timer) |
 
 mod cas;
 pub mod clock;

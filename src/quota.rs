@@ -491,6 +491,13 @@ pub enum QuotaError {
         /// The longest log.
         max: u64,
     },
+    /// A leaky queue's capacity above its maximum: the queue allocates one slot per item up front.
+    QueueTooLong {
+        /// The capacity asked for.
+        capacity: u64,
+        /// The largest capacity a leaky queue accepts.
+        max: u64,
+    },
 }
 
 impl QuotaError {
@@ -511,7 +518,7 @@ impl QuotaError {
             QuotaError::RateTooFast { .. } | QuotaError::RateTooSlow { .. } => "rate",
             QuotaError::ZeroCapacity | QuotaError::CapacityTooLarge { .. } => "capacity",
             QuotaError::InitialAboveCapacity { .. } | QuotaError::WindowInitial { .. } => "initial",
-            QuotaError::WindowCapacity { .. } => "capacity",
+            QuotaError::WindowCapacity { .. } | QuotaError::QueueTooLong { .. } => "capacity",
             QuotaError::WindowTooLong { .. } => "period",
             QuotaError::WindowCountTooLarge { .. } | QuotaError::LogTooLong { .. } => "count",
             QuotaError::SubWindows { .. } => "sub_windows",
@@ -572,6 +579,10 @@ impl fmt::Display for QuotaError {
             QuotaError::LogTooLong { count, max } => write!(
                 f,
                 "count of a sliding window log must be between 1 and {max} (8 bytes per entry), got {count}"
+            ),
+            QuotaError::QueueTooLong { capacity, max } => write!(
+                f,
+                "capacity of a leaky queue must be between 1 and {max} (one slot per item, allocated up front), got {capacity}"
             ),
         }
     }

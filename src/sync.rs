@@ -2,8 +2,9 @@
 //!
 //! Under `cfg(loom)` every atomic, `Arc`, `spin_loop` and `yield_now` comes from loom, so that the
 //! models in `loom-tests/` explore every interleaving of the real code; otherwise they come from
-//! `std`. No other file imports an atomic type directly. `yield_now` joins this list with the first
-//! algorithm that yields (none does yet).
+//! `std`. No other file imports an atomic type directly. `Mutex`, `Condvar` and `yield_now` joined
+//! the list with the leaky queue, whose consumer and waiting senders sleep on condition variables;
+//! [`lock`] is the one place that recovers a poisoned lock.
 
 #[cfg(all(loom, not(feature = "loom")))]
 compile_error!(
@@ -14,19 +15,31 @@ compile_error!(
 pub(crate) use loom::{
     hint::spin_loop,
     sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Condvar, Mutex, MutexGuard,
     },
+    thread::yield_now,
 };
 
 #[cfg(not(loom))]
 pub(crate) use std::{
     hint::spin_loop,
     sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Condvar, Mutex, MutexGuard,
     },
+    thread::yield_now,
 };
+
+/// Locks `mutex`, recovering the guard from a poisoned lock: every mutex in the crate guards `()`
+/// or data that a panicking holder cannot leave half-updated, so poison carries no information and
+/// must not turn into a panic in the caller.
+#[inline]
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// A small number fixed for the life of the calling thread, handed out round-robin (0, 1, 2, …) in
 /// the order threads first ask: the home-shard index of a sharded limiter, before masking.

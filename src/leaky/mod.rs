@@ -1,5 +1,5 @@
 //! The leaky bucket, twice: as a meter that only measures ([`LeakyMeter`]) and as a queue that holds
-//! the work (`leaky::queue`, built separately).
+//! the work ([`LeakyQueue`], with its producers' [`LeakySender`]s).
 //!
 //! The design notes picture a bucket with a hole in the bottom: requests pour in, leak out at a
 //! steady rate R, and overflow is refused. Unlike the [`TokenBucket`](crate::TokenBucket), whose
@@ -27,7 +27,7 @@
 //! | [`TokenBucket`](crate::TokenBucket) | up to C at once, then R per second | yes or no, now | one `AtomicU64` |
 //! | [`LeakyMeter::try_schedule`] | exactly one per interval | a place in a virtual queue of at most C, and the delay to wait before acting | one `AtomicU64` |
 //! | [`LeakyMeter::try_acquire`] | at most one per interval, no burst at all | yes only when the virtual queue is empty | one `AtomicU64` |
-//! | `leaky::queue` | exactly R per second, released by one drain | the item is held and handed on; overflow is handed back | a bounded queue |
+//! | [`LeakyQueue`] | exactly R per second, released to one consumer (or a [`DrainHandle`] thread) | a [`Ticket`] (position, release time) for an item held and handed on; overflow is handed back | a bounded queue of C slots, allocated up front |
 //!
 //! The meter holds no items: a scheduled caller does its own waiting (a `sleep`, a timer), which
 //! costs the meter nothing, and a caller that would wait too long is refused with an exact
@@ -42,8 +42,17 @@
 //! is the meter's *drain time*, the instant its virtual queue will be empty. A scheduled request is
 //! admitted exactly when the token bucket with the same quota would admit it; the meter adds the
 //! delay after which it leaves, and its strict [`LeakyMeter::try_acquire`] admits only what would
-//! leave at once. See the [`meter`] module for the semantics in full.
+//! leave at once. See the [`meter`] module for the semantics in full, and [`queue`] for the
+//! queue's protocol, pacing and shutdown rules.
 
 pub mod meter;
+pub mod queue;
 
 pub use meter::LeakyMeter;
+#[cfg(all(feature = "tokio", not(loom)))]
+pub use queue::SendError;
+#[cfg(not(loom))]
+pub use queue::{DrainHandle, SpawnDrainError};
+pub use queue::{
+    LeakyQueue, LeakySender, RecvTimeoutError, SendTimeoutError, Ticket, TryRecvError, TrySendError,
+};
