@@ -411,10 +411,20 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
         }
     }
     let offered: Vec<u64> = trace.iter().map(|s| s.arrivals.len() as u64).collect();
-    let scale = offered.iter().copied().max().unwrap_or(1).max(1).div_ceil(MAX_BAR);
+    let scale = offered
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1)
+        .div_ceil(MAX_BAR);
     let width = MAX_BAR as usize + 1;
-    println!("Leaky meter ({rate}/s, room for {capacity}): when admitted requests go (deterministic):");
-    println!("'#' = requests offered, '=' = requests going out in the slice; one mark per {scale}.");
+    println!(
+        "Leaky meter ({rate}/s, room for {capacity}): when admitted requests go (deterministic):"
+    );
+    println!(
+        "'#' = requests offered, '=' = requests going out in the slice; one mark per {scale}."
+    );
     println!();
     println!(
         "{:>6}  {:<w$}{:<w$}leaky meter (departures)",
@@ -452,7 +462,9 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
         departures.len(),
         departures.len() as u64 - shown
     );
-    println!("token bucket admits the same requests but lets a burst of up to {capacity} go at once;");
+    println!(
+        "token bucket admits the same requests but lets a burst of up to {capacity} go at once;"
+    );
     println!(
         "the meter spreads them out: closest departures {:.3} s apart (1/R = {:.3} s)  {}",
         closest.unwrap_or(0) as f64 / 1e9,

@@ -1,10 +1,12 @@
 //! Arbitrary quotas and operation sequences on the leaky bucket, every answer compared with the
 //! exact reference model to the nanosecond.
 //!
-//! The input is a list of [`Sequence`]s, so that each kind of leaky limiter can have its own op
-//! sequences: today only the meter (`LeakyMeter` against `tests/support/meter_reference.rs`,
-//! through the same driver as the proptest in `tests/leaky_meter_model.rs`, then the departure
-//! spacing check); the queue gets a second variant when it lands.
+//! The input is a list of [`Sequence`]s, each for one kind of leaky limiter: the meter
+//! (`LeakyMeter` against `tests/support/meter_reference.rs`, through the same driver as the proptest
+//! in `tests/leaky_meter_model.rs`, then the departure spacing check), or the queue (`LeakyQueue` on
+//! a manual clock with three producers, through `tests/support/queue_driver.rs` as in
+//! `tests/leaky_queue_model.rs`: every ticket and release exact, the delivered sequence equal to the
+//! accepted one).
 
 #![no_main]
 
@@ -24,11 +26,17 @@ mod meter_reference;
 #[path = "../../tests/support/meter_driver.rs"]
 mod meter_driver;
 
+#[path = "../../tests/support/queue_driver.rs"]
+mod queue_driver;
+
+use std::time::Duration;
+
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 
 use bucket_driver::{Amount, QuotaSpec};
 use meter_driver::{check_departures, run, MeterOp};
+use queue_driver::{QueueOp, QueueSpec};
 use shared_input::{amount, max_capacity, quota_spec, step};
 
 /// The most operations one sequence runs.
@@ -50,6 +58,75 @@ enum Sequence {
         /// `(offset from start, places, strict)` for the spacing check.
         spacing: Vec<(u64, Amount, bool)>,
     },
+    /// A `LeakyQueue` with three producers on a manual clock starting at `start`.
+    Queue {
+        spec: QueueSpec,
+        start: u64,
+        ops: Vec<QueueOp>,
+    },
+}
+
+fn queue_op(u: &mut Unstructured<'_>) -> Result<QueueOp> {
+    Ok(match u.int_in_range(0..=25u8)? {
+        0..=3 => QueueOp::Advance(u.int_in_range(0..=3_000)?),
+        4 => QueueOp::Advance(u.arbitrary()?),
+        5 => QueueOp::Set(match u.int_in_range(0..=2u8)? {
+            0 => 0,
+            1 => u64::MAX,
+            _ => u.int_in_range(0..=20_000)?,
+        }),
+        6..=13 => QueueOp::Send {
+            producer: u.arbitrary()?,
+            clock: u.arbitrary()?,
+        },
+        14..=21 => QueueOp::Recv {
+            clock: u.arbitrary()?,
+        },
+        22 => QueueOp::Close {
+            producer: u.arbitrary()?,
+        },
+        23 => QueueOp::DrainNow,
+        24 => QueueOp::DropSender(u.arbitrary()?),
+        _ => QueueOp::Leftovers,
+    })
+}
+
+fn queue_sequence(u: &mut Unstructured<'_>) -> Result<Sequence> {
+    let count = match u.int_in_range(0..=5u8)? {
+        0..=3 => u.int_in_range(1..=10)?,
+        4 => u.int_in_range(1..=1_000_000)?,
+        _ => u.arbitrary()?,
+    };
+    let period = Duration::from_nanos(match u.int_in_range(0..=6u8)? {
+        0..=3 => u.int_in_range(1..=10_000)?,
+        4 | 5 => u.int_in_range(1..=10_000_000_000)?,
+        _ => u.arbitrary()?,
+    });
+    let capacity = match u.int_in_range(0..=9u8)? {
+        0 | 1 => None,
+        2..=7 => Some(u.int_in_range(1..=6)?),
+        8 => Some(queue_driver::MAX_CAPACITY + 1),
+        _ => Some(u.arbitrary()?),
+    };
+    let start = match u.int_in_range(0..=2u8)? {
+        0 => 0,
+        1 => u.int_in_range(0..=1_000_000)?,
+        _ => u64::MAX,
+    };
+    let len = u.int_in_range(0..=MAX_OPS)?;
+    let mut ops = Vec::with_capacity(len);
+    for _ in 0..len {
+        ops.push(queue_op(u)?);
+    }
+    Ok(Sequence::Queue {
+        spec: QueueSpec {
+            count,
+            period,
+            capacity,
+        },
+        start,
+        ops,
+    })
 }
 
 fn meter_op(u: &mut Unstructured<'_>) -> Result<MeterOp> {
@@ -132,8 +209,11 @@ impl<'a> Arbitrary<'a> for Input {
         let len = u.int_in_range(1..=MAX_SEQUENCES)?;
         let mut sequences = Vec::with_capacity(len);
         for _ in 0..len {
-            // One kind for now; the queue's sequences get their own arm here.
-            sequences.push(meter_sequence(u)?);
+            sequences.push(if u.arbitrary()? {
+                meter_sequence(u)?
+            } else {
+                queue_sequence(u)?
+            });
         }
         Ok(Input { sequences })
     }
@@ -152,6 +232,7 @@ fuzz_target!(|input: Input| {
                 run(spec, *start, ops);
                 check_departures(spacing_spec, *start, spacing);
             }
+            Sequence::Queue { spec, start, ops } => queue_driver::run(spec, *start, ops),
         }
     }
 });

@@ -52,9 +52,7 @@ fn spec(u: &mut Unstructured<'_>) -> Result<Spec> {
     };
     let period_ns = match u.int_in_range(0..=2u8)? {
         // A whole number of sub-windows, short or long.
-        0 => u
-            .int_in_range(1..=1_000_000u64)?
-            .saturating_mul(k.max(1)),
+        0 => u.int_in_range(1..=1_000_000u64)?.saturating_mul(k.max(1)),
         1 => u
             .int_in_range(1..=(1u64 << 62) / 1024)?
             .saturating_mul(k.max(1)),
