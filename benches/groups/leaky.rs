@@ -152,3 +152,52 @@ fn measure<L: Sync>(
         });
     });
 }
+
+/// Registers `leaky_queue_send`: 1, 2 and 4 producers calling `try_send` on one `LeakyQueue` while
+/// its consumer receives on a thread of its own.
+///
+/// The quota is 10^9 per second, so every item is due as soon as it is sent and the consumer
+/// (`try_recv` in a loop) takes items as fast as it can; the capacity is 4 096. A `try_send` is
+/// counted whether it is accepted or handed back `Full` (the consumer falling behind), since both
+/// are the producer's cost; criterion's `thrpt` is then total `try_send` calls per second. The share
+/// accepted is not asserted: with more producers than the consumer can keep up with, `Full` is the
+/// queue doing its job.
+pub(crate) fn bench_queue(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tollgate::leaky::LeakyQueue;
+
+    let mut group = c.benchmark_group("leaky_queue_send");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(15);
+    for producers in [1usize, 2, 4] {
+        group.throughput(Throughput::Elements(producers as u64));
+        group.bench_function(BenchmarkId::new("try_send", producers), |b| {
+            b.iter_custom(|iters| {
+                let quota = Quota::per_second(1_000_000_000)
+                    .and_then(|q| q.with_capacity(4_096))
+                    .expect("a valid quota");
+                let (tx, mut rx) = LeakyQueue::<u64>::new(quota).expect("a valid queue");
+                let done = AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        // Relaxed: the flag carries no data; the scope's join orders the rest.
+                        while !done.load(Ordering::Relaxed) {
+                            if rx.try_recv().is_err() {
+                                std::hint::spin_loop();
+                            }
+                        }
+                    });
+                    let (elapsed, _accepted) =
+                        run_threads(producers, iters, std::slice::from_ref(&tx), |tx| {
+                            tx.try_send(1).is_ok()
+                        });
+                    done.store(true, Ordering::Relaxed);
+                    elapsed
+                })
+            });
+        });
+    }
+    group.finish();
+}
