@@ -123,11 +123,13 @@ fn measure(rate: u64, run: Duration) -> Row {
     producer.join().expect("the producer panicked");
 
     let period_ns = 1e9 / rate as f64;
-    let mut deviations = Histogram::<u64>::new(3).expect("a valid histogram");
+    // 1 ns to 1000 s, 3 significant digits.
+    let mut deviations =
+        Histogram::<u64>::new_with_bounds(1, 1_000_000_000_000, 3).expect("a valid histogram");
     for pair in stamps.windows(2) {
         let interval = pair[1].duration_since(pair[0]).as_nanos() as f64;
         let deviation = (interval - period_ns).abs();
-        deviations.saturating_record(deviation.round() as u64);
+        deviations.saturating_record((deviation.round() as u64).max(1));
     }
     let releases = stamps.len() as u64;
     let span = match (stamps.first(), stamps.last()) {

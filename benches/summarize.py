@@ -25,7 +25,8 @@ from pathlib import Path
 # Rows in this order within a group; unknown benches follow, alphabetically.
 ORDER = ["sharded", "tollgate", "tollgate_coarse", "tollgate_at", "governor", "governor_upkeep", "mutex"]
 GROUP_ORDER = ["single_allow", "single_deny", "contended_allow", "contended_deny", "spread_allow",
-               "sharded_allow", "sharded_deny", "windows_allow", "windows_deny"]
+               "sharded_allow", "sharded_deny", "windows_allow", "windows_deny", "leaky_allow",
+               "leaky_deny", "leaky_queue_send"]
 
 # The window groups' rows, in order, and each tollgate limiter's peer (the crate that offers the
 # same algorithm), whose time the `÷ peer` column divides by.
@@ -44,6 +45,9 @@ GROUP_TITLES = {
     "sharded_deny": "One key, 1/2/4/8 threads, reject-heavy: ShardedBucket, TokenBucket, governor",
     "windows_allow": "Window limiters, one key, 1/2 threads, accept-heavy, explicit readings",
     "windows_deny": "Window limiters, one key, 1/2 threads, reject-heavy, explicit readings",
+    "leaky_allow": "Leaky meter, one key, 1/2 threads, accept-heavy",
+    "leaky_deny": "Leaky meter, one key, 1/2 threads, reject-heavy",
+    "leaky_queue_send": "Leaky queue, 1/2/4 producers sending while the consumer receives (items through the queue)",
 }
 
 # The groups whose tables compare throughput with governor and TokenBucket (`tollgate`).
@@ -151,11 +155,30 @@ def windows_table(group, rows):
     return out
 
 
+def versus_table(group, rows, first, second, first_title, second_title):
+    """Time per check divided by two named benches' at the same thread count."""
+    out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", "",
+           f"| bench | threads | ns per check (wall) | total Mops/s | {first_title} | {second_title} | "
+           "× own 1-thread throughput |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for k in sorted(rows, key=lambda k: (k[1], k[0])):
+        function, threads = k
+        r = rows[k]
+        one = rows.get((function, 1))
+        scale = f"{mops(r) / mops(one):.2f}" if one and threads != 1 else ""
+        out.append(f"| {function} | {threads} | {per_check(r):.1f} | {mops(r):.1f} | "
+                   f"{ratio(r, rows.get((first, threads)))} | {ratio(r, rows.get((second, threads)))} | "
+                   f"{scale} |")
+    return out
+
+
 def table(group, rows):
     if group in SHARDED_GROUPS:
         return sharded_table(group, rows)
     if group.startswith("windows"):
         return windows_table(group, rows)
+    if group in ("leaky_allow", "leaky_deny"):
+        return versus_table(group, rows, "token_bucket", "leaky_bucket", "÷ TokenBucket", "÷ leaky-bucket")
     multi = any(t != 1 for (_, t) in rows) or group.startswith(("contended", "spread"))
     out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", ""]
     if multi:
