@@ -177,6 +177,15 @@ def table(group, rows):
         return sharded_table(group, rows)
     if group.startswith("windows"):
         return windows_table(group, rows)
+    if group == "leaky_queue_send":
+        out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", "",
+               "| bench | producers | ns per item (wall) | items per second (millions) | × 1 producer |",
+               "| --- | ---: | ---: | ---: | ---: |"]
+        for (function, threads), r in sorted(rows.items(), key=lambda kv: kv[0][1]):
+            one = rows.get((function, 1))
+            scale = f"{mops(r) / mops(one):.2f}" if one and threads != 1 else ""
+            out.append(f"| {function} | {threads} | {per_check(r):.1f} | {mops(r):.2f} | {scale} |")
+        return out
     if group in ("leaky_allow", "leaky_deny"):
         return versus_table(group, rows, "token_bucket", "leaky_bucket", "÷ TokenBucket", "÷ leaky-bucket")
     multi = any(t != 1 for (_, t) in rows) or group.startswith(("contended", "spread"))
