@@ -8,7 +8,9 @@
 //! charts requests offered against requests admitted per time slice, checks each limiter's promise
 //! (for the token bucket and the sharded bucket alike: admissions <= C + R*t over every window; N
 //! per window for the window limiters), and reports the most admissions in any 2 s window, which
-//! shows the fixed window's boundary burst and measures the sliding counters' approximation.
+//! shows the fixed window's boundary burst and measures the sliding counters' approximation. A third
+//! chart shows when admitted requests actually go: the token bucket's at once, the leaky meter's at
+//! the departures it schedules and the leaky queue's as its consumer receives them, 1/R apart.
 //!
 //! **Part 2** measures, live, one limiter shared by 1, 2 and 4 threads: nanoseconds per check and
 //! total throughput, for tollgate's `TokenBucket` and `ShardedBucket` admitting and denying, and a
@@ -28,7 +30,7 @@ use std::sync::{Barrier, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tollgate::leaky::LeakyMeter;
+use tollgate::leaky::{LeakyMeter, LeakyQueue};
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
 use tollgate::{Clock, ManualClock, Nanos, Quota, ShardedBucket, TokenBucket};
 
@@ -386,13 +388,33 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
     let interval = u64::try_from(quota.interval().as_nanos()).unwrap_or(u64::MAX);
     let bucket = TokenBucket::with_clock(quota, ManualClock::new());
     let meter = LeakyMeter::with_clock(quota, ManualClock::new());
+    let (tx, mut queue) = LeakyQueue::<u64, _>::with_clock(quota, ManualClock::new())
+        .map_err(|e| format!("bad queue quota in the tour: {e}"))?;
     let slice_ns = u64::try_from(SLICE.as_nanos()).unwrap_or(u64::MAX);
 
     let mut bucket_out = vec![0u64; trace.len()];
     let mut meter_out = vec![0u64; trace.len()];
+    let mut queue_out = vec![0u64; trace.len()];
     let (mut departures, mut most_queued, mut refused) = (Vec::new(), 0u64, 0u64);
+    // The queue's items leave when its consumer receives them; this consumer receives every item
+    // the moment it is due (`try_recv_at` before each arrival), as a real-time one would.
+    let (mut accepted, mut delivered, mut releases) = (0u64, Vec::new(), Vec::new());
+    let mut receive_until = |now: u64, queue: &mut LeakyQueue<u64, ManualClock>| {
+        while let Ok(item) = queue.try_recv_at(Nanos::new(now)) {
+            delivered.push(item);
+        }
+    };
     for slice in trace {
         for &t in &slice.arrivals {
+            receive_until(t, &mut queue);
+            if let Ok(ticket) = tx.try_send_at(t, Nanos::new(t)) {
+                accepted += 1;
+                let leaves = ticket.release_at().as_u64();
+                releases.push(leaves);
+                if let Some(out) = queue_out.get_mut((leaves / slice_ns) as usize) {
+                    *out += 1;
+                }
+            }
             let now = Nanos::new(t);
             if bucket.try_acquire_at(now).is_ok() {
                 bucket_out[(t / slice_ns) as usize] += 1;
@@ -410,6 +432,9 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
             }
         }
     }
+    receive_until(u64::MAX, &mut queue);
+    let in_order = delivered.windows(2).all(|w| w[0] <= w[1]);
+    let all_delivered = delivered.len() as u64 == accepted;
     let offered: Vec<u64> = trace.iter().map(|s| s.arrivals.len() as u64).collect();
     let scale = offered
         .iter()
@@ -420,22 +445,23 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
         .div_ceil(MAX_BAR);
     let width = MAX_BAR as usize + 1;
     println!(
-        "Leaky meter ({rate}/s, room for {capacity}): when admitted requests go (deterministic):"
+        "Leaky bucket ({rate}/s, room for {capacity}): when admitted requests go (deterministic):"
     );
     println!(
         "'#' = requests offered, '=' = requests going out in the slice; one mark per {scale}."
     );
     println!();
     println!(
-        "{:>6}  {:<w$}{:<w$}leaky meter (departures)",
+        "{:>6}  {:<w$}{:<w$}{:<w$}leaky queue (releases)",
         "t (s)",
         "offered",
         "token bucket",
+        "meter (departures)",
         w = width + 4
     );
     for (i, slice) in trace.iter().enumerate() {
         let row = format!(
-            "{:>6.1}  {:>3} {:<width$}{:>3} {:<width$}{:>3} {:<width$}{}",
+            "{:>6.1}  {:>3} {:<width$}{:>3} {:<width$}{:>3} {:<width$}{:>3} {:<width$}{}",
             slice.start as f64 / 1e9,
             offered[i],
             bar(offered[i], scale, '#'),
@@ -443,6 +469,8 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
             bar(bucket_out[i], scale, '='),
             meter_out[i],
             bar(meter_out[i], scale, '='),
+            queue_out[i],
+            bar(queue_out[i], scale, '='),
             if slice.label.is_empty() {
                 String::new()
             } else {
@@ -475,7 +503,21 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
         "  longest virtual queue: {most_queued} (room for {capacity})  {}",
         verdict(bounded)
     );
-    Ok(spaced && bounded)
+    releases.sort_unstable();
+    let queue_closest = releases.windows(2).map(|w| w[1] - w[0]).min();
+    let queue_spaced = queue_closest.map_or(true, |gap| gap >= interval);
+    println!(
+        "leaky queue: {accepted} accepted, {} handed back Full (the meter keeps a place until its",
+        offered.iter().sum::<u64>() - accepted
+    );
+    println!("  request's interval has passed, the queue frees it when the item is received);");
+    println!(
+        "  closest releases {:.3} s apart  {}; every accepted item delivered once, in order  {}",
+        queue_closest.unwrap_or(0) as f64 / 1e9,
+        verdict(queue_spaced),
+        verdict(in_order && all_delivered)
+    );
+    Ok(spaced && bounded && queue_spaced && in_order && all_delivered)
 }
 
 /// What the window chart shows, printed below it.
