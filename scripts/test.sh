@@ -41,7 +41,9 @@ step_clippy() {
 }
 
 step_doc() {
+    # Both with the default features and with all of them (the `tokio` feature's async forms).
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 }
 
 step_test() {
