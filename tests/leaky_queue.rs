@@ -3,6 +3,10 @@
 //! shutdown that loses nothing, per-producer order; then the blocking forms and real-thread stress
 //! tests where a close races the sends.
 
+// The blocking forms and the drain thread are not built under loom (the models in
+// loom-tests/ check the protocol), so neither is this file.
+#![cfg(not(loom))]
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
