@@ -1183,3 +1183,77 @@ impl<K, A: Algorithm, C> fmt::Debug for KeyedLimiter<K, A, C> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn policy() -> <TokenBucketKeys as Sealed>::Policy {
+        TokenBucketKeys::policy(&Quota::per_second(10).unwrap())
+    }
+
+    fn at(p: &<TokenBucketKeys as Sealed>::Policy, ns: u64) -> sealed::TokenBucketTime {
+        TokenBucketKeys::time(p, Nanos::new(ns))
+    }
+
+    #[test]
+    fn a_word_is_fresh_exactly_when_the_bucket_is_full() {
+        let p = policy();
+        let fresh = TokenBucketKeys::fresh_word(&p, at(&p, 5 * SEC));
+        assert_eq!(TokenBucketKeys::remaining(&p, fresh, at(&p, 5 * SEC)), 10);
+        assert!(TokenBucketKeys::is_fresh(&p, fresh, at(&p, 5 * SEC)));
+        let Decision::Write(taken, _) = TokenBucketKeys::take(&p, fresh, at(&p, 5 * SEC), 1) else {
+            panic!("a full bucket admits");
+        };
+        // One token out: not fresh until it has refilled (100 ms), fresh from then on.
+        assert!(!TokenBucketKeys::is_fresh(
+            &p,
+            taken,
+            at(&p, 5 * SEC + SEC / 10 - 1)
+        ));
+        assert!(TokenBucketKeys::is_fresh(
+            &p,
+            taken,
+            at(&p, 5 * SEC + SEC / 10)
+        ));
+        assert!(TokenBucketKeys::is_fresh(&p, taken, at(&p, u64::MAX)));
+        // Fresh means "as full as a fresh word" at that reading, and later ones.
+        for later in [5 * SEC + SEC / 10, 6 * SEC, 1 << 62] {
+            assert_eq!(TokenBucketKeys::remaining(&p, taken, at(&p, later)), 10);
+        }
+    }
+
+    #[test]
+    fn keys_created_after_an_eviction_are_full_as_of_the_floor() {
+        let limiter: KeyedLimiter<u8, TokenBucketKeys, ManualClock> =
+            KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        limiter.retain_recent_at(Nanos::new(2 * SEC));
+        // A reading 300 ms before the floor sees a new key 3 tokens short of full.
+        assert_eq!(
+            limiter.remaining_key_at(&1, Nanos::new(2 * SEC - 3 * SEC / 10)),
+            7
+        );
+        assert_eq!(limiter.remaining_key_at(&1, Nanos::new(2 * SEC)), 10);
+        // And the floor never moves back.
+        limiter.retain_recent_at(Nanos::new(SEC));
+        assert_eq!(limiter.remaining_key_at(&1, Nanos::new(SEC)), 0);
+    }
+
+    #[test]
+    fn reservations_stop_at_the_bound_and_release_gives_them_back() {
+        let limiter: KeyedLimiter<u8, TokenBucketKeys, ManualClock> =
+            KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), ManualClock::new())
+                .with_max_keys(2);
+        assert!(limiter.reserve());
+        assert!(limiter.reserve());
+        assert!(!limiter.reserve());
+        assert_eq!(limiter.len(), 2);
+        limiter.release(1);
+        assert!(limiter.reserve());
+        limiter.release(2);
+        assert!(limiter.is_empty());
+    }
+}
