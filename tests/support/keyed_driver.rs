@@ -176,7 +176,10 @@ fn admitted(outcome: &RefOutcome) -> bool {
 pub(crate) fn quota(count: u64, period_ns: u64, capacity: u64) -> Option<(Quota, RefPolicy)> {
     let built = Quota::per_period(count, Duration::from_nanos(period_ns))
         .and_then(|q| q.with_capacity(capacity));
-    let model = RefPolicy::new(count, u128::from(period_ns), capacity);
+    // `per_period` starts with a capacity of `count`, which must be valid too, before
+    // `with_capacity` replaces it.
+    let model = RefPolicy::new(count, u128::from(period_ns), count)
+        .and_then(|_| RefPolicy::new(count, u128::from(period_ns), capacity));
     match (built, model) {
         (Ok(quota), Some(policy)) => Some((quota, policy)),
         (Err(_), None) => None,
