@@ -23,24 +23,33 @@
 //! read-write lock around a hash table, hashed with a per-map random key so that clients cannot
 //! choose keys that collide.
 //!
-//! The algorithm is a type parameter so that other single-word algorithms can join;
-//! [`TokenBucketKeys`], the token bucket, is the default and, for now, the only one.
+//! The algorithm run per key is a type parameter, one of the marker types of this module (the
+//! [`Algorithm`] trait is sealed):
 //!
-//! # Every key starts full
+//! | marker | per key | a key is forgotten when |
+//! | --- | --- | --- |
+//! | [`TokenBucketKeys`] (the default) | the [token bucket](crate::token_bucket): bursts up to C, then R per second | its bucket is full again (`tat <= now`) |
+//! | [`LeakyMeterKeys`] | the [leaky meter](crate::leaky::meter), strict: admitted only when the key's virtual queue is empty | its queue is empty again |
 //!
-//! A key the limiter has never seen, and a key it has forgotten, get the same state: a full bucket.
-//! That is what makes forgetting lossless (below). The quota's initial fill
-//! ([`Quota::with_initial`]) is therefore not used by a keyed limiter: it applies to direct limiters
-//! only.
+//! [`KeyedLimiter::new`] and [`KeyedLimiter::with_clock`] build the default;
+//! [`KeyedLimiter::with_algorithm`] builds any of them.
+//!
+//! # Every key starts fresh
+//!
+//! A key the limiter has never seen, and a key it has forgotten, get the same state: a full bucket,
+//! an empty queue. That is what makes forgetting lossless (below). The quota's initial fill
+//! ([`Quota::with_initial`]) is therefore not used by a keyed limiter: it applies to direct
+//! limiters only.
 //!
 //! # Eviction
 //!
-//! A key whose bucket is full (`tat <= now`) is indistinguishable from a key that was never seen,
-//! so it can be removed without changing any decision. The limiter removes such keys
+//! A key whose state is indistinguishable from a fresh one (a full bucket: `tat <= now`; an empty
+//! virtual queue: drain time `<= now`) can be removed without changing any decision. The limiter
+//! removes such keys
 //!
 //! - automatically, amortized over new keys: after every `max(256, len / 2)` new keys (or refused
 //!   ones, see below), the thread that inserted the last one sweeps the map, one shard at a time
-//!   under that shard's write lock, removing every key that is full at its reading: at most two key
+//!   under that shard's write lock, removing every key that is fresh at its reading: at most two key
 //!   checks per new key, amortized, and no background thread;
 //! - on demand, with [`KeyedLimiter::retain_recent`] (and [`KeyedLimiter::shrink_to_fit`] to give the
 //!   freed memory back).
@@ -55,7 +64,7 @@
 //! **Clocks that step backwards across an eviction.** A full bucket is "full as of its last
 //! reading"; a reading earlier than that would see it less than full. To keep forgetting from ever
 //! creating tokens, the limiter remembers the latest reading any eviction used (the *floor*), and a
-//! key created afresh is full as of `max(reading, floor)`. So: decisions at readings at or after
+//! key created afresh is fresh as of `max(reading, floor)` (likewise for a queue: empty as of it). So: decisions at readings at or after
 //! the latest eviction's reading are exactly those of a limiter that never evicts; a reading earlier
 //! than that may be refused where a never-evicting limiter would admit, never the reverse.
 //!
@@ -147,6 +156,14 @@ mod sealed {
     /// The token bucket's reading, wrapped likewise.
     #[derive(Debug, Clone, Copy)]
     pub struct TokenBucketTime(pub(crate) crate::token_bucket::Time);
+
+    /// The leaky meter's policy, wrapped likewise.
+    #[derive(Debug)]
+    pub struct LeakyMeterPolicy(pub(crate) crate::leaky::meter::Policy);
+
+    /// The leaky meter's reading, wrapped likewise.
+    #[derive(Debug, Clone, Copy)]
+    pub struct LeakyMeterTime(pub(crate) crate::leaky::meter::Time);
 }
 
 use sealed::{Decision, Sealed};
@@ -219,6 +236,78 @@ impl Sealed for TokenBucketKeys {
     #[inline]
     fn take(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Decision {
         match policy.0.take(word, now.0, n) {
+            Step::Write(new, admitted) => Decision::Write(new, admitted),
+            Step::Keep(admitted) => Decision::Keep(admitted),
+            Step::Refuse(denied) => Decision::Refuse(denied),
+        }
+    }
+
+    fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted {
+        policy.0.query(word, now.0)
+    }
+
+    fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64 {
+        policy.0.remaining(word, now.0)
+    }
+}
+
+/// The [leaky bucket as a meter](crate::leaky::meter) per key, with strict admission (the meter's
+/// `try_acquire`): a request is admitted only when the key's virtual queue is empty, and then takes
+/// `n` intervals of it; a key is forgotten once its queue is empty again.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::{KeyedLimiter, LeakyMeterKeys};
+/// use tollgate::{ManualClock, Nanos, Quota};
+/// let limiter: KeyedLimiter<u8, LeakyMeterKeys, _> =
+///     KeyedLimiter::with_algorithm(Quota::per_second(10)?, ManualClock::new());
+/// assert!(limiter.check_key_at(&1, Nanos::new(0)).is_ok());
+/// // One request per 100 ms per key, however bursty the callers.
+/// assert!(limiter.check_key_at(&1, Nanos::new(50_000_000)).is_err());
+/// assert!(limiter.check_key_at(&1, Nanos::new(100_000_000)).is_ok());
+/// assert!(limiter.check_key_at(&2, Nanos::new(50_000_000)).is_ok());
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeakyMeterKeys;
+
+impl Algorithm for LeakyMeterKeys {}
+
+impl Sealed for LeakyMeterKeys {
+    type Policy = sealed::LeakyMeterPolicy;
+    type Time = sealed::LeakyMeterTime;
+
+    fn policy(quota: &Quota) -> Self::Policy {
+        sealed::LeakyMeterPolicy(crate::leaky::meter::Policy::new(quota))
+    }
+
+    #[inline]
+    fn time(policy: &Self::Policy, now: Nanos) -> Self::Time {
+        sealed::LeakyMeterTime(policy.0.time(now))
+    }
+
+    #[inline]
+    fn fresh_word(policy: &Self::Policy, now: Self::Time) -> u64 {
+        // An empty queue: every place free.
+        policy.0.initial_word(u64::MAX, now.0)
+    }
+
+    #[inline]
+    fn is_fresh(policy: &Self::Policy, word: u64, now: Self::Time) -> bool {
+        // Empty at `now` (drain time <= now, the fresh word): as empty as a fresh queue, now and at
+        // every later reading.
+        word <= Self::fresh_word(policy, now)
+    }
+
+    #[inline]
+    fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity> {
+        policy.0.check_n(n)
+    }
+
+    #[inline]
+    fn take(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Decision {
+        match policy.0.acquire(word, now.0, n) {
             Step::Write(new, admitted) => Decision::Write(new, admitted),
             Step::Keep(admitted) => Decision::Keep(admitted),
             Step::Refuse(denied) => Decision::Refuse(denied),
@@ -451,7 +540,7 @@ pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
     /// Keys inserted plus places reserved for keys being inserted, minus keys removed: never below
     /// the map's length, never above `max_keys`. Moved by read-modify-writes only.
     keys: CachePadded<AtomicUsize>,
-    /// The latest reading any eviction used, in nanoseconds: a key created afresh is full as of
+    /// The latest reading any eviction used, in nanoseconds: a key created afresh is fresh as of
     /// `max(reading, floor)`. Only grows.
     floor: AtomicU64,
     /// New keys (and refused new keys) since the last sweep started.
@@ -480,7 +569,7 @@ impl<K: Hash + Eq> KeyedLimiter<K, TokenBucketKeys, MonotonicClock> {
 }
 
 impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
-    /// A keyed limiter for `quota` per key, reading time from `clock`. Every key starts full (the
+    /// A keyed token bucket for `quota` per key, reading time from `clock`. Every key starts full (the
     /// quota's initial fill is not used; see the [module docs](self)).
     ///
     /// # Examples
@@ -498,6 +587,27 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
 }
 
 impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// A keyed limiter running algorithm `A` (named by the type annotation) for `quota` per key,
+    /// reading time from `clock`. Every key starts fresh (a full bucket, an empty queue; the quota's
+    /// initial fill is not used).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, LeakyMeterKeys, TokenBucketKeys};
+    /// use tollgate::{ManualClock, Quota};
+    /// let q = Quota::per_second(5)?;
+    /// let buckets: KeyedLimiter<u8, TokenBucketKeys, _> = KeyedLimiter::with_algorithm(q, ManualClock::new());
+    /// let meters: KeyedLimiter<u8, LeakyMeterKeys, _> = KeyedLimiter::with_algorithm(q, ManualClock::new());
+    /// assert_eq!(buckets.check_key_n(&1, 5)?.remaining(), 0); // a burst of 5
+    /// assert!(meters.check_key_n(&1, 5).is_ok()); // 5 at once from an empty queue, then nothing
+    /// assert!(meters.check_key(&1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_algorithm(quota: Quota, clock: C) -> Self {
+        KeyedLimiter::build(quota, clock)
+    }
+
     /// The limiter for `quota` per key under algorithm `A`: what every public constructor builds.
     fn build(quota: Quota, clock: C) -> Self {
         KeyedLimiter {
@@ -892,7 +1002,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             .unwrap_or_else(|| A::remaining(&self.policy, self.fresh_word(now), t))
     }
 
-    /// Removes every key whose state is indistinguishable from a fresh one now (a full bucket), and
+    /// Removes every key whose state is indistinguishable from a fresh one now (a full bucket, an empty queue), and
     /// answers how many it removed. Lossless: see the [module docs](self).
     ///
     /// # Examples
@@ -1224,6 +1334,30 @@ mod tests {
         for later in [5 * SEC + SEC / 10, 6 * SEC, 1 << 62] {
             assert_eq!(TokenBucketKeys::remaining(&p, taken, at(&p, later)), 10);
         }
+    }
+
+    #[test]
+    fn a_meter_word_is_fresh_exactly_when_its_queue_is_empty() {
+        let p = LeakyMeterKeys::policy(&Quota::per_second(10).unwrap());
+        let at = |ns| LeakyMeterKeys::time(&p, Nanos::new(ns));
+        let fresh = LeakyMeterKeys::fresh_word(&p, at(5 * SEC));
+        assert!(LeakyMeterKeys::is_fresh(&p, fresh, at(5 * SEC)));
+        assert_eq!(LeakyMeterKeys::remaining(&p, fresh, at(5 * SEC)), 10);
+        let Decision::Write(taken, _) = LeakyMeterKeys::take(&p, fresh, at(5 * SEC), 3) else {
+            panic!("an empty queue admits");
+        };
+        // Three intervals queued: not fresh until they have drained (300 ms), fresh from then on.
+        assert!(!LeakyMeterKeys::is_fresh(
+            &p,
+            taken,
+            at(5 * SEC + 3 * SEC / 10 - 1)
+        ));
+        assert!(LeakyMeterKeys::is_fresh(
+            &p,
+            taken,
+            at(5 * SEC + 3 * SEC / 10)
+        ));
+        assert!(LeakyMeterKeys::is_fresh(&p, taken, at(u64::MAX)));
     }
 
     #[test]

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use tollgate::keyed::{KeyedError, KeyedLimiter, Overflow, TokenBucketKeys, TooManyKeys};
+use tollgate::keyed::{
+    KeyedError, KeyedLimiter, LeakyMeterKeys, Overflow, TokenBucketKeys, TooManyKeys,
+};
+use tollgate::leaky::LeakyMeter;
 use tollgate::{AcquireError, Admitted, ManualClock, Nanos, Quota, TokenBucket};
 
 type Limiter<K> = KeyedLimiter<K, TokenBucketKeys, ManualClock>;
@@ -101,6 +104,98 @@ fn each_key_answers_as_its_own_direct_bucket() {
     }
     assert_eq!(keyed.len(), direct.len());
     assert_eq!(keyed.evictions(), 0);
+}
+
+/// The same for the strict leaky meter: every key answers exactly as its own direct `LeakyMeter`'s
+/// strict `try_acquire_n_at`, created (empty) at the key's first admission.
+#[test]
+fn each_meter_key_answers_as_its_own_direct_meter() {
+    let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
+    let keyed: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+    let mut direct: HashMap<u32, LeakyMeter<ManualClock>> = HashMap::new();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut now = 10 * SEC;
+    for _ in 0..20_000 {
+        match rng.below(10) {
+            0 => now += rng.below(SEC),
+            1 => now = now.saturating_sub(rng.below(SEC / 4)),
+            _ => {}
+        }
+        let key = rng.below(12) as u32;
+        let at = Nanos::new(now);
+        let n = rng.below(7);
+        match rng.below(4) {
+            0 | 1 => {
+                let got = as_direct(keyed.check_key_n_at(&key, n, at));
+                let want = match direct.get(&key) {
+                    Some(meter) => meter.try_acquire_n_at(n, at),
+                    None => {
+                        let meter = LeakyMeter::with_clock(quota, ManualClock::starting_at(at));
+                        let outcome = meter.try_acquire_n_at(n, at);
+                        if n > 0 && outcome.is_ok() {
+                            direct.insert(key, meter);
+                        }
+                        outcome
+                    }
+                };
+                assert_eq!(got, want, "key {key} n {n} at {now}");
+            }
+            2 => {
+                let got = as_direct(keyed.peek_key_n_at(&key, n, at));
+                let want = match direct.get(&key) {
+                    Some(meter) => meter.peek_n_at(n, at),
+                    None => {
+                        LeakyMeter::with_clock(quota, ManualClock::starting_at(at)).peek_n_at(n, at)
+                    }
+                };
+                assert_eq!(got, want, "peek key {key} n {n} at {now}");
+            }
+            _ => {
+                let want = direct
+                    .get(&key)
+                    .map_or(quota.capacity(), |m| m.remaining_at(at));
+                assert_eq!(
+                    keyed.remaining_key_at(&key, at),
+                    want,
+                    "remaining key {key} at {now}"
+                );
+            }
+        }
+    }
+    assert_eq!(keyed.len(), direct.len());
+}
+
+/// Eviction never changes a meter key's decision on a clock that only moves forward: an evicting
+/// limiter (a sweep before every request) and one that never evicts answer alike throughout.
+#[test]
+fn meter_eviction_never_changes_a_decision() {
+    let quota = Quota::per_second(10).unwrap().with_capacity(3).unwrap();
+    let evicting: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+    let keeping: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    let mut now = 0;
+    let mut evicted = 0;
+    for _ in 0..20_000 {
+        now += rng.below(SEC / 20);
+        let at = Nanos::new(now);
+        evicted += evicting.retain_recent_at(at);
+        let key = rng.below(8) as u32;
+        let n = rng.below(4);
+        assert_eq!(
+            evicting.check_key_n_at(&key, n, at),
+            keeping.check_key_n_at(&key, n, at),
+            "key {key} n {n} at {now}"
+        );
+        assert_eq!(
+            evicting.remaining_key_at(&key, at),
+            keeping.remaining_key_at(&key, at)
+        );
+    }
+    assert!(evicted > 1000, "{evicted}");
+    assert_eq!(keeping.evictions(), 0);
 }
 
 #[test]
