@@ -18,7 +18,10 @@
 //! # What a key costs
 //!
 //! Every key shares one policy (the constants derived from the [`Quota`]); a key costs only its
-//! state, one `AtomicU64`, plus its own size and the map's bookkeeping. The map is a
+//! state, one `AtomicU64`, plus its own size and the map's bookkeeping: a hash-table slot of
+//! `size_of::<K>() + 8` bytes and one control byte, in tables kept at most 7/8 full and grown by
+//! doubling, plus whatever the key owns on the heap (a `String`'s bytes). Measured with `u64` keys
+//! (`tests/keyed_spray.rs`), 100 000 keys held add about 24 bytes each to the resident set. The map is a
 //! `DashMap<K, AtomicU64, ahash::RandomState>`: a fixed, power-of-two number of shards, each a
 //! read-write lock around a hash table, hashed with a per-map random key so that clients cannot
 //! choose keys that collide.
@@ -77,7 +80,11 @@
 //! is held by a key that is still active (not full), the limiter first sweeps (if a sweep is due),
 //! then gives the new key its [`Overflow`] policy: [`Overflow::Refuse`] (the default) answers
 //! [`KeyedError::TooManyKeys`]; [`Overflow::Shared`] limits every such request by one shared bucket
-//! with its own quota. No active key's state is ever reset to make room.
+//! with its own quota. No active key's state is ever reset to make room. Sweeps run on their
+//! schedule, not on every refusal (a map full of active keys would otherwise be scanned on every
+//! request from a newcomer): a key that has become fresh since the last sweep holds its place until
+//! the next one, so for up to `max(256, len / 2)` new keys a full map may refuse a newcomer that a
+//! sweep would have made room for.
 //!
 //! # Memory ordering
 //!
