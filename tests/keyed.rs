@@ -405,3 +405,49 @@ fn stress_concurrent_inserts_of_the_same_keys_keep_the_bound_exact() {
     assert_eq!(held, MAX);
     assert_eq!(keyed.len(), MAX);
 }
+
+/// Threads spraying distinct keys while the clock advances, so that automatic sweeps race inserts
+/// from every thread: the key count never passes the bound, every refusal is counted, and the
+/// evictions and the keys held add up to the keys created.
+#[test]
+fn stress_concurrent_spray_with_automatic_sweeps_never_passes_the_bound() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const MAX: usize = 1_000;
+    const THREADS: u64 = 4;
+    const PER_THREAD: u64 = 50_000;
+    // 100 per second, capacity 100: a sprayed key (one token taken) is full again 10 ms later.
+    let quota = Quota::per_second(100).unwrap();
+    let keyed: Arc<Limiter<u64>> = Arc::new(limiter(quota).with_max_keys(MAX));
+    let clock = Arc::new(AtomicU64::new(0));
+    let created = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (keyed, clock) = (Arc::clone(&keyed), Arc::clone(&clock));
+            let (created, refused) = (Arc::clone(&created), Arc::clone(&refused));
+            thread::spawn(move || {
+                for i in 0..PER_THREAD {
+                    // 10 µs of simulated time per request, shared by all threads.
+                    let now = clock.fetch_add(10_000, Ordering::Relaxed);
+                    match keyed.check_key_at(&(t * PER_THREAD + i), Nanos::new(now)) {
+                        Ok(_) => created.fetch_add(1, Ordering::Relaxed),
+                        Err(KeyedError::TooManyKeys(_)) => refused.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => panic!("{e}"),
+                    };
+                    assert!(keyed.len() <= MAX, "{} keys", keyed.len());
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let (created, refused) = (
+        created.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    );
+    assert_eq!(created + refused, THREADS * PER_THREAD);
+    assert_eq!(keyed.overflowed(), refused);
+    assert_eq!(keyed.evictions() + keyed.len() as u64, created);
+    assert!(keyed.evictions() > 0);
+}
