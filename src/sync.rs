@@ -4,7 +4,9 @@
 //! models in `loom-tests/` explore every interleaving of the real code; otherwise they come from
 //! `std`. No other file imports an atomic type directly. `Mutex`, `Condvar` and `yield_now` joined
 //! the list with the leaky queue, whose consumer and waiting senders sleep on condition variables;
-//! [`lock`] is the one place that recovers a poisoned lock.
+//! [`lock`] is the one place that recovers a poisoned lock. `AtomicUsize` and (under loom only)
+//! `RwLock` came with the keyed limiter, whose loom stand-in for its concurrent map is a read-write
+//! lock around a `HashMap`.
 
 #[cfg(all(loom, not(feature = "loom")))]
 compile_error!(
@@ -15,8 +17,8 @@ compile_error!(
 pub(crate) use loom::{
     hint::spin_loop,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc, Condvar, Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
     },
     thread::yield_now,
 };
@@ -25,7 +27,7 @@ pub(crate) use loom::{
 pub(crate) use std::{
     hint::spin_loop,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         Arc, Condvar, Mutex, MutexGuard,
     },
     thread::yield_now,
@@ -38,6 +40,25 @@ pub(crate) use std::{
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Read-locks `rwlock`, recovering from poison as [`lock`] does (only the loom stand-in for the
+/// keyed limiter's map uses an `RwLock`, and its holders never leave the map half-updated).
+#[cfg(loom)]
+#[inline]
+pub(crate) fn read<T>(rwlock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    rwlock
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Write-locks `rwlock`, recovering from poison as [`lock`] does.
+#[cfg(loom)]
+#[inline]
+pub(crate) fn write<T>(rwlock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    rwlock
+        .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

@@ -1,0 +1,453 @@
+//! The keyed limiter through its public API: the same answers as a direct `TokenBucket` per key,
+//! borrowed lookups, the key bound and both overflow policies, the counters, and real threads
+//! racing admissions against evictions and against each other's inserts.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use tollgate::keyed::{
+    KeyedError, KeyedLimiter, LeakyMeterKeys, Overflow, TokenBucketKeys, TooManyKeys,
+};
+use tollgate::leaky::LeakyMeter;
+use tollgate::{AcquireError, Admitted, ManualClock, Nanos, Quota, TokenBucket};
+
+type Limiter<K> = KeyedLimiter<K, TokenBucketKeys, ManualClock>;
+
+const SEC: u64 = 1_000_000_000;
+
+fn limiter<K: std::hash::Hash + Eq>(quota: Quota) -> Limiter<K> {
+    KeyedLimiter::with_clock(quota, ManualClock::new())
+}
+
+/// A keyed answer as the direct bucket's type, for comparison.
+fn as_direct(result: Result<Admitted, KeyedError>) -> Result<Admitted, AcquireError> {
+    match result {
+        Ok(admitted) => Ok(admitted),
+        Err(KeyedError::Denied(d)) => Err(AcquireError::Denied(d)),
+        Err(KeyedError::InsufficientCapacity(e)) => Err(AcquireError::InsufficientCapacity(e)),
+        Err(KeyedError::TooManyKeys(e)) => panic!("unexpected {e}"),
+    }
+}
+
+/// A small deterministic generator (xorshift), so the sequence is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Every key answers exactly as its own direct bucket created, full, at the key's first reading,
+/// for the same operations at the same readings (backward steps included).
+#[test]
+fn each_key_answers_as_its_own_direct_bucket() {
+    let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
+    let keyed: Limiter<u32> = limiter(quota);
+    let mut direct: HashMap<u32, TokenBucket<ManualClock>> = HashMap::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut now = 10 * SEC;
+    for _ in 0..20_000 {
+        match rng.below(10) {
+            0 => now += rng.below(SEC),
+            1 => now = now.saturating_sub(rng.below(SEC / 4)),
+            _ => {}
+        }
+        let key = rng.below(12) as u32;
+        let at = Nanos::new(now);
+        let n = rng.below(7);
+        match rng.below(4) {
+            0 | 1 => {
+                let got = as_direct(keyed.check_key_n_at(&key, n, at));
+                let want = match direct.get(&key) {
+                    Some(bucket) => bucket.try_acquire_n_at(n, at),
+                    None => {
+                        // A key's bucket starts, full, with its first admission of a token.
+                        let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(at));
+                        let outcome = bucket.try_acquire_n_at(n, at);
+                        if n > 0 && outcome.is_ok() {
+                            direct.insert(key, bucket);
+                        }
+                        outcome
+                    }
+                };
+                assert_eq!(got, want, "key {key} n {n} at {now}");
+            }
+            2 => {
+                let got = as_direct(keyed.peek_key_n_at(&key, n, at));
+                let want = match direct.get(&key) {
+                    Some(bucket) => bucket.peek_n_at(n, at),
+                    None => TokenBucket::with_clock(quota, ManualClock::starting_at(at))
+                        .peek_n_at(n, at),
+                };
+                assert_eq!(got, want, "peek key {key} n {n} at {now}");
+            }
+            _ => {
+                let want = direct
+                    .get(&key)
+                    .map_or(quota.capacity(), |b| b.remaining_at(at));
+                assert_eq!(
+                    keyed.remaining_key_at(&key, at),
+                    want,
+                    "remaining key {key} at {now}"
+                );
+            }
+        }
+    }
+    assert_eq!(keyed.len(), direct.len());
+    assert_eq!(keyed.evictions(), 0);
+}
+
+/// The same for the strict leaky meter: every key answers exactly as its own direct `LeakyMeter`'s
+/// strict `try_acquire_n_at`, created (empty) at the key's first admission.
+#[test]
+fn each_meter_key_answers_as_its_own_direct_meter() {
+    let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
+    let keyed: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+    let mut direct: HashMap<u32, LeakyMeter<ManualClock>> = HashMap::new();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut now = 10 * SEC;
+    for _ in 0..20_000 {
+        match rng.below(10) {
+            0 => now += rng.below(SEC),
+            1 => now = now.saturating_sub(rng.below(SEC / 4)),
+            _ => {}
+        }
+        let key = rng.below(12) as u32;
+        let at = Nanos::new(now);
+        let n = rng.below(7);
+        match rng.below(4) {
+            0 | 1 => {
+                let got = as_direct(keyed.check_key_n_at(&key, n, at));
+                let want = match direct.get(&key) {
+                    Some(meter) => meter.try_acquire_n_at(n, at),
+                    None => {
+                        let meter = LeakyMeter::with_clock(quota, ManualClock::starting_at(at));
+                        let outcome = meter.try_acquire_n_at(n, at);
+                        if n > 0 && outcome.is_ok() {
+                            direct.insert(key, meter);
+                        }
+                        outcome
+                    }
+                };
+                assert_eq!(got, want, "key {key} n {n} at {now}");
+            }
+            2 => {
+                let got = as_direct(keyed.peek_key_n_at(&key, n, at));
+                let want = match direct.get(&key) {
+                    Some(meter) => meter.peek_n_at(n, at),
+                    None => {
+                        LeakyMeter::with_clock(quota, ManualClock::starting_at(at)).peek_n_at(n, at)
+                    }
+                };
+                assert_eq!(got, want, "peek key {key} n {n} at {now}");
+            }
+            _ => {
+                let want = direct
+                    .get(&key)
+                    .map_or(quota.capacity(), |m| m.remaining_at(at));
+                assert_eq!(
+                    keyed.remaining_key_at(&key, at),
+                    want,
+                    "remaining key {key} at {now}"
+                );
+            }
+        }
+    }
+    assert_eq!(keyed.len(), direct.len());
+}
+
+/// Eviction never changes a meter key's decision on a clock that only moves forward: an evicting
+/// limiter (a sweep before every request) and one that never evicts answer alike throughout.
+#[test]
+fn meter_eviction_never_changes_a_decision() {
+    let quota = Quota::per_second(10).unwrap().with_capacity(3).unwrap();
+    let evicting: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+    let keeping: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    let mut now = 0;
+    let mut evicted = 0;
+    for _ in 0..20_000 {
+        now += rng.below(SEC / 20);
+        let at = Nanos::new(now);
+        evicted += evicting.retain_recent_at(at);
+        let key = rng.below(8) as u32;
+        let n = rng.below(4);
+        assert_eq!(
+            evicting.check_key_n_at(&key, n, at),
+            keeping.check_key_n_at(&key, n, at),
+            "key {key} n {n} at {now}"
+        );
+        assert_eq!(
+            evicting.remaining_key_at(&key, at),
+            keeping.remaining_key_at(&key, at)
+        );
+    }
+    assert!(evicted > 1000, "{evicted}");
+    assert_eq!(keeping.evictions(), 0);
+}
+
+#[test]
+fn string_keys_are_looked_up_by_str() {
+    let keyed: Limiter<String> = limiter(Quota::per_second(2).unwrap());
+    assert!(keyed.check_key("alice").is_ok());
+    let owned = String::from("alice");
+    assert!(keyed.check_key(owned.as_str()).is_ok());
+    assert!(keyed.check_key("alice").is_err());
+    assert!(keyed.contains_key("alice"));
+    assert!(!keyed.contains_key("bob"));
+    assert_eq!(keyed.remaining_key("bob"), 2);
+    assert_eq!(keyed.len(), 1);
+}
+
+#[test]
+fn queries_peeks_and_impossible_requests_create_no_key() {
+    let keyed: Limiter<u8> = limiter(Quota::per_second(3).unwrap());
+    assert_eq!(keyed.check_key_n(&1, 0).unwrap().remaining(), 3);
+    assert!(keyed.peek_key_n(&1, 3).is_ok());
+    assert!(matches!(
+        keyed.check_key_n(&1, 4),
+        Err(KeyedError::InsufficientCapacity(_))
+    ));
+    assert_eq!(keyed.remaining_key(&1), 3);
+    assert!(keyed.is_empty());
+}
+
+#[test]
+fn refuse_overflow_is_distinct_and_counted_and_never_resets_an_active_key() {
+    let keyed: Limiter<u32> = limiter(Quota::per_second(2).unwrap()).with_max_keys(3);
+    let now = Nanos::new(0);
+    for k in 0..3 {
+        keyed.check_key_at(&k, now).unwrap();
+    }
+    for k in 3..10 {
+        assert_eq!(
+            keyed.check_key_at(&k, now),
+            Err(KeyedError::TooManyKeys(TooManyKeys { max_keys: 3 }))
+        );
+        assert!(matches!(
+            keyed.peek_key_n_at(&k, 1, now),
+            Err(KeyedError::TooManyKeys(_))
+        ));
+    }
+    assert_eq!(keyed.overflowed(), 7);
+    assert_eq!(keyed.len(), 3);
+    // The active keys kept their state: one token each.
+    for k in 0..3 {
+        assert_eq!(keyed.remaining_key_at(&k, now), 1);
+    }
+    // Once they are full again, a sweep makes room and the newcomer is admitted.
+    let later = Nanos::new(SEC);
+    assert_eq!(keyed.retain_recent_at(later), 3);
+    assert!(keyed.check_key_at(&42, later).is_ok());
+    assert_eq!(keyed.len(), 1);
+}
+
+#[test]
+fn a_full_map_sweeps_before_refusing_when_a_sweep_is_due() {
+    // A bound of 4: a sweep is due after every 4 new (or refused) keys.
+    let keyed: Limiter<u32> = limiter(Quota::per_second(1).unwrap()).with_max_keys(4);
+    for k in 0..4 {
+        keyed.check_key_at(&k, Nanos::new(0)).unwrap();
+    }
+    // The fourth new key swept (at 0 s, finding nothing full); the next three are refused.
+    for k in 10..13 {
+        assert!(matches!(
+            keyed.check_key_at(&k, Nanos::new(0)),
+            Err(KeyedError::TooManyKeys(_))
+        ));
+    }
+    // All four keys are full again at 1 s: the next newcomer is due a sweep, which makes room.
+    assert!(keyed.check_key_at(&100, Nanos::new(SEC)).is_ok());
+    assert_eq!(keyed.evictions(), 4);
+    assert_eq!(keyed.overflowed(), 3);
+    assert_eq!(keyed.len(), 1);
+}
+
+#[test]
+fn shared_overflow_limits_all_newcomers_together() {
+    let keyed: Limiter<u32> = limiter(Quota::per_second(5).unwrap())
+        .with_max_keys(1)
+        .with_overflow(Overflow::Shared(Quota::per_second(3).unwrap()));
+    let now = Nanos::new(0);
+    keyed.check_key_at(&0, now).unwrap();
+    let admitted = (1..20)
+        .filter(|k| keyed.check_key_at(k, now).is_ok())
+        .count();
+    assert_eq!(admitted, 3);
+    assert_eq!(keyed.overflowed(), 19);
+    assert_eq!(keyed.len(), 1);
+    // The shared limiter's own capacity bounds a request sent to it.
+    assert!(matches!(
+        keyed.check_key_n_at(&7, 4, now),
+        Err(KeyedError::InsufficientCapacity(e)) if e.capacity == 3
+    ));
+    // The key that holds a place keeps its own limit.
+    assert_eq!(keyed.check_key_n_at(&0, 4, now).unwrap().remaining(), 0);
+}
+
+/// Rounds of real threads: at the start of each round every key's bucket is full again, admitters
+/// hammer the keys while an evictor sweeps at the same reading. An eviction that lost an admission
+/// would let a key be created afresh, full, and admit more than the capacity in the round; an
+/// admission lost the other way would admit fewer. Exactly the capacity per key per round.
+#[test]
+fn stress_admissions_racing_evictions_admit_exactly_the_capacity() {
+    const KEYS: u64 = 32;
+    const CAPACITY: u64 = 4;
+    const ROUNDS: u64 = 40;
+    const ADMITTERS: usize = 3;
+    let quota = Quota::per_second(1)
+        .unwrap()
+        .with_capacity(CAPACITY)
+        .unwrap();
+    let keyed: Arc<Limiter<u64>> = Arc::new(limiter(quota));
+    let barrier = Arc::new(Barrier::new(ADMITTERS + 1));
+    let admitters: Vec<_> = (0..ADMITTERS)
+        .map(|i| {
+            let keyed = Arc::clone(&keyed);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                let mut per_round = Vec::new();
+                for round in 0..ROUNDS {
+                    let at = Nanos::new(round * CAPACITY * SEC);
+                    barrier.wait();
+                    let mut admitted = vec![0u64; KEYS as usize];
+                    for j in 0..(KEYS * CAPACITY * 2) {
+                        let key = (j * 7 + i as u64) % KEYS;
+                        if keyed.check_key_at(&key, at).is_ok() {
+                            admitted[key as usize] += 1;
+                        }
+                    }
+                    per_round.push(admitted);
+                    barrier.wait();
+                }
+                per_round
+            })
+        })
+        .collect();
+    let mut evicted = 0;
+    for round in 0..ROUNDS {
+        let at = Nanos::new(round * CAPACITY * SEC);
+        barrier.wait();
+        // Sweep while the admitters run: keys still full at `at` (not yet touched this round) go.
+        for _ in 0..50 {
+            evicted += keyed.retain_recent_at(at);
+        }
+        barrier.wait();
+    }
+    let results: Vec<Vec<Vec<u64>>> = admitters.into_iter().map(|h| h.join().unwrap()).collect();
+    for round in 0..ROUNDS as usize {
+        for key in 0..KEYS as usize {
+            let total: u64 = results.iter().map(|r| r[round][key]).sum();
+            assert_eq!(total, CAPACITY, "round {round} key {key}");
+        }
+    }
+    assert_eq!(keyed.len(), KEYS as usize);
+    assert!(evicted > 0, "no eviction ever ran: the test proved nothing");
+    // The admitters' new keys also trigger automatic sweeps, counted there too.
+    assert!(keyed.evictions() >= evicted as u64);
+}
+
+/// Threads inserting the same new keys against a small bound: exactly the bound's worth of keys is
+/// created, each admits exactly its capacity in total, and no key outside the map admitted anything.
+#[test]
+fn stress_concurrent_inserts_of_the_same_keys_keep_the_bound_exact() {
+    const MAX: usize = 50;
+    const CAPACITY: u64 = 3;
+    let quota = Quota::per_second(1)
+        .unwrap()
+        .with_capacity(CAPACITY)
+        .unwrap();
+    let keyed: Arc<Limiter<u64>> = Arc::new(limiter(quota).with_max_keys(MAX));
+    let barrier = Arc::new(Barrier::new(4));
+    let handles: Vec<_> = (0..4u64)
+        .map(|i| {
+            let keyed = Arc::clone(&keyed);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut admitted = vec![0u64; 200];
+                for j in 0..2000u64 {
+                    let key = (j * 13 + i * 7) % 200;
+                    match keyed.check_key_at(&key, Nanos::new(0)) {
+                        Ok(_) => admitted[key as usize] += 1,
+                        Err(KeyedError::Denied(_) | KeyedError::TooManyKeys(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                    assert!(keyed.len() <= MAX);
+                }
+                admitted
+            })
+        })
+        .collect();
+    let per_thread: Vec<Vec<u64>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut held = 0;
+    for key in 0..200u64 {
+        let total: u64 = per_thread.iter().map(|a| a[key as usize]).sum();
+        if keyed.contains_key(&key) {
+            held += 1;
+            assert_eq!(total, CAPACITY, "key {key}");
+        } else {
+            assert_eq!(total, 0, "key {key} admitted without a place");
+        }
+    }
+    assert_eq!(held, MAX);
+    assert_eq!(keyed.len(), MAX);
+}
+
+/// Threads spraying distinct keys while the clock advances, so that automatic sweeps race inserts
+/// from every thread: the key count never passes the bound, every refusal is counted, and the
+/// evictions and the keys held add up to the keys created.
+#[test]
+fn stress_concurrent_spray_with_automatic_sweeps_never_passes_the_bound() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const MAX: usize = 1_000;
+    const THREADS: u64 = 4;
+    const PER_THREAD: u64 = 50_000;
+    // 100 per second, capacity 100: a sprayed key (one token taken) is full again 10 ms later.
+    let quota = Quota::per_second(100).unwrap();
+    let keyed: Arc<Limiter<u64>> = Arc::new(limiter(quota).with_max_keys(MAX));
+    let clock = Arc::new(AtomicU64::new(0));
+    let created = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (keyed, clock) = (Arc::clone(&keyed), Arc::clone(&clock));
+            let (created, refused) = (Arc::clone(&created), Arc::clone(&refused));
+            thread::spawn(move || {
+                for i in 0..PER_THREAD {
+                    // 10 µs of simulated time per request, shared by all threads.
+                    let now = clock.fetch_add(10_000, Ordering::Relaxed);
+                    match keyed.check_key_at(&(t * PER_THREAD + i), Nanos::new(now)) {
+                        Ok(_) => created.fetch_add(1, Ordering::Relaxed),
+                        Err(KeyedError::TooManyKeys(_)) => refused.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => panic!("{e}"),
+                    };
+                    assert!(keyed.len() <= MAX, "{} keys", keyed.len());
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let (created, refused) = (
+        created.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    );
+    assert_eq!(created + refused, THREADS * PER_THREAD);
+    assert_eq!(keyed.overflowed(), refused);
+    assert_eq!(keyed.evictions() + keyed.len() as u64, created);
+    assert!(keyed.evictions() > 0);
+}

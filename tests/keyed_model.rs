@@ -1,0 +1,116 @@
+//! The keyed limiter against a reference map of exact reference buckets (`tests/support/reference.rs`
+//! through `tests/support/keyed_driver.rs`): random quotas, random operation sequences on a small key
+//! space, clocks stepping forwards and backwards, and eviction as aggressive as every other
+//! operation. Every answer must equal the model's to the nanosecond, and the evicting limiter must
+//! answer exactly as one that never evicts (see the driver for the one documented exception, a
+//! reading earlier than an eviction's, where it may only be more restrictive).
+
+#[path = "support/reference.rs"]
+#[allow(dead_code)] // a keyed limiter has no refund: the model's is unused here
+mod reference;
+
+#[path = "support/keyed_driver.rs"]
+mod keyed_driver;
+
+use proptest::prelude::*;
+
+use keyed_driver::{quota, run, KeyedOp, MAX_OPS};
+
+/// Keys 0..6: few enough that keys are reused, evicted and created again.
+fn key() -> impl Strategy<Value = u8> {
+    0u8..6
+}
+
+/// Token counts around the capacities the quotas below use, 0 and over-capacity included.
+fn n() -> impl Strategy<Value = u64> {
+    prop_oneof![4 => Just(1u64), 2 => 0u64..=12, 1 => Just(u64::MAX)]
+}
+
+/// Clock steps from a nanosecond to years, forwards and backwards.
+fn step() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => 1u64..=1_000_000_000,
+        2 => 1u64..=20_000_000_000,
+        1 => 1u64..=(200 * 365 * 86_400 * 1_000_000_000u64),
+    ]
+}
+
+fn op() -> impl Strategy<Value = KeyedOp> {
+    prop_oneof![
+        6 => (key(), n()).prop_map(|(key, n)| KeyedOp::Check { key, n }),
+        2 => (key(), n()).prop_map(|(key, n)| KeyedOp::Peek { key, n }),
+        1 => key().prop_map(|key| KeyedOp::Remaining { key }),
+        3 => Just(KeyedOp::Evict),
+        3 => step().prop_map(KeyedOp::Forward),
+        1 => step().prop_map(KeyedOp::Back),
+    ]
+}
+
+/// Rates from 1 per nanosecond-ish to 1 per day, with small capacities (so keys empty, refill and
+/// become evictable within a run) and the largest allowed one now and then.
+fn quota_args() -> impl Strategy<Value = (u64, u64, u64)> {
+    (
+        1u64..=20,
+        prop_oneof![
+            1 => 1u64..=1_000,
+            3 => 1_000_000u64..=2_000_000_000,
+            1 => Just(86_400_000_000_000u64),
+        ],
+        prop_oneof![4 => 1u64..=10, 1 => Just(u64::MAX)],
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn eviction_never_changes_a_decision_and_answers_match_the_model(
+        (count, period, capacity) in quota_args(),
+        start in prop_oneof![Just(0u64), 0u64..=10_000_000_000, Just(u64::MAX - 5)],
+        ops in prop::collection::vec(op(), 1..MAX_OPS),
+    ) {
+        // An out-of-range capacity is clamped to the largest the rate allows.
+        let capacity = match quota(count, period, 1) {
+            Some((q, _)) => capacity.min(q.max_capacity()),
+            None => return Ok(()),
+        };
+        if let Some((quota, policy)) = quota(count, period, capacity) {
+            run(quota, policy, start, &ops);
+        }
+    }
+}
+
+/// A case worked out by hand: 1 per second, capacity 2; eviction of a full key, then a reading
+/// before the eviction's, which the evicting limiter answers more restrictively.
+#[test]
+fn hand_checked_eviction_and_a_step_back() {
+    const S: u64 = 1_000_000_000;
+    let (quota, policy) = quota(1, S, 2).expect("a valid quota");
+    let ops = [
+        KeyedOp::Check { key: 1, n: 2 },
+        KeyedOp::Forward(2 * S),
+        KeyedOp::Evict, // key 1 is full again at 2 s: removed, floor 2 s
+        KeyedOp::Remaining { key: 1 },
+        KeyedOp::Back(S), // 1 s: before the floor
+        KeyedOp::Remaining { key: 1 },
+        KeyedOp::Check { key: 1, n: 2 },
+    ];
+    assert_eq!(run(quota, policy, 0, &ops), 1);
+}
+
+/// Aggressive eviction on a monotonic clock: never a difference at all.
+#[test]
+fn forward_only_clock_with_eviction_after_every_operation() {
+    const MS: u64 = 1_000_000;
+    let (quota, policy) = quota(5, 1_000 * MS, 3).expect("a valid quota");
+    let mut ops = Vec::new();
+    for i in 0..60u64 {
+        ops.push(KeyedOp::Check {
+            key: (i % 4) as u8,
+            n: 1 + i % 2,
+        });
+        ops.push(KeyedOp::Evict);
+        ops.push(KeyedOp::Forward(37 * MS * (i % 5)));
+    }
+    assert!(run(quota, policy, 0, &ops) > 0);
+}

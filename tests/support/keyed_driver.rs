@@ -1,0 +1,309 @@
+//! Drives two keyed limiters, one evicting whenever told to and one never evicting, and a reference
+//! map of reference buckets for each, through the same operations on a small key space, and asserts:
+//!
+//! - each limiter answers exactly as its reference map (to the nanosecond), with the documented
+//!   semantics of a keyed limiter: a key not in the map is a full bucket as of
+//!   `max(reading, floor)`, where the floor is the latest reading any eviction used; eviction
+//!   removes exactly the keys that are full at its reading;
+//! - eviction never changes a decision: the evicting limiter answers exactly as the never-evicting
+//!   one at every reading at or after its floor; at an earlier reading (a clock stepping back across
+//!   an eviction) it may only be more restrictive, and from the first such difference on the two
+//!   are no longer compared with each other (their states differ), only with their references.
+//!
+//! Shared by `tests/keyed_model.rs` (proptest) and the fuzz crate's `keyed_ops` target: both include
+//! this file next to `reference.rs`, as `mod keyed_driver` and `mod reference` at their crate root.
+//!
+//! Runs are capped at [`MAX_OPS`] operations, fewer than the 256 new keys after which a keyed
+//! limiter sweeps on its own, so every eviction in a run is one the driver asked for.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tollgate::keyed::{KeyedError, KeyedLimiter};
+use tollgate::{Admitted, ManualClock, Nanos, Quota};
+
+use crate::reference::{RefBucket, RefOutcome, RefPolicy, MAX_USABLE_NS};
+
+/// The most operations one run applies (below the automatic sweep's 256 new keys).
+pub(crate) const MAX_OPS: usize = 200;
+
+/// One operation on the keyed limiters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KeyedOp {
+    /// `check_key_n_at(key, n)` (`check_key_at` when `n = 1`).
+    Check {
+        /// The key.
+        key: u8,
+        /// Tokens asked for (may exceed the capacity, or be 0).
+        n: u64,
+    },
+    /// `peek_key_n_at(key, n)`.
+    Peek {
+        /// The key.
+        key: u8,
+        /// Tokens asked for.
+        n: u64,
+    },
+    /// `remaining_key_at(key)`.
+    Remaining {
+        /// The key.
+        key: u8,
+    },
+    /// `retain_recent_at(now)` on the evicting limiter only.
+    Evict,
+    /// The clock moves forward by this many nanoseconds (saturating).
+    Forward(u64),
+    /// The clock steps back by this many nanoseconds (saturating at 0).
+    Back(u64),
+}
+
+/// The reference of a keyed limiter: a map of reference buckets and the eviction floor.
+#[derive(Debug)]
+struct RefKeyed {
+    policy: RefPolicy,
+    keys: HashMap<u8, RefBucket>,
+    floor: u64,
+}
+
+impl RefKeyed {
+    fn new(policy: RefPolicy) -> RefKeyed {
+        RefKeyed {
+            policy,
+            keys: HashMap::new(),
+            floor: 0,
+        }
+    }
+
+    /// The bucket of a key not in the map: full as of `max(reading, floor)`.
+    fn fresh(&self, now: u64) -> RefBucket {
+        let at = now.min(MAX_USABLE_NS).max(self.floor);
+        RefBucket::new(self.policy, self.policy.capacity, at).expect("a full bucket is valid")
+    }
+
+    fn check(&mut self, key: u8, n: u64, now: u64) -> RefOutcome {
+        if let Some(bucket) = self.keys.get_mut(&key) {
+            return bucket.acquire(n, now);
+        }
+        let mut bucket = self.fresh(now);
+        let outcome = bucket.acquire(n, now);
+        // Only an admission of at least one token creates the key.
+        if n > 0 && matches!(outcome, RefOutcome::Admitted { .. }) {
+            self.keys.insert(key, bucket);
+        }
+        outcome
+    }
+
+    fn peek(&self, key: u8, n: u64, now: u64) -> RefOutcome {
+        match self.keys.get(&key) {
+            Some(bucket) => bucket.peek(n, now),
+            None => self.fresh(now).peek(n, now),
+        }
+    }
+
+    fn remaining(&self, key: u8, now: u64) -> u64 {
+        match self.keys.get(&key) {
+            Some(bucket) => bucket.remaining(now),
+            None => self.fresh(now).remaining(now),
+        }
+    }
+
+    /// Raises the floor, then removes every key full at `now`; answers how many.
+    fn evict(&mut self, now: u64) -> usize {
+        self.floor = self.floor.max(now.min(MAX_USABLE_NS));
+        let before = self.keys.len();
+        let burst = self.policy.burst;
+        self.keys
+            .retain(|_, bucket| bucket.level_units(now) < burst);
+        before - self.keys.len()
+    }
+}
+
+/// A keyed limiter's answer in the model's terms. `TooManyKeys` cannot happen here (a handful of
+/// keys against the default bound), and is a failure.
+fn observe(result: Result<Admitted, KeyedError>) -> RefOutcome {
+    match result {
+        Ok(admitted) => RefOutcome::Admitted {
+            remaining: admitted.remaining(),
+            reset_after_ns: admitted.reset_after().as_nanos(),
+        },
+        Err(KeyedError::Denied(denied)) => RefOutcome::Denied {
+            retry_after_ns: denied.retry_after().as_nanos(),
+            retry_at_ns: denied.retry_at().as_u64(),
+            remaining: denied.remaining(),
+            reset_after_ns: denied.reset_after().as_nanos(),
+        },
+        Err(KeyedError::InsufficientCapacity(e)) => RefOutcome::InsufficientCapacity {
+            requested: e.requested,
+            capacity: e.capacity,
+        },
+        Err(KeyedError::TooManyKeys(e)) => panic!("{e}: the driver never fills the map"),
+    }
+}
+
+/// The model's outcome as a `Duration` can report it (at most `Duration::MAX`).
+fn representable(outcome: RefOutcome) -> RefOutcome {
+    let max = Duration::MAX.as_nanos();
+    match outcome {
+        RefOutcome::Admitted {
+            remaining,
+            reset_after_ns,
+        } => RefOutcome::Admitted {
+            remaining,
+            reset_after_ns: reset_after_ns.min(max),
+        },
+        RefOutcome::Denied {
+            retry_after_ns,
+            retry_at_ns,
+            remaining,
+            reset_after_ns,
+        } => RefOutcome::Denied {
+            retry_after_ns: retry_after_ns.min(max),
+            retry_at_ns,
+            remaining,
+            reset_after_ns: reset_after_ns.min(max),
+        },
+        RefOutcome::InsufficientCapacity { .. } => outcome,
+    }
+}
+
+/// Whether `outcome` admitted.
+fn admitted(outcome: &RefOutcome) -> bool {
+    matches!(outcome, RefOutcome::Admitted { .. })
+}
+
+/// Builds the quota for `count` per `period_ns` with `capacity`, and the model's constants; `None`
+/// when the crate refuses the quota (the model must then refuse it too).
+pub(crate) fn quota(count: u64, period_ns: u64, capacity: u64) -> Option<(Quota, RefPolicy)> {
+    let built = Quota::per_period(count, Duration::from_nanos(period_ns))
+        .and_then(|q| q.with_capacity(capacity));
+    // `per_period` starts with a capacity of `count`, which must be valid too, before
+    // `with_capacity` replaces it.
+    let model = RefPolicy::new(count, u128::from(period_ns), count)
+        .and_then(|_| RefPolicy::new(count, u128::from(period_ns), capacity));
+    match (built, model) {
+        (Ok(quota), Some(policy)) => Some((quota, policy)),
+        (Err(_), None) => None,
+        (built, model) => panic!(
+            "{count} per {period_ns} ns, capacity {capacity}: the crate built {built:?}, the model {model:?}"
+        ),
+    }
+}
+
+/// Runs `ops` (at most [`MAX_OPS`] of them) from the reading `start`, asserting everything listed
+/// in the file's docs. Answers how many keys the evicting limiter evicted.
+pub(crate) fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) -> u64 {
+    type Limiter = KeyedLimiter<u8, tollgate::keyed::TokenBucketKeys, ManualClock>;
+    let evicting: Limiter = KeyedLimiter::with_clock(quota, ManualClock::new());
+    let keeping: Limiter = KeyedLimiter::with_clock(quota, ManualClock::new());
+    let mut ref_evicting = RefKeyed::new(policy);
+    let mut ref_keeping = RefKeyed::new(policy);
+    let mut now = start;
+    let mut diverged = false;
+    let mut evicted = 0u64;
+
+    for (i, op) in ops.iter().take(MAX_OPS).enumerate() {
+        let at = Nanos::new(now);
+        let ctx = format!(
+            "op {i} {op:?} at {now} (floor before it {})",
+            ref_evicting.floor
+        );
+        // (evicting's answer, keeping's answer), as outcomes, for the comparison between them.
+        let pair = match *op {
+            KeyedOp::Check { key, n } => {
+                let (a, b) = if n == 1 {
+                    (
+                        evicting.check_key_at(&key, at),
+                        keeping.check_key_at(&key, at),
+                    )
+                } else {
+                    (
+                        evicting.check_key_n_at(&key, n, at),
+                        keeping.check_key_n_at(&key, n, at),
+                    )
+                };
+                let (a, b) = (observe(a), observe(b));
+                assert_eq!(
+                    a,
+                    representable(ref_evicting.check(key, n, now)),
+                    "evicting: {}",
+                    ctx
+                );
+                assert_eq!(
+                    b,
+                    representable(ref_keeping.check(key, n, now)),
+                    "keeping: {}",
+                    ctx
+                );
+                Some((a, b))
+            }
+            KeyedOp::Peek { key, n } => {
+                let a = observe(evicting.peek_key_n_at(&key, n, at));
+                let b = observe(keeping.peek_key_n_at(&key, n, at));
+                assert_eq!(
+                    a,
+                    representable(ref_evicting.peek(key, n, now)),
+                    "evicting: {}",
+                    ctx
+                );
+                assert_eq!(
+                    b,
+                    representable(ref_keeping.peek(key, n, now)),
+                    "keeping: {}",
+                    ctx
+                );
+                Some((a, b))
+            }
+            KeyedOp::Remaining { key } => {
+                let a = evicting.remaining_key_at(&key, at);
+                let b = keeping.remaining_key_at(&key, at);
+                assert_eq!(a, ref_evicting.remaining(key, now), "evicting: {}", ctx);
+                assert_eq!(b, ref_keeping.remaining(key, now), "keeping: {}", ctx);
+                if !diverged && a != b {
+                    assert!(now.min(MAX_USABLE_NS) < ref_evicting.floor, "{}", ctx);
+                    assert!(a <= b, "eviction created tokens: {}", ctx);
+                    diverged = true;
+                }
+                None
+            }
+            KeyedOp::Evict => {
+                let removed = evicting.retain_recent_at(at);
+                assert_eq!(removed, ref_evicting.evict(now), "evicted: {}", ctx);
+                evicted += removed as u64;
+                None
+            }
+            KeyedOp::Forward(d) => {
+                now = now.saturating_add(d);
+                None
+            }
+            KeyedOp::Back(d) => {
+                now = now.saturating_sub(d);
+                None
+            }
+        };
+        if let Some((a, b)) = pair {
+            if !diverged && a != b {
+                // Only a reading before the floor may differ, and only towards refusing.
+                assert!(
+                    now.min(MAX_USABLE_NS) < ref_evicting.floor,
+                    "{a:?} vs {b:?}: {}",
+                    ctx
+                );
+                assert!(!admitted(&a) || admitted(&b), "{a:?} vs {b:?}: {}", ctx);
+                diverged = true;
+            }
+        }
+        assert_eq!(evicting.len(), ref_evicting.keys.len(), "len: {}", ctx);
+        assert_eq!(keeping.len(), ref_keeping.keys.len(), "len: {}", ctx);
+        for key in 0..8u8 {
+            assert_eq!(
+                evicting.contains_key(&key),
+                ref_evicting.keys.contains_key(&key),
+                "key {key}: {}",
+                ctx
+            );
+        }
+    }
+    assert_eq!(evicting.evictions(), evicted);
+    assert_eq!(keeping.evictions(), 0);
+    evicted
+}
