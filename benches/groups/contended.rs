@@ -97,13 +97,28 @@ pub(crate) fn one_limiter<L: Sync>(
     make: impl Fn() -> L,
     check: impl Fn(&L) -> bool + Sync,
 ) {
+    shared_limiter(group, id, threads, make, check, |admitted, checks| {
+        load.verify(label, admitted, checks)
+    });
+}
+
+/// One benchmark: `threads` threads sharing one limiter that `make` builds fresh for every sample,
+/// each doing `iters` checks; `verify(admitted, checks)` judges every sample's admissions.
+pub(crate) fn shared_limiter<L: Sync>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    threads: usize,
+    make: impl Fn() -> L,
+    check: impl Fn(&L) -> bool + Sync,
+    verify: impl Fn(u64, u64),
+) {
     let checks = iters_to_checks(threads);
     group.bench_function(id, |b| {
         b.iter_custom(|iters| {
             let limiter = make();
             let (elapsed, admitted) =
                 run_threads(threads, iters, slice::from_ref(&limiter), &check);
-            load.verify(label, admitted, checks(iters));
+            verify(admitted, checks(iters));
             elapsed
         });
     });

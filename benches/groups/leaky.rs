@@ -24,6 +24,7 @@ use tollgate::leaky::LeakyMeter;
 use tollgate::{Quota, TokenBucket};
 
 use super::common::{run_threads, Load};
+use super::contended::shared_limiter;
 
 /// Registers the `leaky_allow` and `leaky_deny` groups.
 pub(crate) fn bench(c: &mut Criterion) {
@@ -140,16 +141,11 @@ fn measure<L: Sync>(
     check: impl Fn(&L) -> bool + Sync,
 ) {
     let verified = !(load == Load::Accept && threads > 1 && name == "meter_strict");
-    group.bench_function(BenchmarkId::new(name, threads), |b| {
-        b.iter_custom(|iters| {
-            let limiter = make();
-            let (elapsed, admitted) =
-                run_threads(threads, iters, std::slice::from_ref(&limiter), &check);
-            if verified {
-                load.verify(name, admitted, iters * threads as u64);
-            }
-            elapsed
-        });
+    let id = BenchmarkId::new(name, threads);
+    shared_limiter(group, id, threads, make, check, |admitted, checks| {
+        if verified {
+            load.verify(name, admitted, checks);
+        }
     });
 }
 

@@ -47,7 +47,7 @@ use rate_limiters::RateLimiterShared;
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
 use tollgate::{ManualClock, MonotonicClock, Nanos, Quota, TokenBucket};
 
-use super::common::run_threads;
+use super::contended::shared_limiter;
 
 /// Admissions per window: large, so that threads whose readings drift apart by a few hundred
 /// checks stay far from the limit (see [`next_reading`]), and within every window limiter's range
@@ -349,13 +349,8 @@ fn measure<L: Sync>(
     make: impl Fn() -> L,
     check: impl Fn(&L) -> bool + Sync,
 ) {
-    group.bench_function(BenchmarkId::new(name, threads), |b| {
-        b.iter_custom(|iters| {
-            let limiter = make();
-            let (elapsed, admitted) =
-                run_threads(threads, iters, std::slice::from_ref(&limiter), &check);
-            load.verify(name, admitted, iters * threads as u64, strict);
-            elapsed
-        });
+    let id = BenchmarkId::new(name, threads);
+    shared_limiter(group, id, threads, make, check, |admitted, checks| {
+        load.verify(name, admitted, checks, strict)
     });
 }
