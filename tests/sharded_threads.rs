@@ -209,7 +209,16 @@ fn racing_gathers_give_back_exactly_on_a_frozen_clock() {
 /// takes 4 at a time with a short spin between, one takes 16 at a time and naps between), for
 /// about a second on the default clock and four shards. Reports `admitted / (C + R × t)`, with `t`
 /// from a reading before construction to one after the last join; it must stay between 0.95 and 1.
+///
+/// A measurement of speed under contention, so it runs in an optimized build only: in a debug
+/// build the threads' slow paths take long enough that a descheduled thread's full shard idles
+/// for a measurable share of the second (0.948 seen once on the 2-core CI machine). `cargo test`
+/// skips it there; `scripts/test.sh` runs it with `cargo test --release --test sharded_threads`.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "timing-sensitive: run in release (scripts/test.sh does)"
+)]
 fn saturation_under_uneven_load_admits_at_least_95_percent_of_the_limit() {
     let _serial = one_at_a_time();
     // R = 200 000 per second: far below what one thread can request, so the threads always
