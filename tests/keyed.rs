@@ -46,14 +46,59 @@ impl Rng {
     }
 }
 
-/// Every key answers exactly as its own direct bucket created, full, at the key's first reading,
-/// for the same operations at the same readings (backward steps included).
-#[test]
-fn each_key_answers_as_its_own_direct_bucket() {
-    let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
-    let keyed: Limiter<u32> = limiter(quota);
-    let mut direct: HashMap<u32, TokenBucket<ManualClock>> = HashMap::new();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+/// The direct limiter a keyed one is compared with, one per key.
+trait Direct {
+    /// A fresh one on a manual clock reading `at`.
+    fn fresh(quota: Quota, at: Nanos) -> Self;
+    fn acquire_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError>;
+    fn peek_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError>;
+    fn remaining_at(&self, at: Nanos) -> u64;
+}
+
+impl Direct for TokenBucket<ManualClock> {
+    fn fresh(quota: Quota, at: Nanos) -> Self {
+        TokenBucket::with_clock(quota, ManualClock::starting_at(at))
+    }
+    fn acquire_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
+        self.try_acquire_n_at(n, at)
+    }
+    fn peek_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
+        TokenBucket::peek_n_at(self, n, at)
+    }
+    fn remaining_at(&self, at: Nanos) -> u64 {
+        TokenBucket::remaining_at(self, at)
+    }
+}
+
+impl Direct for LeakyMeter<ManualClock> {
+    fn fresh(quota: Quota, at: Nanos) -> Self {
+        LeakyMeter::with_clock(quota, ManualClock::starting_at(at))
+    }
+    fn acquire_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
+        self.try_acquire_n_at(n, at)
+    }
+    fn peek_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
+        LeakyMeter::peek_n_at(self, n, at)
+    }
+    fn remaining_at(&self, at: Nanos) -> u64 {
+        LeakyMeter::remaining_at(self, at)
+    }
+}
+
+/// Runs 20 000 random operations (12 keys, clock steps both ways) on `keyed` and on a map of
+/// direct limiters `D`, one per key, created fresh at the key's first admission, and asserts
+/// identical answers throughout. Returns the direct map, for the caller's checks.
+fn answers_as_direct<A, D>(
+    keyed: &KeyedLimiter<u32, A, ManualClock>,
+    quota: Quota,
+    seed: u64,
+) -> HashMap<u32, D>
+where
+    A: tollgate::keyed::Algorithm,
+    D: Direct,
+{
+    let mut direct: HashMap<u32, D> = HashMap::new();
+    let mut rng = Rng(seed);
     let mut now = 10 * SEC;
     for _ in 0..20_000 {
         match rng.below(10) {
@@ -68,13 +113,13 @@ fn each_key_answers_as_its_own_direct_bucket() {
             0 | 1 => {
                 let got = as_direct(keyed.check_key_n_at(&key, n, at));
                 let want = match direct.get(&key) {
-                    Some(bucket) => bucket.try_acquire_n_at(n, at),
+                    Some(limiter) => limiter.acquire_n_at(n, at),
                     None => {
-                        // A key's bucket starts, full, with its first admission of a token.
-                        let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(at));
-                        let outcome = bucket.try_acquire_n_at(n, at);
+                        // A key's limiter starts fresh with its first admission.
+                        let limiter = D::fresh(quota, at);
+                        let outcome = limiter.acquire_n_at(n, at);
                         if n > 0 && outcome.is_ok() {
-                            direct.insert(key, bucket);
+                            direct.insert(key, limiter);
                         }
                         outcome
                     }
@@ -84,16 +129,15 @@ fn each_key_answers_as_its_own_direct_bucket() {
             2 => {
                 let got = as_direct(keyed.peek_key_n_at(&key, n, at));
                 let want = match direct.get(&key) {
-                    Some(bucket) => bucket.peek_n_at(n, at),
-                    None => TokenBucket::with_clock(quota, ManualClock::starting_at(at))
-                        .peek_n_at(n, at),
+                    Some(limiter) => limiter.peek_n_at(n, at),
+                    None => D::fresh(quota, at).peek_n_at(n, at),
                 };
                 assert_eq!(got, want, "peek key {key} n {n} at {now}");
             }
             _ => {
                 let want = direct
                     .get(&key)
-                    .map_or(quota.capacity(), |b| b.remaining_at(at));
+                    .map_or(quota.capacity(), |l| l.remaining_at(at));
                 assert_eq!(
                     keyed.remaining_key_at(&key, at),
                     want,
@@ -103,6 +147,16 @@ fn each_key_answers_as_its_own_direct_bucket() {
         }
     }
     assert_eq!(keyed.len(), direct.len());
+    direct
+}
+
+/// Every key answers exactly as its own direct bucket created, full, at the key's first reading,
+/// for the same operations at the same readings (backward steps included).
+#[test]
+fn each_key_answers_as_its_own_direct_bucket() {
+    let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
+    let keyed: Limiter<u32> = limiter(quota);
+    answers_as_direct::<_, TokenBucket<ManualClock>>(&keyed, quota, 0x9e37_79b9_7f4a_7c15);
     assert_eq!(keyed.evictions(), 0);
 }
 
@@ -113,57 +167,7 @@ fn each_meter_key_answers_as_its_own_direct_meter() {
     let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
     let keyed: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new());
-    let mut direct: HashMap<u32, LeakyMeter<ManualClock>> = HashMap::new();
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut now = 10 * SEC;
-    for _ in 0..20_000 {
-        match rng.below(10) {
-            0 => now += rng.below(SEC),
-            1 => now = now.saturating_sub(rng.below(SEC / 4)),
-            _ => {}
-        }
-        let key = rng.below(12) as u32;
-        let at = Nanos::new(now);
-        let n = rng.below(7);
-        match rng.below(4) {
-            0 | 1 => {
-                let got = as_direct(keyed.check_key_n_at(&key, n, at));
-                let want = match direct.get(&key) {
-                    Some(meter) => meter.try_acquire_n_at(n, at),
-                    None => {
-                        let meter = LeakyMeter::with_clock(quota, ManualClock::starting_at(at));
-                        let outcome = meter.try_acquire_n_at(n, at);
-                        if n > 0 && outcome.is_ok() {
-                            direct.insert(key, meter);
-                        }
-                        outcome
-                    }
-                };
-                assert_eq!(got, want, "key {key} n {n} at {now}");
-            }
-            2 => {
-                let got = as_direct(keyed.peek_key_n_at(&key, n, at));
-                let want = match direct.get(&key) {
-                    Some(meter) => meter.peek_n_at(n, at),
-                    None => {
-                        LeakyMeter::with_clock(quota, ManualClock::starting_at(at)).peek_n_at(n, at)
-                    }
-                };
-                assert_eq!(got, want, "peek key {key} n {n} at {now}");
-            }
-            _ => {
-                let want = direct
-                    .get(&key)
-                    .map_or(quota.capacity(), |m| m.remaining_at(at));
-                assert_eq!(
-                    keyed.remaining_key_at(&key, at),
-                    want,
-                    "remaining key {key} at {now}"
-                );
-            }
-        }
-    }
-    assert_eq!(keyed.len(), direct.len());
+    answers_as_direct::<_, LeakyMeter<ManualClock>>(&keyed, quota, 0x2545_f491_4f6c_dd1d);
 }
 
 /// Eviction never changes a meter key's decision on a clock that only moves forward: an evicting
