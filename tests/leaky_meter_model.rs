@@ -17,12 +17,15 @@ mod meter_reference;
 #[path = "support/meter_driver.rs"]
 mod meter_driver;
 
-use std::time::Duration;
+#[path = "support/bucket_strategies.rs"]
+mod bucket_strategies;
 
 use proptest::prelude::*;
+
+use bucket_strategies::{amount, count, fraction, period, start, step, via_clock};
 use tollgate::{leaky::LeakyMeter, AcquireError, ManualClock, Nanos, Quota};
 
-use bucket_driver::{check_quota, Amount, QuotaSpec, Rate, Step, YEAR_NS};
+use bucket_driver::{check_quota, Amount, QuotaSpec, Rate};
 use meter_driver::{check_departures, observe_schedule, run, MeterOp};
 use meter_reference::{RefMeter, RefSchedule};
 use reference::{RefOutcome, RefPolicy};
@@ -31,29 +34,6 @@ use reference::{RefOutcome, RefPolicy};
 // Strategies (as in token_bucket_model.rs)
 // ---------------------------------------------------------------------------------------------
 
-/// Counts from 1 to 10^9, weighted towards the small and the awkward.
-fn count() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(1u64),
-        2 => Just(3u64),
-        1 => Just(7u64),
-        3 => 1u64..=16,
-        2 => 1u64..=10_000,
-        2 => 1u64..=1_000_000_000,
-    ]
-}
-
-/// Periods for `per_period`: from a few nanoseconds to centuries, and beyond the accepted range.
-fn period() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        2 => (1u64..=10_000).prop_map(Duration::from_nanos),
-        2 => (1u64..=10_000_000_000_000).prop_map(Duration::from_nanos),
-        2 => (1u64..=200 * YEAR_NS / 1_000_000_000, 0u32..1_000_000_000)
-            .prop_map(|(s, n)| Duration::new(s, n)),
-        1 => (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-    ]
-}
-
 fn rate() -> impl Strategy<Value = Rate> {
     prop_oneof![
         4 => count().prop_map(Rate::Second),
@@ -61,11 +41,6 @@ fn rate() -> impl Strategy<Value = Rate> {
         3 => count().prop_map(Rate::Day),
         3 => (count(), period()).prop_map(|(n, p)| Rate::Period(n, p)),
     ]
-}
-
-/// `x × a / 65535`, for `a` in `0..=65535`.
-fn fraction(x: u64, a: u16) -> u64 {
-    u64::try_from(u128::from(x) * u128::from(a) / u128::from(u16::MAX)).expect("at most x")
 }
 
 /// Mostly valid quotas: small capacities (where refusals happen often), huge ones (coarse time
@@ -106,48 +81,6 @@ fn quota_spec() -> impl Strategy<Value = QuotaSpec> {
                 initial_first,
             }
         })
-}
-
-/// Clock readings to start from: the epoch, ordinary ones, the clamp at 2^62 and beyond.
-fn start() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(0u64),
-        4 => 0u64..=1_000_000_000_000_000,
-        1 => Just(1u64 << 62),
-        1 => Just(u64::MAX),
-        1 => any::<u64>(),
-    ]
-}
-
-fn amount() -> impl Strategy<Value = Amount> {
-    prop_oneof![
-        2 => Just(Amount::Zero),
-        6 => Just(Amount::One),
-        4 => any::<u8>().prop_map(Amount::Few),
-        2 => Just(Amount::Capacity),
-        1 => Just(Amount::AboveCapacity),
-        3 => any::<u16>().prop_map(Amount::Fraction),
-        1 => any::<u64>().prop_map(Amount::Raw),
-    ]
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        3 => (0u64..1_000).prop_map(Step::Nanos),
-        5 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::Intervals { num, den }),
-        1 => any::<u64>().prop_map(Step::Nanos),
-        1 => any::<u8>().prop_map(Step::Years),
-        1 => Just(Step::ToMax),
-        2 => (0u64..1_000).prop_map(Step::BackNanos),
-        2 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::BackIntervals { num, den }),
-        1 => any::<u64>().prop_map(Step::BackNanos),
-        1 => any::<u64>().prop_map(Step::Set),
-    ]
-}
-
-/// Mostly the `_at` forms; one call in five reads the clock instead.
-fn via_clock() -> impl Strategy<Value = bool> {
-    prop::bool::weighted(0.2)
 }
 
 fn op() -> impl Strategy<Value = MeterOp> {
