@@ -94,6 +94,7 @@
 //! above. An admission is not a synchronization point between threads: do not use it to publish
 //! other data.
 
+mod algorithm;
 mod store;
 
 use std::borrow::Borrow;
@@ -102,252 +103,26 @@ use std::hash::Hash;
 
 use crossbeam_utils::CachePadded;
 
-use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::outcome::{Admitted, Denied, InsufficientCapacity};
-use crate::quota::Quota;
+use crate::quota::{Quota, QuotaError};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use store::{Slot, Store};
 
 /// The default bound on the number of keys: 2^20.
 const DEFAULT_MAX_KEYS: usize = 1 << 20;
 
+/// The most tiers a tiered limiter accepts: a key stores its tier in one byte.
+const MAX_TIERS: usize = 256;
+
 /// The fewest new keys between two automatic sweeps (fewer when the bound itself is smaller).
 const MIN_SWEEP_EVERY: usize = 256;
 
-/// The internals of [`Algorithm`]: what a keyed limiter needs from an algorithm whose state is one
-/// word per key. Public in a private module so that it can appear in the public trait's bounds
-/// without being nameable, or implementable, outside the crate.
-mod sealed {
-    use crate::clock::Nanos;
-    use crate::outcome::{Admitted, Denied, InsufficientCapacity};
-    use crate::quota::Quota;
-
-    /// The answer of a decision on one word.
-    #[derive(Debug)]
-    pub enum Decision {
-        /// Replace the word with `.0` and answer the admission.
-        Write(u64, Admitted),
-        /// Admitted without a write.
-        Keep(Admitted),
-        /// Not now.
-        Refuse(Denied),
-    }
-
-    pub trait Sealed {
-        /// The constants derived from the quota, shared by every key.
-        type Policy: Send + Sync + std::fmt::Debug;
-        /// A reading converted to the policy's units.
-        type Time: Copy;
-
-        fn policy(quota: &Quota) -> Self::Policy;
-        fn time(policy: &Self::Policy, now: Nanos) -> Self::Time;
-        /// The word of a key never seen (or forgotten), as of `now`.
-        fn fresh_word(policy: &Self::Policy, now: Self::Time) -> u64;
-        /// Is `word` indistinguishable, at `now` and at every later reading, from a fresh word?
-        fn is_fresh(policy: &Self::Policy, word: u64, now: Self::Time) -> bool;
-        /// `Ok(false)` for a query (`n = 0`), `Ok(true)` for a request it can ever admit.
-        fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity>;
-        /// Takes `n` (`1 <= n <= capacity`) from `word` at `now`: a pure decision.
-        fn take(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Decision;
-        /// What a request for nothing reports.
-        fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted;
-        /// Whole units (tokens) available at `now`.
-        fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64;
-    }
-
-    /// The token bucket's policy, wrapped so that the sealed trait can name it.
-    #[derive(Debug)]
-    pub struct TokenBucketPolicy(pub(crate) crate::token_bucket::Policy);
-
-    /// The token bucket's reading, wrapped likewise.
-    #[derive(Debug, Clone, Copy)]
-    pub struct TokenBucketTime(pub(crate) crate::token_bucket::Time);
-
-    /// The leaky meter's policy, wrapped likewise.
-    #[derive(Debug)]
-    pub struct LeakyMeterPolicy(pub(crate) crate::leaky::meter::Policy);
-
-    /// The leaky meter's reading, wrapped likewise.
-    #[derive(Debug, Clone, Copy)]
-    pub struct LeakyMeterTime(pub(crate) crate::leaky::meter::Time);
-}
-
-use sealed::{Decision, Sealed};
-
-/// An algorithm a [`KeyedLimiter`] can run per key: one whose whole state is one word. Sealed:
-/// implemented by the marker types of this module only.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::keyed::{Algorithm, KeyedLimiter, TokenBucketKeys};
-/// fn per_user<A: Algorithm>(limiter: &KeyedLimiter<u64, A>) -> usize {
-///     limiter.len()
-/// }
-/// let limiter: KeyedLimiter<u64, TokenBucketKeys> = KeyedLimiter::new(tollgate::Quota::per_second(5)?);
-/// assert_eq!(per_user(&limiter), 0);
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-pub trait Algorithm: Sealed + Send + Sync + 'static {}
-
-/// The [token bucket](crate::token_bucket) per key: bursts up to the quota's capacity, then its
-/// steady rate; a key is forgotten once its bucket is full again.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::keyed::{KeyedLimiter, TokenBucketKeys};
-/// use tollgate::{ManualClock, Quota};
-/// let limiter: KeyedLimiter<&str, TokenBucketKeys, _> =
-///     KeyedLimiter::with_clock(Quota::per_second(1)?, ManualClock::new());
-/// assert!(limiter.check_key(&"k").is_ok());
-/// assert!(limiter.check_key(&"k").is_err());
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TokenBucketKeys;
-
-impl Algorithm for TokenBucketKeys {}
-
-impl Sealed for TokenBucketKeys {
-    type Policy = sealed::TokenBucketPolicy;
-    type Time = sealed::TokenBucketTime;
-
-    fn policy(quota: &Quota) -> Self::Policy {
-        sealed::TokenBucketPolicy(crate::token_bucket::Policy::new(quota))
-    }
-
-    #[inline]
-    fn time(policy: &Self::Policy, now: Nanos) -> Self::Time {
-        sealed::TokenBucketTime(policy.0.time(now))
-    }
-
-    #[inline]
-    fn fresh_word(policy: &Self::Policy, now: Self::Time) -> u64 {
-        policy.0.initial_word(policy.0.capacity(), now.0)
-    }
-
-    #[inline]
-    fn is_fresh(policy: &Self::Policy, word: u64, now: Self::Time) -> bool {
-        // Full at `now` (tat <= now, the fresh word): as full as a fresh bucket, now and at every
-        // later reading.
-        word <= Self::fresh_word(policy, now)
-    }
-
-    #[inline]
-    fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.0.check_n(n)
-    }
-
-    #[inline]
-    fn take(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Decision {
-        match policy.0.take(word, now.0, n) {
-            Step::Write(new, admitted) => Decision::Write(new, admitted),
-            Step::Keep(admitted) => Decision::Keep(admitted),
-            Step::Refuse(denied) => Decision::Refuse(denied),
-        }
-    }
-
-    fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted {
-        policy.0.query(word, now.0)
-    }
-
-    fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64 {
-        policy.0.remaining(word, now.0)
-    }
-}
-
-/// The [leaky bucket as a meter](crate::leaky::meter) per key, with strict admission (the meter's
-/// `try_acquire`): a request is admitted only when the key's virtual queue is empty, and then takes
-/// `n` intervals of it; a key is forgotten once its queue is empty again.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::keyed::{KeyedLimiter, LeakyMeterKeys};
-/// use tollgate::{ManualClock, Nanos, Quota};
-/// let limiter: KeyedLimiter<u8, LeakyMeterKeys, _> =
-///     KeyedLimiter::with_algorithm(Quota::per_second(10)?, ManualClock::new());
-/// assert!(limiter.check_key_at(&1, Nanos::new(0)).is_ok());
-/// // One request per 100 ms per key, however bursty the callers.
-/// assert!(limiter.check_key_at(&1, Nanos::new(50_000_000)).is_err());
-/// assert!(limiter.check_key_at(&1, Nanos::new(100_000_000)).is_ok());
-/// assert!(limiter.check_key_at(&2, Nanos::new(50_000_000)).is_ok());
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LeakyMeterKeys;
-
-impl Algorithm for LeakyMeterKeys {}
-
-impl Sealed for LeakyMeterKeys {
-    type Policy = sealed::LeakyMeterPolicy;
-    type Time = sealed::LeakyMeterTime;
-
-    fn policy(quota: &Quota) -> Self::Policy {
-        sealed::LeakyMeterPolicy(crate::leaky::meter::Policy::new(quota))
-    }
-
-    #[inline]
-    fn time(policy: &Self::Policy, now: Nanos) -> Self::Time {
-        sealed::LeakyMeterTime(policy.0.time(now))
-    }
-
-    #[inline]
-    fn fresh_word(policy: &Self::Policy, now: Self::Time) -> u64 {
-        // An empty queue: every place free.
-        policy.0.initial_word(u64::MAX, now.0)
-    }
-
-    #[inline]
-    fn is_fresh(policy: &Self::Policy, word: u64, now: Self::Time) -> bool {
-        // Empty at `now` (drain time <= now, the fresh word): as empty as a fresh queue, now and at
-        // every later reading.
-        word <= Self::fresh_word(policy, now)
-    }
-
-    #[inline]
-    fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.0.check_n(n)
-    }
-
-    #[inline]
-    fn take(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Decision {
-        match policy.0.acquire(word, now.0, n) {
-            Step::Write(new, admitted) => Decision::Write(new, admitted),
-            Step::Keep(admitted) => Decision::Keep(admitted),
-            Step::Refuse(denied) => Decision::Refuse(denied),
-        }
-    }
-
-    fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted {
-        policy.0.query(word, now.0)
-    }
-
-    fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64 {
-        policy.0.remaining(word, now.0)
-    }
-}
-
-/// A decision as a step of the CAS loop.
-#[inline]
-fn step(decision: Decision) -> Step<Admitted, Denied> {
-    match decision {
-        Decision::Write(new, admitted) => Step::Write(new, admitted),
-        Decision::Keep(admitted) => Step::Keep(admitted),
-        Decision::Refuse(denied) => Step::Refuse(denied),
-    }
-}
-
-/// A decision that is not applied (a peek).
-#[inline]
-fn answer(decision: Decision) -> Result<Admitted, KeyedError> {
-    match decision {
-        Decision::Write(_, admitted) | Decision::Keep(admitted) => Ok(admitted),
-        Decision::Refuse(denied) => Err(KeyedError::Denied(denied)),
-    }
-}
+use algorithm::sealed::{Held, TieredPolicy, TokenBucketPolicy};
+pub use algorithm::{
+    Algorithm, FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys,
+    Tiered, TokenBucketKeys,
+};
 
 /// What a [`KeyedLimiter`] does with a new key when every place is taken by an active key.
 ///
@@ -364,7 +139,7 @@ fn answer(decision: Decision) -> Result<Admitted, KeyedError> {
 ///
 /// let sharing: KeyedLimiter<u32, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, ManualClock::new())
 ///     .with_max_keys(1)
-///     .with_overflow(Overflow::Shared(Quota::per_second(2)?));
+///     .with_overflow(Overflow::Shared(Quota::per_second(2)?))?;
 /// sharing.check_key(&1).unwrap();
 /// assert!(sharing.check_key(&2).is_ok()); // the shared bucket's first token
 /// assert!(sharing.check_key(&3).is_ok()); // its second
@@ -501,7 +276,7 @@ impl std::error::Error for KeyedError {
 struct Shared<A: Algorithm> {
     policy: A::Policy,
     quota: Quota,
-    word: CachePadded<AtomicU64>,
+    state: CachePadded<A::State>,
 }
 
 /// What an attempt to create a key under its write lock came to.
@@ -511,6 +286,9 @@ enum Created {
     /// Vacant, and no place left.
     Full,
 }
+
+/// The function that picks a new key's tier.
+type Pick<K> = Box<dyn Fn(&K) -> usize + Send + Sync>;
 
 /// A rate limiter with one state per key, bounded memory and lossless eviction of idle keys.
 ///
@@ -538,9 +316,12 @@ enum Created {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
-    store: Store<K>,
+    store: Store<K, A::State>,
     policy: A::Policy,
-    quota: Quota,
+    /// The quota of each tier (one, unless tiered).
+    quotas: Box<[Quota]>,
+    /// The tier of a new key, for a tiered limiter.
+    pick: Option<Pick<K>>,
     clock: C,
     max_keys: usize,
     overflow: Option<Shared<A>>,
@@ -589,38 +370,53 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        KeyedLimiter::build(quota, clock)
+        // The token bucket accepts every quota.
+        let policy = TokenBucketPolicy(crate::token_bucket::Policy::new(&quota));
+        KeyedLimiter::build(policy, Box::new([quota]), None, clock)
     }
 }
 
 impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// A keyed limiter running algorithm `A` (named by the type annotation) for `quota` per key,
-    /// reading time from `clock`. Every key starts fresh (a full bucket, an empty queue; the quota's
-    /// initial fill is not used).
+    /// reading time from `clock`. Every key starts fresh (a full bucket, an empty queue, an empty
+    /// window; the quota's initial fill is not used).
+    ///
+    /// # Errors
+    ///
+    /// The errors of the direct limiter's constructor for a quota `A` cannot enforce: for the
+    /// window algorithms, a capacity or initial fill other than the count, a period over 2^62 ns, a
+    /// count beyond the window's budget, a log longer than
+    /// [`MAX_LOG`](crate::window::sliding_log::MAX_LOG). The token bucket and the leaky meter accept
+    /// every quota.
     ///
     /// # Examples
     ///
     /// ```
-    /// use tollgate::keyed::{KeyedLimiter, LeakyMeterKeys, TokenBucketKeys};
+    /// use tollgate::keyed::{FixedWindowKeys, KeyedLimiter, LeakyMeterKeys, TokenBucketKeys};
     /// use tollgate::{ManualClock, Quota};
     /// let q = Quota::per_second(5)?;
-    /// let buckets: KeyedLimiter<u8, TokenBucketKeys, _> = KeyedLimiter::with_algorithm(q, ManualClock::new());
-    /// let meters: KeyedLimiter<u8, LeakyMeterKeys, _> = KeyedLimiter::with_algorithm(q, ManualClock::new());
+    /// let buckets: KeyedLimiter<u8, TokenBucketKeys, _> = KeyedLimiter::with_algorithm(q, ManualClock::new())?;
+    /// let meters: KeyedLimiter<u8, LeakyMeterKeys, _> = KeyedLimiter::with_algorithm(q, ManualClock::new())?;
     /// assert_eq!(buckets.check_key_n(&1, 5)?.remaining(), 0); // a burst of 5
     /// assert!(meters.check_key_n(&1, 5).is_ok()); // 5 at once from an empty queue, then nothing
     /// assert!(meters.check_key(&1).is_err());
+    /// // A window has no burst size of its own.
+    /// let err = KeyedLimiter::<u8, FixedWindowKeys, _>::with_algorithm(q.with_capacity(6)?, ManualClock::new());
+    /// assert_eq!(err.unwrap_err().field(), "capacity");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_algorithm(quota: Quota, clock: C) -> Self {
-        KeyedLimiter::build(quota, clock)
+    pub fn with_algorithm(quota: Quota, clock: C) -> Result<Self, QuotaError> {
+        let policy = A::policy(&quota)?;
+        Ok(KeyedLimiter::build(policy, Box::new([quota]), None, clock))
     }
 
-    /// The limiter for `quota` per key under algorithm `A`: what every public constructor builds.
-    fn build(quota: Quota, clock: C) -> Self {
+    /// The limiter for `policy`: what every public constructor builds.
+    fn build(policy: A::Policy, quotas: Box<[Quota]>, pick: Option<Pick<K>>, clock: C) -> Self {
         KeyedLimiter {
             store: Store::new(),
-            policy: A::policy(&quota),
-            quota,
+            policy,
+            quotas,
+            pick,
             clock,
             max_keys: DEFAULT_MAX_KEYS,
             overflow: None,
@@ -652,6 +448,10 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// Chooses what a new key gets when every place is held by an active key.
     ///
+    /// # Errors
+    ///
+    /// For [`Overflow::Shared`], the errors of [`KeyedLimiter::with_algorithm`] for its quota.
+    ///
     /// # Examples
     ///
     /// ```
@@ -659,25 +459,24 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// use tollgate::Quota;
     /// let limiter: KeyedLimiter<u32> = KeyedLimiter::new(Quota::per_second(10)?)
     ///     .with_max_keys(1000)
-    ///     .with_overflow(Overflow::Shared(Quota::per_second(100)?));
+    ///     .with_overflow(Overflow::Shared(Quota::per_second(100)?))?;
     /// assert_eq!(limiter.overflow(), Overflow::Shared(Quota::per_second(100)?));
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    #[must_use]
-    pub fn with_overflow(mut self, overflow: Overflow) -> Self {
+    pub fn with_overflow(mut self, overflow: Overflow) -> Result<Self, QuotaError> {
         self.overflow = match overflow {
             Overflow::Refuse => None,
             Overflow::Shared(quota) => {
-                let policy = A::policy(&quota);
-                let word = A::fresh_word(&policy, A::time(&policy, self.clock.now()));
+                let policy = A::policy(&quota)?;
+                let state = A::fresh(&policy, 0, self.clock.now());
                 Some(Shared {
                     policy,
                     quota,
-                    word: CachePadded::new(AtomicU64::new(word)),
+                    state: CachePadded::new(state),
                 })
             }
         };
-        self
+        Ok(self)
     }
 
     /// Takes one token for `key` now.
@@ -780,17 +579,15 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !A::check_n(&self.policy, n)? {
-            return Ok(self.query(key, now));
-        }
-        let t = A::time(&self.policy, now);
-        // A known key: the compare-and-swap runs while the shard's read lock is held, so no eviction
-        // of this key can run until it is done (see the module docs).
-        let known = self.store.with_read(key, |word| {
-            cas::update(word, |w| step(A::take(&self.policy, w, t, n)))
-        });
+        // A known key: the decision (a compare-and-swap) runs while the shard's read lock is held,
+        // so no eviction of this key can run until it is done (see the module docs).
+        let known = self
+            .store
+            .with_read(key, |state| A::acquire(&self.policy, state, now, n));
         match known {
-            Some(outcome) => outcome.map_err(KeyedError::Denied),
+            Some(outcome) => outcome,
+            // A query never creates a key.
+            None if n == 0 => self.peek_key_n_at(key, 0, now),
             None => self.check_new(key, n, now),
         }
     }
@@ -804,38 +601,29 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let t = A::time(&self.policy, now);
         for attempt in 0..2 {
             let created = self.store.with_entry(key.to_owned(), |slot| match slot {
                 // Another thread created it between our lookup and our write lock.
-                Slot::Occupied(word) => {
-                    let outcome = cas::update(word, |w| step(A::take(&self.policy, w, t, n)));
-                    (
-                        None,
-                        Created::Done(outcome.map_err(KeyedError::Denied), false),
-                    )
-                }
-                Slot::Vacant => {
-                    // The place is reserved under the write lock, so a second thread creating the
-                    // same key waits for the lock and then finds it occupied: one reservation, one
-                    // state, both admissions counted.
-                    if !self.reserve() {
-                        return (None, Created::Full);
-                    }
-                    match A::take(&self.policy, self.fresh_word(now), t, n) {
-                        Decision::Write(word, admitted) => {
-                            (Some(word), Created::Done(Ok(admitted), true))
+                Slot::Occupied(state) => (
+                    None,
+                    Created::Done(A::acquire(&self.policy, state, now, n), false),
+                ),
+                Slot::Vacant(key) => {
+                    let tier = self.tier_of(key);
+                    match A::create(&self.policy, tier, self.fresh_at(now), now, n) {
+                        // The place is reserved under the write lock, so a second thread creating
+                        // the same key waits for the lock and then finds it occupied: one
+                        // reservation, one state, both admissions counted.
+                        (Some(state), outcome) => {
+                            if self.reserve() {
+                                (Some(state), Created::Done(outcome, true))
+                            } else {
+                                (None, Created::Full)
+                            }
                         }
                         // A request that writes nothing leaves the key as if never seen: no need
                         // to hold a place for it.
-                        Decision::Keep(admitted) => {
-                            self.release(1);
-                            (None, Created::Done(Ok(admitted), false))
-                        }
-                        Decision::Refuse(denied) => {
-                            self.release(1);
-                            (None, Created::Done(Err(KeyedError::Denied(denied)), false))
-                        }
+                        (None, outcome) => (None, Created::Done(outcome, false)),
                     }
                 }
             });
@@ -866,14 +654,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             None => Err(KeyedError::TooManyKeys(TooManyKeys {
                 max_keys: self.max_keys,
             })),
-            Some(shared) => {
-                let t = A::time(&shared.policy, now);
-                if !A::check_n(&shared.policy, n)? {
-                    return Ok(A::query(&shared.policy, cas::read(&shared.word), t));
-                }
-                cas::update(&shared.word, |w| step(A::take(&shared.policy, w, t, n)))
-                    .map_err(KeyedError::Denied)
-            }
+            Some(shared) => A::acquire(&shared.policy, &shared.state, now, n),
         }
     }
 
@@ -900,7 +681,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     pub fn peek_key_n<Q>(&self, key: &Q, n: u64) -> Result<Admitted, KeyedError>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.peek_key_n_at(key, n, self.clock.now())
     }
@@ -925,45 +706,41 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     pub fn peek_key_n_at<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !A::check_n(&self.policy, n)? {
-            return Ok(self.query(key, now));
-        }
-        let t = A::time(&self.policy, now);
-        if let Some(outcome) = self.store.with_read(key, |word| {
-            answer(A::take(&self.policy, cas::read(word), t, n))
+        if let Some(outcome) = self.store.with_read(key, |state| {
+            A::peek(&self.policy, Held::Known(state), now, n)
         }) {
             return outcome;
         }
-        // Relaxed: a snapshot of the count, as any answer about a key not yet created is.
-        if self.keys.load(Ordering::Relaxed) < self.max_keys {
-            return answer(A::take(&self.policy, self.fresh_word(now), t, n));
+        // A query, or room for the key (Relaxed: a snapshot of the count, as any answer about a key
+        // not yet created is): a fresh key's answer.
+        if n == 0 || self.keys.load(Ordering::Relaxed) < self.max_keys {
+            return A::peek(&self.policy, self.fresh_key(key, now), now, n);
         }
         match &self.overflow {
             None => Err(KeyedError::TooManyKeys(TooManyKeys {
                 max_keys: self.max_keys,
             })),
-            Some(shared) => {
-                let t = A::time(&shared.policy, now);
-                if !A::check_n(&shared.policy, n)? {
-                    return Ok(A::query(&shared.policy, cas::read(&shared.word), t));
-                }
-                answer(A::take(&shared.policy, cas::read(&shared.word), t, n))
-            }
+            Some(shared) => A::peek(&shared.policy, Held::Known(&shared.state), now, n),
         }
     }
 
-    /// What a query (`n = 0`) on `key` reports: the key's state, or a fresh key's.
-    fn query<Q>(&self, key: &Q, now: Nanos) -> Admitted
+    /// `key`, not in the map, as a decision sees it: fresh as of `max(now, floor)`, in the tier it
+    /// would get.
+    fn fresh_key<Q>(&self, key: &Q, now: Nanos) -> Held<'static, A::State>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: ToOwned<Owned = K> + ?Sized,
     {
-        let t = A::time(&self.policy, now);
-        self.store
-            .with_read(key, |word| A::query(&self.policy, cas::read(word), t))
-            .unwrap_or_else(|| A::query(&self.policy, self.fresh_word(now), t))
+        let tier = match &self.pick {
+            None => 0,
+            Some(_) => self.tier_of(&key.to_owned()),
+        };
+        Held::Fresh {
+            tier,
+            at: self.fresh_at(now),
+        }
     }
 
     /// Whole tokens `key` has now (the capacity for a key not in the map).
@@ -981,7 +758,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     pub fn remaining_key<Q>(&self, key: &Q) -> u64
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.remaining_key_at(key, self.clock.now())
     }
@@ -1001,12 +778,13 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     pub fn remaining_key_at<Q>(&self, key: &Q, now: Nanos) -> u64
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let t = A::time(&self.policy, now);
         self.store
-            .with_read(key, |word| A::remaining(&self.policy, cas::read(word), t))
-            .unwrap_or_else(|| A::remaining(&self.policy, self.fresh_word(now), t))
+            .with_read(key, |state| {
+                A::remaining(&self.policy, Held::Known(state), now)
+            })
+            .unwrap_or_else(|| A::remaining(&self.policy, self.fresh_key(key, now), now))
     }
 
     /// Removes every key whose state is indistinguishable from a fresh one now (a full bucket, an empty queue), and
@@ -1050,9 +828,10 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // removed key does so under the shard's write lock, acquired after the sweep released it,
         // so this store happens before that thread's load of the floor.
         self.floor.fetch_max(now.clamped(), Ordering::Relaxed);
-        let t = A::time(&self.policy, now);
         // `is_fresh` is decided under the shard's write lock: no admission on the key is in flight.
-        let removed = self.store.retain(|word| A::is_fresh(&self.policy, word, t));
+        let removed = self
+            .store
+            .retain(|state| A::is_fresh(&self.policy, state, now));
         self.release(removed);
         // Relaxed: a statistic.
         self.evictions.fetch_add(
@@ -1201,7 +980,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.overflowed.load(Ordering::Relaxed)
     }
 
-    /// The quota each key gets.
+    /// The quota each key gets (a tiered limiter's first tier).
     ///
     /// # Examples
     ///
@@ -1212,7 +991,25 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn quota(&self) -> &Quota {
-        &self.quota
+        // Every constructor gives at least one quota.
+        &self.quotas[0]
+    }
+
+    /// The quota of each tier: one, unless built by [`KeyedLimiter::with_tiers`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, Tiered};
+    /// use tollgate::{ManualClock, Quota};
+    /// let tiers = [Quota::per_second(1)?, Quota::per_second(10)?];
+    /// let limiter: KeyedLimiter<u32, Tiered, _> =
+    ///     KeyedLimiter::with_tiers(&tiers, |user: &u32| usize::from(*user >= 1000), ManualClock::new())?;
+    /// assert_eq!(limiter.tiers(), &tiers);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn tiers(&self) -> &[Quota] {
+        &self.quotas
     }
 
     /// The clock this limiter reads.
@@ -1231,13 +1028,17 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         &self.clock
     }
 
-    /// The word of a key created afresh at `now`: fresh as of `max(now, floor)`.
+    /// The reading a key created afresh at `now` is fresh as of: `max(now, floor)`.
     #[inline]
-    fn fresh_word(&self, now: Nanos) -> u64 {
+    fn fresh_at(&self, now: Nanos) -> Nanos {
         // Relaxed: see `retain_recent_at`; callers creating a key hold its shard's write lock.
         let floor = self.floor.load(Ordering::Relaxed);
-        let at = Nanos::new(now.clamped().max(floor));
-        A::fresh_word(&self.policy, A::time(&self.policy, at))
+        Nanos::new(now.clamped().max(floor))
+    }
+
+    /// The tier of a new key: 0 unless tiered.
+    fn tier_of(&self, key: &K) -> usize {
+        self.pick.as_ref().map_or(0, |pick| pick(key))
     }
 
     /// Reserves a place for a new key, if one is left.
@@ -1289,10 +1090,73 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 }
 
+impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C> {
+    /// A keyed limiter running algorithm `A` with a quota chosen per key: `pick` is called with
+    /// a new key (one the limiter does not hold) and answers the index of its tier in `tiers`; the
+    /// key keeps that tier while it is held. An index past the end is taken as the last tier.
+    ///
+    /// A key that is forgotten (its state fresh again, see the [module docs](self)) is picked
+    /// again when it returns, so a tier change (an upgraded customer) takes effect once the key has
+    /// been idle long enough to be forgotten, never in the middle of its limit. A key costs one
+    /// byte more, padded to its state's alignment: 16 bytes instead of 8 for the one-word
+    /// algorithms. `pick` runs under the key's shard write lock: keep it short, and do not call
+    /// the limiter from it.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::Tiers`] for no tiers or more than 256; the errors of
+    /// [`KeyedLimiter::with_algorithm`] for any tier's quota.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, Tiered, TokenBucketKeys};
+    /// use tollgate::{ManualClock, Quota, QuotaError};
+    ///
+    /// #[derive(Clone, Hash, PartialEq, Eq)]
+    /// struct ApiKey { id: u64, paid: bool }
+    ///
+    /// let tiers = [Quota::per_minute(60)?, Quota::per_minute(6000)?];
+    /// let limiter: KeyedLimiter<ApiKey, Tiered<TokenBucketKeys>, _> =
+    ///     KeyedLimiter::with_tiers(&tiers, |k: &ApiKey| usize::from(k.paid), ManualClock::new())?;
+    /// assert_eq!(limiter.check_key(&ApiKey { id: 1, paid: false })?.remaining(), 59);
+    /// assert_eq!(limiter.check_key(&ApiKey { id: 2, paid: true })?.remaining(), 5999);
+    ///
+    /// let none: Result<KeyedLimiter<u8, Tiered, ManualClock>, _> =
+    ///     KeyedLimiter::with_tiers(&[], |_: &u8| 0, ManualClock::new());
+    /// assert_eq!(none.unwrap_err(), QuotaError::Tiers { tiers: 0, max: 256 });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_tiers(
+        tiers: &[Quota],
+        pick: impl Fn(&K) -> usize + Send + Sync + 'static,
+        clock: C,
+    ) -> Result<Self, QuotaError> {
+        if tiers.is_empty() || tiers.len() > MAX_TIERS {
+            return Err(QuotaError::Tiers {
+                tiers: tiers.len(),
+                max: MAX_TIERS,
+            });
+        }
+        let policy = TieredPolicy(
+            tiers
+                .iter()
+                .map(A::policy)
+                .collect::<Result<Box<[_]>, QuotaError>>()?,
+        );
+        Ok(KeyedLimiter::build(
+            policy,
+            tiers.into(),
+            Some(Box::new(pick)),
+            clock,
+        ))
+    }
+}
+
 impl<K, A: Algorithm, C> fmt::Debug for KeyedLimiter<K, A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("quota", &self.quota)
+            .field("quotas", &self.quotas)
             // Relaxed: a snapshot for display.
             .field("keys", &self.keys.load(Ordering::Relaxed))
             .field("max_keys", &self.max_keys)
@@ -1307,65 +1171,6 @@ mod tests {
     use crate::clock::ManualClock;
 
     const SEC: u64 = 1_000_000_000;
-
-    fn policy() -> <TokenBucketKeys as Sealed>::Policy {
-        TokenBucketKeys::policy(&Quota::per_second(10).unwrap())
-    }
-
-    fn at(p: &<TokenBucketKeys as Sealed>::Policy, ns: u64) -> sealed::TokenBucketTime {
-        TokenBucketKeys::time(p, Nanos::new(ns))
-    }
-
-    #[test]
-    fn a_word_is_fresh_exactly_when_the_bucket_is_full() {
-        let p = policy();
-        let fresh = TokenBucketKeys::fresh_word(&p, at(&p, 5 * SEC));
-        assert_eq!(TokenBucketKeys::remaining(&p, fresh, at(&p, 5 * SEC)), 10);
-        assert!(TokenBucketKeys::is_fresh(&p, fresh, at(&p, 5 * SEC)));
-        let Decision::Write(taken, _) = TokenBucketKeys::take(&p, fresh, at(&p, 5 * SEC), 1) else {
-            panic!("a full bucket admits");
-        };
-        // One token out: not fresh until it has refilled (100 ms), fresh from then on.
-        assert!(!TokenBucketKeys::is_fresh(
-            &p,
-            taken,
-            at(&p, 5 * SEC + SEC / 10 - 1)
-        ));
-        assert!(TokenBucketKeys::is_fresh(
-            &p,
-            taken,
-            at(&p, 5 * SEC + SEC / 10)
-        ));
-        assert!(TokenBucketKeys::is_fresh(&p, taken, at(&p, u64::MAX)));
-        // Fresh means "as full as a fresh word" at that reading, and later ones.
-        for later in [5 * SEC + SEC / 10, 6 * SEC, 1 << 62] {
-            assert_eq!(TokenBucketKeys::remaining(&p, taken, at(&p, later)), 10);
-        }
-    }
-
-    #[test]
-    fn a_meter_word_is_fresh_exactly_when_its_queue_is_empty() {
-        let p = LeakyMeterKeys::policy(&Quota::per_second(10).unwrap());
-        let at = |ns| LeakyMeterKeys::time(&p, Nanos::new(ns));
-        let fresh = LeakyMeterKeys::fresh_word(&p, at(5 * SEC));
-        assert!(LeakyMeterKeys::is_fresh(&p, fresh, at(5 * SEC)));
-        assert_eq!(LeakyMeterKeys::remaining(&p, fresh, at(5 * SEC)), 10);
-        let Decision::Write(taken, _) = LeakyMeterKeys::take(&p, fresh, at(5 * SEC), 3) else {
-            panic!("an empty queue admits");
-        };
-        // Three intervals queued: not fresh until they have drained (300 ms), fresh from then on.
-        assert!(!LeakyMeterKeys::is_fresh(
-            &p,
-            taken,
-            at(5 * SEC + 3 * SEC / 10 - 1)
-        ));
-        assert!(LeakyMeterKeys::is_fresh(
-            &p,
-            taken,
-            at(5 * SEC + 3 * SEC / 10)
-        ));
-        assert!(LeakyMeterKeys::is_fresh(&p, taken, at(u64::MAX)));
-    }
 
     #[test]
     fn keys_created_after_an_eviction_are_full_as_of_the_floor() {

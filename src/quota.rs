@@ -498,6 +498,14 @@ pub enum QuotaError {
         /// The largest capacity a leaky queue accepts.
         max: u64,
     },
+    /// A keyed limiter's tiers were empty or more than the maximum: each key stores its tier in
+    /// one byte.
+    Tiers {
+        /// The number of tiers given.
+        tiers: usize,
+        /// The most tiers a keyed limiter accepts.
+        max: usize,
+    },
 }
 
 impl QuotaError {
@@ -522,6 +530,7 @@ impl QuotaError {
             QuotaError::WindowTooLong { .. } => "period",
             QuotaError::WindowCountTooLarge { .. } | QuotaError::LogTooLong { .. } => "count",
             QuotaError::SubWindows { .. } => "sub_windows",
+            QuotaError::Tiers { .. } => "tiers",
         }
     }
 }
@@ -583,6 +592,10 @@ impl fmt::Display for QuotaError {
             QuotaError::QueueTooLong { capacity, max } => write!(
                 f,
                 "capacity of a leaky queue must be between 1 and {max} (one slot per item, allocated up front), got {capacity}"
+            ),
+            QuotaError::Tiers { tiers, max } => write!(
+                f,
+                "tiers of a keyed limiter must number between 1 and {max} (one byte per key), got {tiers}"
             ),
         }
     }

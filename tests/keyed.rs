@@ -166,7 +166,7 @@ fn each_key_answers_as_its_own_direct_bucket() {
 fn each_meter_key_answers_as_its_own_direct_meter() {
     let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
     let keyed: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
-        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
     answers_as_direct::<_, LeakyMeter<ManualClock>>(&keyed, quota, 0x2545_f491_4f6c_dd1d);
 }
 
@@ -176,9 +176,9 @@ fn each_meter_key_answers_as_its_own_direct_meter() {
 fn meter_eviction_never_changes_a_decision() {
     let quota = Quota::per_second(10).unwrap().with_capacity(3).unwrap();
     let evicting: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
-        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
     let keeping: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
-        KeyedLimiter::with_algorithm(quota, ManualClock::new());
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
     let mut rng = Rng(0xdead_beef_cafe_f00d);
     let mut now = 0;
     let mut evicted = 0;
@@ -283,7 +283,8 @@ fn a_full_map_sweeps_before_refusing_when_a_sweep_is_due() {
 fn shared_overflow_limits_all_newcomers_together() {
     let keyed: Limiter<u32> = limiter(Quota::per_second(5).unwrap())
         .with_max_keys(1)
-        .with_overflow(Overflow::Shared(Quota::per_second(3).unwrap()));
+        .with_overflow(Overflow::Shared(Quota::per_second(3).unwrap()))
+        .unwrap();
     let now = Nanos::new(0);
     keyed.check_key_at(&0, now).unwrap();
     let admitted = (1..20)

@@ -1,7 +1,8 @@
-//! The keyed limiter's map from keys to state words, behind the few operations the limiter's
-//! protocol needs, each run under the lock that protocol relies on.
+//! The keyed limiter's map from keys to per-key states (`V`: one `AtomicU64` for the one-word
+//! algorithms, a log for the sliding window log), behind the few operations the limiter's protocol
+//! needs, each run under the lock that protocol relies on.
 //!
-//! Outside loom it is a `DashMap<K, AtomicU64, ahash::RandomState>`: a fixed number of shards, each a
+//! Outside loom it is a `DashMap<K, V, ahash::RandomState>`: a fixed number of shards, each a
 //! `RwLock` around a hash table. Loom cannot see inside DashMap's locks, so under `cfg(loom)` the
 //! store is one [`RwLock`](crate::sync::RwLock) around a `std` `HashMap` with the same interface and
 //! the same locking discipline (one shard): the loom models check the limiter's own protocol, taking
@@ -10,32 +11,30 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use crate::sync::AtomicU64;
-
 /// What [`Store::with_entry`] found, or did, under the key's write lock.
-pub(crate) enum Slot<'a> {
-    /// The key was there; its word.
-    Occupied(&'a AtomicU64),
-    /// The key was not there.
-    Vacant,
+pub(crate) enum Slot<'a, K, V> {
+    /// The key was there; its state.
+    Occupied(&'a V),
+    /// The key was not there; the key.
+    Vacant(&'a K),
 }
 
 #[cfg(not(loom))]
-pub(crate) struct Store<K> {
-    map: dashmap::DashMap<K, AtomicU64, ahash::RandomState>,
+pub(crate) struct Store<K, V> {
+    map: dashmap::DashMap<K, V, ahash::RandomState>,
 }
 
 #[cfg(not(loom))]
-impl<K: Hash + Eq> Store<K> {
-    pub(crate) fn new() -> Store<K> {
+impl<K: Hash + Eq, V> Store<K, V> {
+    pub(crate) fn new() -> Store<K, V> {
         Store {
             map: dashmap::DashMap::with_hasher(ahash::RandomState::new()),
         }
     }
 
-    /// Runs `f` on `key`'s word while holding its shard's read lock, or answers `None`.
+    /// Runs `f` on `key`'s state while holding its shard's read lock, or answers `None`.
     #[inline]
-    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&AtomicU64) -> R) -> Option<R>
+    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -44,27 +43,31 @@ impl<K: Hash + Eq> Store<K> {
         self.map.get(key).map(|entry| f(entry.value()))
     }
 
-    /// Runs `f` while holding `key`'s shard write lock, on the key's word if it is there; if `f`
-    /// answers a word for a vacant key, that word is inserted (still under the lock).
-    pub(crate) fn with_entry<R>(&self, key: K, f: impl FnOnce(Slot<'_>) -> (Option<u64>, R)) -> R {
+    /// Runs `f` while holding `key`'s shard write lock, on the key's state if it is there; if `f`
+    /// answers a state for a vacant key, that state is inserted (still under the lock).
+    pub(crate) fn with_entry<R>(
+        &self,
+        key: K,
+        f: impl FnOnce(Slot<'_, K, V>) -> (Option<V>, R),
+    ) -> R {
         match self.map.entry(key) {
             dashmap::mapref::entry::Entry::Occupied(entry) => f(Slot::Occupied(entry.get())).1,
             dashmap::mapref::entry::Entry::Vacant(entry) => {
-                let (word, answer) = f(Slot::Vacant);
+                let (word, answer) = f(Slot::Vacant(entry.key()));
                 if let Some(word) = word {
-                    entry.insert(AtomicU64::new(word));
+                    entry.insert(word);
                 }
                 answer
             }
         }
     }
 
-    /// Removes every entry whose word `evict` approves, deciding each under its shard's write lock
-    /// (one shard at a time), and answers how many it removed.
-    pub(crate) fn retain(&self, mut evict: impl FnMut(u64) -> bool) -> usize {
+    /// Removes every entry whose state `evict` approves, deciding each under its shard's write
+    /// lock (one shard at a time), and answers how many it removed.
+    pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
         let mut removed = 0;
-        self.map.retain(|_, word| {
-            if evict(crate::cas::read(word)) {
+        self.map.retain(|_, state| {
+            if evict(state) {
                 removed += 1;
                 false
             } else {
@@ -88,20 +91,20 @@ impl<K: Hash + Eq> Store<K> {
 }
 
 #[cfg(loom)]
-pub(crate) struct Store<K> {
-    map: crate::sync::RwLock<std::collections::HashMap<K, AtomicU64>>,
+pub(crate) struct Store<K, V> {
+    map: crate::sync::RwLock<std::collections::HashMap<K, V>>,
 }
 
 #[cfg(loom)]
-impl<K: Hash + Eq> Store<K> {
-    pub(crate) fn new() -> Store<K> {
+impl<K: Hash + Eq, V> Store<K, V> {
+    pub(crate) fn new() -> Store<K, V> {
         Store {
             map: crate::sync::RwLock::new(std::collections::HashMap::new()),
         }
     }
 
     #[inline]
-    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&AtomicU64) -> R) -> Option<R>
+    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -109,22 +112,26 @@ impl<K: Hash + Eq> Store<K> {
         crate::sync::read(&self.map).get(key).map(f)
     }
 
-    pub(crate) fn with_entry<R>(&self, key: K, f: impl FnOnce(Slot<'_>) -> (Option<u64>, R)) -> R {
+    pub(crate) fn with_entry<R>(
+        &self,
+        key: K,
+        f: impl FnOnce(Slot<'_, K, V>) -> (Option<V>, R),
+    ) -> R {
         let mut map = crate::sync::write(&self.map);
         if let Some(word) = map.get(&key) {
             return f(Slot::Occupied(word)).1;
         }
-        let (word, answer) = f(Slot::Vacant);
+        let (word, answer) = f(Slot::Vacant(&key));
         if let Some(word) = word {
-            map.insert(key, AtomicU64::new(word));
+            map.insert(key, word);
         }
         answer
     }
 
-    pub(crate) fn retain(&self, mut evict: impl FnMut(u64) -> bool) -> usize {
+    pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
         let mut map = crate::sync::write(&self.map);
         let before = map.len();
-        map.retain(|_, word| !evict(crate::cas::read(word)));
+        map.retain(|_, state| !evict(state));
         before - map.len()
     }
 

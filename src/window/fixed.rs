@@ -123,7 +123,7 @@ struct View {
 }
 
 impl Policy {
-    fn new(quota: &Quota) -> Result<Policy, QuotaError> {
+    pub(crate) fn new(quota: &Quota) -> Result<Policy, QuotaError> {
         let (limit, length) = window_of(quota)?;
         check_count(limit, length, 1)?;
         let grid = Grid::new(length);
@@ -169,7 +169,7 @@ impl Policy {
 
     /// Takes `n` (`1 <= n <= N`) at `now`.
     #[inline]
-    fn take(&self, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
+    pub(crate) fn take(&self, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
         let view = self.view(word, now);
         // count <= N and n <= N < 2^63: no overflow.
         let after = view.count + n;
@@ -196,7 +196,7 @@ impl Policy {
     }
 
     /// The answer to a request for nothing.
-    fn query(&self, word: u64, now: Nanos) -> Admitted {
+    pub(crate) fn query(&self, word: u64, now: Nanos) -> Admitted {
         let view = self.view(word, now);
         let reset = if view.count == 0 {
             0
@@ -207,7 +207,7 @@ impl Policy {
     }
 
     /// `Ok(true)` for a request to decide, `Ok(false)` for a query (`n = 0`).
-    fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
+    pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
         if n > self.limit {
             Err(InsufficientCapacity {
                 requested: n,
@@ -216,6 +216,31 @@ impl Policy {
         } else {
             Ok(n > 0)
         }
+    }
+
+    /// Admissions left in the window of `now`, seen from `word`.
+    pub(crate) fn remaining(&self, word: u64, now: Nanos) -> u64 {
+        self.limit - self.view(word, now).count
+    }
+
+    /// The word of a key a keyed limiter creates afresh, "fresh as of `fresh`": at readings in
+    /// `fresh`'s window or later it reads as a new window (count 0), exactly like a word that has
+    /// never admitted anything; at earlier readings it reads as the full window just before, so it
+    /// admits nothing there. A key forgotten at any reading up to `fresh` held a word that admits no
+    /// more than this at every reading (it was expired, its window before the forgetting reading's),
+    /// so forgetting it and creating this never admits more than keeping it would have.
+    /// In window 0 there is no earlier window, and no expired word to dominate: the zero word.
+    pub(crate) fn fresh_word(&self, fresh: Nanos) -> u64 {
+        match self.grid.locate(fresh).0.checked_sub(1) {
+            Some(before) => Word::new(before, self.limit, self.count_bits).0,
+            None => 0,
+        }
+    }
+
+    /// Whether `word`'s window is over at `now`: from `now` on it reads as a new window, exactly
+    /// as [`Policy::fresh_word`] of `now` does.
+    pub(crate) fn is_expired(&self, word: u64, now: Nanos) -> bool {
+        Word(word).index(self.count_bits) < self.grid.locate(now).0
     }
 }
 

@@ -166,7 +166,7 @@ enum Verdict {
 
 impl Policy {
     /// Validates `quota` for `k` sub-windows.
-    fn new(quota: &Quota, k: u64) -> Result<Policy, QuotaError> {
+    pub(crate) fn new(quota: &Quota, k: u64) -> Result<Policy, QuotaError> {
         let (limit, period) = window_of(quota)?;
         if k == 0 || k > MAX_SUB_WINDOWS || period % k != 0 {
             return Err(QuotaError::SubWindows {
@@ -461,7 +461,7 @@ impl Policy {
 
     /// Checks `n` against `N`, answering `n = 0` as a query.
     #[inline]
-    fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
+    pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
         if n > self.limit {
             Err(InsufficientCapacity {
                 requested: n,
@@ -505,6 +505,28 @@ impl Policy {
             Step::Keep(a) | Step::Write(_, a) => a.remaining(),
             Step::Refuse(d) => d.remaining(),
         }
+    }
+
+    /// The one-word counter's word of a key a keyed limiter creates afresh, "fresh as of
+    /// `fresh`": from `fresh`'s window `j` on it reads as empty (both windows counted are later
+    /// than its own), exactly like a word that has never admitted anything; before `j` it reads
+    /// as window `j − 2` full and window `j − 1` weighted by a full `j − 2`, so it admits nothing
+    /// in `j − 2` or earlier and no more than any expired word in `j − 1`. A key forgotten at any
+    /// reading up to `fresh` held an expired word (its window two or more before the forgetting
+    /// reading's, see [`Policy::is_expired`]), which admits no more than this at every reading, so
+    /// forgetting never admits more than keeping would have. Below window 2 no word can have
+    /// expired: the zero word.
+    pub(crate) fn fresh_word(&self, fresh: Nanos) -> u64 {
+        match self.read(fresh).index.checked_sub(2) {
+            Some(before) => self.pack(before, self.limit, self.limit),
+            None => 0,
+        }
+    }
+
+    /// Whether the one-word counter's `word` no longer counts at `r` or later: both its windows
+    /// have left, so it reads exactly as [`Policy::fresh_word`] of `r` does.
+    pub(crate) fn is_expired(&self, word: u64, r: Reading) -> bool {
+        self.unpack(word).0.saturating_add(2) <= r.index
     }
 
     // --- the k-sub-window counter --------------------------------------------------------------

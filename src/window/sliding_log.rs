@@ -276,6 +276,19 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// The judgment of `n` (`0..=N`) admissions at reading `now` (clamped) on the log
+    /// [`Log::fresh`] would build for `fresh`, without building it: what a keyed limiter answers
+    /// for a key it does not hold.
+    pub(crate) fn judge_fresh(&self, fresh: Nanos, now: u64, n: u64) -> Result<Admitted, Denied> {
+        match fresh.clamped().checked_sub(self.window) {
+            Some(at) => self.judge(self.count, now, 0, n, true, |_| at),
+            None => self.judge(0, now, 0, n, true, |_| 0),
+        }
+        .map(Grant::admitted)
+    }
+}
+
 /// One slot of the ring: the entry of the position it last held.
 ///
 /// # State table
@@ -322,12 +335,39 @@ impl Entry {
     }
 }
 
+/// Where a log keeps its head: on a cache line of its own for a direct log (every request loads it
+/// twice, and the slots are written by other threads), inline for a keyed limiter's per-key logs
+/// (one padded line per key would cost 128 bytes a key for contention that spreads over keys).
+pub(crate) trait Head: Send + Sync {
+    fn new(value: u64) -> Self;
+    fn word(&self) -> &AtomicU64;
+}
+
+impl Head for CachePadded<AtomicU64> {
+    fn new(value: u64) -> Self {
+        CachePadded::new(AtomicU64::new(value))
+    }
+    #[inline]
+    fn word(&self) -> &AtomicU64 {
+        self
+    }
+}
+
+impl Head for AtomicU64 {
+    fn new(value: u64) -> Self {
+        AtomicU64::new(value)
+    }
+    #[inline]
+    fn word(&self) -> &AtomicU64 {
+        self
+    }
+}
+
 /// The per-key state: the head and the ring of the last N admission times.
-pub(crate) struct Log {
+pub(crate) struct Log<H = CachePadded<AtomicU64>> {
     /// The next position to claim, a hint: at most one position behind the last claim, moved
-    /// forward by the claimer or by any thread that sees it lag. On its own cache line: every
-    /// request loads it twice, and the slots are written by other threads.
-    head: CachePadded<AtomicU64>,
+    /// forward by the claimer or by any thread that sees it lag.
+    head: H,
     /// N slots; position `p` lives in slot `p % N`. See [`Entry`] for the state table.
     slots: Box<[AtomicU64]>,
 }
@@ -339,15 +379,49 @@ struct View {
     verdict: Result<Grant, Denied>,
 }
 
-impl Log {
+impl<H: Head> Log<H> {
     /// An empty log for `policy`: N fresh slots.
-    pub(crate) fn new(policy: &Policy) -> Log {
+    pub(crate) fn new(policy: &Policy) -> Log<H> {
         Log {
-            head: CachePadded::new(AtomicU64::new(0)),
+            head: H::new(0),
             slots: (0..policy.count)
                 .map(|_| AtomicU64::new(Entry::FRESH.0))
                 .collect(),
         }
+    }
+
+    /// The log of a key a keyed limiter creates afresh, "fresh as of `fresh`": N entries (lap 0,
+    /// head at N) all at `fresh − W`. At readings from `fresh` on they have all left the window, so
+    /// it judges exactly as an empty log does (admissions record the reading; the level counts
+    /// nothing); at earlier readings the effective time stays below `fresh` and the oldest entry is
+    /// still in the window, so it admits nothing there. A key forgotten at any reading up to
+    /// `fresh` held a log whose newest entry was at or before that reading minus W (see
+    /// [`Log::is_expired`]), which admits no more than this one at every reading, so forgetting
+    /// never admits more than keeping would have. Before `W` no log can have expired, and an empty
+    /// log is what a never-seen key has.
+    pub(crate) fn fresh(policy: &Policy, fresh: Nanos) -> Log<H> {
+        let Some(at) = fresh.clamped().checked_sub(policy.window) else {
+            return Log::new(policy);
+        };
+        Log {
+            head: H::new(policy.count),
+            slots: (0..policy.count)
+                .map(|p| AtomicU64::new(Entry::new(p, policy.count, at).0))
+                .collect(),
+        }
+    }
+
+    /// Whether every entry has left the window at `now` (and so at every later reading): the log
+    /// then judges exactly as [`Log::fresh`] of `now`. Meant to run with no claim in flight (a
+    /// keyed limiter decides it under the key's write lock); a claim seen half-done (slot written,
+    /// head not yet moved) answers `false`.
+    pub(crate) fn is_expired(&self, policy: &Policy, now: Nanos) -> bool {
+        let count = self.len();
+        let s = self.head();
+        if self.load(s).has_parity_of(s, count) {
+            return false;
+        }
+        s == 0 || self.load(s - 1).ts().saturating_add(policy.window) <= now.clamped()
     }
 
     /// N, the number of slots (at least 1).
@@ -375,7 +449,7 @@ impl Log {
         // Acquire: pairs with the AcqRel head move that wrote this value, and through the chain of
         // head read-modify-writes with every earlier one; each was made by a thread that had seen the
         // claim of the position it passed, so every claim below the value read is visible here.
-        self.head.load(Ordering::Acquire)
+        self.head.word().load(Ordering::Acquire)
     }
 
     /// Moves the head from `s` to `s + 1` if nobody has; the caller has seen position `s` claimed.
@@ -385,9 +459,12 @@ impl Log {
         // that later loads the head past `s` (see `head`); the Acquire half continues the chain
         // from the move that wrote `s`. Failure is Relaxed: someone else moved it, and the value
         // seen is not used. Positions never wrap in practice (2^64 admissions).
-        let _ =
-            self.head
-                .compare_exchange(s, s.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+        let _ = self.head.word().compare_exchange(
+            s,
+            s.wrapping_add(1),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
     }
 
     /// Reads a consistent view of the log at its head and judges a request for `n` admissions at
