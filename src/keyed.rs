@@ -29,20 +29,26 @@
 //! The algorithm run per key is a type parameter, one of the marker types of this module (the
 //! [`Algorithm`] trait is sealed):
 //!
-//! | marker | per key | a key is forgotten when |
-//! | --- | --- | --- |
-//! | [`TokenBucketKeys`] (the default) | the [token bucket](crate::token_bucket): bursts up to C, then R per second | its bucket is full again (`tat <= now`) |
-//! | [`LeakyMeterKeys`] | the [leaky meter](crate::leaky::meter), strict: admitted only when the key's virtual queue is empty | its queue is empty again |
+//! | marker | per key | state per key | a key is forgotten when |
+//! | --- | --- | --- | --- |
+//! | [`TokenBucketKeys`] (the default) | the [token bucket](crate::token_bucket): bursts up to C, then R per second | 8 bytes | its bucket is full again (`tat <= now`) |
+//! | [`LeakyMeterKeys`] | the [leaky meter](crate::leaky::meter), strict: admitted only when the key's virtual queue is empty | 8 bytes | its queue is empty again |
+//! | [`FixedWindowKeys`] | the [fixed window](crate::window::fixed): N per window, windows on the clock's epoch | 8 bytes | its window is over |
+//! | [`SlidingWindowCounterKeys`] | the one-word [sliding window counter](crate::window::sliding_counter) | 8 bytes | both windows it counts are over |
+//! | [`SlidingWindowLogKeys`] | the exact [sliding window log](crate::window::sliding_log) | 24 bytes + 8 N on the heap | its newest admission has left the window |
+//! | [`Tiered<A>`](Tiered) | any of the above, its quota picked per key from up to 256 tiers ([`KeyedLimiter::with_tiers`]) | A's state + 1 byte, padded (16 bytes for the one-word ones) | as for A |
 //!
 //! [`KeyedLimiter::new`] and [`KeyedLimiter::with_clock`] build the default;
-//! [`KeyedLimiter::with_algorithm`] builds any of them.
+//! [`KeyedLimiter::with_algorithm`] builds any of them, refusing a quota the algorithm cannot
+//! enforce with the direct limiter's [`QuotaError`]. The `k`-sub-window counter is not offered per
+//! key (its state is `k + 1` words and a history protocol meant for one hot limiter).
 //!
 //! # Every key starts fresh
 //!
 //! A key the limiter has never seen, and a key it has forgotten, get the same state: a full bucket,
-//! an empty queue. That is what makes forgetting lossless (below). The quota's initial fill
-//! ([`Quota::with_initial`]) is therefore not used by a keyed limiter: it applies to direct
-//! limiters only.
+//! an empty queue, a window with nothing in it. That is what makes forgetting lossless (below). The
+//! quota's initial fill ([`Quota::with_initial`]) is therefore not used by a keyed limiter: it
+//! applies to direct limiters only.
 //!
 //! # Eviction
 //!
@@ -55,7 +61,8 @@
 //!   under that shard's write lock, removing every key that is fresh at its reading: at most two key
 //!   checks per new key, amortized, and no background thread;
 //! - on demand, with [`KeyedLimiter::retain_recent`] (and [`KeyedLimiter::shrink_to_fit`] to give the
-//!   freed memory back).
+//!   freed memory back);
+//! - on a schedule, if you want one, by a background thread: [`KeyedLimiter::spawn_sweeper`].
 //!
 //! An admission on a known key runs its compare-and-swap while holding the read lock of the key's
 //! shard; an eviction decides, and removes, under the same shard's write lock, re-reading the word
@@ -67,9 +74,14 @@
 //! **Clocks that step backwards across an eviction.** A full bucket is "full as of its last
 //! reading"; a reading earlier than that would see it less than full. To keep forgetting from ever
 //! creating tokens, the limiter remembers the latest reading any eviction used (the *floor*), and a
-//! key created afresh is fresh as of `max(reading, floor)` (likewise for a queue: empty as of it). So: decisions at readings at or after
-//! the latest eviction's reading are exactly those of a limiter that never evicts; a reading earlier
-//! than that may be refused where a never-evicting limiter would admit, never the reverse.
+//! key created afresh is fresh as of `max(reading, floor)`: identical to a never-used state at
+//! readings from then on, and at earlier readings admitting no more than any state that could have
+//! been forgotten. Per algorithm: a bucket full as of it (short of full before it), a queue empty as
+//! of it; a fixed window whose previous window is full (nothing admitted before the floor's
+//! window); a sliding counter whose two previous windows are full; a log of N entries that leave
+//! the window exactly at the floor. So: decisions at readings at or after the latest eviction's
+//! reading are exactly those of a limiter that never evicts; a reading earlier than that may be
+//! refused where a never-evicting limiter would admit, never the reverse.
 //!
 //! # Bounded memory
 //!
@@ -100,6 +112,12 @@ mod store;
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
+#[cfg(not(loom))]
+use std::sync::{mpsc, Arc};
+#[cfg(not(loom))]
+use std::thread;
+#[cfg(not(loom))]
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
@@ -1087,6 +1105,118 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // Release: pairs with the Acquire of the next sweeper's compare-and-swap.
         self.sweeping.store(false, Ordering::Release);
         removed > 0
+    }
+}
+
+#[cfg(not(loom))]
+impl<K, A, C> KeyedLimiter<K, A, C>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+    C: Clock + Send + Sync + 'static,
+{
+    /// Starts a background thread that runs [`KeyedLimiter::retain_recent`] every `every`, for
+    /// users who want idle keys' memory given back on a schedule rather than only as new keys
+    /// arrive (the automatic sweeps need no thread: see the [module docs](self)). The thread holds
+    /// only a weak reference: it ends when the [`Sweeper`] is stopped or dropped, or when the last
+    /// `Arc` to the limiter is dropped. An `every` of zero is taken as one millisecond.
+    ///
+    /// # Errors
+    ///
+    /// The operating system's error if it cannot start a thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::Quota;
+    ///
+    /// let limiter: Arc<KeyedLimiter<u64>> = Arc::new(KeyedLimiter::new(Quota::per_second(100)?));
+    /// let sweeper = limiter.spawn_sweeper(Duration::from_secs(10))?;
+    /// assert!(limiter.check_key(&7).is_ok());
+    /// sweeper.stop(); // ends the thread and waits for it
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) -> std::io::Result<Sweeper> {
+        let every = every.max(Duration::from_millis(1));
+        let limiter = Arc::downgrade(self);
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = thread::Builder::new()
+            .name("tollgate-sweeper".into())
+            .spawn(move || {
+                // A message or a disconnected sender both mean stop; a timeout means sweep.
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    match limiter.upgrade() {
+                        Some(limiter) => {
+                            limiter.retain_recent();
+                        }
+                        None => return,
+                    }
+                }
+            })?;
+        Ok(Sweeper {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// The handle of a sweeper thread started by [`KeyedLimiter::spawn_sweeper`]: stopping or
+/// dropping it ends the thread.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// let limiter: Arc<tollgate::keyed::KeyedLimiter<u8>> =
+///     Arc::new(tollgate::keyed::KeyedLimiter::new(tollgate::Quota::per_second(1)?));
+/// let sweeper = limiter.spawn_sweeper(Duration::from_millis(100))?;
+/// drop(sweeper); // stops it too, and waits for it
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub struct Sweeper {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+#[cfg(not(loom))]
+impl Sweeper {
+    /// Ends the sweeper thread and waits for it (for at most one sweep in progress).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// let limiter: Arc<tollgate::keyed::KeyedLimiter<u8>> =
+    ///     Arc::new(tollgate::keyed::KeyedLimiter::new(tollgate::Quota::per_second(1)?));
+    /// limiter.spawn_sweeper(Duration::from_secs(1))?.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stop(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        // Dropping the sender wakes the thread at once (a disconnected channel).
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            // A sweep cannot panic (no panic is reachable from the limiter's API); if the thread
+            // did, there is nothing left to stop.
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
