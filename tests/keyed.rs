@@ -7,10 +7,12 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use tollgate::keyed::{
-    KeyedError, KeyedLimiter, LeakyMeterKeys, Overflow, TokenBucketKeys, TooManyKeys,
+    FixedWindowKeys, KeyedError, KeyedLimiter, LeakyMeterKeys, Overflow, SlidingWindowCounterKeys,
+    SlidingWindowLogKeys, Tiered, TokenBucketKeys, TooManyKeys,
 };
 use tollgate::leaky::LeakyMeter;
-use tollgate::{AcquireError, Admitted, ManualClock, Nanos, Quota, TokenBucket};
+use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog};
+use tollgate::{AcquireError, Admitted, ManualClock, Nanos, Quota, QuotaError, TokenBucket};
 
 type Limiter<K> = KeyedLimiter<K, TokenBucketKeys, ManualClock>;
 
@@ -84,6 +86,28 @@ impl Direct for LeakyMeter<ManualClock> {
         LeakyMeter::remaining_at(self, at)
     }
 }
+
+/// The direct window limiters, each one `impl` of the same four calls.
+macro_rules! direct_window {
+    ($($t:ident),*) => {$(
+        impl Direct for $t<ManualClock> {
+            fn fresh(quota: Quota, at: Nanos) -> Self {
+                $t::with_clock(quota, ManualClock::starting_at(at)).expect("a valid window quota")
+            }
+            fn acquire_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
+                self.try_acquire_n_at(n, at)
+            }
+            fn peek_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
+                $t::peek_n_at(self, n, at)
+            }
+            fn remaining_at(&self, at: Nanos) -> u64 {
+                $t::remaining_at(self, at)
+            }
+        }
+    )*};
+}
+
+direct_window!(FixedWindow, SlidingWindowCounter, SlidingWindowLog);
 
 /// Runs 20 000 random operations (12 keys, clock steps both ways) on `keyed` and on a map of
 /// direct limiters `D`, one per key, created fresh at the key's first admission, and asserts
@@ -168,6 +192,231 @@ fn each_meter_key_answers_as_its_own_direct_meter() {
     let keyed: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
     answers_as_direct::<_, LeakyMeter<ManualClock>>(&keyed, quota, 0x2545_f491_4f6c_dd1d);
+}
+
+/// The window algorithms: every key answers exactly as its own direct window limiter, created at
+/// the key's first admission (which starts from an empty window, as a keyed key created afresh
+/// does at its first reading; backward steps included).
+#[test]
+fn each_window_key_answers_as_its_own_direct_window_limiter() {
+    let quota = Quota::per_second(5).unwrap();
+    let fixed: KeyedLimiter<u32, FixedWindowKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
+    answers_as_direct::<_, FixedWindow<ManualClock>>(&fixed, quota, 0x1234_5678_9abc_def1);
+    let counter: KeyedLimiter<u32, SlidingWindowCounterKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
+    answers_as_direct::<_, SlidingWindowCounter<ManualClock>>(
+        &counter,
+        quota,
+        0x0f0f_1e1e_2d2d_3c3c,
+    );
+    let log: KeyedLimiter<u32, SlidingWindowLogKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
+    answers_as_direct::<_, SlidingWindowLog<ManualClock>>(&log, quota, 0x5555_aaaa_3333_cccc);
+}
+
+/// A quota a window limiter cannot enforce is refused by the keyed limiter with the direct
+/// limiter's error, naming the field.
+#[test]
+fn window_algorithms_refuse_the_quotas_their_direct_limiters_refuse() {
+    let burst = Quota::per_second(5).unwrap().with_capacity(9).unwrap();
+    let err = KeyedLimiter::<u8, FixedWindowKeys, _>::with_algorithm(burst, ManualClock::new())
+        .unwrap_err();
+    assert_eq!(err.field(), "capacity");
+    let long = Quota::per_hour(100_000).unwrap();
+    let err = KeyedLimiter::<u8, SlidingWindowLogKeys, _>::with_algorithm(long, ManualClock::new())
+        .unwrap_err();
+    assert!(matches!(err, QuotaError::LogTooLong { .. }));
+    let keyed: KeyedLimiter<u8, TokenBucketKeys, _> =
+        KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
+    assert_eq!(
+        keyed.with_overflow(Overflow::Shared(burst)).map(|_| ()),
+        Ok(())
+    );
+    let keyed: KeyedLimiter<u8, FixedWindowKeys, _> =
+        KeyedLimiter::with_algorithm(Quota::per_second(1).unwrap(), ManualClock::new()).unwrap();
+    assert_eq!(
+        keyed
+            .with_overflow(Overflow::Shared(burst))
+            .unwrap_err()
+            .field(),
+        "capacity"
+    );
+}
+
+/// Window keys are forgotten exactly when their windows are over, and a key created again after
+/// that admits as a fresh one; a reading before the eviction's window admits nothing.
+#[test]
+fn window_keys_are_forgotten_when_their_windows_are_over() {
+    let quota = Quota::per_second(2).unwrap();
+    let fixed: KeyedLimiter<u8, FixedWindowKeys, _> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
+    fixed.check_key_n_at(&1, 2, Nanos::new(SEC / 2)).unwrap();
+    assert_eq!(fixed.retain_recent_at(Nanos::new(SEC - 1)), 0);
+    assert_eq!(fixed.retain_recent_at(Nanos::new(SEC)), 1);
+    assert!(fixed.check_key_n_at(&1, 2, Nanos::new(SEC)).is_ok());
+    // Back in the window before the eviction's: nothing, where the forgotten key had nothing left
+    // either.
+    assert!(fixed.check_key_at(&2, Nanos::new(SEC / 2)).is_err());
+
+    let counter: KeyedLimiter<u8, SlidingWindowCounterKeys, _> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
+    counter.check_key_at(&1, Nanos::new(SEC / 2)).unwrap();
+    // The previous window still counts throughout the next one.
+    assert_eq!(counter.retain_recent_at(Nanos::new(2 * SEC - 1)), 0);
+    assert_eq!(counter.retain_recent_at(Nanos::new(2 * SEC)), 1);
+
+    let log: KeyedLimiter<u8, SlidingWindowLogKeys, _> =
+        KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
+    log.check_key_at(&1, Nanos::new(SEC / 2)).unwrap();
+    log.check_key_at(&1, Nanos::new(SEC)).unwrap();
+    assert_eq!(log.retain_recent_at(Nanos::new(2 * SEC - 1)), 0);
+    assert_eq!(log.retain_recent_at(Nanos::new(2 * SEC)), 1);
+    assert_eq!(log.remaining_key_at(&1, Nanos::new(2 * SEC)), 2);
+    assert_eq!(log.remaining_key_at(&1, Nanos::new(2 * SEC - 1)), 0);
+}
+
+/// Eviction never changes a window key's decision on a clock that only moves forward: for each
+/// window algorithm, a limiter that sweeps before every request answers exactly as one that never
+/// sweeps.
+#[test]
+fn window_eviction_never_changes_a_decision() {
+    fn pair<A: tollgate::keyed::Algorithm>(seed: u64) {
+        let quota = Quota::per_second(4).unwrap();
+        let evicting: KeyedLimiter<u32, A, ManualClock> =
+            KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
+        let keeping: KeyedLimiter<u32, A, ManualClock> =
+            KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
+        let mut rng = Rng(seed);
+        let mut now = 0;
+        let mut evicted = 0;
+        for _ in 0..20_000 {
+            now += rng.below(SEC / 5);
+            let at = Nanos::new(now);
+            evicted += evicting.retain_recent_at(at);
+            let key = rng.below(6) as u32;
+            let n = rng.below(4);
+            assert_eq!(
+                evicting.check_key_n_at(&key, n, at),
+                keeping.check_key_n_at(&key, n, at),
+                "key {key} n {n} at {now}"
+            );
+            assert_eq!(
+                evicting.remaining_key_at(&key, at),
+                keeping.remaining_key_at(&key, at)
+            );
+        }
+        assert!(evicted > 500, "{evicted}");
+    }
+    pair::<FixedWindowKeys>(11);
+    pair::<SlidingWindowCounterKeys>(12);
+    pair::<SlidingWindowLogKeys>(13);
+    pair::<Tiered<SlidingWindowLogKeys>>(14);
+}
+
+/// Tiers: the function picks a key's quota when the key is first seen, the key keeps it while it
+/// is held (even if the function would now answer otherwise), and is picked again once forgotten.
+#[test]
+fn a_key_keeps_its_tier_while_held_and_is_picked_again_after_eviction() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let premium = Arc::new(AtomicUsize::new(0));
+    let picked = Arc::clone(&premium);
+    let tiers = [
+        Quota::per_second(2).unwrap(),
+        Quota::per_second(10).unwrap(),
+    ];
+    let keyed: KeyedLimiter<String, Tiered<TokenBucketKeys>, ManualClock> =
+        KeyedLimiter::with_tiers(
+            &tiers,
+            move |_: &String| picked.load(Ordering::Relaxed),
+            ManualClock::new(),
+        )
+        .unwrap();
+    assert_eq!(keyed.tiers(), &tiers);
+    let t0 = Nanos::new(0);
+    assert_eq!(keyed.check_key_at("u", t0).unwrap().remaining(), 1);
+    premium.store(1, Ordering::Relaxed);
+    // Still tier 0 while held; a new key gets tier 1.
+    assert_eq!(keyed.check_key_at("u", t0).unwrap().remaining(), 0);
+    assert!(keyed.check_key_at("u", t0).is_err());
+    assert_eq!(keyed.remaining_key_at("v", t0), 10);
+    assert!(matches!(
+        keyed.check_key_n_at("u", 3, t0),
+        Err(KeyedError::InsufficientCapacity(e)) if e.capacity == 2
+    ));
+    assert_eq!(keyed.check_key_n_at("v", 3, t0).unwrap().remaining(), 7);
+    // Once full again, "u" is forgotten and comes back in tier 1.
+    assert_eq!(keyed.retain_recent_at(Nanos::new(SEC)), 2);
+    assert_eq!(
+        keyed
+            .check_key_at("u", Nanos::new(SEC))
+            .unwrap()
+            .remaining(),
+        9
+    );
+    // An index past the end is the last tier.
+    premium.store(7, Ordering::Relaxed);
+    assert_eq!(keyed.remaining_key_at("w", Nanos::new(SEC)), 10);
+    // Tier bounds.
+    let too_many = vec![Quota::per_second(1).unwrap(); 257];
+    assert_eq!(
+        KeyedLimiter::<u8, Tiered, _>::with_tiers(&too_many, |_| 0, ManualClock::new())
+            .unwrap_err(),
+        QuotaError::Tiers {
+            tiers: 257,
+            max: 256
+        }
+    );
+    assert!(
+        KeyedLimiter::<u8, Tiered, _>::with_tiers(&too_many[..256], |_| 0, ManualClock::new())
+            .is_ok()
+    );
+}
+
+/// Each tier answers exactly as a direct limiter of its own quota.
+#[test]
+fn each_tier_answers_as_its_own_direct_limiter() {
+    let tiers = [
+        Quota::per_second(3).unwrap(),
+        Quota::per_second(7).unwrap(),
+        Quota::per_second(20).unwrap(),
+    ];
+    for (tier, quota) in tiers.iter().enumerate() {
+        let keyed: KeyedLimiter<u32, Tiered<FixedWindowKeys>, ManualClock> =
+            KeyedLimiter::with_tiers(&tiers, move |_: &u32| tier, ManualClock::new()).unwrap();
+        answers_as_direct::<_, FixedWindow<ManualClock>>(&keyed, *quota, 77 + tier as u64);
+    }
+}
+
+/// The optional sweeper thread forgets idle keys on its own, and stops when told to.
+#[test]
+fn the_sweeper_thread_forgets_idle_keys_and_stops() {
+    let clock = ManualClock::new();
+    let keyed: Arc<Limiter<u64>> = Arc::new(KeyedLimiter::with_clock(
+        Quota::per_second(1).unwrap(),
+        clock.clone(),
+    ));
+    for k in 0..100 {
+        keyed.check_key(&k).unwrap();
+    }
+    let sweeper = keyed
+        .spawn_sweeper(std::time::Duration::from_millis(5))
+        .unwrap();
+    assert_eq!(keyed.len(), 100, "nothing is idle yet");
+    clock.advance(std::time::Duration::from_secs(1));
+    // Eventually (the sweeper runs every 5 ms; this allows a minute on a loaded machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !keyed.is_empty() && std::time::Instant::now() < deadline {
+        thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(keyed.is_empty());
+    assert_eq!(keyed.evictions(), 100);
+    sweeper.stop();
+    // Stopped: a key idle from now on stays.
+    keyed.check_key(&1).unwrap();
+    clock.advance(std::time::Duration::from_secs(1));
+    thread::sleep(std::time::Duration::from_millis(30));
+    assert_eq!(keyed.len(), 1);
 }
 
 /// Eviction never changes a meter key's decision on a clock that only moves forward: an evicting
