@@ -12,9 +12,19 @@ mod reference;
 #[path = "support/keyed_driver.rs"]
 mod keyed_driver;
 
+#[path = "support/keyed_pair.rs"]
+mod keyed_pair;
+
+use std::time::Duration;
+
 use proptest::prelude::*;
+use tollgate::keyed::{
+    FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered,
+};
+use tollgate::Quota;
 
 use keyed_driver::{quota, run, KeyedOp, MAX_OPS};
+use keyed_pair::run_pair;
 
 /// Keys 0..6: few enough that keys are reused, evicted and created again.
 fn key() -> impl Strategy<Value = u8> {
@@ -77,6 +87,33 @@ proptest! {
         if let Some((quota, policy)) = quota(count, period, capacity) {
             run(quota, policy, start, &ops);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Every other algorithm (no reference model: the evicting limiter against the never-evicting
+    /// one, see `support/keyed_pair.rs`), on window quotas (capacity = count).
+    #[test]
+    fn eviction_never_changes_a_decision_for_every_algorithm(
+        count in 1u64..=12,
+        period in prop_oneof![
+            1 => 1u64..=1_000,
+            3 => 1_000_000u64..=2_000_000_000,
+            1 => Just(86_400_000_000_000u64),
+        ],
+        start in prop_oneof![Just(0u64), 0u64..=10_000_000_000, Just(u64::MAX - 5)],
+        ops in prop::collection::vec(op(), 1..MAX_OPS),
+    ) {
+        let Ok(quota) = Quota::per_period(count, Duration::from_nanos(period)) else {
+            return Ok(());
+        };
+        run_pair::<FixedWindowKeys>(quota, start, &ops);
+        run_pair::<SlidingWindowCounterKeys>(quota, start, &ops);
+        run_pair::<SlidingWindowLogKeys>(quota, start, &ops);
+        run_pair::<LeakyMeterKeys>(quota, start, &ops);
+        run_pair::<Tiered<FixedWindowKeys>>(quota, start, &ops);
     }
 }
 

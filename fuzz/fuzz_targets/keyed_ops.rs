@@ -1,9 +1,11 @@
 //! Arbitrary quotas and operation sequences on a small key space of a `KeyedLimiter`, with evictions
-//! as arbitrary as the rest and clock steps both ways: every answer compared with a map of exact
-//! reference buckets, and the evicting limiter with one that never evicts.
+//! as arbitrary as the rest and clock steps both ways. For the token bucket, every answer compared
+//! with a map of exact reference buckets, and the evicting limiter with one that never evicts; for
+//! every other algorithm (leaky meter, fixed window, sliding counter, sliding log, a tiered window),
+//! the evicting limiter with one that never evicts.
 //!
-//! The model and the driver are the files the proptest in `tests/keyed_model.rs` uses; only the way
-//! inputs are generated differs.
+//! The model and the drivers are the files the proptests in `tests/keyed_model.rs` use; only the
+//! way inputs are generated differs.
 
 #![no_main]
 
@@ -14,14 +16,26 @@ mod reference;
 #[path = "../../tests/support/keyed_driver.rs"]
 mod keyed_driver;
 
+#[path = "../../tests/support/keyed_pair.rs"]
+mod keyed_pair;
+
+use std::time::Duration;
+
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use tollgate::keyed::{
+    FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered,
+};
+use tollgate::Quota;
 
 use keyed_driver::{quota, run, KeyedOp, MAX_OPS};
+use keyed_pair::run_pair;
 
-/// One fuzz input: a quota, a starting reading and the operations.
+/// One fuzz input: an algorithm, a quota, a starting reading and the operations.
 #[derive(Debug)]
 struct Input {
+    /// 0: the token bucket against its reference; 1..=5: the other algorithms, pairwise.
+    algorithm: u8,
     count: u64,
     period_ns: u64,
     capacity: u64,
@@ -62,6 +76,7 @@ fn op(u: &mut Unstructured<'_>) -> Result<KeyedOp> {
 
 impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        let algorithm = u.int_in_range(0..=5u8)?;
         let count = match u.int_in_range(0..=2u8)? {
             0 => u.int_in_range(1..=20)?,
             1 => u.int_in_range(1..=1_000_000)?,
@@ -87,6 +102,7 @@ impl<'a> Arbitrary<'a> for Input {
             ops.push(op(u)?);
         }
         Ok(Input {
+            algorithm,
             count,
             period_ns,
             capacity,
@@ -97,7 +113,23 @@ impl<'a> Arbitrary<'a> for Input {
 }
 
 fuzz_target!(|input: Input| {
-    if let Some((quota, policy)) = quota(input.count, input.period_ns, input.capacity) {
-        run(quota, policy, input.start, &input.ops);
+    if input.algorithm == 0 {
+        if let Some((quota, policy)) = quota(input.count, input.period_ns, input.capacity) {
+            run(quota, policy, input.start, &input.ops);
+        }
+        return;
     }
+    // The window algorithms take the quota as "count per period" (capacity = count); the ones
+    // that refuse it say so with an error, which `run_pair` checks.
+    let Ok(quota) = Quota::per_period(input.count, Duration::from_nanos(input.period_ns)) else {
+        return;
+    };
+    let (start, ops) = (input.start, &input.ops[..]);
+    match input.algorithm {
+        1 => run_pair::<LeakyMeterKeys>(quota, start, ops),
+        2 => run_pair::<FixedWindowKeys>(quota, start, ops),
+        3 => run_pair::<SlidingWindowCounterKeys>(quota, start, ops),
+        4 => run_pair::<SlidingWindowLogKeys>(quota, start, ops),
+        _ => run_pair::<Tiered<SlidingWindowCounterKeys>>(quota, start, ops),
+    };
 });
