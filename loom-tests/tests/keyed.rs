@@ -17,7 +17,10 @@ mod common;
 use common::check_reaches;
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::keyed::{KeyedError, KeyedLimiter, TokenBucketKeys};
+use tollgate::keyed::{
+    Algorithm, FixedWindowKeys, KeyedError, KeyedLimiter, SlidingWindowCounterKeys,
+    SlidingWindowLogKeys, TokenBucketKeys,
+};
 use tollgate::{ManualClock, Nanos, Quota};
 
 type Limiter = KeyedLimiter<u8, TokenBucketKeys, ManualClock>;
@@ -122,4 +125,64 @@ fn two_new_keys_racing_for_the_last_place_exactly_one_gets_it() {
         assert_eq!(limiter.overflowed(), 1);
         winner
     });
+}
+
+/// The window algorithms' states race eviction the same way: key 1 is used up at [`T0`] (both of
+/// its admissions in window 0, or in the log's last second), so at [`T2`] it is forgettable (the
+/// sliding counter counts window 0 until window 2 starts); one thread admits on it at `T2` while
+/// another evicts at `T2`. Whichever runs first, the key has exactly one admission left at `T2`
+/// afterwards, and exactly the limit is admitted at `T2` in all.
+/// For the log the state is a ring of two slots and a head, claimed lock-free under the read lock.
+fn window_eviction_racing_an_admission<A: Algorithm>() {
+    check_reaches(&[(0, true), (1, true)], || {
+        let limiter: Arc<KeyedLimiter<u8, A, ManualClock>> = Arc::new(
+            KeyedLimiter::with_algorithm(
+                Quota::per_second(2).expect("a valid quota"),
+                ManualClock::new(),
+            )
+            .expect("a valid window quota"),
+        );
+        limiter
+            .check_key_n_at(&1, 2, T0)
+            .expect("a fresh key admits");
+
+        let evictor = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.retain_recent_at(T2))
+        };
+        let admitted = limiter.check_key_at(&1, T2).is_ok();
+        let removed = evictor.join().expect("evictor panicked");
+
+        assert!(admitted, "a forgettable key refused an admission");
+        assert_eq!(
+            limiter.remaining_key_at(&1, T2),
+            1,
+            "the admission was lost"
+        );
+        assert!(limiter.check_key_at(&1, T2).is_ok());
+        assert!(
+            matches!(limiter.check_key_at(&1, T2), Err(KeyedError::Denied(_))),
+            "more than the limit admitted at T2"
+        );
+        assert_eq!(limiter.len(), 1);
+        (removed, admitted)
+    });
+}
+
+/// Two seconds after [`T0`]: past both windows a sliding counter counts.
+const T2: Nanos = Nanos::new(2_000_000_000);
+
+#[test]
+fn fixed_window_eviction_racing_an_admission_never_loses_it() {
+    window_eviction_racing_an_admission::<FixedWindowKeys>();
+}
+
+#[test]
+fn sliding_counter_eviction_racing_an_admission_never_loses_it() {
+    window_eviction_racing_an_admission::<SlidingWindowCounterKeys>();
+}
+
+#[test]
+fn sliding_log_eviction_racing_an_admission_never_loses_it() {
+    window_eviction_racing_an_admission::<SlidingWindowLogKeys>();
 }
