@@ -842,8 +842,12 @@ fn run_gateway(quota: Quota, bound: usize) -> GatewayRun {
             tally.offered += 1;
             match got {
                 Ok(_) => tally.admitted += 1,
-                Err(KeyedError::Denied(_)) => tally.denied += 1,
-                Err(_) => tally.no_room += 1,
+                // (A request for one token never exceeds the capacity: were it refused as if it
+                // did, the comparison with the sender's own bucket below would count it.)
+                Err(KeyedError::Denied(_) | KeyedError::InsufficientCapacity(_)) => {
+                    tally.denied += 1;
+                }
+                Err(KeyedError::TooManyKeys(_)) => tally.no_room += 1,
             }
             if let Some(own) = own {
                 let same = match (got, own.try_acquire_at(now)) {
