@@ -12,7 +12,17 @@
 //! chart shows when admitted requests actually go: the token bucket's at once, the leaky meter's at
 //! the departures it schedules and the leaky queue's as its consumer receives them, 1/R apart.
 //!
-//! **Part 2** measures, live, one limiter shared by 1, 2 and 4 threads: nanoseconds per check and
+//! **Part 2** sends a gateway's traffic through [`KeyedLimiter`]s keyed by client address, on
+//! explicit timestamps (deterministic too): 1 000 well-behaved clients and one abusive client for
+//! 10 s, then the same for 10 s more while an attacker sprays a million requests from as many new
+//! addresses. Two gateways take it, one with room for the spray ([`BOUNDS`]) and one without. It
+//! prints admissions and refusals per class and phase, the most keys held, evictions and
+//! overflows, and checks that the map never holds more keys than its bound, that the abusive
+//! client gets exactly C + R*t and the answers its own `TokenBucket` would give, that every
+//! well-behaved request is admitted where there is room (and refused only for room where there is
+//! not), and that evictions happen without any clean-up call.
+//!
+//! **Part 3** measures, live, one limiter shared by 1, 2 and 4 threads: nanoseconds per check and
 //! total throughput, for tollgate's `TokenBucket` and `ShardedBucket` admitting and denying, and a
 //! `Mutex<(f64, Instant)>` token bucket as the baseline. These are quick numbers for orientation;
 //! the criterion benches (`cargo bench --bench tollgate`, results in `benches/README.md`) are the
@@ -24,23 +34,23 @@
 use std::cell::Cell;
 use std::hint::black_box;
 use std::io::{IsTerminal, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tollgate::keyed::{KeyedError, KeyedLimiter};
 use tollgate::leaky::{LeakyMeter, LeakyQueue};
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
-use tollgate::{Clock, ManualClock, Nanos, Quota, ShardedBucket, TokenBucket};
+use tollgate::{Admitted, Clock, ManualClock, Nanos, Quota, ShardedBucket, TokenBucket};
 
 fn main() -> ExitCode {
     let started = Instant::now();
-    let verdict = match part_one() {
-        Ok(true) => part_two(),
-        Ok(false) => Err("a limiter broke its promise on the trace (see FAILED above)".into()),
-        Err(e) => Err(e),
-    };
+    let verdict = held(part_one(), "a limiter broke its promise on the trace")
+        .and_then(|()| held(part_two(), "the keyed gateway broke a promise"))
+        .and_then(|()| part_three());
     match verdict {
         Ok(()) => {
             println!();
@@ -55,6 +65,15 @@ fn main() -> ExitCode {
             eprintln!("tour failed: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A deterministic part's checks as a verdict: `Err` naming `what` if one failed.
+fn held(part: Result<bool, String>, what: &str) -> Result<(), String> {
+    match part {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!("{what} (see FAILED above)")),
+        Err(e) => Err(e),
     }
 }
 
@@ -682,7 +701,402 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Part 2: contention, measured live
+// Part 2: a gateway keyed by client, and a key spray, deterministic
+// ---------------------------------------------------------------------------------------------
+
+/// Well-behaved clients.
+const CLIENTS: u64 = 1_000;
+/// How often each well-behaved client sends: twice a second, a fifth of its quota.
+const CLIENT_EVERY_NS: u64 = 500_000_000;
+/// How often the abusive client sends: 1 000 times a second, a hundred times its quota.
+const ABUSER_EVERY_NS: u64 = 1_000_000;
+/// The length of each phase: normal traffic, then the same traffic during a key spray.
+const PHASE_NS: u64 = 10_000_000_000;
+/// Distinct keys the attacker invents during the second phase, one request each.
+const SPRAYED: u64 = 1_000_000;
+/// The simulation's step: one sprayed key per step in the second phase (10 µs, so 100 000 new
+/// keys a second).
+const STEP_NS: u64 = PHASE_NS / SPRAYED;
+/// The two gateways' bounds on the keys held: one with room for this spray, one without.
+const BOUNDS: [usize; 2] = [32_768, 4_096];
+/// The phases, as the table names them.
+const PHASES: [&str; 2] = ["0-10 s", "10-20 s, spray"];
+
+/// Who sent a request.
+#[derive(Clone, Copy)]
+enum Class {
+    WellBehaved,
+    Abusive,
+    Sprayed,
+}
+
+impl Class {
+    const ALL: [Class; 3] = [Class::WellBehaved, Class::Abusive, Class::Sprayed];
+
+    fn name(self) -> String {
+        match self {
+            Class::WellBehaved => format!("well-behaved ({CLIENTS})"),
+            Class::Abusive => "abusive (1)".into(),
+            Class::Sprayed => format!("sprayed keys ({SPRAYED})"),
+        }
+    }
+}
+
+/// A well-behaved client's address: 10.0.x.y.
+fn client_ip(client: u64) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, (client >> 8) as u8, client as u8))
+}
+
+/// The abusive client's address.
+const ABUSER: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
+
+/// The attacker's `i`-th invented address: 2001:db8::i, all in one /64.
+fn sprayed_ip(i: u64) -> IpAddr {
+    IpAddr::V6(Ipv6Addr::from((0x2001_0db8_u128 << 96) | u128::from(i)))
+}
+
+/// What one class of requests got in one phase.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    offered: u64,
+    admitted: u64,
+    /// Refused for the key's rate (`KeyedError::Denied`).
+    denied: u64,
+    /// Refused for room (`KeyedError::TooManyKeys`): a new key that found the map full.
+    no_room: u64,
+    /// Answers that differ from the ones the sender's own `TokenBucket` gives (none for the
+    /// sprayed keys, which have no bucket of their own to compare with).
+    unlike_own: u64,
+}
+
+/// What one phase did to the map.
+#[derive(Default, Clone, Copy)]
+struct MapStats {
+    most_keys: usize,
+    evictions: u64,
+    overflowed: u64,
+}
+
+/// One gateway's run over both phases.
+struct GatewayRun {
+    bound: usize,
+    /// `tallies[phase][class]`.
+    tallies: [[Tally; 3]; 2],
+    map: [MapStats; 2],
+    /// The abusive client's last request.
+    abuser_last_ns: u64,
+    /// Keys forgotten by one `retain_recent_at` after the run, once every bucket is full again,
+    /// and the keys left after it.
+    forgotten_at_end: usize,
+    left_at_end: usize,
+}
+
+impl GatewayRun {
+    /// A class's figures over both phases.
+    fn total(&self, class: Class) -> Tally {
+        let c = class as usize;
+        let [a, b] = [self.tallies[0][c], self.tallies[1][c]];
+        Tally {
+            offered: a.offered + b.offered,
+            admitted: a.admitted + b.admitted,
+            denied: a.denied + b.denied,
+            no_room: a.no_room + b.no_room,
+            unlike_own: a.unlike_own + b.unlike_own,
+        }
+    }
+}
+
+/// Runs both phases through one gateway keyed by client address, with at most `bound` keys, on
+/// explicit timestamps; beside it, every client's own `TokenBucket` answers the same requests.
+fn run_gateway(quota: Quota, bound: usize) -> GatewayRun {
+    let gateway: KeyedLimiter<IpAddr, _, _> =
+        KeyedLimiter::with_clock(quota, ManualClock::new()).with_max_keys(bound);
+    let own_bucket = |_| TokenBucket::with_clock(quota, ManualClock::new());
+    let clients: Vec<TokenBucket<ManualClock>> = (0..CLIENTS).map(own_bucket).collect();
+    let abuser = own_bucket(0);
+    let mut run = GatewayRun {
+        bound,
+        tallies: [[Tally::default(); 3]; 2],
+        map: [MapStats::default(); 2],
+        abuser_last_ns: 0,
+        forgotten_at_end: 0,
+        left_at_end: 0,
+    };
+    // One well-behaved client every CLIENT_EVERY_NS / CLIENTS, taking turns.
+    let client_gap = CLIENT_EVERY_NS / CLIENTS;
+    // The step at which the second phase, and the spray, start.
+    let spray_from = PHASE_NS / STEP_NS;
+    for step in 0..2 * spray_from {
+        let t = step * STEP_NS;
+        let now = Nanos::new(t);
+        let phase = usize::from(step >= spray_from);
+        if step == spray_from {
+            // The first phase's statistics end here; the second's are counted from here.
+            run.map[0].evictions = gateway.evictions();
+            run.map[0].overflowed = gateway.overflowed();
+        }
+        let mut record = |class: Class,
+                          got: Result<Admitted, KeyedError>,
+                          own: Option<&TokenBucket<ManualClock>>| {
+            let tally = &mut run.tallies[phase][class as usize];
+            tally.offered += 1;
+            match got {
+                Ok(_) => tally.admitted += 1,
+                // (A request for one token never exceeds the capacity: were it refused as if it
+                // did, the comparison with the sender's own bucket below would count it.)
+                Err(KeyedError::Denied(_) | KeyedError::InsufficientCapacity(_)) => {
+                    tally.denied += 1;
+                }
+                Err(KeyedError::TooManyKeys(_)) => tally.no_room += 1,
+            }
+            if let Some(own) = own {
+                let same = match (got, own.try_acquire_at(now)) {
+                    (Ok(a), Ok(b)) => a == b,
+                    (Err(KeyedError::Denied(a)), Err(b)) => a == b,
+                    _ => false,
+                };
+                tally.unlike_own += u64::from(!same);
+            }
+        };
+        if phase == 1 {
+            let key = sprayed_ip(step - spray_from);
+            record(Class::Sprayed, gateway.check_key_at(&key, now), None);
+        }
+        if t % ABUSER_EVERY_NS == 0 {
+            record(
+                Class::Abusive,
+                gateway.check_key_at(&ABUSER, now),
+                Some(&abuser),
+            );
+            run.abuser_last_ns = t;
+        }
+        if t % client_gap == 0 {
+            let c = (t % CLIENT_EVERY_NS) / client_gap;
+            record(
+                Class::WellBehaved,
+                gateway.check_key_at(&client_ip(c), now),
+                Some(&clients[c as usize]),
+            );
+        }
+        run.map[phase].most_keys = run.map[phase].most_keys.max(gateway.len());
+    }
+    run.map[1].evictions = gateway.evictions() - run.map[0].evictions;
+    run.map[1].overflowed = gateway.overflowed() - run.map[0].overflowed;
+    // A while after the last request every bucket is full again: one sweep forgets every key.
+    run.forgotten_at_end = gateway.retain_recent_at(Nanos::new(3 * PHASE_NS));
+    run.left_at_end = gateway.len();
+    run
+}
+
+/// Runs the gateway with both bounds, printing a table and the checks for each, then what they
+/// show; `false` if a check failed.
+fn part_two() -> Result<bool, String> {
+    let (rate, capacity) = (10u64, 10u64);
+    let quota = Quota::per_second(rate)
+        .and_then(|q| q.with_capacity(capacity))
+        .map_err(|e| format!("bad quota in the tour: {e}"))?;
+    let interval = u64::try_from(quota.interval().as_nanos()).unwrap_or(u64::MAX);
+
+    println!();
+    println!("tollgate tour, part 2: a gateway keyed by client, and a key spray (deterministic)");
+    println!();
+    println!(
+        "A KeyedLimiter<IpAddr> gives each client address its own token bucket ({rate}/s, burst {capacity}),"
+    );
+    println!(
+        "replayed with explicit timestamps. 0-10 s: {CLIENTS} well-behaved clients (10.0.x.y) send 2"
+    );
+    println!(
+        "requests a second each, one abusive client (203.0.113.7) {} a second. 10-20 s: the same,",
+        1_000_000_000 / ABUSER_EVERY_NS
+    );
+    println!(
+        "while an attacker sends {SPRAYED} requests, each from a new IPv6 address in 2001:db8::/64"
+    );
+    println!(
+        "({} new keys a second). Two gateways take the same traffic, with different with_max_keys.",
+        1_000_000_000 / STEP_NS
+    );
+    println!(
+        "denied: KeyedError::Denied, over the key's rate; no room: KeyedError::TooManyKeys, a new"
+    );
+    println!("key that found every place held; keys (most): the most keys held at once (len()).");
+
+    let mut all_held = true;
+    let mut runs = Vec::new();
+    for bound in BOUNDS {
+        let run = run_gateway(quota, bound);
+        println!();
+        println!(
+            "with_max_keys({bound}), {}:",
+            if run.map[1].overflowed == 0 {
+                "room for this spray"
+            } else {
+                "too few places for this spray"
+            }
+        );
+        print_gateway_table(&run);
+        all_held &= gateway_checks(&run, capacity, interval);
+        runs.push(run);
+    }
+    if let [roomy, small] = &runs[..] {
+        // Keys active (not yet full again) at once, on average: each sprayed key for one interval
+        // after its request, each well-behaved client's for one interval of every CLIENT_EVERY_NS,
+        // and the abusive client's always.
+        let active = 1_000_000_000 / STEP_NS * interval / 1_000_000_000
+            + CLIENTS * interval / CLIENT_EVERY_NS
+            + 1;
+        println!();
+        for line in [
+            "Forgetting is lossless: a key is forgotten only once its bucket is full again, the state a"
+                .to_string(),
+            format!(
+                "new key starts in. In 0-10 s the well-behaved clients' keys were forgotten {} times",
+                roomy.map[0].evictions
+            ),
+            "between their requests, and every answer was still the one their own bucket gives.".into(),
+            "A keyed limit alone does not stop a spray: each new key gets a fresh bucket. The bound caps"
+                .into(),
+            format!(
+                "what the spray costs in memory. Each sprayed key is full again {} ms after its request,",
+                interval / 1_000_000
+            ),
+            format!(
+                "and sweeps run after every max(256, len/2) new keys, so the map peaked at {}, about",
+                roomy.map[1].most_keys
+            ),
+            format!(
+                "twice the {active} keys active at once. With {} places, new keys found every place held",
+                small.bound
+            ),
+            "by an active key and were refused (Overflow::Refuse, the default; Overflow::Shared gives them"
+                .into(),
+            "one shared bucket instead), well-behaved clients among them whose keys had been forgotten"
+                .into(),
+            "while idle. The abusive client's active key kept its exact state throughout.".into(),
+        ] {
+            println!("{line}");
+        }
+    }
+    Ok(all_held)
+}
+
+/// The table of one gateway's run: per phase and class, and the map's figures per phase.
+fn print_gateway_table(run: &GatewayRun) {
+    println!(
+        "{:<15} {:<23} {:>8} {:>9} {:>7} {:>8} {:>11} {:>10} {:>10}",
+        "phase",
+        "class",
+        "offered",
+        "admitted",
+        "denied",
+        "no room",
+        "keys (most)",
+        "evictions",
+        "overflowed"
+    );
+    for (p, phase) in PHASES.iter().enumerate() {
+        let mut first = true;
+        for class in Class::ALL {
+            let tally = run.tallies[p][class as usize];
+            if tally.offered == 0 {
+                continue;
+            }
+            let mut row = format!(
+                "{:<15} {:<23} {:>8} {:>9} {:>7} {:>8}",
+                if first { *phase } else { "" },
+                class.name(),
+                tally.offered,
+                tally.admitted,
+                tally.denied,
+                tally.no_room,
+            );
+            if first {
+                let map = run.map[p];
+                row.push_str(&format!(
+                    " {:>11} {:>10} {:>10}",
+                    map.most_keys, map.evictions, map.overflowed
+                ));
+            }
+            first = false;
+            println!("{row}");
+        }
+    }
+}
+
+/// Checks one gateway's run, printing each check; `false` if one failed.
+fn gateway_checks(run: &GatewayRun, capacity: u64, interval: u64) -> bool {
+    let mut held = true;
+    let mut check = |ok: bool, what: String| {
+        println!("  check, {what}  {}", verdict(ok));
+        held &= ok;
+    };
+    let most = run.map[0].most_keys.max(run.map[1].most_keys);
+    check(
+        most <= run.bound,
+        format!(
+            "keys held never above the bound: at most {most} <= {}",
+            run.bound
+        ),
+    );
+    let abusive = run.total(Class::Abusive);
+    // C at once, then one more per whole interval up to its last request.
+    let limit = capacity + run.abuser_last_ns / interval;
+    check(
+        abusive.admitted == limit && abusive.unlike_own == 0,
+        format!(
+            "abusive client held to exactly its limit: admitted {} = C + R*t = {limit} over t = {:.3} s,",
+            abusive.admitted,
+            run.abuser_last_ns as f64 / 1e9
+        ) + "\n    every answer the one its own TokenBucket gives",
+    );
+    let clients = run.total(Class::WellBehaved);
+    let sprayed = run.total(Class::Sprayed);
+    let overflowed = run.map[0].overflowed + run.map[1].overflowed;
+    if overflowed == 0 {
+        check(
+            clients.admitted == clients.offered && clients.unlike_own == 0,
+            format!(
+                "every well-behaved request admitted: {} of {}, every answer its own TokenBucket's",
+                clients.admitted, clients.offered
+            ),
+        );
+    } else {
+        check(
+            clients.denied == 0 && clients.admitted + clients.no_room == clients.offered,
+            format!(
+                "no well-behaved request denied for its rate; {} of {} found no room",
+                clients.no_room, clients.offered
+            ),
+        );
+    }
+    check(
+        overflowed == clients.no_room + abusive.no_room + sprayed.no_room,
+        format!("overflowed() = requests with no room = {overflowed}"),
+    );
+    // Every sprayed key admitted was inserted, and the map never held more than the bound: all but
+    // that many were removed, by the automatic sweeps (nothing else removes a key during the run).
+    let evictions = run.map[0].evictions + run.map[1].evictions;
+    let needed = sprayed.admitted.saturating_sub(run.bound as u64);
+    check(
+        evictions >= needed,
+        format!(
+            "evicted automatically, no clean-up call: {evictions} keys (the {} sprayed keys admitted",
+            sprayed.admitted
+        ) + &format!("\n    need at least {needed} to fit in {})", run.bound),
+    );
+    check(
+        run.left_at_end == 0,
+        format!(
+            "retain_recent_at after the run, every bucket full again: {} forgotten, {} left",
+            run.forgotten_at_end, run.left_at_end
+        ),
+    );
+    held
+}
+
+// ---------------------------------------------------------------------------------------------
+// Part 3: contention, measured live
 // ---------------------------------------------------------------------------------------------
 
 /// How long each cell of the table runs.
@@ -879,13 +1293,13 @@ impl Progress {
     }
 }
 
-fn part_two() -> Result<(), String> {
+fn part_three() -> Result<(), String> {
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
     let contenders = contenders();
     let cells = contenders.len() * THREADS.len();
 
     println!();
-    println!("tollgate tour, part 2: one limiter shared by several threads (measured now)");
+    println!("tollgate tour, part 3: one limiter shared by several threads (measured now)");
     println!();
     println!(
         "This machine: {cores} core{} available; {} ms per cell{}.",
