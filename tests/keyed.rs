@@ -553,21 +553,43 @@ fn shared_overflow_limits_all_newcomers_together() {
     assert_eq!(keyed.check_key_n_at(&0, 4, now).unwrap().remaining(), 0);
 }
 
-/// Rounds of real threads: at the start of each round every key's bucket is full again, admitters
-/// hammer the keys while an evictor sweeps at the same reading. An eviction that lost an admission
-/// would let a key be created afresh, full, and admit more than the capacity in the round; an
-/// admission lost the other way would admit fewer. Exactly the capacity per key per round.
+/// Rounds of real threads: at the start of each round every key is forgettable again (a full
+/// bucket, an expired window or log), admitters hammer the keys while an evictor sweeps at the same
+/// reading. An eviction that lost an admission would let a key be created afresh and admit more
+/// than the limit in the round; an admission lost the other way would admit fewer. Exactly the
+/// limit per key per round, for every algorithm.
 #[test]
 fn stress_admissions_racing_evictions_admit_exactly_the_capacity() {
+    let bucket = Quota::per_second(1).unwrap().with_capacity(4).unwrap();
+    let window = Quota::per_second(4).unwrap();
+    race_admissions_and_evictions(limiter::<u64>(bucket));
+    race_admissions_and_evictions(
+        KeyedLimiter::<u64, FixedWindowKeys, _>::with_algorithm(window, ManualClock::new())
+            .unwrap(),
+    );
+    race_admissions_and_evictions(
+        KeyedLimiter::<u64, SlidingWindowCounterKeys, _>::with_algorithm(
+            window,
+            ManualClock::new(),
+        )
+        .unwrap(),
+    );
+    race_admissions_and_evictions(
+        KeyedLimiter::<u64, SlidingWindowLogKeys, _>::with_algorithm(window, ManualClock::new())
+            .unwrap(),
+    );
+}
+
+/// The rounds of the test above on `keyed`, whose keys admit 4 each from a fresh state and are
+/// forgettable again 4 s after they were last used.
+fn race_admissions_and_evictions<A: tollgate::keyed::Algorithm>(
+    keyed: KeyedLimiter<u64, A, ManualClock>,
+) {
     const KEYS: u64 = 32;
     const CAPACITY: u64 = 4;
     const ROUNDS: u64 = 40;
     const ADMITTERS: usize = 3;
-    let quota = Quota::per_second(1)
-        .unwrap()
-        .with_capacity(CAPACITY)
-        .unwrap();
-    let keyed: Arc<Limiter<u64>> = Arc::new(limiter(quota));
+    let keyed = Arc::new(keyed);
     let barrier = Arc::new(Barrier::new(ADMITTERS + 1));
     let admitters: Vec<_> = (0..ADMITTERS)
         .map(|i| {
@@ -596,7 +618,8 @@ fn stress_admissions_racing_evictions_admit_exactly_the_capacity() {
     for round in 0..ROUNDS {
         let at = Nanos::new(round * CAPACITY * SEC);
         barrier.wait();
-        // Sweep while the admitters run: keys still full at `at` (not yet touched this round) go.
+        // Sweep while the admitters run: keys still forgettable at `at` (not yet touched this
+        // round) go.
         for _ in 0..50 {
             evicted += keyed.retain_recent_at(at);
         }
