@@ -281,37 +281,15 @@ fn window_keys_are_forgotten_when_their_windows_are_over() {
 /// sweeps.
 #[test]
 fn window_eviction_never_changes_a_decision() {
-    fn pair<A: tollgate::keyed::Algorithm>(seed: u64) {
-        let quota = Quota::per_second(4).unwrap();
-        let evicting: KeyedLimiter<u32, A, ManualClock> =
-            KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
-        let keeping: KeyedLimiter<u32, A, ManualClock> =
-            KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
-        let mut rng = Rng(seed);
-        let mut now = 0;
-        let mut evicted = 0;
-        for _ in 0..20_000 {
-            now += rng.below(SEC / 5);
-            let at = Nanos::new(now);
-            evicted += evicting.retain_recent_at(at);
-            let key = rng.below(6) as u32;
-            let n = rng.below(4);
-            assert_eq!(
-                evicting.check_key_n_at(&key, n, at),
-                keeping.check_key_n_at(&key, n, at),
-                "key {key} n {n} at {now}"
-            );
-            assert_eq!(
-                evicting.remaining_key_at(&key, at),
-                keeping.remaining_key_at(&key, at)
-            );
-        }
+    let quota = Quota::per_second(4).unwrap();
+    for evicted in [
+        evicting_answers_as_keeping::<FixedWindowKeys>(quota, 11, SEC / 5, 6),
+        evicting_answers_as_keeping::<SlidingWindowCounterKeys>(quota, 12, SEC / 5, 6),
+        evicting_answers_as_keeping::<SlidingWindowLogKeys>(quota, 13, SEC / 5, 6),
+        evicting_answers_as_keeping::<Tiered<SlidingWindowLogKeys>>(quota, 14, SEC / 5, 6),
+    ] {
         assert!(evicted > 500, "{evicted}");
     }
-    pair::<FixedWindowKeys>(11);
-    pair::<SlidingWindowCounterKeys>(12);
-    pair::<SlidingWindowLogKeys>(13);
-    pair::<Tiered<SlidingWindowLogKeys>>(14);
 }
 
 /// Tiers: the function picks a key's quota when the key is first seen, the key keeps it while it
@@ -426,18 +404,32 @@ fn the_sweeper_thread_forgets_idle_keys_and_stops() {
 #[test]
 fn meter_eviction_never_changes_a_decision() {
     let quota = Quota::per_second(10).unwrap().with_capacity(3).unwrap();
-    let evicting: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
+    let evicted =
+        evicting_answers_as_keeping::<LeakyMeterKeys>(quota, 0xdead_beef_cafe_f00d, SEC / 20, 8);
+    assert!(evicted > 1000, "{evicted}");
+}
+
+/// Runs 20 000 requests (clock steps forward of up to `max_step` ns, `keys` keys) on a limiter of
+/// algorithm `A` that sweeps before every request and on one that never sweeps, asserting identical
+/// answers and remaining counts throughout. Answers how many keys the first evicted.
+fn evicting_answers_as_keeping<A: tollgate::keyed::Algorithm>(
+    quota: Quota,
+    seed: u64,
+    max_step: u64,
+    keys: u64,
+) -> usize {
+    let evicting: KeyedLimiter<u32, A, ManualClock> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
-    let keeping: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
+    let keeping: KeyedLimiter<u32, A, ManualClock> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
-    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    let mut rng = Rng(seed);
     let mut now = 0;
     let mut evicted = 0;
     for _ in 0..20_000 {
-        now += rng.below(SEC / 20);
+        now += rng.below(max_step);
         let at = Nanos::new(now);
         evicted += evicting.retain_recent_at(at);
-        let key = rng.below(8) as u32;
+        let key = rng.below(keys) as u32;
         let n = rng.below(4);
         assert_eq!(
             evicting.check_key_n_at(&key, n, at),
@@ -449,8 +441,8 @@ fn meter_eviction_never_changes_a_decision() {
             keeping.remaining_key_at(&key, at)
         );
     }
-    assert!(evicted > 1000, "{evicted}");
     assert_eq!(keeping.evictions(), 0);
+    evicted
 }
 
 #[test]

@@ -290,6 +290,30 @@ fn one_word<T: OneWord>(policy: &T::Policy, key: Held<'_, AtomicU64>) -> u64 {
     }
 }
 
+/// The four decisions of a [`OneWord`] algorithm, each the same call on the wrapped direct policy:
+/// `$take` is the policy's method that takes `n`, `|$t| $time` converts the reading.
+macro_rules! word_decisions {
+    ($take:ident, |$t:ident| $time:expr) => {
+        #[inline]
+        fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity> {
+            policy.0.check_n(n)
+        }
+
+        #[inline]
+        fn take(policy: &Self::Policy, word: u64, $t: Self::Time, n: u64) -> Decision {
+            decision(policy.0.$take(word, $time, n))
+        }
+
+        fn query(policy: &Self::Policy, word: u64, $t: Self::Time) -> Admitted {
+            policy.0.query(word, $time)
+        }
+
+        fn remaining(policy: &Self::Policy, word: u64, $t: Self::Time) -> u64 {
+            policy.0.remaining(word, $time)
+        }
+    };
+}
+
 /// The [token bucket](crate::token_bucket) per key: bursts up to the quota's capacity, then its
 /// steady rate; a key is forgotten once its bucket is full again.
 ///
@@ -340,23 +364,7 @@ impl OneWord for TokenBucketKeys {
         word <= policy.0.initial_word(policy.0.capacity(), now.0)
     }
 
-    #[inline]
-    fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.0.check_n(n)
-    }
-
-    #[inline]
-    fn take(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Decision {
-        decision(policy.0.take(word, now.0, n))
-    }
-
-    fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted {
-        policy.0.query(word, now.0)
-    }
-
-    fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64 {
-        policy.0.remaining(word, now.0)
-    }
+    word_decisions!(take, |now| now.0);
 }
 
 /// A step of a direct limiter's decision as a keyed decision.
@@ -420,23 +428,7 @@ impl OneWord for LeakyMeterKeys {
         word <= policy.0.initial_word(u64::MAX, now.0)
     }
 
-    #[inline]
-    fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.0.check_n(n)
-    }
-
-    #[inline]
-    fn take(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Decision {
-        decision(policy.0.acquire(word, now.0, n))
-    }
-
-    fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted {
-        policy.0.query(word, now.0)
-    }
-
-    fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64 {
-        policy.0.remaining(word, now.0)
-    }
+    word_decisions!(acquire, |now| now.0);
 }
 
 /// The [fixed window](crate::window::fixed) per key: up to N admissions in each window of the
@@ -484,23 +476,7 @@ impl OneWord for FixedWindowKeys {
         policy.0.is_expired(word, now)
     }
 
-    #[inline]
-    fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.0.check_n(n)
-    }
-
-    #[inline]
-    fn take(policy: &Self::Policy, word: u64, now: Nanos, n: u64) -> Decision {
-        decision(policy.0.take(word, now, n))
-    }
-
-    fn query(policy: &Self::Policy, word: u64, now: Nanos) -> Admitted {
-        policy.0.query(word, now)
-    }
-
-    fn remaining(policy: &Self::Policy, word: u64, now: Nanos) -> u64 {
-        policy.0.remaining(word, now)
-    }
+    word_decisions!(take, |now| now);
 }
 
 /// The one-word [sliding window counter](crate::window::sliding_counter) per key: the previous
@@ -551,28 +527,7 @@ impl OneWord for SlidingWindowCounterKeys {
         policy.0.is_expired(word, now.0)
     }
 
-    #[inline]
-    fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.0.check_n(n)
-    }
-
-    #[inline]
-    fn take(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Decision {
-        decision(policy.0.take(word, now.0, n))
-    }
-
-    fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted {
-        match policy.0.take(word, now.0, 0) {
-            Step::Write(_, admitted) | Step::Keep(admitted) => admitted,
-            // A request for nothing is always answered with an admission; a denial here would be
-            // a bug, reported as nothing left.
-            Step::Refuse(_) => Admitted::new(0, 1, crate::outcome::Span::from_nanos(0)),
-        }
-    }
-
-    fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64 {
-        policy.0.remaining(word, now.0)
-    }
+    word_decisions!(take, |now| now.0);
 }
 
 /// The exact [sliding window log](crate::window::sliding_log) per key: never more than N

@@ -499,12 +499,19 @@ impl Policy {
         }
     }
 
+    /// What a request for nothing reports at `r` for the one-word counter.
+    pub(crate) fn query(&self, word: u64, r: Reading) -> Admitted {
+        match self.take(word, r, 0) {
+            Step::Keep(a) | Step::Write(_, a) => a,
+            // A request for nothing is always answered with an admission (`decide` admits
+            // `n = 0`); were it ever refused, nothing is left.
+            Step::Refuse(_) => Admitted::new(0, 1, Span::from_nanos(0)),
+        }
+    }
+
     /// `⌊N − estimate⌋` at `r` for the one-word counter.
     pub(crate) fn remaining(&self, word: u64, r: Reading) -> u64 {
-        match self.take(word, r, 0) {
-            Step::Keep(a) | Step::Write(_, a) => a.remaining(),
-            Step::Refuse(d) => d.remaining(),
-        }
+        self.query(word, r).remaining()
     }
 
     /// The one-word counter's word of a key a keyed limiter creates afresh, "fresh as of
