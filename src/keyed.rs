@@ -102,11 +102,13 @@
 //!
 //! # Memory ordering
 //!
-//! Each key's word publishes nothing but itself, and is only ever touched under its shard's lock (a
-//! read lock for compare-and-swaps, the write lock for inserting and removing), so every access to it
-//! is `Relaxed`; the lock's release and acquire order an admission against an eviction, as described
-//! above. An admission is not a synchronization point between threads: do not use it to publish
-//! other data.
+//! A key's state is only ever touched under its shard's lock (a read lock for decisions, the write
+//! lock for inserting, judging freshness and removing); the lock's release and acquire order an
+//! admission against an eviction, as described above. Within the read lock, decisions race each
+//! other exactly as on the direct limiter: a one-word state publishes nothing but itself, so every
+//! access to it is `Relaxed`; a sliding window log per key runs the direct log's claim protocol,
+//! with its `Acquire`/`AcqRel` orderings and their reasons (see [`crate::window::sliding_log`]). An
+//! admission is not a synchronization point between threads: do not use it to publish other data.
 
 mod algorithm;
 mod store;
