@@ -7,12 +7,15 @@
 //! | `tollgate` | `KeyedLimiter::<u64>::new(quota)` (a `DashMap` hashed with ahash), `check_key` | `MonotonicClock` |
 //! | `tollgate_at` | the same limiter, `check_key_at` with one reading taken before the sample | none |
 //! | `governor` | `RateLimiter::keyed(quota)` (governor's default store: a `DashMap` with std's SipHash `RandomState`), `check_key` | governor's `DefaultClock` (quanta) |
-//! | `floor` | a read-only `std` `HashMap<u64, AtomicU64, ahash::RandomState>`: a lookup and a counter compare-and-swap | none |
+//! | `floor` | a read-only `std` `HashMap<u64, AtomicU64, ahash::RandomState>`: a lookup and a GCRA-like compare-and-swap, at one reading taken before the sample | none |
+//! | `floor_clock` | the same map and check, at a `MonotonicClock` reading taken per check | `MonotonicClock` |
 //!
-//! The `floor` is what a lookup and one compare-and-swap cost with no lock: the same hasher as
-//! tollgate's map, no shard lock, no clock. Accept-heavy its counter starts at 0 and every check
-//! increments it (a CAS); reject-heavy it starts at its limit and every check loads and refuses,
-//! writing nothing, as tollgate's and governor's denials do.
+//! The floor is what a lookup and one compare-and-swap cost with no lock: the same hasher as
+//! tollgate's map, no shard lock, no eviction protocol. Its word is an arrival time: accept-heavy
+//! it starts at 0 and every check moves it on by 1 ns (a CAS); reject-heavy it starts past any
+//! reading and every check loads, compares and refuses, writing nothing, as tollgate's and
+//! governor's denials do. `floor` beside `tollgate_at` and `floor_clock` beside `tollgate` compare
+//! like with like: the difference is the map's shard lock and the limiter's own work.
 //!
 //! **The key space is populated before timing**, one check per key, and stays populated: every
 //! sample checks afterwards that tollgate's map still holds every key and evicted none (and
@@ -67,7 +70,7 @@ const SEED: u64 = 0x7011_6a7e_5eed_0001;
 
 /// Registers the `keyed_allow`, `keyed_deny` and `keyed_insert` groups.
 ///
-/// 64 benches in the first two, so each is shortened (0.5 s warm-up, 10 samples in 1.5 s) to keep
+/// 80 benches in the first two, so each is shortened (0.5 s warm-up, 10 samples in 1.2 s) to keep
 /// the three groups near 3 minutes.
 pub(crate) fn bench(c: &mut Criterion) {
     for load in Load::BOTH {
@@ -82,11 +85,11 @@ pub(crate) fn bench(c: &mut Criterion) {
     insert(c);
 }
 
-/// 0.5 s warm-up, 10 samples (criterion's least) in 1.5 s.
+/// 0.5 s warm-up, 10 samples (criterion's least) in 1.2 s.
 fn shorten(group: &mut BenchmarkGroup<'_, WallTime>) {
     group
         .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_millis(1500))
+        .measurement_time(Duration::from_millis(1200))
         .sample_size(10);
 }
 
@@ -111,7 +114,7 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The four limiters on `size` known keys, at 1 and 2 threads. Each limiter is populated, measured
+/// The five benches on `size` known keys, at 1 and 2 threads. Each limiter is populated, measured
 /// and dropped before the next is built, so at most one large map exists at a time.
 fn known_keys(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, size: usize, order: &[u64]) {
     {
@@ -184,8 +187,19 @@ fn known_keys(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, size: usize,
                 threads,
                 &floor,
                 order,
-                |f, key, _| f.check(key),
+                |f, key, at| f.check(key, at.as_u64()),
                 |admitted, checks| load.verify("keyed floor", admitted, checks),
+            );
+            let clock = MonotonicClock::new();
+            measure(
+                group,
+                "floor_clock",
+                size,
+                threads,
+                &floor,
+                order,
+                |f, key, _| f.check(key, clock.now().as_u64()),
+                |admitted, checks| load.verify("keyed floor_clock", admitted, checks),
             );
         }
     }
@@ -225,48 +239,53 @@ fn populated_governor(load: Load, size: usize) -> governor::DefaultKeyedRateLimi
     limiter
 }
 
-/// The floor: a read-only map from key to a counter, and a check that is a lookup plus one
-/// compare-and-swap (accept-heavy) or one load (reject-heavy). No lock, no clock.
+/// The floor: a read-only map from key to a GCRA-like word (the theoretical arrival time, in
+/// nanoseconds), and a check that is a lookup plus one compare-and-swap (accept-heavy) or one load
+/// and a comparison (reject-heavy). No lock.
 #[derive(Debug)]
 struct Floor {
     map: HashMap<u64, AtomicU64, ahash::RandomState>,
 }
 
 impl Floor {
-    /// Admissions per key before the floor refuses: accept-heavy counters start at 0 and never get
-    /// there; reject-heavy ones start there.
-    const LIMIT: u64 = u64::MAX;
+    /// How far ahead of the reading a key's arrival time may run and still be admitted: 2^32 ns
+    /// (4.3 s), so at one admission per nanosecond of arrival time an accept-heavy key is never
+    /// refused during a run.
+    const TOLERANCE: u64 = 1 << 32;
 
+    /// Accept-heavy words start at 0 (any reading admits); reject-heavy ones at `u64::MAX`, past any
+    /// reading plus the tolerance, so every check is refused without a write.
     fn populated(load: Load, size: usize) -> Floor {
         let start = match load {
             Load::Accept => 0,
-            Load::Deny => Floor::LIMIT,
+            Load::Deny => u64::MAX,
         };
         let mut map = HashMap::with_hasher(ahash::RandomState::new());
         map.extend((0..size as u64).map(|key| (key, AtomicU64::new(start))));
         Floor { map }
     }
 
-    /// Counts one admission for `key` if it is below the limit.
+    /// Admits `key` at reading `now` if its arrival time is within the tolerance of `now`, moving the
+    /// arrival time on by 1 ns (as tollgate's and governor's accept-heavy quota does).
     #[inline]
-    fn check(&self, key: u64) -> bool {
+    fn check(&self, key: u64, now: u64) -> bool {
         let Some(word) = self.map.get(&key) else {
             return false;
         };
-        // Relaxed: the counter publishes nothing but itself.
-        let mut current = word.load(Ordering::Relaxed);
+        // Relaxed: the word publishes nothing but itself.
+        let mut tat = word.load(Ordering::Relaxed);
         loop {
-            if current == Floor::LIMIT {
+            if tat > now.saturating_add(Floor::TOLERANCE) {
                 return false;
             }
             match word.compare_exchange_weak(
-                current,
-                current + 1,
+                tat,
+                tat.max(now) + 1,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return true,
-                Err(actual) => current = actual,
+                Err(actual) => tat = actual,
             }
         }
     }
