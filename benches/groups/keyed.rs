@@ -6,6 +6,7 @@
 //! | --- | --- | --- |
 //! | `tollgate` | `KeyedLimiter::<u64>::new(quota)` (a `DashMap` hashed with ahash), `check_key` | `MonotonicClock` |
 //! | `tollgate_at` | the same limiter, `check_key_at` with one reading taken before the sample | none |
+//! | `tollgate_coarse` (100 000 keys only) | `KeyedLimiter::with_clock(quota, CoarseClock::new()?)`, `check_key` | one load of quanta's upkeep-thread time |
 //! | `governor` | `RateLimiter::keyed(quota)` (governor's default store: a `DashMap` with std's SipHash `RandomState`), `check_key` | governor's `DefaultClock` (quanta) |
 //! | `floor` | a read-only `std` `HashMap<u64, AtomicU64, ahash::RandomState>`: a lookup and a GCRA-like compare-and-swap, at one reading taken before the sample | none |
 //! | `floor_clock` | the same map and check, at a `MonotonicClock` reading taken per check | `MonotonicClock` |
@@ -50,8 +51,8 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
-use tollgate::keyed::KeyedLimiter;
-use tollgate::{Clock, MonotonicClock, Nanos};
+use tollgate::keyed::{KeyedLimiter, TokenBucketKeys};
+use tollgate::{Clock, CoarseClock, MonotonicClock, Nanos};
 
 use super::common::{run_threads, Load};
 
@@ -60,6 +61,10 @@ const SIZES: [usize; 4] = [1, 1_000, 100_000, 1_000_000];
 
 /// 1 is the reference; 2 is one per core on the bench machine.
 const THREADS: [usize; 2] = [1, 2];
+
+/// The one key-space size at which `tollgate_coarse` is measured: the size of issue 6's targets
+/// (all four sizes would add 16 benches and half a minute).
+const COARSE_SIZE: usize = 100_000;
 
 /// tollgate's bound on keys, set explicitly (it is also the default): 2^20 = 1 048 576, room for
 /// the largest key space and the largest insert batch.
@@ -118,7 +123,11 @@ fn splitmix64(state: &mut u64) -> u64 {
 /// and dropped before the next is built, so at most one large map exists at a time.
 fn known_keys(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, size: usize, order: &[u64]) {
     {
-        let limiter = populated_tollgate(load, size);
+        let limiter = populated_tollgate(
+            KeyedLimiter::new(load.tollgate_quota()),
+            MonotonicClock::new().now(),
+            size,
+        );
         let evictions = limiter.evictions();
         let intact = |admitted: u64, checks: u64, label: &str| {
             load.verify(label, admitted, checks);
@@ -150,6 +159,38 @@ fn known_keys(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, size: usize,
                 order,
                 |l, key, at| l.check_key_at(&key, at).is_ok(),
                 |a, c| intact(a, c, "keyed tollgate_at"),
+            );
+        }
+    }
+    if size == COARSE_SIZE {
+        // The upkeep thread belongs to one clock at a time: created here, dropped with the limiter.
+        let clock = CoarseClock::new().expect("the coarse clock's upkeep thread starts");
+        let at = clock.now();
+        let limiter = populated_tollgate(
+            KeyedLimiter::with_clock(load.tollgate_quota(), clock),
+            at,
+            size,
+        );
+        let evictions = limiter.evictions();
+        for threads in THREADS {
+            group.throughput(Throughput::Elements(threads as u64));
+            measure(
+                group,
+                "tollgate_coarse",
+                size,
+                threads,
+                &limiter,
+                order,
+                |l, key, _| l.check_key(&key).is_ok(),
+                |admitted, checks| {
+                    load.verify("keyed tollgate_coarse", admitted, checks);
+                    assert_eq!(limiter.len(), size, "keyed tollgate_coarse: every key held");
+                    assert_eq!(
+                        limiter.evictions(),
+                        evictions,
+                        "keyed tollgate_coarse: no eviction"
+                    );
+                },
             );
         }
     }
@@ -205,11 +246,14 @@ fn known_keys(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, size: usize,
     }
 }
 
-/// A tollgate keyed limiter on the default clock, holding the keys `0..size`, each checked once at
-/// one reading (see the module docs for why one reading).
-fn populated_tollgate(load: Load, size: usize) -> KeyedLimiter<u64> {
-    let limiter = KeyedLimiter::new(load.tollgate_quota()).with_max_keys(MAX_KEYS);
-    let at = MonotonicClock::new().now();
+/// `limiter` (empty) bounded to [`MAX_KEYS`] and holding the keys `0..size`, each checked once at
+/// `at`, one reading of its clock (see the module docs for why one reading).
+fn populated_tollgate<C: Clock>(
+    limiter: KeyedLimiter<u64, TokenBucketKeys, C>,
+    at: Nanos,
+    size: usize,
+) -> KeyedLimiter<u64, TokenBucketKeys, C> {
+    let limiter = limiter.with_max_keys(MAX_KEYS);
     for key in 0..size as u64 {
         assert!(
             limiter.check_key_at(&key, at).is_ok(),
