@@ -21,9 +21,9 @@
 //! **The key space is populated before timing**, one check per key, and stays populated: every
 //! sample checks afterwards that tollgate's map still holds every key and evicted none (and
 //! governor's holds every key), so each timed check takes the known-key path. Tollgate's limiter
-//! forgets a key whose bucket is full again; accept-heavy (10^9 per second) a bucket is full again 1
-//! ns after a check, so a population by `check_key` would be swept away by the limiter's own
-//! sweeps (they run after every `max(256, len / 2)` new keys). The population therefore uses
+//! forgets a key whose bucket is full again; accept-heavy (10^9 per second) a bucket is full
+//! again 1 ns after a check, so a population by `check_key` would be swept away by the limiter's
+//! own sweeps (they run after every `max(256, len / 2)` new keys). The population therefore uses
 //! `check_key_at` with one reading for every key: at that reading no key is full, and no sweep
 //! removes one. During timing no key is new, so no sweep runs. Reject-heavy (one token an hour,
 //! capacity 1), the population's check takes each key's only token, and every timed check is
