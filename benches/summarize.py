@@ -6,7 +6,9 @@ median point estimate (or another estimate, with --estimate), and prints one tab
 the time per check, the total throughput, the ratios to governor and to the Mutex baseline (in the
 `sharded_*` groups: to governor and to `TokenBucket`) in the same group, and the team's speed
 targets marked met or missed. With --latency, it also reads the table printed by
-`cargo bench --bench latency` and judges the p99 target. Standard library only.
+`cargo bench --bench latency` and judges the p99 target; with --keyed-memory, the table printed by
+`cargo bench --bench keyed_memory`, for the bytes-per-key target. The keyed groups get one row per
+(key count, threads), with each bench's total Mops/s and throughput multiples. Standard library only.
 
 Usage:
     python3 benches/summarize.py                      # finds the criterion directory itself
@@ -14,6 +16,8 @@ Usage:
     python3 benches/summarize.py --estimate mean
     cargo bench --bench latency | tee target/latency.md
     python3 benches/summarize.py --latency target/latency.md
+    cargo bench --bench keyed_memory | tee target/keyed_memory.md
+    python3 benches/summarize.py --keyed-memory target/keyed_memory.md
 """
 
 import argparse
@@ -26,7 +30,7 @@ from pathlib import Path
 ORDER = ["sharded", "tollgate", "tollgate_coarse", "tollgate_at", "governor", "governor_upkeep", "mutex"]
 GROUP_ORDER = ["single_allow", "single_deny", "contended_allow", "contended_deny", "spread_allow",
                "sharded_allow", "sharded_deny", "windows_allow", "windows_deny", "leaky_allow",
-               "leaky_deny", "leaky_queue_send"]
+               "leaky_deny", "leaky_queue_send", "keyed_allow", "keyed_deny", "keyed_insert"]
 
 # The window groups' rows, in order, and each tollgate limiter's peer (the crate that offers the
 # same algorithm), whose time the `÷ peer` column divides by.
@@ -48,7 +52,13 @@ GROUP_TITLES = {
     "leaky_allow": "Leaky meter, one key, 1/2 threads, accept-heavy",
     "leaky_deny": "Leaky meter, one key, 1/2 threads, reject-heavy",
     "leaky_queue_send": "Leaky queue, 1/2/4 producers sending while the consumer receives (items through the queue)",
+    "keyed_allow": "Keyed limiters, 1 to 1M known keys, 1/2 threads, accept-heavy",
+    "keyed_deny": "Keyed limiters, 1 to 1M known keys, 1/2 threads, reject-heavy",
+    "keyed_insert": "Keyed limiters, first check of a new key, 1 thread",
 }
+
+# The keyed groups' benches, in column order.
+KEYED_BENCHES = ["tollgate", "tollgate_at", "tollgate_coarse", "governor", "floor", "floor_clock"]
 
 # The groups whose tables compare throughput with governor and TokenBucket (`tollgate`).
 SHARDED_GROUPS = ("sharded_allow", "sharded_deny")
@@ -83,7 +93,13 @@ def load(criterion_dir, estimate):
         est = json.loads(est_file.read_text())
         elements = (bench.get("throughput") or {}).get("Elements", 1)
         value = bench.get("value_str")
-        threads = int(value) if value and value.isdigit() else 1
+        if value and value.isdigit():
+            threads = int(value)
+        elif value and "/" in value:
+            # The keyed groups: `<keys>/<threads>`.
+            threads = tuple(int(v) for v in value.split("/"))
+        else:
+            threads = 1
         groups.setdefault(bench["group_id"], {})[(bench["function_id"], threads)] = {
             "ns": est[estimate]["point_estimate"],  # per iteration: `elements` checks
             "elements": elements,
@@ -172,7 +188,51 @@ def versus_table(group, rows, first, second, first_title, second_title):
     return out
 
 
+def keyed_table(group, rows):
+    """A `keyed_allow` or `keyed_deny` group: one row per (keys, threads), total Mops/s of each bench,
+    and throughput multiples (above 1 is faster)."""
+    out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", "",
+           "Total Mops/s (all threads). × columns divide throughputs: above 1 is faster.", "",
+           "| keys | threads | " + " | ".join(KEYED_BENCHES) + " | tollgate × governor | "
+           "tollgate_at × governor | tollgate × floor_clock | tollgate_at × floor | "
+           "tollgate × own 1 thread | governor × own 1 thread | floor × own 1 thread |",
+           "| ---: | ---: | " + " | ".join("---:" for _ in KEYED_BENCHES) + " | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    points = sorted({t for (_, t) in rows if isinstance(t, tuple)})
+    for size, threads in points:
+        r = {b: rows.get((b, (size, threads))) for b in KEYED_BENCHES}
+        cells = [f"{mops(r[b]):.1f}" if r[b] else "" for b in KEYED_BENCHES]
+
+        def own(bench):
+            one = rows.get((bench, (size, 1)))
+            return thrpt_ratio(r[bench], one) if threads != 1 else ""
+
+        out.append(f"| {size} | {threads} | " + " | ".join(cells) + " | "
+                   f"{thrpt_ratio(r['tollgate'], r['governor'])} | "
+                   f"{thrpt_ratio(r['tollgate_at'], r['governor'])} | "
+                   f"{thrpt_ratio(r['tollgate'], r['floor_clock'])} | "
+                   f"{thrpt_ratio(r['tollgate_at'], r['floor'])} | "
+                   f"{own('tollgate')} | {own('governor')} | {own('floor')} |")
+    return out
+
+
+def keyed_insert_table(group, rows):
+    """`keyed_insert`: time per first check of a new key, by batch (new keys per fresh limiter)."""
+    out = [f"#### `{group}`: {GROUP_TITLES.get(group, group)}", "",
+           "| new keys per fresh limiter | tollgate ns per new key | governor ns per new key | "
+           "tollgate × governor's throughput |",
+           "| ---: | ---: | ---: | ---: |"]
+    for batch in sorted({t for (_, t) in rows}):
+        t, g = rows.get(("tollgate", batch)), rows.get(("governor", batch))
+        out.append(f"| {batch} | {per_check(t):.1f} | {per_check(g):.1f} | {thrpt_ratio(t, g)} |"
+                   if t and g else f"| {batch} | | | |")
+    return out
+
+
 def table(group, rows):
+    if group in ("keyed_allow", "keyed_deny"):
+        return keyed_table(group, rows)
+    if group == "keyed_insert":
+        return keyed_insert_table(group, rows)
     if group in SHARDED_GROUPS:
         return sharded_table(group, rows)
     if group.startswith("windows"):
@@ -231,7 +291,20 @@ def read_latency(path):
     return rows, warning
 
 
-def targets(groups, latency=None):
+def read_keyed_memory(path):
+    """{keys: (tollgate, governor)} bytes per key (medians) from what `cargo bench --bench keyed_memory`
+    printed."""
+    rows = {}
+    for line in Path(path).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0].isdigit():
+            rows[int(cells[0])] = (float(cells[1].split()[0]), float(cells[2].split()[0]))
+    if not rows:
+        sys.exit(f"no table in {path}: pass the output of `cargo bench --bench keyed_memory`")
+    return rows
+
+
+def targets(groups, latency=None, keyed_memory=None):
     """The team's speed targets, as ratios within one run (the latency target from its own run)."""
     def get(group, function, threads=1):
         return groups.get(group, {}).get((function, threads))
@@ -265,6 +338,26 @@ def targets(groups, latency=None):
                    sharded_2, get("sharded_allow", "governor", 2), 4.0)
     thrpt_at_least("2 threads admitting, one key: ShardedBucket total throughput ÷ TokenBucket's",
                    sharded_2, get("sharded_allow", "tollgate", 2), 4.0)
+    # Issue 6: the keyed limiter at 100 000 known keys, both loads.
+    for group in ("keyed_allow", "keyed_deny"):
+        for threads, limit in ((1, 1.5), (2, 2.0)):
+            thrpt_at_least(f"{group}, 100 000 keys, {threads} thread{'s' if threads > 1 else ''}: "
+                           "tollgate total throughput ÷ governor's",
+                           get(group, "tollgate", (100_000, threads)),
+                           get(group, "governor", (100_000, threads)), limit)
+    # What the keyed targets would take: the same limiter without a clock read per check.
+    keyed_reference = []
+    for group in ("keyed_allow", "keyed_deny"):
+        for threads in (1, 2):
+            gov = get(group, "governor", (100_000, threads))
+            for bench in ("tollgate_at", "tollgate_coarse", "floor_clock", "floor"):
+                row = get(group, bench, (100_000, threads))
+                if row and gov:
+                    keyed_reference.append(f"| {group} | {threads} | {bench} | {mops(row) / mops(gov):.2f}× |")
+    if keyed_memory:
+        for keys, (t, g) in sorted(keyed_memory.items()):
+            checks.append((f"bytes per key at {keys} keys: tollgate ({t:.1f}) ÷ governor ({g:.1f}), "
+                           "keyed_memory bench", f"{t / g:.3f}×", "≤ 1.0×", t <= g))
     latency, latency_warning = latency or (None, None)
     if latency:
         s, g = latency.get(("ShardedBucket", 2)), latency.get(("governor", 2))
@@ -302,6 +395,22 @@ def targets(groups, latency=None):
                            f"{mops(sharded_2) / mops(other):.2f}×.")
 
     # The control for every multi-thread figure: threads that share nothing should scale with cores.
+    if keyed_reference:
+        out += ["", "For the keyed targets, the other rows at 100 000 keys, as throughput ÷ governor's:", "",
+                "| group | threads | bench | × governor |", "| --- | ---: | --- | ---: |"] + keyed_reference
+
+    # The keyed groups' own control: the floor's read-only denials on 1 000 keys (a table that fits
+    # in the cache, no write, no lock) should scale with cores.
+    one, two = get("keyed_deny", "floor", (1000, 1)), get("keyed_deny", "floor", (1000, 2))
+    if one and two:
+        s = mops(two) / mops(one)
+        out += ["", f"Keyed control: the floor's denials on 1 000 keys ran 2 threads at {s:.2f}× one "
+                "thread's throughput."]
+        if s < 1.6:
+            out.append("**Below 1.6×: the keyed run did not get two free cores, so its 2-thread rows "
+                       "say more about the machine's load than about the limiters. Rerun on a quiet "
+                       "machine.**")
+
     one, two = get("spread_allow", "tollgate", 1), get("spread_allow", "tollgate", 2)
     if one and two:
         s = mops(two) / mops(one)
@@ -320,8 +429,11 @@ def main():
                    help="which point estimate to report (default: median)")
     p.add_argument("--latency", metavar="FILE",
                    help="the output of `cargo bench --bench latency`, to judge the p99 target")
+    p.add_argument("--keyed-memory", metavar="FILE",
+                   help="the output of `cargo bench --bench keyed_memory`, to judge the bytes-per-key target")
     args = p.parse_args()
     latency = read_latency(args.latency) if args.latency else None
+    keyed_memory = read_keyed_memory(args.keyed_memory) if args.keyed_memory else None
 
     criterion_dir = find_criterion_dir(args.criterion_dir)
     groups = load(criterion_dir, args.estimate)
@@ -339,7 +451,7 @@ def main():
     names = [g for g in GROUP_ORDER if g in groups] + sorted(g for g in groups if g not in GROUP_ORDER)
     for g in names:
         lines += table(g, groups[g]) + [""]
-    lines += targets(groups, latency)
+    lines += targets(groups, latency, keyed_memory)
     print("\n".join(lines))
 
 

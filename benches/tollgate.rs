@@ -13,6 +13,8 @@
 //! | `leaky_queue_send` | 1, 2 and 4 producers sending into one `LeakyQueue` while the consumer receives: items through the queue per second |
 //! | `leaky_allow`, `leaky_deny` | one key, 1 and 2 threads: `LeakyMeter` (strict and scheduling) beside `TokenBucket` and the leaky-bucket crate |
 //! | `windows_allow`, `windows_deny` | one key, 1 and 2 threads: the window limiters beside `TokenBucket` and the peers that offer each algorithm |
+//! | `keyed_allow`, `keyed_deny` | 1 to 1 000 000 known keys, 1 and 2 threads: `KeyedLimiter` beside governor's keyed limiter and a lock-free `HashMap` floor |
+//! | `keyed_insert` | the first check of keys never seen before: `KeyedLimiter` and governor |
 //!
 //! Per-call latency percentiles do not fit criterion's model: they are the separate `latency` bench
 //! (`benches/latency.rs`).
@@ -35,6 +37,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = groups::single::bench, groups::contended::bench, groups::sharded::bench, groups::windows::bench, groups::leaky::bench, groups::leaky::bench_queue
+    targets = groups::single::bench, groups::contended::bench, groups::sharded::bench, groups::windows::bench, groups::leaky::bench, groups::leaky::bench_queue, groups::keyed::bench
 }
 criterion_main!(benches);

@@ -75,7 +75,7 @@ impl Load {
     }
 
     /// The tollgate quota of this load.
-    fn tollgate_quota(self) -> tollgate::Quota {
+    pub(crate) fn tollgate_quota(self) -> tollgate::Quota {
         let quota = match self {
             Load::Accept => tollgate::Quota::per_second(u64::from(ACCEPT_PER_SECOND))
                 .and_then(|q| q.with_capacity(u64::from(ACCEPT_CAPACITY))),
@@ -87,7 +87,7 @@ impl Load {
     }
 
     /// The governor quota of this load, with the same rate and capacity as the tollgate one.
-    fn governor_quota(self) -> governor::Quota {
+    pub(crate) fn governor_quota(self) -> governor::Quota {
         match self {
             Load::Accept => governor::Quota::per_second(nonzero(ACCEPT_PER_SECOND))
                 .allow_burst(nonzero(ACCEPT_CAPACITY)),

@@ -2,6 +2,7 @@
 
 pub(crate) mod common;
 pub(crate) mod contended;
+pub(crate) mod keyed;
 pub(crate) mod leaky;
 pub(crate) mod sharded;
 pub(crate) mod single;
