@@ -524,7 +524,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check_key_n_now(key, 1)
+        self.check_key_n_with(key, 1, || self.clock.now())
     }
 
     /// Takes one token for `key` as of `now`, a reading of this limiter's clock.
@@ -576,7 +576,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check_key_n_now(key, n)
+        self.check_key_n_with(key, n, || self.clock.now())
     }
 
     /// Takes `n` tokens for `key` as of `now`, all or none.
@@ -601,49 +601,35 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.check_key_n_with(key, n, || now)
+    }
+
+    /// A request for `n` on `key` at the reading `now()` gives. The reading is taken once the
+    /// key's state has been found (under the shard's read lock, which changes nothing: any reading
+    /// is as good as any other taken during the call): with the clock, the lookup's memory accesses
+    /// are then issued before the clock read rather than waiting behind it, which on a map larger
+    /// than the caches is most of a check's cost.
+    #[inline]
+    fn check_key_n_with<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        now: impl Fn() -> Nanos,
+    ) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         // A known key: the decision (a compare-and-swap) runs while the shard's read lock is held,
         // so no eviction of this key can run until it is done (see the module docs).
         let known = self
             .store
-            .with_read(key, |state| A::acquire(&self.policy, state, now, n));
+            .with_read(key, |state| A::acquire(&self.policy, state, now(), n));
         match known {
             Some(outcome) => outcome,
-            None => self.check_unknown(key, n, now),
-        }
-    }
-
-    /// A request on a key that was not in the map a moment ago.
-    #[cold]
-    fn check_unknown<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        if n == 0 {
             // A query never creates a key.
-            self.peek_key_n_at(key, 0, now)
-        } else {
-            self.check_new(key, n, now)
-        }
-    }
-
-    /// [`KeyedLimiter::check_key_n_at`] with the clock read once the key's state has been found:
-    /// the lookup's memory accesses are issued before the clock read, rather than waiting behind
-    /// it, which on a map larger than the caches is most of a check's cost. The reading is taken
-    /// under the shard's read lock, which changes nothing: any reading is as good as any other
-    /// taken during the call.
-    #[inline]
-    fn check_key_n_now<Q>(&self, key: &Q, n: u64) -> Result<Admitted, KeyedError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let known = self.store.with_read(key, |state| {
-            A::acquire(&self.policy, state, self.clock.now(), n)
-        });
-        match known {
-            Some(outcome) => outcome,
-            None => self.check_unknown(key, n, self.clock.now()),
+            None if n == 0 => self.peek_key_n_at(key, 0, now()),
+            None => self.check_new(key, n, now()),
         }
     }
 
