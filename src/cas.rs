@@ -33,7 +33,7 @@ impl Backoff {
         // Under loom a spin hint is a yield to the model checker, which would shift which
         // interleavings its preemption bound reaches; a pause changes timing, never an outcome, so
         // the models run without it.
-        if cfg!(loom) {
+        if cfg!(tollgate_loom) {
             return;
         }
         for _ in 0..self.spins {
@@ -111,7 +111,7 @@ pub(crate) fn read(word: &AtomicU64) -> u64 {
 /// A per-thread count of lost CAS races, kept only in the crate's own unit tests so that stress
 /// tests can prove contention happened; it compiles to nothing elsewhere.
 pub(crate) mod retries {
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(tollgate_loom)))]
     std::thread_local! {
         static RETRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     }
@@ -119,12 +119,12 @@ pub(crate) mod retries {
     /// Notes one lost race on this thread.
     #[inline(always)]
     pub(crate) fn record() {
-        #[cfg(all(test, not(loom)))]
+        #[cfg(all(test, not(tollgate_loom)))]
         RETRIES.with(|r| r.set(r.get() + 1));
     }
 
     /// Lost races on this thread so far.
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(tollgate_loom)))]
     pub(crate) fn on_this_thread() -> u64 {
         RETRIES.with(std::cell::Cell::get)
     }

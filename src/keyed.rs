@@ -116,11 +116,11 @@ mod store;
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 use std::sync::{mpsc, Arc};
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 use std::thread;
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -1131,7 +1131,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 impl<K, A, C> KeyedLimiter<K, A, C>
 where
     K: Hash + Eq + Send + Sync + 'static,
@@ -1200,14 +1200,14 @@ where
 /// drop(sweeper); // stops it too, and waits for it
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 #[derive(Debug)]
 pub struct Sweeper {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<thread::JoinHandle<()>>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 impl Sweeper {
     /// Ends the sweeper thread and waits for it (for at most one sweep in progress).
     ///
@@ -1236,7 +1236,7 @@ impl Sweeper {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 impl Drop for Sweeper {
     fn drop(&mut self) {
         self.end();
@@ -1318,7 +1318,7 @@ impl<K, A: Algorithm, C> fmt::Debug for KeyedLimiter<K, A, C> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;

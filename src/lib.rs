@@ -53,8 +53,10 @@
 //!
 //! | feature | what it adds |
 //! | --- | --- |
-//! | `loom` | builds against loom for the model checks in `loom-tests/` (with `RUSTFLAGS="--cfg loom"`); not for production |
+//! | `loom` | builds against loom for the model checks in `loom-tests/` (with `RUSTFLAGS="--cfg tollgate_loom"`); not for production |
 //! | `tokio` | async `send_async` and `recv_async` on the [`leaky`] queue (tokio's `Notify` and timer) |
+
+#![forbid(unsafe_code)]
 
 mod cas;
 pub mod clock;

@@ -29,6 +29,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::clock::Nanos;
+
 /// A span of time in a limiter's units, converted to nanoseconds only when read:
 /// `(units << shift) - sub` nanoseconds, at least zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,9 +226,9 @@ impl Scheduled {
     /// assert_eq!(meter.try_schedule_at(Nanos::new(9))?.depart_at(), Nanos::new(500_000_007));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn depart_at(&self) -> crate::Nanos {
+    pub fn depart_at(&self) -> Nanos {
         let at = u128::from(self.now).saturating_add(self.delay.nanos());
-        crate::Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+        Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
     }
 
     /// Requests in the virtual queue once this one joined it, this one (all `n` of it) included,
@@ -365,7 +367,7 @@ impl Denied {
     /// ```
     pub fn retry_at(&self) -> crate::Nanos {
         let at = u128::from(self.now).saturating_add(self.retry.nanos());
-        crate::Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+        Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
     }
 
     /// Whole tokens available at the time of the decision (fewer than were asked for).

@@ -1,6 +1,6 @@
 //! The only place in the crate that names `std::sync::atomic` or `loom`.
 //!
-//! Under `cfg(loom)` every atomic, `Arc`, `spin_loop` and `yield_now` comes from loom, so that the
+//! Under `cfg(tollgate_loom)` every atomic, `Arc`, `spin_loop` and `yield_now` comes from loom, so that the
 //! models in `loom-tests/` explore every interleaving of the real code; otherwise they come from
 //! `std`. No other file imports an atomic type directly. `Mutex`, `Condvar` and `yield_now` joined
 //! the list with the leaky queue, whose consumer and waiting senders sleep on condition variables;
@@ -8,12 +8,12 @@
 //! `RwLock` came with the keyed limiter, whose loom stand-in for its concurrent map is a read-write
 //! lock around a `HashMap`.
 
-#[cfg(all(loom, not(feature = "loom")))]
+#[cfg(all(tollgate_loom, not(feature = "loom")))]
 compile_error!(
-    "`--cfg loom` needs the `loom` feature: build with `--features loom` (see loom-tests/)"
+    "`--cfg tollgate_loom` needs the `loom` feature: build with `--features loom` (see loom-tests/)"
 );
 
-#[cfg(all(loom, feature = "loom"))]
+#[cfg(all(tollgate_loom, feature = "loom"))]
 pub(crate) use loom::{
     hint::spin_loop,
     sync::{
@@ -23,7 +23,7 @@ pub(crate) use loom::{
     thread::yield_now,
 };
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 pub(crate) use std::{
     hint::spin_loop,
     sync::{
@@ -45,7 +45,7 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Read-locks `rwlock`, recovering from poison as [`lock`] does (only the loom stand-in for the
 /// keyed limiter's map uses an `RwLock`, and its holders never leave the map half-updated).
-#[cfg(loom)]
+#[cfg(tollgate_loom)]
 #[inline]
 pub(crate) fn read<T>(rwlock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     rwlock
@@ -54,7 +54,7 @@ pub(crate) fn read<T>(rwlock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 }
 
 /// Write-locks `rwlock`, recovering from poison as [`lock`] does.
-#[cfg(loom)]
+#[cfg(tollgate_loom)]
 #[inline]
 pub(crate) fn write<T>(rwlock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     rwlock
@@ -66,7 +66,7 @@ pub(crate) fn write<T>(rwlock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// the order threads first ask: the home-shard index of a sharded limiter, before masking.
 ///
 /// Under loom every thread gets 0: models choose shards explicitly.
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 #[inline]
 pub(crate) fn thread_slot() -> usize {
     use std::sync::atomic::AtomicUsize;
@@ -79,7 +79,7 @@ pub(crate) fn thread_slot() -> usize {
 }
 
 /// Under loom every thread gets 0: models choose shards explicitly.
-#[cfg(loom)]
+#[cfg(tollgate_loom)]
 #[inline]
 pub(crate) fn thread_slot() -> usize {
     0

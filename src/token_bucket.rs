@@ -589,7 +589,7 @@ impl<C> fmt::Debug for TokenBucket<C> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;

@@ -368,7 +368,7 @@ fn each_tier_answers_as_its_own_direct_limiter() {
 
 /// The optional sweeper thread forgets idle keys on its own, and stops when told to. (Not under
 /// loom, which has no sweeper thread.)
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 #[test]
 fn the_sweeper_thread_forgets_idle_keys_and_stops() {
     let clock = ManualClock::new();

@@ -5,7 +5,7 @@
 
 // The blocking forms and the drain thread are not built under loom (the models in
 // loom-tests/ check the protocol), so neither is this file.
-#![cfg(not(loom))]
+#![cfg(not(tollgate_loom))]
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -2,7 +2,7 @@
 //! back on close, `recv_async` paces and is woken by sends and by the close, and cancelling it loses
 //! nothing; a multi-threaded run where a close races async sends.
 
-#![cfg(all(feature = "tokio", not(loom)))]
+#![cfg(all(feature = "tokio", not(tollgate_loom)))]
 
 use std::time::{Duration, Instant};
 

@@ -6,9 +6,9 @@
 //! `common/mod.rs`) asserts that every outcome the race allows was run.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release`.
+//! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release`.
 
-#![cfg(loom)]
+#![cfg(tollgate_loom)]
 
 mod common;
 

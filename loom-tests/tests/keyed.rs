@@ -2,15 +2,15 @@
 //! word under its shard's read lock; eviction decides and removes under the write lock; a new key
 //! reserves its place in the key count and is inserted under the write lock.
 //!
-//! Under `cfg(loom)` the limiter's map is a loom `RwLock` around a `HashMap` (one shard), so these
+//! Under `cfg(tollgate_loom)` the limiter's map is a loom `RwLock` around a `HashMap` (one shard), so these
 //! models check the limiter's own protocol, taking the concurrent map's correctness as given.
 //! Readings are explicit, so "no time passes" is exact.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test keyed`.
+//! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test keyed`.
 
-// Without `--cfg loom` this file compiles to an empty test binary.
-#![cfg(loom)]
+// Without `--cfg tollgate_loom` this file compiles to an empty test binary.
+#![cfg(tollgate_loom)]
 
 mod common;
 

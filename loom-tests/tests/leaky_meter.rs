@@ -10,10 +10,10 @@
 //! Readings are explicit `Nanos` passed to the `_at` methods, so "no time passes" is exact.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test leaky_meter`.
+//! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test leaky_meter`.
 
-// Without `--cfg loom` this file compiles to an empty test binary.
-#![cfg(loom)]
+// Without `--cfg tollgate_loom` this file compiles to an empty test binary.
+#![cfg(tollgate_loom)]
 
 mod common;
 

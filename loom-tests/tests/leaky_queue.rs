@@ -2,7 +2,7 @@
 //! against a send's reservation, the consumer's parking handshake with senders, and the room
 //! waiters' handshake with the consumer.
 //!
-//! Under `cfg(loom)` the queue's storage is a loom mutex around a `VecDeque` (loom cannot model
+//! Under `cfg(tollgate_loom)` the queue's storage is a loom mutex around a `VecDeque` (loom cannot model
 //! crossbeam's `ArrayQueue`), so these models check the queue's own protocol and take the storage's
 //! FIFO linearizability as given. Every blocking wait is a loom condition variable: a lost wake-up
 //! shows up as a loom deadlock.
@@ -13,11 +13,11 @@
 //! every outcome the race allows (see `common/mod.rs`).
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test leaky_queue`.
+//! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test leaky_queue`.
 
-// Without `--cfg loom` this file compiles to an empty test binary (the doc above stays, for
+// Without `--cfg tollgate_loom` this file compiles to an empty test binary (the doc above stays, for
 // `missing_docs`).
-#![cfg(loom)]
+#![cfg(tollgate_loom)]
 
 mod common;
 

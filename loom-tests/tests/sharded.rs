@@ -25,11 +25,11 @@
 //! shard holds what is set up before the race by home takes, which touch only the home shard.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release`.
+//! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release`.
 
-// Without `--cfg loom` this file compiles to an empty test binary (the doc above stays, for
+// Without `--cfg tollgate_loom` this file compiles to an empty test binary (the doc above stays, for
 // `missing_docs`).
-#![cfg(loom)]
+#![cfg(tollgate_loom)]
 
 mod common;
 

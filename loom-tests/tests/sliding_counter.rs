@@ -13,9 +13,9 @@
 //! `loom::model` closure.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test sliding_counter`.
+//! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test sliding_counter`.
 
-#![cfg(loom)]
+#![cfg(tollgate_loom)]
 
 mod common;
 

@@ -22,11 +22,11 @@
 //! on `check_reaches`).
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test sliding_log`.
+//! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test sliding_log`.
 
-// Without `--cfg loom` this file compiles to an empty test binary (the doc above stays, for
+// Without `--cfg tollgate_loom` this file compiles to an empty test binary (the doc above stays, for
 // `missing_docs`).
-#![cfg(loom)]
+#![cfg(tollgate_loom)]
 
 mod common;
 

@@ -15,14 +15,14 @@
 //!
 //! Readings are explicit `Nanos` passed to the `_at` methods, so "no time passes" is exact and a
 //! refill is exactly one token. The bucket (and its `ManualClock`, whose word is also a loom atomic
-//! under `cfg(loom)`) is created inside each `loom::model` closure.
+//! under `cfg(tollgate_loom)`) is created inside each `loom::model` closure.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release`.
+//! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release`.
 
-// Without `--cfg loom` this file compiles to an empty test binary (the doc above stays, for
+// Without `--cfg tollgate_loom` this file compiles to an empty test binary (the doc above stays, for
 // `missing_docs`).
-#![cfg(loom)]
+#![cfg(tollgate_loom)]
 
 mod common;
 

@@ -758,7 +758,7 @@ fn tiered_key<'a, A: Algorithm>(
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
 

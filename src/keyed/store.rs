@@ -3,7 +3,7 @@
 //! needs, each run under the lock that protocol relies on.
 //!
 //! Outside loom it is a `DashMap<K, V, ahash::RandomState>`: a fixed number of shards, each a
-//! `RwLock` around a hash table. Loom cannot see inside DashMap's locks, so under `cfg(loom)` the
+//! `RwLock` around a hash table. Loom cannot see inside DashMap's locks, so under `cfg(tollgate_loom)` the
 //! store is one [`RwLock`](crate::sync::RwLock) around a `std` `HashMap` with the same interface and
 //! the same locking discipline (one shard): the loom models check the limiter's own protocol, taking
 //! the map's correctness as given.
@@ -19,12 +19,12 @@ pub(crate) enum Slot<'a, K, V> {
     Vacant(&'a K),
 }
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 pub(crate) struct Store<K, V> {
     map: dashmap::DashMap<K, V, ahash::RandomState>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 impl<K: Hash + Eq, V> Store<K, V> {
     pub(crate) fn new() -> Store<K, V> {
         Store {
@@ -90,12 +90,12 @@ impl<K: Hash + Eq, V> Store<K, V> {
     }
 }
 
-#[cfg(loom)]
+#[cfg(tollgate_loom)]
 pub(crate) struct Store<K, V> {
     map: crate::sync::RwLock<std::collections::HashMap<K, V>>,
 }
 
-#[cfg(loom)]
+#[cfg(tollgate_loom)]
 impl<K: Hash + Eq, V> Store<K, V> {
     pub(crate) fn new() -> Store<K, V> {
         Store {

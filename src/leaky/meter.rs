@@ -746,7 +746,7 @@ impl<C> fmt::Debug for LeakyMeter<C> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;

@@ -49,9 +49,9 @@ pub mod meter;
 pub mod queue;
 
 pub use meter::LeakyMeter;
-#[cfg(all(feature = "tokio", not(loom)))]
+#[cfg(all(feature = "tokio", not(tollgate_loom)))]
 pub use queue::SendError;
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 pub use queue::{DrainHandle, SpawnDrainError};
 pub use queue::{
     LeakyQueue, LeakySender, RecvTimeoutError, SendTimeoutError, Ticket, TryRecvError, TrySendError,

@@ -215,13 +215,13 @@ fn reserve(word: u64, capacity: u64) -> Step<u64, Refusal> {
 // Storage: crossbeam's ArrayQueue, or a loom-modelled VecDeque
 // ---------------------------------------------------------------------------------------------
 
-/// The FIFO storage. Loom cannot see inside crossbeam's `ArrayQueue`, so under `cfg(loom)` this is a
+/// The FIFO storage. Loom cannot see inside crossbeam's `ArrayQueue`, so under `cfg(tollgate_loom)` this is a
 /// mutex around a `VecDeque` with the same interface: the loom models check the queue's own protocol
 /// (the state word, parking, the schedule), taking the storage's linearizability as given.
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 struct Slots<T>(crossbeam_queue::ArrayQueue<T>);
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 impl<T> Slots<T> {
     fn new(capacity: usize) -> Slots<T> {
         Slots(crossbeam_queue::ArrayQueue::new(capacity))
@@ -236,10 +236,10 @@ impl<T> Slots<T> {
     }
 }
 
-#[cfg(loom)]
+#[cfg(tollgate_loom)]
 struct Slots<T>(Mutex<std::collections::VecDeque<T>>);
 
-#[cfg(loom)]
+#[cfg(tollgate_loom)]
 impl<T> Slots<T> {
     fn new(capacity: usize) -> Slots<T> {
         Slots(Mutex::new(std::collections::VecDeque::with_capacity(
@@ -280,10 +280,10 @@ struct Shared<T, C> {
     room_lock: Mutex<()>,
     room_cond: Condvar,
     /// The async consumer's wake-up (a permit is stored if it is not waiting yet).
-    #[cfg(all(feature = "tokio", not(loom)))]
+    #[cfg(all(feature = "tokio", not(tollgate_loom)))]
     consumer_notify: tokio::sync::Notify,
     /// Async senders waiting for room (each enables its `Notified` before counting itself in).
-    #[cfg(all(feature = "tokio", not(loom)))]
+    #[cfg(all(feature = "tokio", not(tollgate_loom)))]
     room_notify: tokio::sync::Notify,
     capacity: u64,
     interval: u64,
@@ -317,7 +317,7 @@ impl<T, C: Clock> Shared<T, C> {
             let _guard = lock(&self.consumer_lock);
             self.consumer_cond.notify_all();
         }
-        #[cfg(all(feature = "tokio", not(loom)))]
+        #[cfg(all(feature = "tokio", not(tollgate_loom)))]
         self.consumer_notify.notify_one();
     }
 
@@ -329,7 +329,7 @@ impl<T, C: Clock> Shared<T, C> {
             // one wins it, the others wait again.
             self.room_cond.notify_all();
         }
-        #[cfg(all(feature = "tokio", not(loom)))]
+        #[cfg(all(feature = "tokio", not(tollgate_loom)))]
         self.room_notify.notify_waiters();
     }
 
@@ -1073,9 +1073,9 @@ impl<T, C: Clock> LeakyQueue<T, C> {
             consumer_cond: Condvar::new(),
             room_lock: Mutex::new(()),
             room_cond: Condvar::new(),
-            #[cfg(all(feature = "tokio", not(loom)))]
+            #[cfg(all(feature = "tokio", not(tollgate_loom)))]
             consumer_notify: tokio::sync::Notify::new(),
-            #[cfg(all(feature = "tokio", not(loom)))]
+            #[cfg(all(feature = "tokio", not(tollgate_loom)))]
             room_notify: tokio::sync::Notify::new(),
             capacity,
             interval: duration_to_nanos(quota.interval()),
@@ -1491,10 +1491,10 @@ impl<T, C: Clock> fmt::Debug for LeakyQueue<T, C> {
 // Async (feature `tokio`)
 // ---------------------------------------------------------------------------------------------
 
-#[cfg(all(feature = "tokio", not(loom)))]
+#[cfg(all(feature = "tokio", not(tollgate_loom)))]
 pub use async_forms::SendError;
 
-#[cfg(all(feature = "tokio", not(loom)))]
+#[cfg(all(feature = "tokio", not(tollgate_loom)))]
 mod async_forms {
     use std::fmt;
     use std::time::Duration;
@@ -1682,10 +1682,10 @@ mod async_forms {
 // The drain thread
 // ---------------------------------------------------------------------------------------------
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 pub use drain::{DrainHandle, SpawnDrainError};
 
-#[cfg(not(loom))]
+#[cfg(not(tollgate_loom))]
 mod drain {
     use std::fmt;
     use std::thread::JoinHandle;

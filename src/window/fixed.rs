@@ -553,7 +553,7 @@ impl<C> fmt::Debug for FixedWindow<C> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
 

@@ -1404,7 +1404,7 @@ impl<C> fmt::Debug for SubWindowCounter<C> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;

@@ -575,7 +575,7 @@ impl<H: Head> Log<H> {
 
     /// The timestamps of the entries in the ring, oldest first: the last `min(N, head)` admissions.
     /// For tests; racing claims may make it inconsistent.
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(tollgate_loom)))]
     fn entries(&self) -> Vec<u64> {
         let s = self.head();
         (s.saturating_sub(self.len())..s)
@@ -881,7 +881,7 @@ impl<C> fmt::Debug for SlidingWindowLog<C> {
 /// the crate's own unit tests so that stress tests can rebuild the whole log; it compiles to nothing
 /// elsewhere.
 mod claims {
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(tollgate_loom)))]
     std::thread_local! {
         static CLAIMS: std::cell::RefCell<Vec<(u64, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -889,19 +889,19 @@ mod claims {
     /// Notes that this thread claimed position `p` at time `at`.
     #[inline(always)]
     pub(super) fn record(p: u64, at: u64) {
-        #[cfg(all(test, not(loom)))]
+        #[cfg(all(test, not(tollgate_loom)))]
         CLAIMS.with(|c| c.borrow_mut().push((p, at)));
         let _ = (p, at);
     }
 
     /// The claims this thread made so far, and forgets them.
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(tollgate_loom)))]
     pub(super) fn take() -> Vec<(u64, u64)> {
         CLAIMS.with(|c| std::mem::take(&mut *c.borrow_mut()))
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;

@@ -1,6 +1,6 @@
 //! What the loom model files share: `check_reaches`, which asserts that a model's race was run.
 //!
-//! Included with `mod common;` by each `#![cfg(loom)]` test file, so it is only built under loom.
+//! Included with `mod common;` by each `#![cfg(tollgate_loom)]` test file, so it is only built under loom.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
