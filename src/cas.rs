@@ -47,7 +47,7 @@ impl Backoff {
 
 /// What a decision wants done with the word it was shown.
 #[derive(Debug)]
-pub(crate) enum Step<T, E> {
+pub enum Step<T, E> {
     /// Replace the word with `.0` and, if that succeeds, answer `Ok(.1)`.
     Write(u64, T),
     /// Leave the word as it is and answer `Ok(.0)`.

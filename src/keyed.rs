@@ -126,7 +126,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::outcome::{Admitted, Denied, InsufficientCapacity};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use store::{Slot, Store};
@@ -140,10 +140,12 @@ const MAX_TIERS: usize = 256;
 /// The fewest new keys between two automatic sweeps (fewer when the bound itself is smaller).
 const MIN_SWEEP_EVERY: usize = 256;
 
-use algorithm::sealed::{Held, TieredPolicy, TokenBucketPolicy};
+use crate::algorithm::sealed::Held;
+pub use crate::algorithm::Algorithm;
+use algorithm::sealed::TieredPolicy;
 pub use algorithm::{
-    Algorithm, FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys,
-    Tiered, TokenBucketKeys,
+    FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered,
+    TokenBucketKeys,
 };
 
 /// What a [`KeyedLimiter`] does with a new key when every place is taken by an active key.
@@ -265,6 +267,27 @@ impl From<Denied> for KeyedError {
 impl From<InsufficientCapacity> for KeyedError {
     fn from(e: InsufficientCapacity) -> KeyedError {
         KeyedError::InsufficientCapacity(e)
+    }
+}
+
+/// A direct limiter's refusal as a keyed one: the same denial or the same impossible request.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::KeyedError;
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+/// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+/// let err: KeyedError = bucket.try_acquire_n(3).unwrap_err().into();
+/// assert!(matches!(err, KeyedError::InsufficientCapacity(_)));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+impl From<AcquireError> for KeyedError {
+    fn from(e: AcquireError) -> KeyedError {
+        match e {
+            AcquireError::Denied(d) => KeyedError::Denied(d),
+            AcquireError::InsufficientCapacity(e) => KeyedError::InsufficientCapacity(e),
+        }
     }
 }
 
@@ -393,7 +416,7 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         // The token bucket accepts every quota.
-        let policy = TokenBucketPolicy(crate::token_bucket::Policy::new(&quota));
+        let policy = TokenBucketKeys::policy_for(&quota);
         KeyedLimiter::build(policy, Box::new([quota]), None, clock)
     }
 }
@@ -622,9 +645,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         // A known key: the decision (a compare-and-swap) runs while the shard's read lock is held,
         // so no eviction of this key can run until it is done (see the module docs).
-        let known = self
-            .store
-            .with_read(key, |state| A::acquire(&self.policy, state, now(), n));
+        let known = self.store.with_read(key, |state| {
+            A::acquire(&self.policy, state, now(), n).map_err(KeyedError::from)
+        });
         match known {
             Some(outcome) => outcome,
             // A query never creates a key.
@@ -647,7 +670,10 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 // Another thread created it between our lookup and our write lock.
                 Slot::Occupied(state) => (
                     None,
-                    Created::Done(A::acquire(&self.policy, state, now, n), false),
+                    Created::Done(
+                        A::acquire(&self.policy, state, now, n).map_err(KeyedError::from),
+                        false,
+                    ),
                 ),
                 Slot::Vacant(key) => {
                     let tier = self.tier_of(key);
@@ -657,14 +683,20 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                         // reservation, one state, both admissions counted.
                         (Some(state), outcome) => {
                             if self.reserve() {
-                                (Some(state), Created::Done(outcome, true))
+                                (
+                                    Some(state),
+                                    Created::Done(outcome.map_err(KeyedError::from), true),
+                                )
                             } else {
                                 (None, Created::Full)
                             }
                         }
                         // A request that writes nothing leaves the key as if never seen: no need
                         // to hold a place for it.
-                        (None, outcome) => (None, Created::Done(outcome, false)),
+                        (None, outcome) => (
+                            None,
+                            Created::Done(outcome.map_err(KeyedError::from), false),
+                        ),
                     }
                 }
             });
@@ -695,7 +727,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             None => Err(KeyedError::TooManyKeys(TooManyKeys {
                 max_keys: self.max_keys,
             })),
-            Some(shared) => A::acquire(&shared.policy, &shared.state, now, n),
+            Some(shared) => {
+                A::acquire(&shared.policy, &shared.state, now, n).map_err(KeyedError::from)
+            }
         }
     }
 
@@ -750,20 +784,22 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if let Some(outcome) = self.store.with_read(key, |state| {
-            A::peek(&self.policy, Held::Known(state), now, n)
+            A::peek(&self.policy, Held::Known(state), now, n).map_err(KeyedError::from)
         }) {
             return outcome;
         }
         // A query, or room for the key (Relaxed: a snapshot of the count, as any answer about a key
         // not yet created is): a fresh key's answer.
         if n == 0 || self.keys.load(Ordering::Relaxed) < self.max_keys {
-            return A::peek(&self.policy, self.fresh_key(key, now), now, n);
+            return A::peek(&self.policy, self.fresh_key(key, now), now, n)
+                .map_err(KeyedError::from);
         }
         match &self.overflow {
             None => Err(KeyedError::TooManyKeys(TooManyKeys {
                 max_keys: self.max_keys,
             })),
-            Some(shared) => A::peek(&shared.policy, Held::Known(&shared.state), now, n),
+            Some(shared) => A::peek(&shared.policy, Held::Known(&shared.state), now, n)
+                .map_err(KeyedError::from),
         }
     }
 

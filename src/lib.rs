@@ -58,10 +58,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod algorithm;
 mod cas;
 pub mod clock;
+mod gcra;
 pub mod keyed;
 pub mod leaky;
+pub mod limiter;
 pub mod outcome;
 pub mod quota;
 pub mod sharded;
@@ -69,7 +72,12 @@ mod sync;
 pub mod token_bucket;
 pub mod window;
 
+pub use algorithm::{
+    Algorithm, FixedWindowAlgorithm, LeakyMeterAlgorithm, SlidingWindowCounterAlgorithm,
+    SlidingWindowLogAlgorithm, TokenBucketAlgorithm,
+};
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
+pub use limiter::{Direct, KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
 pub use quota::{Quota, QuotaError};
 pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};

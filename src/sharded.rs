@@ -80,10 +80,10 @@ use crossbeam_utils::CachePadded;
 
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::gcra::Gcra as Policy;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::Quota;
 use crate::sync::{thread_slot, AtomicU64};
-use crate::token_bucket::Policy;
 
 /// The most shards a [`ShardedBucket`] may have.
 ///
@@ -659,7 +659,7 @@ impl<C: Clock> ShardedBucket<C> {
         let shard = &self.shards[home];
         if n <= shard.policy.capacity() {
             let t = shard.policy.time(now);
-            if let Ok(admitted) = cas::update(&shard.word, |w| shard.policy.take(w, t, n)) {
+            if let Ok(admitted) = cas::update(&shard.word, |w| shard.policy.decide(w, t, n)) {
                 return Ok(admitted);
             }
         }

@@ -93,237 +93,139 @@
 //! fence, is what keeps two threads from getting the same departure slot. Do not use a scheduling to
 //! publish other data between threads.
 
-use std::fmt;
-
-use crossbeam_utils::CachePadded;
-
+use crate::algorithm::sealed::OneWord;
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled, Span};
-use crate::quota::Quota;
-use crate::sync::AtomicU64;
+use crate::gcra::{Gcra, Tat, Time};
+use crate::limiter::Direct;
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
+use crate::quota::{Quota, QuotaError};
 
-/// The meter's constants, derived once from a [`Quota`]. Times are in units of `2^shift` ns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Policy {
-    shift: u32,
-    /// Units per request (the interval `1/R`, rounded up), at least 1.
-    interval: u64,
-    /// The longest backlog, `capacity × interval`, at most 2^62.
-    window: u64,
-    capacity: u64,
+/// The leaky bucket as a meter, with strict admission, as an [`Algorithm`](crate::Algorithm): the
+/// marker of [`LeakyMeter`] and, per key, of [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys). The
+/// state is the GCRA's one word, the queue's drain time; a key is forgettable once its queue is
+/// empty again.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::leaky::LeakyMeter;
+/// use tollgate::{Direct, LeakyMeterAlgorithm, ManualClock, Quota};
+/// let meter: Direct<LeakyMeterAlgorithm, _> = LeakyMeter::with_clock(Quota::per_second(2)?, ManualClock::new());
+/// assert_eq!(meter.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeakyMeterAlgorithm;
+
+impl OneWord for LeakyMeterAlgorithm {
+    type Policy = Gcra;
+    type Time = Time;
+
+    const NAME: &'static str = "LeakyMeter";
+
+    fn policy(quota: &Quota) -> Result<Gcra, QuotaError> {
+        // Every valid quota fits the meter's word, as it fits the bucket's.
+        Ok(Gcra::new(quota))
+    }
+
+    #[inline]
+    fn time(policy: &Gcra, now: Nanos) -> Time {
+        policy.time(now)
+    }
+
+    #[inline]
+    fn check_n(policy: &Gcra, n: u64) -> Result<bool, InsufficientCapacity> {
+        policy.check_n(n)
+    }
+
+    fn initial_word(policy: &Gcra, quota: &Quota, now: Time) -> u64 {
+        // The initial fill is the number of free places: the queue holds the rest.
+        policy.initial_word(quota.initial(), now)
+    }
+
+    #[inline]
+    fn fresh_word(policy: &Gcra, at: Nanos) -> u64 {
+        // An empty queue as of `at`: every place free.
+        policy.fresh_word(at)
+    }
+
+    #[inline]
+    fn is_fresh(policy: &Gcra, word: u64, now: Time) -> bool {
+        // Empty at `now` (drain time <= now, the fresh word): as empty as a fresh queue, now and at
+        // every later reading.
+        policy.is_fresh(word, now)
+    }
+
+    #[inline]
+    fn decide(policy: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
+        strict(policy, word, now, n)
+    }
+
+    fn query(policy: &Gcra, word: u64, now: Time) -> Admitted {
+        // The free places: the same number the token bucket calls its tokens.
+        policy.query(word, now)
+    }
+
+    fn remaining(policy: &Gcra, word: u64, now: Time) -> u64 {
+        policy.remaining(word, now)
+    }
+
+    fn debug_word(_: &Gcra, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
+        f.field("drain", &word);
+    }
 }
 
-/// A clock reading in the policy's units: `ns = (units << shift) + sub`, after clamping to
-/// [`Nanos::MAX_USABLE`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Time {
-    /// The reading rounded down to a whole unit: what the backlog is measured from.
-    units: u64,
-    /// The reading rounded up to a whole unit: the earliest departure slot, so that no request
-    /// departs before the reading. Equal to `units` when units are nanoseconds.
-    units_up: u64,
-    sub: u64,
-    ns: u64,
-}
-
-/// The packed state: the virtual queue's drain time, in the policy's units since the clock's epoch.
-///
-/// # State table
-///
-/// With `now` the reading in units, `I` the interval and `W = C × I` the window:
-///
-/// | word `d` | queue at `now` | reached by |
-/// | --- | --- | --- |
-/// | `d <= now` | empty: `C` places free | construction (default); time passing |
-/// | `now < d <= now + W` | `ceil((d - now) / I)` requests, the one leaving included | a scheduling; a strict admission; construction with a partial initial fill |
-/// | `d > now + W` | over-full: 0 places free | only a reading earlier than one already applied |
-///
-/// Transitions: a scheduling of `n` writes `max(d, now_up) + n × I`, and only when
-/// `max(d, now) + n × I - now <= W`; a strict admission of `n` writes `now_up + n × I`, and only when
-/// `d <= now`. Nothing else writes: denials, peeks and queries only read, so the word only grows.
-/// `now_up` is the reading rounded up to a whole unit (equal to `now` for nanosecond units). The word
-/// never exceeds `2^62 + 2^62 + 1`: readings are clamped to 2^62, and every write leaves
-/// `d <= now + W + 1` with `W <= 2^62`; sums formed before a check add at most one more `W`, which
-/// stays below 2^64.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Drain(u64);
-
-impl Drain {
-    /// The backlog at `now`, in units: the time until the queue is empty, 0 when it is.
-    #[inline]
-    fn backlog(self, now: Time) -> u64 {
-        self.0.saturating_sub(now.units)
-    }
-
-    /// Whether the queue is empty at `now` (exact to the nanosecond: `d` is a whole unit).
-    #[inline]
-    fn is_empty_at(self, now: Time) -> bool {
-        self.0 <= now.units
-    }
-
-    /// The first departure slot open to a request read at `now`: the drain time, or the reading
-    /// rounded up to a whole unit if the queue is already empty.
-    #[inline]
-    fn start(self, now: Time) -> u64 {
-        self.0.max(now.units_up)
+/// The meter's strict admission: `n` requests (`1 <= n <= capacity`) leave at once, only if the
+/// queue in `word` is empty at `now`; otherwise it says when it will be.
+#[inline]
+fn strict(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
+    let drain = Tat(word);
+    if drain.is_full_at(now) {
+        // n <= capacity, so cost <= window.
+        let cost = n * g.interval();
+        let new = now.units_up + cost;
+        Step::Write(
+            new,
+            Admitted::new(g.burst() - cost, g.interval(), g.span(new - now.units, now)),
+        )
+    } else {
+        Step::Refuse(g.denied(word, now, drain.until_full(now.units)))
     }
 }
 
-impl Policy {
-    pub(crate) fn new(quota: &Quota) -> Policy {
-        let (shift, interval) = quota.time_unit();
-        Policy {
-            shift,
-            interval,
-            // Validation bounds this product by 2^62 (see `Quota::time_unit`).
-            window: quota.capacity().saturating_mul(interval),
-            capacity: quota.capacity(),
-        }
+/// Schedules `n` requests (`1 <= n <= capacity`) behind the queue in `word`, or says when they
+/// would fit: the GCRA's conformance test, answered with a departure slot.
+#[inline]
+fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
+    match g.conform(word, now, n) {
+        Ok(c) => Step::Write(
+            c.new,
+            Scheduled::new(
+                now.ns,
+                g.span(c.start - now.units, now),
+                c.gap,
+                g.burst() - c.gap,
+                g.interval(),
+                g.span(c.new - now.units, now),
+            ),
+        ),
+        Err(wait) => Step::Refuse(g.denied(word, now, wait)),
     }
+}
 
-    #[inline]
-    pub(crate) fn time(&self, now: Nanos) -> Time {
-        let ns = now.clamped();
-        let units = ns >> self.shift;
-        let sub = ns & ((1 << self.shift) - 1);
-        Time {
-            units,
-            units_up: units + u64::from(sub != 0),
-            sub,
-            ns,
-        }
-    }
-
-    /// `units` from the reading `at` (rounded down), as nanoseconds from the exact reading.
-    #[inline]
-    fn span(&self, units: u64, at: Time) -> Span {
-        Span {
-            units,
-            shift: self.shift,
-            sub: at.sub,
-        }
-    }
-
-    /// The word of a meter with `free` places free (at most the capacity) at `now`: the queue holds
-    /// the other `C - free`, the first of them leaving at the reading rounded up.
-    pub(crate) fn initial_word(&self, free: u64, now: Time) -> u64 {
-        match self.capacity.saturating_sub(free) {
-            0 => now.units,
-            queued => now.units_up + queued * self.interval,
-        }
-    }
-
-    /// Checks `n` against the capacity, answering `n = 0` as a query.
-    #[inline]
-    pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
-        if n > self.capacity {
-            Err(InsufficientCapacity {
-                requested: n,
-                capacity: self.capacity,
-            })
-        } else {
-            Ok(n != 0)
-        }
-    }
-
-    /// Schedules `n` requests (`1 <= n <= capacity`) behind the queue in `word`, or says when they
-    /// would fit.
-    #[inline]
-    pub(crate) fn schedule(&self, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
-        let drain = Drain(word);
-        // n <= capacity, so cost <= window <= 2^62.
-        let cost = n * self.interval;
-        // The backlog the request would leave, measured from the reading rounded down.
-        let backlog = drain.0.max(now.units) + cost - now.units;
-        if backlog <= self.window {
-            let start = drain.start(now);
-            let new = start + cost;
-            Step::Write(
-                new,
-                Scheduled::new(
-                    now.ns,
-                    self.span(start - now.units, now),
-                    backlog,
-                    self.window - backlog,
-                    self.interval,
-                    self.span(new - now.units, now),
-                ),
-            )
-        } else {
-            Step::Refuse(self.denied(drain, now, backlog - self.window))
-        }
-    }
-
-    /// Admits `n` requests (`1 <= n <= capacity`) to leave at once, only if the queue in `word` is
-    /// empty at `now`; otherwise says when it will be.
-    #[inline]
-    pub(crate) fn acquire(&self, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
-        let drain = Drain(word);
-        if drain.is_empty_at(now) {
-            // n <= capacity, so cost <= window.
-            let cost = n * self.interval;
-            let new = now.units_up + cost;
-            Step::Write(
-                new,
-                Admitted::new(
-                    self.window - cost,
-                    self.interval,
-                    self.span(new - now.units, now),
-                ),
-            )
-        } else {
-            Step::Refuse(self.denied(drain, now, drain.backlog(now)))
-        }
-    }
-
-    #[cold]
-    fn denied(&self, drain: Drain, now: Time, wait: u64) -> Denied {
-        let backlog = drain.backlog(now);
-        Denied::new(
-            now.ns,
-            self.span(wait, now),
-            self.window.saturating_sub(backlog),
-            self.interval,
-            self.span(backlog, now),
-        )
-    }
-
-    /// The answer to a strict request for nothing: the free places at `now`.
-    pub(crate) fn query(&self, word: u64, now: Time) -> Admitted {
-        let backlog = Drain(word).backlog(now);
-        Admitted::new(
-            self.window.saturating_sub(backlog),
-            self.interval,
-            self.span(backlog, now),
-        )
-    }
-
-    /// The answer to a scheduling of nothing: the delay a request made at `now` would get, and the
-    /// queue as it is.
-    pub(crate) fn query_schedule(&self, word: u64, now: Time) -> Scheduled {
-        let drain = Drain(word);
-        let backlog = drain.backlog(now);
-        Scheduled::new(
-            now.ns,
-            self.span(drain.start(now) - now.units, now),
-            backlog,
-            self.window.saturating_sub(backlog),
-            self.interval,
-            self.span(backlog, now),
-        )
-    }
-
-    /// Whole free places at `now`.
-    pub(crate) fn remaining(&self, word: u64, now: Time) -> u64 {
-        let level = self.window.saturating_sub(Drain(word).backlog(now));
-        // A full queue needs no division.
-        if level < self.interval {
-            0
-        } else {
-            level / self.interval
-        }
-    }
+/// The answer to a scheduling of nothing: the delay a request made at `now` would get, and the
+/// queue as it is.
+fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
+    let backlog = Tat(word).until_full(now.units);
+    Scheduled::new(
+        now.ns,
+        g.span(word.max(now.units_up) - now.units, now),
+        backlog,
+        g.burst().saturating_sub(backlog),
+        g.interval(),
+        g.span(backlog, now),
+    )
 }
 
 /// A lock-free leaky bucket as a meter: a virtual queue of at most the quota's capacity, leaking one
@@ -333,6 +235,10 @@ impl Policy {
 /// reads. Generic over its [`Clock`]: [`MonotonicClock`] by default,
 /// [`CoarseClock`](crate::CoarseClock) for the cheapest reads, [`ManualClock`](crate::ManualClock)
 /// for tests. See the [module docs](self) for the semantics, the decisions taken, and the guarantees.
+///
+/// Its `try_schedule*` methods take a place in the queue; the `try_acquire*`, `peek_n*` and
+/// `remaining*` methods it shares with every direct limiter ([`Direct`]) admit strictly: only when
+/// the queue is empty, one request per interval at most.
 ///
 /// # Memory ordering
 ///
@@ -351,16 +257,13 @@ impl Policy {
 ///     Ok(place) => std::thread::sleep(place.delay()), // then call the backend
 ///     Err(denied) => println!("busy, retry in {:?}", denied.retry_after()),
 /// }
+/// // Strict admission: one request now, the next one an interval later.
+/// let strict = LeakyMeter::new(Quota::per_second(1)?);
+/// assert!(strict.try_acquire().is_ok());
+/// assert!(strict.try_acquire().is_err());
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
-pub struct LeakyMeter<C = MonotonicClock> {
-    /// The drain time; see [`Drain`] for its state table. Padded to its own cache line, so threads
-    /// scheduling here do not slow down neighbouring data, nor it them.
-    word: CachePadded<AtomicU64>,
-    policy: Policy,
-    quota: Quota,
-    clock: C,
-}
+pub type LeakyMeter<C = MonotonicClock> = Direct<LeakyMeterAlgorithm, C>;
 
 impl LeakyMeter<MonotonicClock> {
     /// A meter for `quota` on the default clock, with the quota's initial fill free (all of the
@@ -394,14 +297,7 @@ impl<C: Clock> LeakyMeter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> LeakyMeter<C> {
-        let policy = Policy::new(&quota);
-        let now = policy.time(clock.now());
-        LeakyMeter {
-            word: CachePadded::new(AtomicU64::new(policy.initial_word(quota.initial(), now))),
-            policy,
-            quota,
-            clock,
-        }
+        Direct::from_policy(Gcra::new(&quota), quota, clock)
     }
 
     /// Takes a place in the virtual queue now: the answer says how long to wait before acting, or
@@ -441,7 +337,7 @@ impl<C: Clock> LeakyMeter<C> {
     pub fn try_schedule_at(&self, now: Nanos) -> Result<Scheduled, Denied> {
         let now = self.policy.time(now);
         // The capacity is at least 1, so one place is always a valid request.
-        cas::update(&self.word, |w| self.policy.schedule(w, now, 1))
+        cas::update(&self.state, |w| schedule(&self.policy, w, now, 1))
     }
 
     /// Takes `n` consecutive places now, all or none; the request leaves after the delay and holds
@@ -493,10 +389,10 @@ impl<C: Clock> LeakyMeter<C> {
     pub fn try_schedule_n_at(&self, n: u64, now: Nanos) -> Result<Scheduled, AcquireError> {
         let now = self.policy.time(now);
         if self.policy.check_n(n)? {
-            cas::update(&self.word, |w| self.policy.schedule(w, now, n))
+            cas::update(&self.state, |w| schedule(&self.policy, w, now, n))
                 .map_err(AcquireError::Denied)
         } else {
-            Ok(self.policy.query_schedule(cas::read(&self.word), now))
+            Ok(query_schedule(&self.policy, cas::read(&self.state), now))
         }
     }
 
@@ -538,211 +434,14 @@ impl<C: Clock> LeakyMeter<C> {
     /// ```
     pub fn peek_schedule_n_at(&self, n: u64, now: Nanos) -> Result<Scheduled, AcquireError> {
         let now = self.policy.time(now);
-        let word = cas::read(&self.word);
+        let word = cas::read(&self.state);
         if !self.policy.check_n(n)? {
-            return Ok(self.policy.query_schedule(word, now));
+            return Ok(query_schedule(&self.policy, word, now));
         }
-        match self.policy.schedule(word, now, n) {
+        match schedule(&self.policy, word, now, n) {
             Step::Write(_, scheduled) | Step::Keep(scheduled) => Ok(scheduled),
             Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
         }
-    }
-
-    /// Admits one request to act at once, only if the virtual queue is empty now: strict spacing of
-    /// at least one interval, no burst.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(1)?);
-    /// assert!(meter.try_acquire().is_ok());
-    /// assert!(meter.try_acquire().is_err()); // the next one may go a second later
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
-        self.try_acquire_at(self.clock.now())
-    }
-
-    /// Admits one request to act at once as of `now`, only if the virtual queue is empty then.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
-    /// // Ten places, yet strict admissions are still one per interval (100 ms).
-    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
-    /// assert!(meter.try_acquire_at(Nanos::new(0)).is_ok());
-    /// let denied = meter.try_acquire_at(Nanos::new(40_000_000)).unwrap_err();
-    /// assert_eq!(denied.retry_at(), Nanos::new(100_000_000));
-    /// assert!(meter.try_acquire_at(denied.retry_at()).is_ok());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        let now = self.policy.time(now);
-        cas::update(&self.word, |w| self.policy.acquire(w, now, 1))
-    }
-
-    /// Admits `n` requests to act at once, only if the virtual queue is empty now; they hold it for
-    /// `n` intervals. `n = 0` is a query that always succeeds.
-    ///
-    /// # Errors
-    ///
-    /// [`AcquireError::Denied`] when the queue is not empty now;
-    /// [`AcquireError::InsufficientCapacity`] when `n` exceeds the capacity and can never succeed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(10)?);
-    /// assert_eq!(meter.try_acquire_n(4)?.remaining(), 6);
-    /// assert!(meter.try_acquire_n(1).is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, self.clock.now())
-    }
-
-    /// Admits `n` requests to act at once as of `now`, only if the virtual queue is empty then.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeakyMeter::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
-    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
-    /// meter.try_acquire_n_at(3, Nanos::new(0))?;
-    /// let denied = meter.try_acquire_n_at(1, Nanos::new(0)).unwrap_err();
-    /// assert_eq!(denied.denied().unwrap().retry_after(), Duration::from_millis(300));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let now = self.policy.time(now);
-        if self.policy.check_n(n)? {
-            cas::update(&self.word, |w| self.policy.acquire(w, now, n))
-                .map_err(AcquireError::Denied)
-        } else {
-            Ok(self.policy.query(cas::read(&self.word), now))
-        }
-    }
-
-    /// Would a strict request for `n` be admitted now? Takes nothing and writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeakyMeter::try_acquire_n`]: the denial it would get.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(3)?);
-    /// assert!(meter.peek_n(3).is_ok());
-    /// assert!(meter.peek_n(3).is_ok()); // still: peeking takes nothing
-    /// assert!(meter.peek_n(4).is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.peek_n_at(n, self.clock.now())
-    }
-
-    /// Would a strict request for `n` be admitted as of `now`? Takes nothing and writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeakyMeter::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
-    /// let meter = LeakyMeter::with_clock(Quota::per_second(1)?.with_initial(0)?, ManualClock::new());
-    /// assert!(meter.peek_n_at(1, Nanos::new(999_999_999)).is_err());
-    /// assert!(meter.peek_n_at(1, Nanos::new(1_000_000_000)).is_ok());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let now = self.policy.time(now);
-        let word = cas::read(&self.word);
-        if !self.policy.check_n(n)? {
-            return Ok(self.policy.query(word, now));
-        }
-        match self.policy.acquire(word, now, n) {
-            Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
-            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
-        }
-    }
-
-    /// Free places in the virtual queue now.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let meter = tollgate::leaky::LeakyMeter::new(tollgate::Quota::per_second(8)?);
-    /// assert_eq!(meter.remaining(), 8);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.remaining_at(self.clock.now())
-    }
-
-    /// Free places in the virtual queue as of `now`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{leaky::LeakyMeter, ManualClock, Nanos, Quota};
-    /// let meter = LeakyMeter::with_clock(Quota::per_second(2)?, ManualClock::new());
-    /// meter.try_schedule_n_at(2, Nanos::new(0))?;
-    /// assert_eq!(meter.remaining_at(Nanos::new(500_000_000)), 1); // one has left
-    /// assert_eq!(meter.remaining_at(Nanos::new(u64::MAX)), 2); // a jump of centuries: just empty
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn remaining_at(&self, now: Nanos) -> u64 {
-        self.policy
-            .remaining(cas::read(&self.word), self.policy.time(now))
-    }
-
-    /// The quota this meter enforces.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let q = tollgate::Quota::per_second(3)?;
-    /// assert_eq!(tollgate::leaky::LeakyMeter::new(q).quota(), &q);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
-    }
-
-    /// The clock this meter reads.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{leaky::LeakyMeter, Clock, ManualClock, Nanos, Quota};
-    /// let meter = LeakyMeter::with_clock(Quota::per_second(3)?, ManualClock::starting_at(Nanos::new(4)));
-    /// assert_eq!(meter.clock().now(), Nanos::new(4));
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-}
-
-impl<C> fmt::Debug for LeakyMeter<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeakyMeter")
-            .field("quota", &self.quota)
-            .field("drain", &cas::read(&self.word))
-            .finish_non_exhaustive()
     }
 }
 
@@ -753,19 +452,19 @@ mod tests {
 
     const SEC: u64 = 1_000_000_000;
 
-    fn at(p: &Policy, ns: u64) -> Time {
+    fn at(p: &Gcra, ns: u64) -> Time {
         p.time(Nanos::new(ns))
     }
 
     /// 10 per second, capacity 10: interval 100 ms, window 1 s.
-    fn ten_per_second() -> Policy {
-        Policy::new(&Quota::per_second(10).unwrap())
+    fn ten_per_second() -> Gcra {
+        Gcra::new(&Quota::per_second(10).unwrap())
     }
 
     #[test]
     fn an_empty_queue_schedules_at_once_and_drains_one_interval_later() {
         let p = ten_per_second();
-        match p.schedule(0, at(&p, 5 * SEC), 1) {
+        match schedule(&p, 0, at(&p, 5 * SEC), 1) {
             Step::Write(new, s) => {
                 assert_eq!(new, 5 * SEC + SEC / 10);
                 assert!(s.delay().is_zero());
@@ -783,7 +482,7 @@ mod tests {
         let now = 3 * SEC;
         // 4.5 requests' worth of backlog: the new one leaves 450 ms from now and counts as the 6th.
         let word = now + 450_000_000;
-        match p.schedule(word, at(&p, now), 2) {
+        match schedule(&p, word, at(&p, now), 2) {
             Step::Write(new, s) => {
                 assert_eq!(new, word + 2 * SEC / 10);
                 assert_eq!(s.delay().as_nanos(), 450_000_000);
@@ -798,7 +497,7 @@ mod tests {
         let p = ten_per_second();
         let now = 3 * SEC;
         let full = now + SEC;
-        match p.schedule(full, at(&p, now), 3) {
+        match schedule(&p, full, at(&p, now), 3) {
             Step::Refuse(d) => {
                 assert_eq!(d.retry_after().as_nanos(), u128::from(3 * SEC / 10));
                 assert_eq!(d.remaining(), 0);
@@ -809,11 +508,11 @@ mod tests {
         // The retry reading fits, one nanosecond earlier does not.
         let retry = now + 3 * SEC / 10;
         assert!(matches!(
-            p.schedule(full, at(&p, retry - 1), 3),
+            schedule(&p, full, at(&p, retry - 1), 3),
             Step::Refuse(_)
         ));
         assert!(matches!(
-            p.schedule(full, at(&p, retry), 3),
+            schedule(&p, full, at(&p, retry), 3),
             Step::Write(..)
         ));
     }
@@ -822,7 +521,7 @@ mod tests {
     fn strict_acquisition_needs_an_empty_queue() {
         let p = ten_per_second();
         let now = 7 * SEC;
-        match p.acquire(now, at(&p, now), 2) {
+        match strict(&p, now, at(&p, now), 2) {
             Step::Write(new, ok) => {
                 assert_eq!(new, now + 2 * SEC / 10);
                 assert_eq!(ok.remaining(), 8);
@@ -830,7 +529,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // One nanosecond of backlog is enough to refuse, and the wait is exactly it.
-        match p.acquire(now + 1, at(&p, now), 1) {
+        match strict(&p, now + 1, at(&p, now), 1) {
             Step::Refuse(d) => {
                 assert_eq!(d.retry_after().as_nanos(), 1);
                 assert_eq!(d.remaining(), 9);
@@ -846,12 +545,12 @@ mod tests {
         let later = p.remaining(word, at(&p, 5 * SEC));
         for earlier in [0, SEC, 4 * SEC, 5 * SEC - 1] {
             assert!(p.remaining(word, at(&p, earlier)) <= later);
-            if let Step::Write(new, s) = p.schedule(word, at(&p, earlier), 1) {
+            if let Step::Write(new, s) = schedule(&p, word, at(&p, earlier), 1) {
                 assert_eq!(s.depart_at(), Nanos::new(word));
                 assert_eq!(new, word + SEC / 10);
             }
             assert!(matches!(
-                p.acquire(word, at(&p, earlier), 1),
+                strict(&p, word, at(&p, earlier), 1),
                 Step::Refuse(_)
             ));
         }
@@ -864,19 +563,19 @@ mod tests {
             .unwrap()
             .with_capacity(1 << 62)
             .unwrap();
-        let p = Policy::new(&q);
+        let p = Gcra::new(&q);
         let now = at(&p, u64::MAX);
-        let word = now.units + p.window + 1;
-        assert!(matches!(p.schedule(word, now, 1 << 62), Step::Refuse(_)));
-        assert!(matches!(p.acquire(word, now, 1 << 62), Step::Refuse(_)));
-        match p.schedule(0, now, 1 << 62) {
+        let word = now.units + p.burst + 1;
+        assert!(matches!(schedule(&p, word, now, 1 << 62), Step::Refuse(_)));
+        assert!(matches!(strict(&p, word, now, 1 << 62), Step::Refuse(_)));
+        match schedule(&p, 0, now, 1 << 62) {
             Step::Write(new, s) => {
                 assert_eq!(new, (1 << 62) + (1 << 62));
                 assert_eq!(s.queued(), 1 << 62);
             }
             other => panic!("{other:?}"),
         }
-        let _ = p.query_schedule(u64::MAX, now);
+        let _ = query_schedule(&p, u64::MAX, now);
         let _ = p.query(u64::MAX, now);
         assert_eq!(p.remaining(u64::MAX, now), 0);
     }
@@ -885,10 +584,10 @@ mod tests {
     fn coarse_units_depart_no_earlier_than_the_reading_and_retry_exactly() {
         // 1 per day with a capacity of 2^32: an 11-million-year queue needs units above 1 ns.
         let q = Quota::per_day(1).unwrap().with_capacity(1 << 32).unwrap();
-        let p = Policy::new(&q);
+        let p = Gcra::new(&q);
         assert!(p.shift > 0);
         let reading = (1 << 40) + 12_345;
-        match p.schedule(0, at(&p, reading), 1) {
+        match schedule(&p, 0, at(&p, reading), 1) {
             Step::Write(new, s) => {
                 let depart = s.depart_at().as_u64();
                 assert!(depart >= reading && depart - reading < 1 << p.shift);
@@ -898,16 +597,16 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A full queue: retry_at fits and one nanosecond earlier does not.
-        let full = at(&p, reading).units + p.window;
-        match p.schedule(full, at(&p, reading), 5) {
+        let full = at(&p, reading).units + p.burst;
+        match schedule(&p, full, at(&p, reading), 5) {
             Step::Refuse(d) => {
                 let retry = d.retry_at().as_u64();
                 assert!(matches!(
-                    p.schedule(full, at(&p, retry - 1), 5),
+                    schedule(&p, full, at(&p, retry - 1), 5),
                     Step::Refuse(_)
                 ));
                 assert!(matches!(
-                    p.schedule(full, at(&p, retry), 5),
+                    schedule(&p, full, at(&p, retry), 5),
                     Step::Write(..)
                 ));
             }
@@ -919,7 +618,7 @@ mod tests {
     fn denials_peeks_and_queries_never_write() {
         let meter = LeakyMeter::with_clock(Quota::per_second(2).unwrap(), ManualClock::new());
         meter.try_schedule_n(2).unwrap();
-        let before = cas::read(&meter.word);
+        let before = cas::read(&meter.state);
         for _ in 0..100 {
             assert!(meter.try_schedule().is_err());
             assert!(meter.try_acquire().is_err());
@@ -929,7 +628,7 @@ mod tests {
             assert!(meter.try_acquire_n(0).is_ok());
             assert!(meter.try_schedule_n(3).is_err());
         }
-        assert_eq!(cas::read(&meter.word), before);
+        assert_eq!(cas::read(&meter.state), before);
     }
 
     /// Real threads on one meter, scheduling and strictly acquiring with their own readings of a

@@ -53,20 +53,17 @@
 //! The word publishes nothing but itself, so every access is `Relaxed`, as in the token bucket: the
 //! atomicity of the compare-and-swap, not a fence, keeps two threads from taking the same slot.
 
-use std::fmt;
-
-use crossbeam_utils::CachePadded;
-
 use super::{check_count, window_of, Alignment, Grid};
-use crate::cas::{self, Step};
+use crate::algorithm::sealed::OneWord;
+use crate::cas::Step;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
+use crate::limiter::Direct;
+use crate::outcome::{Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::{Quota, QuotaError};
-use crate::sync::AtomicU64;
 
 /// The fixed window's constants, derived once from a [`Quota`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Policy {
+pub struct Policy {
     grid: Grid,
     /// N: admissions per window.
     limit: u64,
@@ -169,7 +166,7 @@ impl Policy {
 
     /// Takes `n` (`1 <= n <= N`) at `now`.
     #[inline]
-    pub(crate) fn take(&self, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
+    pub(crate) fn decide(&self, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
         let view = self.view(word, now);
         // count <= N and n <= N < 2^63: no overflow.
         let after = view.count + n;
@@ -244,8 +241,81 @@ impl Policy {
     }
 }
 
+/// The fixed window as an [`Algorithm`](crate::Algorithm): the marker of [`FixedWindow`] and, per
+/// key, of [`FixedWindowKeys`](crate::keyed::FixedWindowKeys). The state is one word (window index
+/// and count); a key is forgettable once its window is over.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::FixedWindow;
+/// use tollgate::{Direct, FixedWindowAlgorithm, ManualClock, Quota};
+/// let window: Direct<FixedWindowAlgorithm, _> = FixedWindow::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+/// assert_eq!(window.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FixedWindowAlgorithm;
+
+impl OneWord for FixedWindowAlgorithm {
+    type Policy = Policy;
+    type Time = Nanos;
+
+    const NAME: &'static str = "FixedWindow";
+
+    fn policy(quota: &Quota) -> Result<Policy, QuotaError> {
+        Policy::new(quota)
+    }
+
+    #[inline]
+    fn time(_: &Policy, now: Nanos) -> Nanos {
+        now
+    }
+
+    #[inline]
+    fn check_n(policy: &Policy, n: u64) -> Result<bool, InsufficientCapacity> {
+        policy.check_n(n)
+    }
+
+    fn initial_word(_: &Policy, _: &Quota, _: Nanos) -> u64 {
+        // Window 0, nothing counted: a window limiter starts with its whole count (validation
+        // makes the quota's initial fill equal to it).
+        0
+    }
+
+    fn fresh_word(policy: &Policy, at: Nanos) -> u64 {
+        policy.fresh_word(at)
+    }
+
+    fn is_fresh(policy: &Policy, word: u64, now: Nanos) -> bool {
+        policy.is_expired(word, now)
+    }
+
+    #[inline]
+    fn decide(policy: &Policy, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
+        policy.decide(word, now, n)
+    }
+
+    fn query(policy: &Policy, word: u64, now: Nanos) -> Admitted {
+        policy.query(word, now)
+    }
+
+    fn remaining(policy: &Policy, word: u64, now: Nanos) -> u64 {
+        policy.remaining(word, now)
+    }
+
+    fn debug_word(policy: &Policy, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
+        let word = Word(word);
+        f.field("window", &word.index(policy.count_bits))
+            .field("count", &word.count(policy.count_bits));
+    }
+}
+
 /// A lock-free fixed window limiter: up to N admissions per window, with the design notes' boundary
 /// burst (see the [module docs](self)).
+///
+/// The methods every direct limiter shares (`try_acquire*`, `peek_n*`, `remaining*`, `quota`,
+/// `clock`) are [`Direct`]'s.
 ///
 /// # Memory ordering
 ///
@@ -268,13 +338,7 @@ impl Policy {
 /// }
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
-pub struct FixedWindow<C = MonotonicClock> {
-    /// The window index and count; see [`Word`]. Padded to its own cache line.
-    word: CachePadded<AtomicU64>,
-    policy: Policy,
-    quota: Quota,
-    clock: C,
-}
+pub type FixedWindow<C = MonotonicClock> = Direct<FixedWindowAlgorithm, C>;
 
 impl FixedWindow<MonotonicClock> {
     /// A limiter for `quota` (`count` per window of `period`) on the default clock, windows aligned
@@ -319,12 +383,7 @@ impl<C: Clock> FixedWindow<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Result<FixedWindow<C>, QuotaError> {
-        Ok(FixedWindow {
-            word: CachePadded::new(AtomicU64::new(0)),
-            policy: Policy::new(&quota)?,
-            quota,
-            clock,
-        })
+        Direct::with_algorithm(quota, clock)
     }
 
     /// The same limiter with its window boundaries moved to `alignment` (by default windows start
@@ -352,210 +411,12 @@ impl<C: Clock> FixedWindow<C> {
             ..self
         }
     }
-
-    /// Takes one slot of the current window, or says when the next window starts.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::window::FixedWindow::new(tollgate::Quota::per_hour(1)?)?;
-    /// assert!(limiter.try_acquire().is_ok());
-    /// assert!(limiter.try_acquire().is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
-        self.try_acquire_at(self.clock.now())
-    }
-
-    /// Takes one slot of the window holding `now`, a reading of this limiter's clock.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// use tollgate::window::FixedWindow;
-    /// let limiter = FixedWindow::with_clock(Quota::per_second(1)?, ManualClock::new())?;
-    /// assert!(limiter.try_acquire_at(Nanos::new(999_999_999)).is_ok());
-    /// // The boundary burst: the next window starts one nanosecond later.
-    /// assert!(limiter.try_acquire_at(Nanos::new(1_000_000_000)).is_ok());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        // N is at least 1, so one slot is always a valid request.
-        cas::update(&self.word, |w| self.policy.take(w, now, 1))
-    }
-
-    /// Takes `n` slots of the current window, all or none. `n = 0` is a query that always succeeds.
-    ///
-    /// # Errors
-    ///
-    /// [`AcquireError::Denied`] when fewer than `n` slots are left in this window;
-    /// [`AcquireError::InsufficientCapacity`] when `n` exceeds N and can never succeed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::window::FixedWindow::new(tollgate::Quota::per_minute(10)?)?;
-    /// assert_eq!(limiter.try_acquire_n(4)?.remaining(), 6);
-    /// assert!(limiter.try_acquire_n(7).is_err());
-    /// assert!(limiter.try_acquire_n(11).unwrap_err().denied().is_none()); // never fits
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, self.clock.now())
-    }
-
-    /// Takes `n` slots of the window holding `now`, all or none.
-    ///
-    /// # Errors
-    ///
-    /// As [`FixedWindow::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// use tollgate::window::FixedWindow;
-    /// let limiter = FixedWindow::with_clock(Quota::per_second(10)?, ManualClock::new())?;
-    /// limiter.try_acquire_n_at(8, Nanos::new(100_000_000))?;
-    /// let denied = limiter.try_acquire_n_at(3, Nanos::new(400_000_000)).unwrap_err();
-    /// assert_eq!(denied.denied().unwrap().retry_after(), Duration::from_millis(600));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        if self.policy.check_n(n)? {
-            cas::update(&self.word, |w| self.policy.take(w, now, n)).map_err(AcquireError::Denied)
-        } else {
-            Ok(self.policy.query(cas::read(&self.word), now))
-        }
-    }
-
-    /// Would `n` slots be admitted now? Takes nothing and writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`FixedWindow::try_acquire_n`]: the denial it would get.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::window::FixedWindow::new(tollgate::Quota::per_hour(3)?)?;
-    /// assert!(limiter.peek_n(3).is_ok());
-    /// assert!(limiter.peek_n(3).is_ok()); // peeking takes nothing
-    /// assert!(limiter.peek_n(4).is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.peek_n_at(n, self.clock.now())
-    }
-
-    /// Would `n` slots be admitted as of `now`? Takes nothing and writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`FixedWindow::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// use tollgate::window::FixedWindow;
-    /// let limiter = FixedWindow::with_clock(Quota::per_second(1)?, ManualClock::new())?;
-    /// limiter.try_acquire_at(Nanos::new(0))?;
-    /// assert!(limiter.peek_n_at(1, Nanos::new(999_999_999)).is_err());
-    /// assert!(limiter.peek_n_at(1, Nanos::new(1_000_000_000)).is_ok());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let word = cas::read(&self.word);
-        if !self.policy.check_n(n)? {
-            return Ok(self.policy.query(word, now));
-        }
-        match self.policy.take(word, now, n) {
-            Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
-            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
-        }
-    }
-
-    /// Slots left in the current window.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::window::FixedWindow::new(tollgate::Quota::per_day(5)?)?;
-    /// limiter.try_acquire_n(2)?;
-    /// assert_eq!(limiter.remaining(), 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.remaining_at(self.clock.now())
-    }
-
-    /// Slots left in the window holding `now`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// use tollgate::window::FixedWindow;
-    /// let limiter = FixedWindow::with_clock(Quota::per_second(5)?, ManualClock::new())?;
-    /// limiter.try_acquire_n_at(5, Nanos::new(0))?;
-    /// assert_eq!(limiter.remaining_at(Nanos::new(999_999_999)), 0);
-    /// assert_eq!(limiter.remaining_at(Nanos::new(1_000_000_000)), 5);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn remaining_at(&self, now: Nanos) -> u64 {
-        self.policy.query(cas::read(&self.word), now).remaining()
-    }
-
-    /// The quota this limiter enforces.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let q = tollgate::Quota::per_second(3)?;
-    /// assert_eq!(tollgate::window::FixedWindow::new(q)?.quota(), &q);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
-    }
-
-    /// The clock this limiter reads.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{Clock, ManualClock, Nanos, Quota};
-    /// let clock = ManualClock::starting_at(Nanos::new(7));
-    /// let limiter = tollgate::window::FixedWindow::with_clock(Quota::per_second(3)?, clock)?;
-    /// assert_eq!(limiter.clock().now(), Nanos::new(7));
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-}
-
-impl<C> fmt::Debug for FixedWindow<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let word = Word(cas::read(&self.word));
-        f.debug_struct("FixedWindow")
-            .field("quota", &self.quota)
-            .field("window", &word.index(self.policy.count_bits))
-            .field("count", &word.count(self.policy.count_bits))
-            .finish_non_exhaustive()
-    }
 }
 
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
+    use crate::cas;
 
     fn policy(count: u64, period_ns: u64) -> Policy {
         let quota = Quota::per_period(count, std::time::Duration::from_nanos(period_ns)).unwrap();
@@ -563,7 +424,7 @@ mod tests {
     }
 
     fn admit(policy: &Policy, word: u64, now: u64, n: u64) -> Option<u64> {
-        match policy.take(word, Nanos::new(now), n) {
+        match policy.decide(word, Nanos::new(now), n) {
             Step::Write(new, _) => Some(new),
             Step::Keep(_) | Step::Refuse(_) => None,
         }
@@ -586,7 +447,7 @@ mod tests {
         let w = admit(&p, 0, 250, 2).expect("fits");
         // Window 1's reading after window 2 was counted: still window 2, full.
         assert_eq!(admit(&p, w, 150, 1), None);
-        match p.take(w, Nanos::new(150), 1) {
+        match p.decide(w, Nanos::new(150), 1) {
             Step::Refuse(denied) => {
                 // Window 2 ends at 300.
                 assert_eq!(denied.retry_at(), Nanos::new(300));

@@ -85,8 +85,10 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use super::{check_count, window_of, Alignment, Grid};
+use crate::algorithm::sealed::OneWord;
 use crate::cas::{self, Backoff, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{AtomicU64, Ordering};
@@ -104,7 +106,7 @@ pub const MAX_SUB_WINDOWS: u64 = 1024;
 /// The constants of a sliding counter of `k` sub-windows, derived once from a [`Quota`].
 /// [`SlidingWindowCounter`] is the case `k = 1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Policy {
+pub struct Policy {
     /// The (sub-)window boundaries: windows of `sub` nanoseconds.
     grid: Grid,
     /// `N`, admissions per window.
@@ -121,7 +123,7 @@ pub(crate) struct Policy {
 
 /// A clock reading located on the grid.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Reading {
+pub struct Reading {
     index: u64,
     elapsed: u64,
     /// The reading in nanoseconds, clamped to [`Nanos::MAX_USABLE`].
@@ -417,7 +419,7 @@ impl Policy {
     /// Decides `n` (`0..=N`; 0 is a query, always answered) at `r` on the stored fields
     /// `(i, settled, cur)`. `Ok` admits, with the view after the admission (its `cur` includes
     /// `n`); `None`: the history was stale.
-    fn decide(
+    fn weigh(
         &self,
         stored: (u64, u64, u64),
         r: Reading,
@@ -476,11 +478,11 @@ impl Policy {
 
     /// The one-word counter's decision (`k = 1`): `n` (`0..=N`) at `r` on `word`.
     #[inline]
-    pub(crate) fn take(&self, word: u64, r: Reading, n: u64) -> Step<Admitted, Denied> {
+    pub(crate) fn decide(&self, word: u64, r: Reading, n: u64) -> Step<Admitted, Denied> {
         let (i, prev, cur) = self.unpack(word);
         // The word holds the previous window's count itself; older windows count 0.
         let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
-        match self.decide((i, 0, cur), r, n, history) {
+        match self.weigh((i, 0, cur), r, n, history) {
             // With k = 1 the view's oldest count is the new previous window's.
             Some(Ok((v, answer))) if n > 0 => {
                 Step::Write(self.pack(v.at.index, v.oldest, v.cur), answer)
@@ -501,9 +503,9 @@ impl Policy {
 
     /// What a request for nothing reports at `r` for the one-word counter.
     pub(crate) fn query(&self, word: u64, r: Reading) -> Admitted {
-        match self.take(word, r, 0) {
+        match self.decide(word, r, 0) {
             Step::Keep(a) | Step::Write(_, a) => a,
-            // A request for nothing is always answered with an admission (`decide` admits
+            // A request for nothing is always answered with an admission (`weigh` admits
             // `n = 0`); were it ever refused, nothing is left.
             Step::Refuse(_) => Admitted::new(0, 1, Span::from_nanos(0)),
         }
@@ -548,7 +550,7 @@ impl Policy {
         history: impl FnMut(u64) -> Option<u64>,
     ) -> Verdict {
         let (i, settled, cur) = self.unpack(hot);
-        match self.decide((i, settled, cur), r, n, history) {
+        match self.weigh((i, settled, cur), r, n, history) {
             None => Verdict::Stale,
             Some(Err(denied)) => Verdict::Deny(denied),
             Some(Ok((v, answer))) => Verdict::Admit {
@@ -564,6 +566,78 @@ impl Policy {
 // ---------------------------------------------------------------------------------------------
 // SlidingWindowCounter
 // ---------------------------------------------------------------------------------------------
+
+/// The two-window sliding counter as an [`Algorithm`](crate::Algorithm): the marker of
+/// [`SlidingWindowCounter`] and, per key, of
+/// [`SlidingWindowCounterKeys`](crate::keyed::SlidingWindowCounterKeys). The state is one word
+/// (`index | prev | cur`); a key is forgettable once both windows it counts have passed.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::SlidingWindowCounter;
+/// use tollgate::{Direct, ManualClock, Quota, SlidingWindowCounterAlgorithm};
+/// let counter: Direct<SlidingWindowCounterAlgorithm, _> =
+///     SlidingWindowCounter::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+/// assert_eq!(counter.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlidingWindowCounterAlgorithm;
+
+impl OneWord for SlidingWindowCounterAlgorithm {
+    type Policy = Policy;
+    type Time = Reading;
+
+    const NAME: &'static str = "SlidingWindowCounter";
+
+    fn policy(quota: &Quota) -> Result<Policy, QuotaError> {
+        Policy::new(quota, 1)
+    }
+
+    #[inline]
+    fn time(policy: &Policy, now: Nanos) -> Reading {
+        policy.read(now)
+    }
+
+    #[inline]
+    fn check_n(policy: &Policy, n: u64) -> Result<bool, InsufficientCapacity> {
+        policy.check_n(n)
+    }
+
+    fn initial_word(_: &Policy, _: &Quota, _: Reading) -> u64 {
+        // Window 0, both counts 0 (validation makes the quota's initial fill its count).
+        0
+    }
+
+    fn fresh_word(policy: &Policy, at: Nanos) -> u64 {
+        policy.fresh_word(at)
+    }
+
+    fn is_fresh(policy: &Policy, word: u64, now: Reading) -> bool {
+        policy.is_expired(word, now)
+    }
+
+    #[inline]
+    fn decide(policy: &Policy, word: u64, now: Reading, n: u64) -> Step<Admitted, Denied> {
+        policy.decide(word, now, n)
+    }
+
+    fn query(policy: &Policy, word: u64, now: Reading) -> Admitted {
+        policy.query(word, now)
+    }
+
+    fn remaining(policy: &Policy, word: u64, now: Reading) -> u64 {
+        policy.remaining(word, now)
+    }
+
+    fn debug_word(policy: &Policy, word: u64, f: &mut fmt::DebugStruct<'_, '_>) {
+        let (window, previous, current) = policy.unpack(word);
+        f.field("window", &window)
+            .field("previous", &previous)
+            .field("current", &current);
+    }
+}
 
 /// A lock-free sliding window counter: `N` per window `W`, estimated from the current and the
 /// previous window's counts, the whole state in one `AtomicU64`.
@@ -607,6 +681,9 @@ impl Policy {
 /// | 1 day | 16 777 215 |
 /// | 2^62 ns | 2^31 − 1 |
 ///
+/// The methods every direct limiter shares (`try_acquire*`, `peek_n*`, `remaining*`, `quota`,
+/// `clock`) are [`Direct`]'s.
+///
 /// # Memory ordering
 ///
 /// Admissions are linearizable: each is one compare-and-swap on the word's latest value, so no two
@@ -626,13 +703,7 @@ impl Policy {
 /// assert_eq!(limiter.remaining_at(Nanos::new(1_250_000_000)), 1);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
-pub struct SlidingWindowCounter<C = MonotonicClock> {
-    /// `index | prev | cur`; see the state table above. Padded to its own cache line.
-    word: CachePadded<AtomicU64>,
-    policy: Policy,
-    quota: Quota,
-    clock: C,
-}
+pub type SlidingWindowCounter<C = MonotonicClock> = Direct<SlidingWindowCounterAlgorithm, C>;
 
 impl SlidingWindowCounter<MonotonicClock> {
     /// A counter for `quota` ("`N` per period `W`") on the default clock, starting empty.
@@ -675,12 +746,7 @@ impl<C: Clock> SlidingWindowCounter<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Result<SlidingWindowCounter<C>, QuotaError> {
-        Ok(SlidingWindowCounter {
-            word: CachePadded::new(AtomicU64::new(0)),
-            policy: Policy::new(&quota, 1)?,
-            quota,
-            clock,
-        })
+        Direct::with_algorithm(quota, clock)
     }
 
     /// The same counter with its window boundaries moved to `alignment` (read against
@@ -702,203 +768,6 @@ impl<C: Clock> SlidingWindowCounter<C> {
     pub fn aligned(mut self, alignment: Alignment) -> SlidingWindowCounter<C> {
         self.policy.grid = self.policy.grid.aligned(alignment, self.clock.now());
         self
-    }
-
-    /// Admits one request now, or says how long until it would be.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::window::SlidingWindowCounter::new(tollgate::Quota::per_second(1)?)?;
-    /// assert!(limiter.try_acquire().is_ok());
-    /// assert!(limiter.try_acquire().is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
-        self.try_acquire_at(self.clock.now())
-    }
-
-    /// Admits one request as of `now`, a reading of this counter's clock.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Nanos, Quota, window::SlidingWindowCounter};
-    /// let limiter = SlidingWindowCounter::with_clock(Quota::per_second(1)?, ManualClock::new())?;
-    /// assert!(limiter.try_acquire_at(Nanos::new(0)).is_ok());
-    /// let denied = limiter.try_acquire_at(Nanos::new(0)).unwrap_err();
-    /// // Admitted again when the previous window's weight has fallen to 0: 2 s.
-    /// assert_eq!(denied.retry_at(), Nanos::new(2_000_000_000));
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        let r = self.policy.read(now);
-        // N >= 1, so one is always a valid request.
-        cas::update(&self.word, |w| self.policy.take(w, r, 1))
-    }
-
-    /// Admits `n` requests now, all or none. `n = 0` is a query that always succeeds.
-    ///
-    /// # Errors
-    ///
-    /// [`AcquireError::Denied`] when the estimate has no room for `n` now;
-    /// [`AcquireError::InsufficientCapacity`] when `n > N` and can never succeed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::window::SlidingWindowCounter::new(tollgate::Quota::per_second(10)?)?;
-    /// assert_eq!(limiter.try_acquire_n(4)?.remaining(), 6);
-    /// assert!(limiter.try_acquire_n(7).is_err());
-    /// assert!(limiter.try_acquire_n(11).unwrap_err().denied().is_none());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, self.clock.now())
-    }
-
-    /// Admits `n` requests as of `now`, all or none. `n = 0` is a query.
-    ///
-    /// # Errors
-    ///
-    /// As [`SlidingWindowCounter::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Nanos, Quota, window::SlidingWindowCounter};
-    /// let limiter = SlidingWindowCounter::with_clock(Quota::per_second(10)?, ManualClock::new())?;
-    /// assert!(limiter.try_acquire_n_at(10, Nanos::new(0)).is_ok());
-    /// let denied = limiter.try_acquire_n_at(5, Nanos::new(0)).unwrap_err();
-    /// // In the next window, 5 fit once half of the previous window's weight is gone.
-    /// assert_eq!(denied.denied().unwrap().retry_after().as_millis(), 1500);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let r = self.policy.read(now);
-        if self.policy.check_n(n)? {
-            cas::update(&self.word, |w| self.policy.take(w, r, n)).map_err(AcquireError::Denied)
-        } else {
-            self.peek_n_at(0, now)
-        }
-    }
-
-    /// Would `n` requests be admitted now? Writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`SlidingWindowCounter::try_acquire_n`]: the denial it would get.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::window::SlidingWindowCounter::new(tollgate::Quota::per_second(3)?)?;
-    /// assert!(limiter.peek_n(3).is_ok());
-    /// assert!(limiter.peek_n(3).is_ok()); // still: peeking takes nothing
-    /// assert!(limiter.peek_n(4).is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.peek_n_at(n, self.clock.now())
-    }
-
-    /// Would `n` requests be admitted as of `now`? Writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`SlidingWindowCounter::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Nanos, Quota, window::SlidingWindowCounter};
-    /// let limiter = SlidingWindowCounter::with_clock(Quota::per_second(2)?, ManualClock::new())?;
-    /// limiter.try_acquire_n_at(2, Nanos::new(0))?;
-    /// assert!(limiter.peek_n_at(1, Nanos::new(1_499_999_999)).is_err());
-    /// assert!(limiter.peek_n_at(1, Nanos::new(1_500_000_000)).is_ok());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let r = self.policy.read(now);
-        self.policy.check_n(n)?;
-        match self.policy.take(cas::read(&self.word), r, n) {
-            Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
-            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
-        }
-    }
-
-    /// Whole requests the estimate has room for now: `⌊N − estimate⌋`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::window::SlidingWindowCounter::new(tollgate::Quota::per_second(8)?)?;
-    /// assert_eq!(limiter.remaining(), 8);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.remaining_at(self.clock.now())
-    }
-
-    /// Whole requests the estimate has room for as of `now`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Nanos, Quota, window::SlidingWindowCounter};
-    /// let limiter = SlidingWindowCounter::with_clock(Quota::per_second(2)?, ManualClock::new())?;
-    /// limiter.try_acquire_n_at(2, Nanos::new(0))?;
-    /// assert_eq!(limiter.remaining_at(Nanos::new(1_500_000_000)), 1);
-    /// assert_eq!(limiter.remaining_at(Nanos::new(u64::MAX)), 2); // long idle: empty
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn remaining_at(&self, now: Nanos) -> u64 {
-        self.policy
-            .remaining(cas::read(&self.word), self.policy.read(now))
-    }
-
-    /// The quota this counter enforces.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let q = tollgate::Quota::per_second(3)?;
-    /// assert_eq!(tollgate::window::SlidingWindowCounter::new(q)?.quota(), &q);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
-    }
-
-    /// The clock this counter reads.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{Clock, ManualClock, Nanos, Quota, window::SlidingWindowCounter};
-    /// let clock = ManualClock::starting_at(Nanos::new(4));
-    /// let limiter = SlidingWindowCounter::with_clock(Quota::per_second(3)?, clock)?;
-    /// assert_eq!(limiter.clock().now(), Nanos::new(4));
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-}
-
-impl<C> fmt::Debug for SlidingWindowCounter<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (window, previous, current) = self.policy.unpack(cas::read(&self.word));
-        f.debug_struct("SlidingWindowCounter")
-            .field("quota", &self.quota)
-            .field("window", &window)
-            .field("previous", &previous)
-            .field("current", &current)
-            .finish_non_exhaustive()
     }
 }
 
@@ -1503,11 +1372,11 @@ mod tests {
             SlidingWindowCounter::with_clock(Quota::per_second(2).unwrap(), ManualClock::new())
                 .unwrap();
         one.try_acquire_n_at(2, Nanos::new(0)).unwrap();
-        let before = cas::read(&one.word);
+        let before = cas::read(&one.state);
         let _ = one.try_acquire_at(Nanos::new(1));
         let _ = one.peek_n_at(1, Nanos::new(3 * SEC));
         let _ = one.try_acquire_n_at(0, Nanos::new(3 * SEC));
-        assert_eq!(cas::read(&one.word), before);
+        assert_eq!(cas::read(&one.state), before);
     }
 
     /// Runs `threads` threads of `per_thread` single requests on `acquire`, each thread's readings

@@ -112,11 +112,11 @@
 
 use std::fmt;
 
-use crossbeam_utils::CachePadded;
-
 use super::window_of;
+use crate::algorithm::sealed::{Contract, Held};
 use crate::cas::{retries, Backoff};
 use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{AtomicU64, Ordering};
@@ -140,7 +140,7 @@ pub const MAX_LOG: u64 = 65_536;
 
 /// The log's constants, derived once from a [`Quota`]: shared by every key of a keyed limiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Policy {
+pub struct Policy {
     /// N, the admissions allowed in any window: `1..=MAX_LOG`.
     count: u64,
     /// W, the window length in nanoseconds: `1..=2^62`.
@@ -335,41 +335,25 @@ impl Entry {
     }
 }
 
-/// Where a log keeps its head: on a cache line of its own for a direct log (every request loads it
-/// twice, and the slots are written by other threads), inline for a keyed limiter's per-key logs
-/// (one padded line per key would cost 128 bytes a key for contention that spreads over keys).
-pub(crate) trait Head: Send + Sync {
-    fn new(value: u64) -> Self;
-    fn word(&self) -> &AtomicU64;
-}
-
-impl Head for CachePadded<AtomicU64> {
-    fn new(value: u64) -> Self {
-        CachePadded::new(AtomicU64::new(value))
-    }
-    #[inline]
-    fn word(&self) -> &AtomicU64 {
-        self
-    }
-}
-
-impl Head for AtomicU64 {
-    fn new(value: u64) -> Self {
-        AtomicU64::new(value)
-    }
-    #[inline]
-    fn word(&self) -> &AtomicU64 {
-        self
-    }
-}
-
-/// The per-key state: the head and the ring of the last N admission times.
-pub(crate) struct Log<H = CachePadded<AtomicU64>> {
+/// The log's state: the head and the ring of the last N admission times. A direct log keeps it on
+/// a cache line of its own (the head is loaded twice by every request, the slots written by other
+/// threads); a keyed limiter's per-key logs keep it inline (one padded line per key would cost 128
+/// bytes a key for contention that spreads over keys).
+pub struct Log {
     /// The next position to claim, a hint: at most one position behind the last claim, moved
     /// forward by the claimer or by any thread that sees it lag.
-    head: H,
+    head: AtomicU64,
     /// N slots; position `p` lives in slot `p % N`. See [`Entry`] for the state table.
     slots: Box<[AtomicU64]>,
+}
+
+impl fmt::Debug for Log {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Log")
+            .field("head", &self.head())
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A validated view of the log: the head, the word in its slot, and the judgment.
@@ -379,11 +363,11 @@ struct View {
     verdict: Result<Grant, Denied>,
 }
 
-impl<H: Head> Log<H> {
+impl Log {
     /// An empty log for `policy`: N fresh slots.
-    pub(crate) fn new(policy: &Policy) -> Log<H> {
+    pub(crate) fn new(policy: &Policy) -> Log {
         Log {
-            head: H::new(0),
+            head: AtomicU64::new(0),
             slots: (0..policy.count)
                 .map(|_| AtomicU64::new(Entry::FRESH.0))
                 .collect(),
@@ -399,12 +383,12 @@ impl<H: Head> Log<H> {
     /// [`Log::is_expired`]), which admits no more than this one at every reading, so forgetting
     /// never admits more than keeping would have. Before `W` no log can have expired, and an empty
     /// log is what a never-seen key has.
-    pub(crate) fn fresh(policy: &Policy, fresh: Nanos) -> Log<H> {
+    pub(crate) fn fresh(policy: &Policy, fresh: Nanos) -> Log {
         let Some(at) = fresh.clamped().checked_sub(policy.window) else {
             return Log::new(policy);
         };
         Log {
-            head: H::new(policy.count),
+            head: AtomicU64::new(policy.count),
             slots: (0..policy.count)
                 .map(|p| AtomicU64::new(Entry::new(p, policy.count, at).0))
                 .collect(),
@@ -445,11 +429,11 @@ impl<H: Head> Log<H> {
     }
 
     #[inline]
-    fn head(&self) -> u64 {
+    pub(crate) fn head(&self) -> u64 {
         // Acquire: pairs with the AcqRel head move that wrote this value, and through the chain of
         // head read-modify-writes with every earlier one; each was made by a thread that had seen the
         // claim of the position it passed, so every claim below the value read is visible here.
-        self.head.word().load(Ordering::Acquire)
+        self.head.load(Ordering::Acquire)
     }
 
     /// Moves the head from `s` to `s + 1` if nobody has; the caller has seen position `s` claimed.
@@ -459,12 +443,9 @@ impl<H: Head> Log<H> {
         // that later loads the head past `s` (see `head`); the Acquire half continues the chain
         // from the move that wrote `s`. Failure is Relaxed: someone else moved it, and the value
         // seen is not used. Positions never wrap in practice (2^64 admissions).
-        let _ = self.head.word().compare_exchange(
-            s,
-            s.wrapping_add(1),
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
+        let _ =
+            self.head
+                .compare_exchange(s, s.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// Reads a consistent view of the log at its head and judges a request for `n` admissions at
@@ -584,12 +565,116 @@ impl<H: Head> Log<H> {
     }
 }
 
+/// The sliding window log as an [`Algorithm`](crate::Algorithm): the marker of
+/// [`SlidingWindowLog`] and, per key, of [`SlidingWindowLogKeys`](crate::keyed::SlidingWindowLogKeys).
+/// The state is the ring of the last N admission times; a key is forgettable once its newest
+/// admission has left the window.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::SlidingWindowLog;
+/// use tollgate::{Direct, ManualClock, Quota, SlidingWindowLogAlgorithm};
+/// let log: Direct<SlidingWindowLogAlgorithm, _> =
+///     SlidingWindowLog::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+/// assert_eq!(log.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlidingWindowLogAlgorithm;
+
+impl Contract for SlidingWindowLogAlgorithm {
+    type Policy = Policy;
+    type State = Log;
+
+    const NAME: &'static str = "SlidingWindowLog";
+
+    fn policy(quota: &Quota) -> Result<Policy, QuotaError> {
+        Policy::new(quota)
+    }
+
+    fn initial(policy: &Policy, _: &Quota, _: Nanos) -> Log {
+        // Empty: a window limiter starts with its whole count (validation makes the quota's
+        // initial fill equal to it).
+        Log::new(policy)
+    }
+
+    fn fresh(policy: &Policy, _tier: usize, at: Nanos) -> Log {
+        Log::fresh(policy, at)
+    }
+
+    #[inline]
+    fn acquire_one(policy: &Policy, log: &Log, now: Nanos) -> Result<Admitted, Denied> {
+        log.acquire(policy, now.clamped(), 1)
+    }
+
+    fn acquire(policy: &Policy, log: &Log, now: Nanos, n: u64) -> Result<Admitted, AcquireError> {
+        if policy.check_n(n)? {
+            Ok(log.acquire(policy, now.clamped(), n)?)
+        } else {
+            Ok(log.peek(policy, now.clamped(), 0)?)
+        }
+    }
+
+    fn peek(
+        policy: &Policy,
+        log: Held<'_, Log>,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Admitted, AcquireError> {
+        policy.check_n(n)?;
+        let now = now.clamped();
+        Ok(match log {
+            Held::Known(log) => log.peek(policy, now, n),
+            // Judged on the fresh log without building it.
+            Held::Fresh { at, .. } => policy.judge_fresh(at, now, n),
+        }?)
+    }
+
+    fn remaining(policy: &Policy, log: Held<'_, Log>, now: Nanos) -> u64 {
+        // A request for nothing is always admitted (`judge` admits `n = 0`); were it ever refused,
+        // nothing is left.
+        Self::peek(policy, log, now, 0).map_or(0, |a| a.remaining())
+    }
+
+    fn create(
+        policy: &Policy,
+        tier: usize,
+        fresh: Nanos,
+        now: Nanos,
+        n: u64,
+    ) -> (Option<Log>, Result<Admitted, AcquireError>) {
+        // Judge on the fresh log without building it: a request that writes nothing (a query, a
+        // denial, one too large) leaves the key unheld and allocates nothing.
+        match Self::peek(policy, Held::Fresh { tier, at: fresh }, now, n) {
+            Ok(_) if n > 0 => {
+                let log = Log::fresh(policy, fresh);
+                // Nobody else can see this log yet: the judgment just made holds.
+                let outcome = Self::acquire(policy, &log, now, n);
+                (Some(log), outcome)
+            }
+            other => (None, other),
+        }
+    }
+
+    fn is_fresh(policy: &Policy, log: &Log, now: Nanos) -> bool {
+        log.is_expired(policy, now)
+    }
+
+    fn debug_state(_: &Policy, log: &Log, f: &mut fmt::DebugStruct<'_, '_>) {
+        f.field("head", &log.head());
+    }
+}
+
 /// An exact sliding window log: never more than N admissions in any window of length W.
 ///
 /// Its state is a ring of the last N admission times (`8 × N` bytes, at most [`MAX_LOG`] entries),
 /// claimed lock-free: an admission is one compare-and-swap on one slot, a denial only reads.
 /// Generic over its [`Clock`]: [`MonotonicClock`] by default, [`ManualClock`](crate::ManualClock)
 /// for tests. See the [module docs](self) for the protocol and its guarantees.
+///
+/// The methods every direct limiter shares (`try_acquire*`, `peek_n*`, `remaining*`, `quota`,
+/// `clock`) are [`Direct`]'s.
 ///
 /// # Memory ordering
 ///
@@ -612,12 +697,7 @@ impl<H: Head> Log<H> {
 /// assert!(denied.retry_after().as_secs() <= 60);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
-pub struct SlidingWindowLog<C = MonotonicClock> {
-    log: Log,
-    policy: Policy,
-    quota: Quota,
-    clock: C,
-}
+pub type SlidingWindowLog<C = MonotonicClock> = Direct<SlidingWindowLogAlgorithm, C>;
 
 impl SlidingWindowLog<MonotonicClock> {
     /// A log of `quota.count()` admissions per window of `quota.period()`, on the default clock.
@@ -661,219 +741,7 @@ impl<C: Clock> SlidingWindowLog<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Result<SlidingWindowLog<C>, QuotaError> {
-        let policy = Policy::new(&quota)?;
-        Ok(SlidingWindowLog {
-            log: Log::new(&policy),
-            policy,
-            quota,
-            clock,
-        })
-    }
-
-    /// Admits one request now, or says how long until one would be.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(1)?)?;
-    /// assert!(log.try_acquire().is_ok());
-    /// assert!(log.try_acquire().is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
-        self.try_acquire_at(self.clock.now())
-    }
-
-    /// Admits one request as of `now`, a reading of this log's clock the caller already holds.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// let log = SlidingWindowLog::with_clock(Quota::per_second(1)?, ManualClock::new())?;
-    /// assert!(log.try_acquire_at(Nanos::new(0)).is_ok());
-    /// assert!(log.try_acquire_at(Nanos::new(999_999_999)).is_err());
-    /// assert!(log.try_acquire_at(Nanos::new(1_000_000_000)).is_ok()); // the window is (t - W, t]
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        // N is at least 1, so one admission is always a valid request.
-        self.log.acquire(&self.policy, now.clamped(), 1)
-    }
-
-    /// Admits `n` requests now (see the [module docs](self#requests-for-more-than-one) for what a
-    /// lost race does to a request for more than one). `n = 0` is a query that always succeeds.
-    ///
-    /// # Errors
-    ///
-    /// [`AcquireError::Denied`] when fewer than `n` admissions are left in the window now;
-    /// [`AcquireError::InsufficientCapacity`] when `n` exceeds N and can never succeed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(10)?)?;
-    /// assert_eq!(log.try_acquire_n(4)?.remaining(), 6);
-    /// assert!(log.try_acquire_n(7).is_err());
-    /// assert!(log.try_acquire_n(11).unwrap_err().denied().is_none()); // never, not "later"
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, self.clock.now())
-    }
-
-    /// Admits `n` requests as of `now`. `n = 0` is a query that always succeeds and writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`SlidingWindowLog::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// let log = SlidingWindowLog::with_clock(Quota::per_second(4)?, ManualClock::new())?;
-    /// log.try_acquire_n_at(3, Nanos::new(0))?;
-    /// let denied = log.try_acquire_n_at(2, Nanos::new(10)).unwrap_err();
-    /// assert_eq!(denied.denied().unwrap().retry_at(), Nanos::new(1_000_000_000));
-    /// assert_eq!(log.try_acquire_n_at(0, Nanos::new(10))?.remaining(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let now = now.clamped();
-        if self.policy.check_n(n)? {
-            self.log
-                .acquire(&self.policy, now, n)
-                .map_err(AcquireError::Denied)
-        } else {
-            self.log
-                .peek(&self.policy, now, 0)
-                .map_err(AcquireError::Denied)
-        }
-    }
-
-    /// Would `n` requests be admitted now? Writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`SlidingWindowLog::try_acquire_n`]: the answer it would get.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(3)?)?;
-    /// assert!(log.peek_n(3).is_ok());
-    /// assert!(log.peek_n(3).is_ok()); // still: peeking admits nothing
-    /// assert!(log.peek_n(4).is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.peek_n_at(n, self.clock.now())
-    }
-
-    /// Would `n` requests be admitted as of `now`? Writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`SlidingWindowLog::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// let log = SlidingWindowLog::with_clock(Quota::per_second(1)?, ManualClock::new())?;
-    /// log.try_acquire_at(Nanos::new(5))?;
-    /// assert!(log.peek_n_at(1, Nanos::new(1_000_000_004)).is_err());
-    /// assert!(log.peek_n_at(1, Nanos::new(1_000_000_005)).is_ok());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        self.policy.check_n(n)?;
-        self.log
-            .peek(&self.policy, now.clamped(), n)
-            .map_err(AcquireError::Denied)
-    }
-
-    /// Admissions left in the window now.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(8)?)?;
-    /// assert_eq!(log.remaining(), 8);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.remaining_at(self.clock.now())
-    }
-
-    /// Admissions left in the window as of `now` (judged, as admissions are, at no earlier time than
-    /// the newest admission).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// let log = SlidingWindowLog::with_clock(Quota::per_second(2)?, ManualClock::new())?;
-    /// log.try_acquire_n_at(2, Nanos::new(0))?;
-    /// assert_eq!(log.remaining_at(Nanos::new(999_999_999)), 0);
-    /// assert_eq!(log.remaining_at(Nanos::new(u64::MAX)), 2); // a jump of centuries: just empty
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn remaining_at(&self, now: Nanos) -> u64 {
-        self.log
-            .peek(&self.policy, now.clamped(), 0)
-            .map_or(0, |a| a.remaining())
-    }
-
-    /// The quota this log enforces.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// let q = tollgate::Quota::per_second(3)?;
-    /// assert_eq!(SlidingWindowLog::new(q)?.quota(), &q);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
-    }
-
-    /// The clock this log reads.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// use tollgate::{Clock, ManualClock, Nanos, Quota};
-    /// let log = SlidingWindowLog::with_clock(Quota::per_second(3)?, ManualClock::starting_at(Nanos::new(4)))?;
-    /// assert_eq!(log.clock().now(), Nanos::new(4));
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-}
-
-impl<C> fmt::Debug for SlidingWindowLog<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SlidingWindowLog")
-            .field("quota", &self.quota)
-            .field("head", &self.log.head())
-            .finish_non_exhaustive()
+        Direct::with_algorithm(quota, clock)
     }
 }
 
@@ -993,8 +861,8 @@ mod tests {
             let log =
                 SlidingWindowLog::with_clock(Quota::per_hour(count).unwrap(), ManualClock::new())
                     .unwrap();
-            assert_eq!(log.log.slots.len() as u64, count);
-            assert_eq!(std::mem::size_of_val(&*log.log.slots), 8 * count as usize);
+            assert_eq!(log.state.slots.len() as u64, count);
+            assert_eq!(std::mem::size_of_val(&*log.state.slots), 8 * count as usize);
         }
     }
 
@@ -1008,16 +876,16 @@ mod tests {
         for t in [0, 10, 20, 100, 115] {
             assert!(log.try_acquire_at(Nanos::new(t)).is_ok(), "{t}");
         }
-        assert_eq!(log.log.entries(), vec![20, 100, 115]);
-        assert_eq!(log.log.head(), 5);
+        assert_eq!(log.state.entries(), vec![20, 100, 115]);
+        assert_eq!(log.state.head(), 5);
         // A backwards reading records the newest time, not the reading.
         assert!(log.try_acquire_at(Nanos::new(5)).is_err());
         assert!(log.try_acquire_at(Nanos::new(120)).is_ok());
         assert!(log.try_acquire_n_at(2, Nanos::new(0)).is_err());
         assert!(log.try_acquire_at(Nanos::new(0)).is_err());
-        assert_eq!(log.log.entries(), vec![100, 115, 120]);
+        assert_eq!(log.state.entries(), vec![100, 115, 120]);
         assert!(log.try_acquire_n_at(2, Nanos::new(216)).is_ok());
-        assert_eq!(log.log.entries(), vec![120, 216, 216]);
+        assert_eq!(log.state.entries(), vec![120, 216, 216]);
     }
 
     #[test]
@@ -1025,7 +893,7 @@ mod tests {
         let log = SlidingWindowLog::with_clock(Quota::per_second(2).unwrap(), ManualClock::new())
             .unwrap();
         log.try_acquire_n(2).unwrap();
-        let before = (log.log.head(), log.log.entries());
+        let before = (log.state.head(), log.state.entries());
         for _ in 0..10 {
             assert!(log.try_acquire().is_err());
             assert!(log.peek_n(1).is_err());
@@ -1034,7 +902,7 @@ mod tests {
             assert_eq!(log.try_acquire_n(0).unwrap().remaining(), 0);
             assert_eq!(log.remaining(), 0);
         }
-        assert_eq!((log.log.head(), log.log.entries()), before);
+        assert_eq!((log.state.head(), log.state.entries()), before);
     }
 
     /// Checks a whole log rebuilt from every thread's claims: each position claimed exactly once,
@@ -1096,7 +964,7 @@ mod tests {
             .flat_map(|h| h.join().unwrap())
             .collect();
         assert!(all.len() as u64 > count, "the run admitted almost nothing");
-        assert_eq!(all.len() as u64, log.log.head());
+        assert_eq!(all.len() as u64, log.state.head());
         check_full_log(all, count, window);
     }
 
@@ -1145,7 +1013,7 @@ mod tests {
             }
             // Partial claims of a denied pair stay in the log, so the log holds at least as many.
             assert!(all.len() as u64 >= admitted);
-            assert_eq!(all.len() as u64, log.log.head());
+            assert_eq!(all.len() as u64, log.state.head());
             check_full_log(all, count, window);
             if lost > 0 {
                 return;

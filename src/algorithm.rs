@@ -1,0 +1,328 @@
+//! The contract every rate-limiting algorithm of the crate implements, in its own file.
+//!
+//! An algorithm is an immutable *policy* (constants derived once from a [`Quota`]), a *state* per
+//! limited thing (one `AtomicU64` for most algorithms, a ring for the sliding log) and a pure
+//! *decision* on that state at a reading of the clock. The direct limiters
+//! ([`Direct`](crate::Direct): [`TokenBucket`](crate::TokenBucket),
+//! [`FixedWindow`](crate::window::FixedWindow), ...) hold one state beside a clock; the
+//! [`KeyedLimiter`](crate::keyed::KeyedLimiter) holds a map of states. Both are written once,
+//! over this contract, for every algorithm.
+//!
+//! The contract is sealed: [`Algorithm`] is public so that code can be generic over it and name
+//! its marker types, but its methods live in a private supertrait that only the crate implements.
+//!
+//! # The markers
+//!
+//! | marker | algorithm | state |
+//! | --- | --- | --- |
+//! | [`TokenBucketAlgorithm`] | [token bucket](crate::token_bucket) (GCRA) | one word |
+//! | [`LeakyMeterAlgorithm`] | [leaky bucket as a meter](crate::leaky::meter), strict admission | one word |
+//! | [`FixedWindowAlgorithm`] | [fixed window](crate::window::fixed) | one word |
+//! | [`SlidingWindowCounterAlgorithm`] | [two-window sliding counter](crate::window::sliding_counter) | one word |
+//! | [`SlidingWindowLogAlgorithm`] | [sliding window log](crate::window::sliding_log) | a ring of N timestamps |
+//!
+//! ```
+//! use tollgate::{Algorithm, Direct, ManualClock, Quota, TokenBucketAlgorithm};
+//!
+//! // Any direct limiter, whatever its algorithm.
+//! fn spare<A: Algorithm>(limiter: &Direct<A, ManualClock>) -> u64 {
+//!     limiter.remaining()
+//! }
+//! let bucket: Direct<TokenBucketAlgorithm, _> =
+//!     Direct::with_algorithm(Quota::per_second(3)?, ManualClock::new())?;
+//! assert_eq!(spare(&bucket), 3);
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
+//! # The one-word algorithms
+//!
+//! An algorithm whose whole state is one `AtomicU64` implements the narrower
+//! `OneWord` contract: a pure `decide(policy, word, now, n)` answering a
+//! `Step` (write this word and admit, admit without a write, or refuse), and the
+//! rest of the contract follows from it once, here: the decision runs in the crate's one
+//! compare-and-swap loop (`cas::update`), denials and peeks only read, and a key the keyed
+//! limiter does not hold is decided on without being built.
+
+pub use crate::leaky::meter::LeakyMeterAlgorithm;
+pub use crate::token_bucket::TokenBucketAlgorithm;
+pub use crate::window::fixed::FixedWindowAlgorithm;
+pub use crate::window::sliding_counter::SlidingWindowCounterAlgorithm;
+pub use crate::window::sliding_log::SlidingWindowLogAlgorithm;
+
+use crate::cas::{self, Step};
+use crate::clock::Nanos;
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
+use crate::quota::{Quota, QuotaError};
+use crate::sync::AtomicU64;
+
+/// The internals of [`Algorithm`]. Public in a private module so that they can appear in the
+/// public trait's bounds without being nameable, or implementable, outside the crate.
+pub(crate) mod sealed {
+    use super::{
+        AcquireError, Admitted, Denied, InsufficientCapacity, Nanos, Quota, QuotaError, Step,
+    };
+
+    /// A state as a decision sees it: one that is held, or one that is not (a key the keyed
+    /// limiter does not hold: fresh as of `at`, in tier `tier`, and not built unless a decision
+    /// writes to it).
+    pub enum Held<'a, S> {
+        /// A state that exists.
+        Known(&'a S),
+        /// A state that would be created afresh.
+        Fresh {
+            /// Its tier (0 unless tiered).
+            tier: usize,
+            /// The reading it is fresh as of.
+            at: Nanos,
+        },
+    }
+
+    impl<S> std::fmt::Debug for Held<'_, S> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Held::Known(_) => f.write_str("Known"),
+                Held::Fresh { tier, at } => f
+                    .debug_struct("Fresh")
+                    .field("tier", tier)
+                    .field("at", at)
+                    .finish(),
+            }
+        }
+    }
+
+    /// What every algorithm provides. A request for `n` may ask for any `n`: 0 is a query that
+    /// always succeeds, more than the capacity is [`InsufficientCapacity`].
+    pub trait Contract: Send + Sync + 'static {
+        /// The constants derived from the quota, shared by every state.
+        type Policy: Send + Sync + std::fmt::Debug;
+        /// One limited thing's state.
+        type State: Send + Sync;
+
+        /// The direct limiter's name, for `Debug`.
+        const NAME: &'static str;
+
+        /// The policy for `quota`, or why this algorithm cannot enforce it (naming the field).
+        fn policy(quota: &Quota) -> Result<Self::Policy, QuotaError>;
+        /// A direct limiter's first state: the quota's initial fill as of `now`.
+        fn initial(policy: &Self::Policy, quota: &Quota, now: Nanos) -> Self::State;
+        /// The state of a key created afresh, fresh as of `at`: identical to a never-used state
+        /// at readings from `at` on, and admitting no more than any forgettable state (below) at
+        /// earlier readings.
+        fn fresh(policy: &Self::Policy, tier: usize, at: Nanos) -> Self::State;
+        /// Admits one on `state` at `now`, or says when it could (every capacity is at least 1).
+        fn acquire_one(
+            policy: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+        ) -> Result<Admitted, Denied>;
+        /// Admits `n` on `state` at `now`, all or none, or says why not: the decision, applied.
+        fn acquire(
+            policy: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+            n: u64,
+        ) -> Result<Admitted, AcquireError>;
+        /// The answer `acquire` would give, writing nothing.
+        fn peek(
+            policy: &Self::Policy,
+            state: Held<'_, Self::State>,
+            now: Nanos,
+            n: u64,
+        ) -> Result<Admitted, AcquireError>;
+        /// Whole admissions available at `now`.
+        fn remaining(policy: &Self::Policy, state: Held<'_, Self::State>, now: Nanos) -> u64;
+        /// A request for `n` on a key that is not held, fresh as of `fresh`: the answer, and the
+        /// state to insert if the request changed it (`None`: the key stays as if never seen, and
+        /// nothing was built).
+        fn create(
+            policy: &Self::Policy,
+            tier: usize,
+            fresh: Nanos,
+            now: Nanos,
+            n: u64,
+        ) -> (Option<Self::State>, Result<Admitted, AcquireError>);
+        /// Is `state` indistinguishable, at `now` and at every later reading, from the fresh state
+        /// of `now`? (Then a keyed limiter may forget it.) Called with no request in flight on the
+        /// state.
+        fn is_fresh(policy: &Self::Policy, state: &Self::State, now: Nanos) -> bool;
+        /// Adds the state's fields to a limiter's `Debug` output.
+        fn debug_state(
+            policy: &Self::Policy,
+            state: &Self::State,
+            f: &mut std::fmt::DebugStruct<'_, '_>,
+        );
+    }
+
+    /// An algorithm whose whole state is one word: what it provides, from which [`Contract`]
+    /// follows.
+    pub trait OneWord: Send + Sync + 'static {
+        /// The constants derived from the quota.
+        type Policy: Send + Sync + std::fmt::Debug;
+        /// A reading converted to the policy's units.
+        type Time: Copy;
+
+        /// The direct limiter's name, for `Debug`.
+        const NAME: &'static str;
+
+        /// As [`Contract::policy`].
+        fn policy(quota: &Quota) -> Result<Self::Policy, QuotaError>;
+        /// A reading in the policy's units.
+        fn time(policy: &Self::Policy, now: Nanos) -> Self::Time;
+        /// As [`Contract::check_n`].
+        fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity>;
+        /// The word of a direct limiter with the quota's initial fill at `now`.
+        fn initial_word(policy: &Self::Policy, quota: &Quota, now: Self::Time) -> u64;
+        /// The word of a key created afresh, fresh as of `at` (see [`Contract::fresh`]).
+        fn fresh_word(policy: &Self::Policy, at: Nanos) -> u64;
+        /// Is `word` indistinguishable, at `now` and at every later reading, from a fresh word?
+        fn is_fresh(policy: &Self::Policy, word: u64, now: Self::Time) -> bool;
+        /// The decision: admits `n` (`1..=capacity`) on `word` at `now`, or says when it could.
+        /// Pure: no atomics, no clock.
+        fn decide(
+            policy: &Self::Policy,
+            word: u64,
+            now: Self::Time,
+            n: u64,
+        ) -> Step<Admitted, Denied>;
+        /// What a request for nothing reports.
+        fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted;
+        /// Whole admissions available at `now`.
+        fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64;
+        /// Adds the word's fields to a limiter's `Debug` output: the raw word unless the
+        /// algorithm decodes it.
+        fn debug_word(_policy: &Self::Policy, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
+            f.field("word", &word);
+        }
+    }
+}
+
+use sealed::{Contract, Held, OneWord};
+
+/// A rate-limiting algorithm of the crate: what [`Direct`](crate::Direct) and
+/// [`KeyedLimiter`](crate::keyed::KeyedLimiter) are generic over. Sealed: implemented by the
+/// marker types listed in the [module docs](self) only (and by
+/// [`Tiered`](crate::keyed::Tiered) for keyed limiters).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::KeyedLimiter;
+/// use tollgate::{Algorithm, Quota};
+/// fn keys<A: Algorithm>(limiter: &KeyedLimiter<u64, A>) -> usize {
+///     limiter.len()
+/// }
+/// let limiter: KeyedLimiter<u64> = KeyedLimiter::new(Quota::per_second(5)?);
+/// assert_eq!(keys(&limiter), 0);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub trait Algorithm: Contract {}
+
+impl<T: Contract> Algorithm for T {}
+
+impl<T: OneWord> Contract for T {
+    type Policy = T::Policy;
+    type State = AtomicU64;
+
+    const NAME: &'static str = T::NAME;
+
+    fn policy(quota: &Quota) -> Result<Self::Policy, QuotaError> {
+        T::policy(quota)
+    }
+
+    fn initial(policy: &Self::Policy, quota: &Quota, now: Nanos) -> AtomicU64 {
+        AtomicU64::new(T::initial_word(policy, quota, T::time(policy, now)))
+    }
+
+    fn fresh(policy: &Self::Policy, _tier: usize, at: Nanos) -> AtomicU64 {
+        AtomicU64::new(T::fresh_word(policy, at))
+    }
+
+    #[inline]
+    fn acquire_one(
+        policy: &Self::Policy,
+        state: &AtomicU64,
+        now: Nanos,
+    ) -> Result<Admitted, Denied> {
+        let now = T::time(policy, now);
+        cas::update(state, |word| T::decide(policy, word, now, 1))
+    }
+
+    #[inline]
+    fn acquire(
+        policy: &Self::Policy,
+        state: &AtomicU64,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Admitted, AcquireError> {
+        let now = T::time(policy, now);
+        if T::check_n(policy, n)? {
+            cas::update(state, |word| T::decide(policy, word, now, n)).map_err(AcquireError::Denied)
+        } else {
+            Ok(T::query(policy, cas::read(state), now))
+        }
+    }
+
+    #[inline]
+    fn peek(
+        policy: &Self::Policy,
+        state: Held<'_, AtomicU64>,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Admitted, AcquireError> {
+        let word = one_word::<T>(policy, state);
+        let now = T::time(policy, now);
+        if !T::check_n(policy, n)? {
+            return Ok(T::query(policy, word, now));
+        }
+        match T::decide(policy, word, now, n) {
+            Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
+            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
+        }
+    }
+
+    fn remaining(policy: &Self::Policy, state: Held<'_, AtomicU64>, now: Nanos) -> u64 {
+        T::remaining(policy, one_word::<T>(policy, state), T::time(policy, now))
+    }
+
+    fn create(
+        policy: &Self::Policy,
+        _tier: usize,
+        fresh: Nanos,
+        now: Nanos,
+        n: u64,
+    ) -> (Option<AtomicU64>, Result<Admitted, AcquireError>) {
+        // Decided on the fresh word without building the state: only a write inserts the key.
+        let word = T::fresh_word(policy, fresh);
+        let now = T::time(policy, now);
+        match T::check_n(policy, n) {
+            Err(e) => (None, Err(e.into())),
+            Ok(false) => (None, Ok(T::query(policy, word, now))),
+            Ok(true) => match T::decide(policy, word, now, n) {
+                Step::Write(new, admitted) => (Some(AtomicU64::new(new)), Ok(admitted)),
+                Step::Keep(admitted) => (None, Ok(admitted)),
+                Step::Refuse(denied) => (None, Err(AcquireError::Denied(denied))),
+            },
+        }
+    }
+
+    fn is_fresh(policy: &Self::Policy, state: &AtomicU64, now: Nanos) -> bool {
+        T::is_fresh(policy, cas::read(state), T::time(policy, now))
+    }
+
+    fn debug_state(
+        policy: &Self::Policy,
+        state: &AtomicU64,
+        f: &mut std::fmt::DebugStruct<'_, '_>,
+    ) {
+        T::debug_word(policy, cas::read(state), f);
+    }
+}
+
+/// The word a decision on `state` starts from.
+#[inline]
+fn one_word<T: OneWord>(policy: &T::Policy, state: Held<'_, AtomicU64>) -> u64 {
+    match state {
+        Held::Known(word) => cas::read(word),
+        Held::Fresh { at, .. } => T::fresh_word(policy, at),
+    }
+}

@@ -1,0 +1,503 @@
+//! The generic cell rate algorithm (GCRA, ITU-T I.371): the one core the
+//! [token bucket](crate::token_bucket) and the [leaky meter](crate::leaky::meter) share.
+//!
+//! Both store one number, the *theoretical arrival time* `tat`: for the bucket, the instant it will
+//! be full again; for the meter, the instant its virtual queue will be empty (its drain time). It
+//! is the same number read from two sides, so the constants, the time units, the conformance test
+//! and the answers about what is left are written here once; each algorithm's file keeps only what
+//! is its own (the bucket's outcome and refunds, the meter's scheduling and strict spacing).
+//!
+//! ```text
+//! tat                   the instant the bucket is full again (the queue is empty)
+//! level(now)            = B - (tat - now), clamped to [0, B]   (B = C × I, the burst window)
+//! a request for n conforms at now  iff  max(tat, now) + n × I - now <= B
+//! and then tat becomes  max(tat, now_up) + n × I
+//! ```
+//!
+//! Time is counted in units of `2^shift` ns since the clock's epoch: nanoseconds unless the burst
+//! window exceeds 2^62 ns (see [`Quota`](crate::quota#very-long-burst-windows)). The state table of
+//! the word is on [`Tat`].
+
+use crate::cas::Step;
+use crate::clock::Nanos;
+use crate::outcome::{Admitted, Denied, InsufficientCapacity, Span};
+use crate::quota::Quota;
+
+/// The GCRA's constants, derived once from a [`Quota`]. Times are in units of `2^shift` ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    /// Time units are `2^shift` ns.
+    pub(crate) shift: u32,
+    /// Units per token (the interval `1/R`, rounded up), at least 1.
+    pub(crate) interval: u64,
+    /// The burst window `capacity × interval` (the meter's longest backlog), at most 2^62.
+    pub(crate) burst: u64,
+    capacity: u64,
+}
+
+/// A clock reading in the policy's units: `ns = (units << shift) + sub`, after clamping to
+/// [`Nanos::MAX_USABLE`].
+#[derive(Debug, Clone, Copy)]
+pub struct Time {
+    /// The reading rounded down to a whole unit: what tokens (the backlog) are counted at.
+    pub(crate) units: u64,
+    /// The reading rounded up to a whole unit: where a refill (a departure) may start, so that no
+    /// refill is ever credited for time before the reading. Equal to `units` when units are
+    /// nanoseconds.
+    pub(crate) units_up: u64,
+    sub: u64,
+    /// The clamped reading in nanoseconds.
+    pub(crate) ns: u64,
+}
+
+/// The packed state: the theoretical arrival time, in the policy's units since the clock's epoch.
+///
+/// # State table
+///
+/// With `now` the reading in units, `I` the interval and `B = C × I` the burst window:
+///
+/// | word `w` | bucket at `now` (meter: queue) | reached by |
+/// | --- | --- | --- |
+/// | `w <= now` | `C` tokens, full (queue empty) | construction with a full bucket; time passing |
+/// | `now < w <= now + B` | `(now + B - w) / I` tokens, fraction carried (`ceil((w - now) / I)` queued) | an admission; a refund (bucket only) |
+/// | `w > now + B` | 0 (over-full queue) | only a reading earlier than one already applied |
+///
+/// Transitions: a conforming request for `n` writes `max(w, now_up) + n × I`, and only when
+/// `max(w, now) + n × I - now <= B`; the meter's strict admission writes `now_up + n × I`, and only
+/// when `w <= now`; a refund of `n` writes `max(w - n × I, now)`, and only when `w > now`. Denials,
+/// peeks and queries never write. `now_up` is the reading rounded up to a whole unit, so a refill
+/// never starts before the reading. The word never exceeds `2^62 + 2^62 + 2^62 + 1 < 2^64`:
+/// readings are clamped to 2^62, writes leave `w <= now + B + 1` with `B <= 2^62`, and one more
+/// cost of at most `B` is added before a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tat(pub(crate) u64);
+
+impl Tat {
+    /// Capacity at `now`, in units (`tokens × I`), clamped to `[0, B]`.
+    #[inline]
+    fn level(self, now: u64, burst: u64) -> u64 {
+        burst.saturating_sub(self.0.saturating_sub(now))
+    }
+
+    /// Units until full (the queue empty) at `now`; 0 when it is.
+    #[inline]
+    pub(crate) fn until_full(self, now: u64) -> u64 {
+        self.0.saturating_sub(now)
+    }
+
+    /// Whether the bucket is full (the queue empty) at `now`: exact to the nanosecond, as the word
+    /// is a whole unit.
+    #[inline]
+    pub(crate) fn is_full_at(self, now: Time) -> bool {
+        self.0 <= now.units
+    }
+}
+
+/// A conforming request: what it writes and where it stands.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Conforming {
+    /// The new word.
+    pub(crate) new: u64,
+    /// Where its span starts (the meter's departure slot): `max(w, now_up)`.
+    pub(crate) start: u64,
+    /// `max(w, now) + n × I - now`: the backlog it leaves, at most the burst window.
+    pub(crate) gap: u64,
+}
+
+impl Gcra {
+    pub(crate) fn new(quota: &Quota) -> Gcra {
+        let (shift, interval) = quota.time_unit();
+        Gcra {
+            shift,
+            interval,
+            // Validation bounds this product by 2^62 (see `Quota::time_unit`).
+            burst: quota.capacity().saturating_mul(interval),
+            capacity: quota.capacity(),
+        }
+    }
+
+    /// Units per token.
+    #[inline]
+    pub(crate) fn interval(&self) -> u64 {
+        self.interval
+    }
+
+    /// The burst window `C × I`, in units.
+    #[inline]
+    pub(crate) fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// The capacity, in tokens.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    #[inline]
+    pub(crate) fn time(&self, now: Nanos) -> Time {
+        let ns = now.clamped();
+        let units = ns >> self.shift;
+        let sub = ns & ((1 << self.shift) - 1);
+        Time {
+            units,
+            units_up: units + u64::from(sub != 0),
+            sub,
+            ns,
+        }
+    }
+
+    /// `units` from the reading `at` (rounded down), as nanoseconds from the exact reading.
+    #[inline]
+    pub(crate) fn span(&self, units: u64, at: Time) -> Span {
+        Span {
+            units,
+            shift: self.shift,
+            sub: at.sub,
+        }
+    }
+
+    /// The word holding `tokens` (at most the capacity; the meter: free places) at `now`.
+    pub(crate) fn initial_word(&self, tokens: u64, now: Time) -> u64 {
+        match self.capacity.saturating_sub(tokens) {
+            0 => now.units,
+            // The refill of the missing tokens starts no earlier than the reading.
+            missing => now.units_up + missing * self.interval,
+        }
+    }
+
+    /// The word of a key created afresh as of `at`: full (empty queue) as of `at`, so a reading
+    /// before `at` sees it short of full, as it would see any word that was full at `at`.
+    #[inline]
+    pub(crate) fn fresh_word(&self, at: Nanos) -> u64 {
+        self.initial_word(self.capacity, self.time(at))
+    }
+
+    /// Whether `word` is as full as a fresh word at `now` and at every later reading.
+    #[inline]
+    pub(crate) fn is_fresh(&self, word: u64, now: Time) -> bool {
+        word <= self.initial_word(self.capacity, now)
+    }
+
+    /// Checks `n` against the capacity, answering `n = 0` as a query.
+    #[inline]
+    pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
+        if n > self.capacity {
+            Err(InsufficientCapacity {
+                requested: n,
+                capacity: self.capacity,
+            })
+        } else {
+            Ok(n != 0)
+        }
+    }
+
+    /// The conformance test for `n` (`1 <= n <= capacity`) on `word` at `now`: what a conforming
+    /// request writes, or the units it must wait.
+    #[inline]
+    pub(crate) fn conform(&self, word: u64, now: Time, n: u64) -> Result<Conforming, u64> {
+        // n <= capacity, so cost <= burst <= 2^62.
+        let cost = n * self.interval;
+        // Conform when the tokens counted at the reading (rounded down) cover the cost.
+        let gap = word.max(now.units) + cost - now.units;
+        if gap <= self.burst {
+            // A full bucket's refill restarts at the reading rounded up, never before it: with
+            // coarse units, rounding down here would credit up to one unit of refill too early.
+            let start = word.max(now.units_up);
+            Ok(Conforming {
+                new: start + cost,
+                start,
+                gap,
+            })
+        } else {
+            Err(gap - self.burst)
+        }
+    }
+
+    /// The token bucket's decision: takes `n` tokens (`1 <= n <= capacity`) from `word`, or says
+    /// when it could.
+    #[inline]
+    pub(crate) fn decide(&self, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
+        match self.conform(word, now, n) {
+            Ok(c) => Step::Write(
+                c.new,
+                Admitted::new(self.burst - c.gap, self.interval, self.span(c.gap, now)),
+            ),
+            Err(wait) => Step::Refuse(self.denied(word, now, wait)),
+        }
+    }
+
+    /// A denial at `now` that must wait `wait` units.
+    #[cold]
+    pub(crate) fn denied(&self, word: u64, now: Time, wait: u64) -> Denied {
+        let tat = Tat(word);
+        Denied::new(
+            now.ns,
+            self.span(wait, now),
+            tat.level(now.units, self.burst),
+            self.interval,
+            self.span(tat.until_full(now.units), now),
+        )
+    }
+
+    /// The answer to a request for nothing: what the bucket holds (the queue's free places) at
+    /// `now`.
+    pub(crate) fn query(&self, word: u64, now: Time) -> Admitted {
+        let tat = Tat(word);
+        Admitted::new(
+            tat.level(now.units, self.burst),
+            self.interval,
+            self.span(tat.until_full(now.units), now),
+        )
+    }
+
+    /// Whole tokens (free places) at `now`.
+    pub(crate) fn remaining(&self, word: u64, now: Time) -> u64 {
+        let level = Tat(word).level(now.units, self.burst);
+        // An empty bucket (the case on every denial) needs no division.
+        if level < self.interval {
+            0
+        } else {
+            level / self.interval
+        }
+    }
+
+    /// Gives back up to `n` tokens, never above the capacity.
+    pub(crate) fn refund(&self, word: u64, now: Time, n: u64) -> Step<(), ()> {
+        let tat = Tat(word);
+        if n == 0 || tat.0 <= now.units {
+            return Step::Keep(());
+        }
+        let back = n.min(self.capacity) * self.interval;
+        Step::Write(tat.0.saturating_sub(back).max(now.units), ())
+    }
+
+    /// Takes as many whole tokens as are there, up to `n` (`1 <= n`), and answers how many it took.
+    /// Takes nothing, and writes nothing, from a bucket without a whole token.
+    pub(crate) fn take_up_to(&self, word: u64, now: Time, n: u64) -> Step<u64, ()> {
+        let k = self.remaining(word, now).min(n);
+        if k == 0 {
+            return Step::Keep(0);
+        }
+        match self.decide(word, now, k) {
+            Step::Write(new, _) => Step::Write(new, k),
+            // `k` whole tokens are there, so the decision admits; answer "none" rather than
+            // trust that.
+            Step::Keep(_) | Step::Refuse(_) => Step::Keep(0),
+        }
+    }
+
+    /// Gives back up to `n` tokens, as many as fit below the capacity (the last one may only part
+    /// fit), and answers how many it took back.
+    pub(crate) fn refund_up_to(&self, word: u64, now: Time, n: u64) -> Step<u64, ()> {
+        let missing = Tat(word).until_full(now.units);
+        if n == 0 || missing == 0 {
+            return Step::Keep(0);
+        }
+        let k = missing.div_ceil(self.interval).min(n);
+        match self.refund(word, now, k) {
+            Step::Write(new, ()) => Step::Write(new, k),
+            Step::Keep(()) | Step::Refuse(()) => Step::Keep(0),
+        }
+    }
+
+    /// Nanoseconds from `now` until `n` tokens (`n <= capacity`) are there, 0 if they are now.
+    pub(crate) fn wait_nanos(&self, word: u64, now: Time, n: u64) -> u128 {
+        let cost = n * self.interval;
+        let gap = word.max(now.units) + cost - now.units;
+        let wait = gap.saturating_sub(self.burst);
+        self.span(wait, now).nanos()
+    }
+
+    /// Nanoseconds from `now` until the bucket is full.
+    pub(crate) fn full_in_nanos(&self, word: u64, now: Time) -> u128 {
+        self.span(Tat(word).until_full(now.units), now).nanos()
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn policy(quota: Quota) -> Gcra {
+        Gcra::new(&quota)
+    }
+
+    fn at(p: &Gcra, ns: u64) -> Time {
+        p.time(Nanos::new(ns))
+    }
+
+    /// 10 per second, capacity 10: interval 100 ms, burst window 1 s.
+    fn ten_per_second() -> Gcra {
+        policy(Quota::per_second(10).unwrap())
+    }
+
+    #[test]
+    fn full_bucket_admits_and_moves_tat_by_one_interval() {
+        let p = ten_per_second();
+        match p.decide(0, at(&p, 5 * SEC), 1) {
+            Step::Write(new, ok) => {
+                assert_eq!(new, 5 * SEC + SEC / 10);
+                assert_eq!(ok.remaining(), 9);
+                assert_eq!(ok.reset_after().as_nanos(), u128::from(SEC / 10));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn empty_bucket_denies_with_exact_retry_and_writes_nothing() {
+        let p = ten_per_second();
+        // tat = now + burst: empty.
+        let now = 3 * SEC;
+        match p.decide(now + SEC, at(&p, now), 1) {
+            Step::Refuse(d) => {
+                assert_eq!(d.retry_after().as_nanos(), u128::from(SEC / 10));
+                assert_eq!(d.retry_at(), Nanos::new(now + SEC / 10));
+                assert_eq!(d.remaining(), 0);
+                assert_eq!(d.reset_after().as_nanos(), u128::from(SEC));
+            }
+            other => panic!("{other:?}"),
+        }
+        // n tokens wait n intervals, minus the fraction already refilled.
+        match p.decide(now + SEC - 30, at(&p, now), 3) {
+            Step::Refuse(d) => {
+                assert_eq!(d.retry_after().as_nanos(), u128::from(3 * SEC / 10 - 30))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn fractional_tokens_are_carried() {
+        let p = ten_per_second();
+        let now = 10 * SEC;
+        // 0.5 token in the bucket: denied now, admitted 50 ms later, then empty again.
+        let word = now + SEC - SEC / 20;
+        assert!(matches!(p.decide(word, at(&p, now), 1), Step::Refuse(_)));
+        match p.decide(word, at(&p, now + SEC / 20), 1) {
+            Step::Write(new, ok) => {
+                assert_eq!(ok.remaining(), 0);
+                assert_eq!(new, now + SEC / 20 + SEC);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_idle_bucket_of_any_age_reads_full_and_no_fuller() {
+        let p = ten_per_second();
+        for now in [SEC, 1 << 40, 1 << 62, u64::MAX] {
+            assert_eq!(p.remaining(0, at(&p, now)), 10);
+            match p.decide(0, at(&p, now), 10) {
+                Step::Write(_, ok) => assert_eq!(ok.remaining(), 0),
+                other => panic!("{other:?}"),
+            }
+            assert!(matches!(p.decide(0, at(&p, now), 11), Step::Refuse(_)));
+        }
+    }
+
+    #[test]
+    fn an_earlier_reading_sees_fewer_tokens_never_more() {
+        let p = ten_per_second();
+        // Full at t = 5 s after an admission at 5 s left 9 tokens.
+        let word = 5 * SEC + SEC / 10;
+        let later = p.remaining(word, at(&p, 5 * SEC));
+        for earlier in [0, SEC, 4 * SEC, 5 * SEC - 1] {
+            assert!(p.remaining(word, at(&p, earlier)) <= later);
+        }
+        assert_eq!(p.remaining(word, at(&p, 4 * SEC)), 0);
+        // An admission with an earlier reading is judged at that reading and only moves tat forward.
+        match p.decide(word, at(&p, 5 * SEC - SEC / 2), 1) {
+            Step::Write(new, ok) => {
+                assert!(new > word);
+                assert_eq!(ok.remaining(), 3);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn refund_gives_back_and_never_overfills() {
+        let p = ten_per_second();
+        let now = 2 * SEC;
+        let word = now + SEC; // empty
+        match p.refund(word, at(&p, now), 3) {
+            Step::Write(new, ()) => assert_eq!(p.remaining(new, at(&p, now)), 3),
+            other => panic!("{other:?}"),
+        }
+        match p.refund(word, at(&p, now), u64::MAX) {
+            Step::Write(new, ()) => {
+                assert_eq!(new, now);
+                assert_eq!(p.remaining(new, at(&p, now)), 10);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A full bucket, or a refund of nothing, writes nothing.
+        assert!(matches!(p.refund(now, at(&p, now), 5), Step::Keep(())));
+        assert!(matches!(p.refund(word, at(&p, now), 0), Step::Keep(())));
+    }
+
+    #[test]
+    fn check_n_separates_queries_requests_and_impossible_requests() {
+        let p = ten_per_second();
+        assert_eq!(p.check_n(0), Ok(false));
+        assert_eq!(p.check_n(10), Ok(true));
+        assert_eq!(
+            p.check_n(11),
+            Err(InsufficientCapacity {
+                requested: 11,
+                capacity: 10
+            })
+        );
+        assert!(p.check_n(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn coarse_units_for_huge_burst_windows_keep_retry_times_exact() {
+        // 1 per day with a capacity of 2^32: an 11-million-year burst window.
+        let q = Quota::per_day(1)
+            .unwrap()
+            .with_capacity(1 << 32)
+            .unwrap()
+            .with_initial(0)
+            .unwrap();
+        let p = policy(q);
+        assert!(p.shift > 0);
+        let start = at(&p, 12_345);
+        let word = p.initial_word(0, start);
+        let day = 86_400 * SEC;
+        match p.decide(word, at(&p, 12_345 + 1000), 1) {
+            Step::Refuse(d) => {
+                let retry = d.retry_at().as_u64();
+                // Never earlier than one day after the start; within one unit of it.
+                assert!(retry >= 12_345 + day, "{retry}");
+                assert!(retry - (12_345 + day) < (1 << p.shift) + (day >> 10));
+                assert!(matches!(
+                    p.decide(word, at(&p, retry - 1), 1),
+                    Step::Refuse(_)
+                ));
+                assert!(matches!(p.decide(word, at(&p, retry), 1), Step::Write(..)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_word_cannot_overflow_at_the_extremes() {
+        let q = Quota::per_second(1_000_000_000)
+            .unwrap()
+            .with_capacity(1 << 62)
+            .unwrap();
+        let p = policy(q);
+        let now = at(&p, u64::MAX);
+        // Worst case: a word already a full burst window ahead of the latest reading.
+        let word = now.units + p.burst;
+        assert!(matches!(p.decide(word, now, 1 << 62), Step::Refuse(_)));
+        match p.decide(0, now, 1 << 62) {
+            Step::Write(new, _) => assert_eq!(new, (1 << 62) + (1 << 62)),
+            other => panic!("{other:?}"),
+        }
+    }
+}
