@@ -1,5 +1,6 @@
 //! `CoarseClock`'s upkeep thread across the life of its clocks: creating a clock never fails while
-//! another thread drops the last one, and dropping the last one does not wait out the interval.
+//! another thread drops the last one or a foreign (quanta) upkeep thread runs, and dropping the
+//! last one does not wait out the interval.
 //!
 //! The upkeep thread is process-wide, so these tests have this file (this process) to themselves,
 //! and take turns through [`SERIAL`]: each needs to be the only owner of clocks while it runs.
@@ -128,5 +129,30 @@ fn dropping_the_last_clock_does_not_wait_out_the_interval() {
     assert!(
         moves_past(&clock, since),
         "the restarted upkeep thread never refreshed the clock"
+    );
+}
+
+#[test]
+fn a_foreign_quanta_upkeep_thread_does_not_stop_a_clock_from_starting() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    // quanta's own upkeep thread (as governor's `QuantaUpkeepClock` starts one) writes the same
+    // recent time.
+    let interval = Duration::from_millis(1);
+    let foreign = quanta::Upkeep::new_with_clock(interval, quanta::Clock::new())
+        .start()
+        .expect("no quanta upkeep thread runs yet in this process");
+
+    let clock =
+        CoarseClock::with_interval(interval).expect("a clock beside a foreign upkeep thread");
+    assert_eq!(clock.interval(), interval);
+    // The foreign thread was not stopped or disturbed: a second one still cannot start.
+    assert!(quanta::Upkeep::new(interval).start().is_err());
+
+    // Once the foreign thread is gone, tollgate's own thread keeps the clock refreshed.
+    drop(foreign);
+    let since = MonotonicClock::new().now().as_u64();
+    assert!(
+        moves_past(&clock, since),
+        "tollgate's upkeep thread never refreshed the clock"
     );
 }
