@@ -34,7 +34,9 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Mutex, OnceLock, PoisonError, Weak};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::sync::{Arc, AtomicU64, Ordering};
@@ -340,23 +342,108 @@ impl std::error::Error for CoarseClockError {
     }
 }
 
-/// The running upkeep thread, shared by every live [`CoarseClock`] in the process.
+/// tollgate's upkeep thread, shared by every live [`CoarseClock`] in the process; dropping it (with
+/// the last clock) stops the thread and waits for it to end.
 struct Upkeep {
-    _handle: quanta::Handle,
     interval: Duration,
+    /// Never sent on: dropping it ends the thread's wait for its next tick at once.
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
 }
 
-/// The upkeep thread of the process, if one is running. quanta allows one per process, so every
-/// `CoarseClock` shares it; the last clock dropped stops it.
-static UPKEEP: Mutex<Weak<Upkeep>> = Mutex::new(Weak::new());
+impl Drop for Upkeep {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            // Woken by the disconnect, the thread only records that it ended (under the registry
+            // lock, which no one holds for long: a `with_interval` waiting for this thread waits
+            // on `STOPPED`, which releases it). It cannot panic, so the result says nothing.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What every `CoarseClock` constructor consults, under one lock.
+struct Registry {
+    /// The upkeep thread the live clocks share; dead when there are none.
+    live: Weak<Upkeep>,
+    /// Whether a thread started by tollgate is still running: true from its start until it has
+    /// ended, which is a moment after `live` died when its last clock was just dropped.
+    running: bool,
+}
+
+/// quanta's recent time is one value per process, so tollgate runs at most one upkeep thread.
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    live: Weak::new(),
+    running: false,
+});
+
+/// Signalled when an upkeep thread has ended (`running` went false).
+static STOPPED: Condvar = Condvar::new();
+
+fn registry() -> MutexGuard<'static, Registry> {
+    // Every change under this lock is a single field assignment, so a panic while it was held
+    // cannot have left the registry half-written: a poisoned lock is still usable.
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The body of the upkeep thread: refresh quanta's recent time, then wait `interval` for a stop
+/// request (the `Sender`'s drop) that ends the wait at once.
+fn run_upkeep(clock: &quanta::Clock, interval: Duration, stop: mpsc::Receiver<()>) {
+    /// Records the thread's end however the loop ends, so a `with_interval` waiting for it
+    /// cannot wait forever.
+    struct Ended;
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            registry().running = false;
+            STOPPED.notify_all();
+        }
+    }
+    let _ended = Ended;
+    loop {
+        quanta::set_recent(clock.now());
+        match stop.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
 
 /// A clock that reads a timestamp a background thread refreshes: one atomic load a reading.
 ///
-/// It reads quanta's `recent()` time, which an upkeep thread sets from the [`MonotonicClock`] every
-/// `interval` (1 ms by default). The thread starts with the first `CoarseClock` in the process and
-/// stops when the last clone of the last one is dropped. quanta runs at most one upkeep thread per
-/// process, so every `CoarseClock` alive at the same time shares the interval of the one that started
-/// it; [`CoarseClock::interval`] reports the interval in force.
+/// It reads quanta's process-wide `recent()` time, which tollgate's upkeep thread sets from the
+/// [`MonotonicClock`] every `interval` (1 ms by default). The thread starts with the first
+/// `CoarseClock` in the process and stops when the last clone of the last one is dropped. tollgate
+/// runs at most one upkeep thread at a time, so every `CoarseClock` alive at the same time shares
+/// the interval of the one that started it; [`CoarseClock::interval`] reports the one in force.
+///
+/// # Starting and stopping
+///
+/// Creating a clock fails only when the operating system refuses to start a thread
+/// ([`CoarseClockError::Spawn`]). A clock created while another thread drops the last one waits
+/// for the ending upkeep thread to finish, then starts a new one: there is never more than one
+/// tollgate upkeep thread, and never a spurious error.
+///
+/// Dropping the last clock wakes the upkeep thread and waits for it to end, so that no tollgate
+/// thread outlives the last clock. The wait is bounded by the time the operating system takes to
+/// schedule the woken thread once (a time slice or so on a loaded machine), not by the interval:
+/// the thread waits for its next tick in a way that a stop request ends at once. (That is why
+/// tollgate runs its own loop around `quanta::set_recent` rather than quanta's `Upkeep`, whose
+/// thread sleeps its whole interval before it looks for a stop request, and whose drop waits that
+/// out: up to a second with the longest interval.) A clock created meanwhile waits as long.
+///
+/// # Other code driving quanta's recent time
+///
+/// A *foreign upkeep thread* is one tollgate did not start that also writes quanta's recent time:
+/// quanta's own `Upkeep` (governor's `QuantaUpkeepClock` starts one), or code calling
+/// `quanta::set_recent`. tollgate does not use quanta's `Upkeep`, so neither stops the other from
+/// starting, and `CoarseClock::new` succeeds while one runs. While both run, a reading is the
+/// latest refresh by either, and tollgate's thread still refreshes every interval. A foreign
+/// refresh stored late (its thread preempted between its reading and its store) can step the
+/// reading back until tollgate's next refresh, at most an interval later: limiters handle a step
+/// back (see the [module docs](self)), and such a step is the only way the staleness below can
+/// exceed its bound. A foreign writer of values that are not this clock's time (a thread driven
+/// by quanta's mock clock) makes readings meaningless: do not combine the two.
 ///
 /// # Staleness
 ///
@@ -419,7 +506,7 @@ impl CoarseClock {
     ///
     /// # Errors
     ///
-    /// [`CoarseClockError::Spawn`] when the upkeep thread cannot be started.
+    /// [`CoarseClockError::Spawn`] when the operating system refuses to start the upkeep thread.
     ///
     /// # Examples
     ///
@@ -433,12 +520,14 @@ impl CoarseClock {
     }
 
     /// A coarse clock refreshed every `interval`, or sharing the upkeep thread already running (whose
-    /// interval then stays in force; see [`CoarseClock::interval`]).
+    /// interval then stays in force; see [`CoarseClock::interval`]). Called while another thread
+    /// drops the last clock, it waits for that clock's upkeep thread to end, then starts its own
+    /// (see [Starting and stopping](CoarseClock#starting-and-stopping)).
     ///
     /// # Errors
     ///
     /// [`CoarseClockError::Interval`] for an interval outside 1 µs ..= 1 s;
-    /// [`CoarseClockError::Spawn`] when the upkeep thread cannot be started.
+    /// [`CoarseClockError::Spawn`] when the operating system refuses to start the upkeep thread.
     ///
     /// # Examples
     ///
@@ -455,27 +544,38 @@ impl CoarseClock {
             });
         }
         let shared = shared();
-        // A panic while holding this lock cannot leave the `Weak` half-written, so a poisoned lock
-        // is still usable.
-        let mut slot = UPKEEP.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(upkeep) = slot.upgrade() {
-            return Ok(CoarseClock { shared, upkeep });
+        let mut registry = registry();
+        loop {
+            if let Some(upkeep) = registry.live.upgrade() {
+                return Ok(CoarseClock { shared, upkeep });
+            }
+            if !registry.running {
+                break;
+            }
+            // The last clock was dropped a moment ago and its thread, woken by the drop, is
+            // ending; wait for that (releasing the lock), so that a second thread never starts
+            // beside it.
+            registry = STOPPED
+                .wait(registry)
+                .unwrap_or_else(PoisonError::into_inner);
         }
-        // The previous upkeep thread may still be finishing after its last clock dropped; its
-        // handle's drop joins it before the Weak dies, so `start` cannot see it running here.
-        let handle = quanta::Upkeep::new_with_clock(interval, shared.clock.clone())
-            .start()
-            .map_err(|e| match e {
-                quanta::Error::FailedToSpawnUpkeepThread(io) => CoarseClockError::Spawn(io),
-                quanta::Error::UpkeepRunning => CoarseClockError::Spawn(std::io::Error::other(
-                    "another quanta upkeep thread, not started by tollgate, is running",
-                )),
-            })?;
+        // A first refresh before the thread is scheduled, so a new clock's reading is never older
+        // than this call (and never quanta's initial 0).
+        quanta::set_recent(shared.clock.now());
+        let (stop, stopped) = mpsc::channel();
+        let thread = thread::Builder::new()
+            .name("tollgate-coarse-clock".to_owned())
+            .spawn(move || run_upkeep(&shared.clock, interval, stopped))
+            .map_err(CoarseClockError::Spawn)?;
+        // Set under the lock the thread needs before it can record its end, so it cannot be undone
+        // first.
+        registry.running = true;
         let upkeep = std::sync::Arc::new(Upkeep {
-            _handle: handle,
             interval,
+            stop: Some(stop),
+            thread: Some(thread),
         });
-        *slot = std::sync::Arc::downgrade(&upkeep);
+        registry.live = std::sync::Arc::downgrade(&upkeep);
         Ok(CoarseClock { shared, upkeep })
     }
 

@@ -10,8 +10,9 @@
 //! | `governor_upkeep` | `RateLimiter::direct_with_clock` | governor's `QuantaUpkeepClock` (one atomic load) |
 //! | `tollgate_at` | `TokenBucket::try_acquire_at` | none: one reading taken before the loop |
 //!
-//! The two coarse clocks share quanta's single upkeep thread, which only one owner may start, so
-//! each is created just before its bench and dropped right after it.
+//! The two coarse clocks read the same quanta recent time, each refreshed by its own upkeep thread
+//! (tollgate's, quanta's for governor), so each is created just before its bench and dropped right
+//! after it: one refreshing thread at a time, as in an application that uses one of them.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -67,7 +68,7 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
                 })
             });
         });
-        // Dropping the last CoarseClock stops the upkeep thread, so governor's can start below.
+        // Dropping the last CoarseClock ends tollgate's upkeep thread: governor's runs alone below.
     }
 
     {
