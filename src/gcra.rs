@@ -18,10 +18,79 @@
 //! window exceeds 2^62 ns (see [`Quota`](crate::quota#very-long-burst-windows)). The state table of
 //! the word is on [`Tat`].
 
+use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::Nanos;
 use crate::outcome::{Admitted, Denied, InsufficientCapacity, Span};
-use crate::quota::Quota;
+use crate::quota::{Quota, QuotaError};
+
+/// An algorithm on the GCRA's word: the token bucket or the leaky meter. They differ only in their
+/// decision (the bucket's conformance test, the meter's strict spacing) and their names; the rest
+/// of the one-word contract is the GCRA's, written once below.
+pub trait GcraWord: Send + Sync + 'static {
+    /// The direct limiter's name, for `Debug`.
+    const NAME: &'static str;
+    /// What the word is called in `Debug` output.
+    const WORD: &'static str;
+
+    /// The decision: admits `n` (`1..=capacity`) on `word` at `now`, or says when it could.
+    fn decide(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied>;
+}
+
+impl<T: GcraWord> OneWord for T {
+    type Policy = Gcra;
+    type Time = Time;
+
+    const NAME: &'static str = T::NAME;
+
+    fn policy(quota: &Quota) -> Result<Gcra, QuotaError> {
+        // Every valid quota fits the word (see `Quota::time_unit`).
+        Ok(Gcra::new(quota))
+    }
+
+    #[inline]
+    fn time(policy: &Gcra, now: Nanos) -> Time {
+        policy.time(now)
+    }
+
+    #[inline]
+    fn check_n(policy: &Gcra, n: u64) -> Result<bool, InsufficientCapacity> {
+        policy.check_n(n)
+    }
+
+    fn initial_word(policy: &Gcra, quota: &Quota, now: Time) -> u64 {
+        // The bucket's tokens, the meter's free places: the same number.
+        policy.initial_word(quota.initial(), now)
+    }
+
+    #[inline]
+    fn fresh_word(policy: &Gcra, at: Nanos) -> u64 {
+        policy.fresh_word(at)
+    }
+
+    #[inline]
+    fn is_fresh(policy: &Gcra, word: u64, now: Time) -> bool {
+        // Full (the queue empty) at `now`: as a fresh word, now and at every later reading.
+        policy.is_fresh(word, now)
+    }
+
+    #[inline]
+    fn decide(policy: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
+        T::decide(policy, word, now, n)
+    }
+
+    fn query(policy: &Gcra, word: u64, now: Time) -> Admitted {
+        policy.query(word, now)
+    }
+
+    fn remaining(policy: &Gcra, word: u64, now: Time) -> u64 {
+        policy.remaining(word, now)
+    }
+
+    fn debug_word(_: &Gcra, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
+        f.field(T::WORD, &word);
+    }
+}
 
 /// The GCRA's constants, derived once from a [`Quota`]. Times are in units of `2^shift` ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,11 +32,33 @@
 //! | [`leaky::LeakyMeter`] | the leaky bucket as a meter: one departure per interval, each caller told its delay ([`Scheduled`]) in a virtual queue of at most C; one `AtomicU64` |
 //! | [`leaky::LeakyQueue`], [`leaky::LeakySender`] | the leaky bucket as a queue: producers enqueue up to C items (a refused item is handed back), one consumer receives them at exactly R per second |
 //! | [`keyed::KeyedLimiter`] | one limit per key (`&str` lookups for `String` keys), a bound on the keys held, idle keys forgotten losslessly; a new key that finds no room is refused ([`keyed::KeyedError::TooManyKeys`]) or shares one overflow limit |
+//! | [`Limiter`], [`KeyedLimit`] | one interface for every limiter (object-safe: `Arc<dyn Limiter>`), and for every keyed limiter |
+//! | [`Direct`], [`Algorithm`] | the one facade the direct limiters are aliases of, and the sealed algorithm markers it (and [`keyed::KeyedLimiter`]) runs |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
 //! | [`CoarseClock`] | a timestamp refreshed by a background thread: one load per reading, up to 1 ms stale |
 //! | [`ManualClock`] | time you set, forwards or backwards, for tests |
+//!
+//! # Code generic over a limiter
+//!
+//! ```
+//! use tollgate::{Limiter, ManualClock, Quota, TokenBucket};
+//! use tollgate::window::FixedWindow;
+//!
+//! fn admitted_of<L: Limiter + ?Sized>(limiter: &L, requests: u64) -> u64 {
+//!     (0..requests).filter(|_| limiter.try_acquire().is_ok()).count() as u64
+//! }
+//! let q = Quota::per_second(10)?;
+//! assert_eq!(admitted_of(&TokenBucket::with_clock(q, ManualClock::new()), 50), 10);
+//! let boxed: Box<dyn Limiter> = Box::new(FixedWindow::with_clock(q, ManualClock::new())?);
+//! assert_eq!(admitted_of(boxed.as_ref(), 50), 10);
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
+//! Constructors return `Result<_, QuotaError>` exactly when some valid [`Quota`] is one their
+//! algorithm cannot enforce (the windows, the leaky queue); the token bucket, the sharded bucket
+//! and the leaky meter enforce every quota. See [`limiter`] for the rule.
 //!
 //! # Design rules every limiter follows
 //!

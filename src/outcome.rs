@@ -452,6 +452,9 @@ impl std::error::Error for InsufficientCapacity {}
 
 /// Why a request for `n` tokens was not admitted.
 ///
+/// `#[non_exhaustive]`: a backend that decides over the network (the planned Redis limiter) adds
+/// failure kinds of its own, so a `match` needs a wildcard arm.
+///
 /// # Examples
 ///
 /// ```
@@ -462,11 +465,13 @@ impl std::error::Error for InsufficientCapacity {}
 ///     Ok(ok) => assert_eq!(ok.remaining(), 1),
 ///     Err(AcquireError::Denied(d)) => println!("wait {:?}", d.retry_after()),
 ///     Err(AcquireError::InsufficientCapacity(e)) => println!("never: {e}"),
+///     Err(other) => println!("{other}"),
 /// }
 /// assert!(matches!(bucket.try_acquire_n(3), Err(AcquireError::Denied(_))));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AcquireError {
     /// Not now; see [`Denied::retry_after`].
     Denied(Denied),

@@ -50,13 +50,12 @@
 //! fence, is what keeps two threads from taking the same token. Do not use an admission to publish
 //! other data between threads.
 
-use crate::algorithm::sealed::OneWord;
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::gcra::{Gcra, Time};
+use crate::gcra::{Gcra, GcraWord, Time};
 use crate::limiter::Direct;
-use crate::outcome::{Admitted, Denied, InsufficientCapacity};
-use crate::quota::{Quota, QuotaError};
+use crate::outcome::{Admitted, Denied};
+use crate::quota::Quota;
 
 /// The token bucket as an [`Algorithm`](crate::Algorithm): the marker of [`TokenBucket`] and, per
 /// key, of [`KeyedLimiter`](crate::keyed::KeyedLimiter)'s default
@@ -82,58 +81,13 @@ impl TokenBucketAlgorithm {
     }
 }
 
-impl OneWord for TokenBucketAlgorithm {
-    type Policy = Gcra;
-    type Time = Time;
-
+impl GcraWord for TokenBucketAlgorithm {
     const NAME: &'static str = "TokenBucket";
-
-    fn policy(quota: &Quota) -> Result<Gcra, QuotaError> {
-        // Every valid quota fits the bucket's word (see `Quota::time_unit`).
-        Ok(Gcra::new(quota))
-    }
+    const WORD: &'static str = "tat";
 
     #[inline]
-    fn time(policy: &Gcra, now: Nanos) -> Time {
-        policy.time(now)
-    }
-
-    #[inline]
-    fn check_n(policy: &Gcra, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.check_n(n)
-    }
-
-    fn initial_word(policy: &Gcra, quota: &Quota, now: Time) -> u64 {
-        policy.initial_word(quota.initial(), now)
-    }
-
-    #[inline]
-    fn fresh_word(policy: &Gcra, at: Nanos) -> u64 {
-        policy.fresh_word(at)
-    }
-
-    #[inline]
-    fn is_fresh(policy: &Gcra, word: u64, now: Time) -> bool {
-        // Full at `now` (tat <= now, the fresh word): as full as a fresh bucket, now and at every
-        // later reading.
-        policy.is_fresh(word, now)
-    }
-
-    #[inline]
-    fn decide(policy: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
-        policy.decide(word, now, n)
-    }
-
-    fn query(policy: &Gcra, word: u64, now: Time) -> Admitted {
-        policy.query(word, now)
-    }
-
-    fn remaining(policy: &Gcra, word: u64, now: Time) -> u64 {
-        policy.remaining(word, now)
-    }
-
-    fn debug_word(_: &Gcra, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
-        f.field("tat", &word);
+    fn decide(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
+        gcra.decide(word, now, n)
     }
 }
 

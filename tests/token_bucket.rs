@@ -133,6 +133,7 @@ fn u64_extremes_in_every_argument_never_panic() {
                         Err(AcquireError::InsufficientCapacity(e)) => {
                             assert!(n > q.capacity(), "{e}")
                         }
+                        Err(other) => panic!("a token bucket has no other refusal: {other}"),
                     }
                     b.refund_at(n, now);
                     assert!(b.remaining_at(now) <= q.capacity());

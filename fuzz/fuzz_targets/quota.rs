@@ -159,6 +159,7 @@ fn exercise(quota: Quota, start: u64, reading: u64) {
                 assert!(n > capacity);
                 assert_eq!((e.requested, e.capacity), (n, capacity));
             }
+            Err(other) => panic!("a token bucket has no other refusal: {other}"),
         }
         bucket.refund_at(u64::MAX, Nanos::new(at));
         assert!(bucket.remaining_at(Nanos::new(at)) <= capacity);

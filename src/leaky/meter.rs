@@ -45,7 +45,7 @@
 //! - **Scheduling** ([`LeakyMeter::try_schedule_n`]) answers [`Scheduled`] with the delay, the
 //!   departure instant and the queue behind it, or [`Denied`] with an exact `retry_after`: the
 //!   earliest reading at which the same request fits (`D + n × I - C × I`). A request for more than
-//!   `C` is [`InsufficientCapacity`]; a request for 0 is a query that writes nothing and reports the
+//!   `C` is [`InsufficientCapacity`](crate::InsufficientCapacity); a request for 0 is a query that writes nothing and reports the
 //!   delay a request made now would get.
 //! - **Strict acquisition** ([`LeakyMeter::try_acquire_n`]) admits only a request whose delay would
 //!   be zero, when the queue is empty at `now`, and then drains at `now + n × I`: strict spacing, no
@@ -93,13 +93,12 @@
 //! fence, is what keeps two threads from getting the same departure slot. Do not use a scheduling to
 //! publish other data between threads.
 
-use crate::algorithm::sealed::OneWord;
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::gcra::{Gcra, Tat, Time};
+use crate::gcra::{Gcra, GcraWord, Tat, Time};
 use crate::limiter::Direct;
-use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
-use crate::quota::{Quota, QuotaError};
+use crate::outcome::{AcquireError, Admitted, Denied, Scheduled};
+use crate::quota::Quota;
 
 /// The leaky bucket as a meter, with strict admission, as an [`Algorithm`](crate::Algorithm): the
 /// marker of [`LeakyMeter`] and, per key, of [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys). The
@@ -118,61 +117,13 @@ use crate::quota::{Quota, QuotaError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LeakyMeterAlgorithm;
 
-impl OneWord for LeakyMeterAlgorithm {
-    type Policy = Gcra;
-    type Time = Time;
-
+impl GcraWord for LeakyMeterAlgorithm {
     const NAME: &'static str = "LeakyMeter";
-
-    fn policy(quota: &Quota) -> Result<Gcra, QuotaError> {
-        // Every valid quota fits the meter's word, as it fits the bucket's.
-        Ok(Gcra::new(quota))
-    }
+    const WORD: &'static str = "drain";
 
     #[inline]
-    fn time(policy: &Gcra, now: Nanos) -> Time {
-        policy.time(now)
-    }
-
-    #[inline]
-    fn check_n(policy: &Gcra, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.check_n(n)
-    }
-
-    fn initial_word(policy: &Gcra, quota: &Quota, now: Time) -> u64 {
-        // The initial fill is the number of free places: the queue holds the rest.
-        policy.initial_word(quota.initial(), now)
-    }
-
-    #[inline]
-    fn fresh_word(policy: &Gcra, at: Nanos) -> u64 {
-        // An empty queue as of `at`: every place free.
-        policy.fresh_word(at)
-    }
-
-    #[inline]
-    fn is_fresh(policy: &Gcra, word: u64, now: Time) -> bool {
-        // Empty at `now` (drain time <= now, the fresh word): as empty as a fresh queue, now and at
-        // every later reading.
-        policy.is_fresh(word, now)
-    }
-
-    #[inline]
-    fn decide(policy: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
-        strict(policy, word, now, n)
-    }
-
-    fn query(policy: &Gcra, word: u64, now: Time) -> Admitted {
-        // The free places: the same number the token bucket calls its tokens.
-        policy.query(word, now)
-    }
-
-    fn remaining(policy: &Gcra, word: u64, now: Time) -> u64 {
-        policy.remaining(word, now)
-    }
-
-    fn debug_word(_: &Gcra, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
-        f.field("drain", &word);
+    fn decide(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
+        strict(gcra, word, now, n)
     }
 }
 

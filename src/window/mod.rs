@@ -36,8 +36,94 @@ pub use sliding_log::SlidingWindowLog;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::clock::Nanos;
+use crate::algorithm::Algorithm;
+use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::limiter::Direct;
 use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
+
+/// The window algorithms: [`FixedWindowAlgorithm`](crate::FixedWindowAlgorithm),
+/// [`SlidingWindowCounterAlgorithm`](crate::SlidingWindowCounterAlgorithm) and
+/// [`SlidingWindowLogAlgorithm`](crate::SlidingWindowLogAlgorithm), whose limiters share their
+/// constructors. Sealed, as [`Algorithm`] is.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::{FixedWindow, SlidingWindowLog, WindowAlgorithm};
+/// use tollgate::{Direct, ManualClock, Quota};
+/// // Generic code builds with `with_algorithm`: the aliases' `with_clock` is one name for several
+/// // constructors, which a generic `A` cannot choose between.
+/// fn per_minute<A: WindowAlgorithm>(n: u64) -> Result<Direct<A, ManualClock>, tollgate::QuotaError> {
+///     Direct::with_algorithm(Quota::per_minute(n)?, ManualClock::new())
+/// }
+/// let fixed: FixedWindow<_> = per_minute(10)?;
+/// let log: SlidingWindowLog<_> = per_minute(10)?;
+/// assert_eq!(fixed.remaining(), log.remaining());
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub trait WindowAlgorithm: Algorithm {}
+
+impl WindowAlgorithm for crate::FixedWindowAlgorithm {}
+impl WindowAlgorithm for crate::SlidingWindowCounterAlgorithm {}
+impl WindowAlgorithm for crate::SlidingWindowLogAlgorithm {}
+
+/// The window limiters' constructors: every window limiter is built the same way, and fails the
+/// same way on a quota a window cannot enforce.
+impl<A: WindowAlgorithm> Direct<A, MonotonicClock> {
+    /// A window limiter for `quota` (`count` per window of `period`) on the default clock, windows
+    /// aligned to the clock's epoch, starting empty.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::WindowCapacity`] or [`QuotaError::WindowInitial`] for a quota with a capacity
+    /// or initial fill other than its count; [`QuotaError::WindowTooLong`] for a period over
+    /// 2^62 ns; [`QuotaError::WindowCountTooLarge`] when the count does not fit the window's word
+    /// (the counters' tables give the largest count for each window length);
+    /// [`QuotaError::LogTooLong`] for a log longer than [`MAX_LOG`](sliding_log::MAX_LOG).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog};
+    /// use tollgate::{Quota, QuotaError};
+    /// assert_eq!(FixedWindow::new(Quota::per_second(10)?)?.remaining(), 10);
+    /// assert_eq!(SlidingWindowCounter::new(Quota::per_minute(600)?)?.remaining(), 600);
+    /// assert_eq!(SlidingWindowLog::new(Quota::per_second(5)?)?.remaining(), 5);
+    /// // A window has no burst size of its own.
+    /// let err = FixedWindow::new(Quota::per_second(10)?.with_capacity(20)?).unwrap_err();
+    /// assert_eq!(err.field(), "capacity");
+    /// let too_many = SlidingWindowCounter::new(Quota::per_second(1 << 20)?).unwrap_err();
+    /// assert_eq!(too_many.field(), "count");
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> Result<Direct<A, MonotonicClock>, QuotaError> {
+        Direct::with_algorithm(quota, MonotonicClock::new())
+    }
+}
+
+impl<A: WindowAlgorithm, C: Clock> Direct<A, C> {
+    /// A window limiter for `quota` reading time from `clock`, starting empty.
+    ///
+    /// # Errors
+    ///
+    /// As [`Direct::new`](Direct#method.new).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::window::{FixedWindow, SlidingWindowLog};
+    /// use tollgate::{ManualClock, Quota};
+    /// let limiter = FixedWindow::with_clock(Quota::per_period(5, Duration::from_millis(100))?, ManualClock::new())?;
+    /// assert_eq!(limiter.try_acquire_n(5)?.remaining(), 0);
+    /// let err = SlidingWindowLog::with_clock(Quota::per_second(2)?.with_capacity(3)?, ManualClock::new());
+    /// assert_eq!(err.unwrap_err().field(), "capacity");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Direct<A, C>, QuotaError> {
+        Direct::with_algorithm(quota, clock)
+    }
+}
 
 /// Where window boundaries fall on the limiter's clock.
 ///
@@ -54,7 +140,7 @@ use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Alignment {
     /// Windows start at the clock's epoch (reading 0) and at every whole window after it. The
-    /// default: [`MonotonicClock`](crate::MonotonicClock)'s epoch is when the process first read it.
+    /// default: [`MonotonicClock`]'s epoch is when the process first read it.
     #[default]
     Epoch,
     /// Windows start at whole multiples of the window length in UNIX time, so a one-minute window

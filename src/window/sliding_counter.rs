@@ -705,50 +705,7 @@ impl OneWord for SlidingWindowCounterAlgorithm {
 /// ```
 pub type SlidingWindowCounter<C = MonotonicClock> = Direct<SlidingWindowCounterAlgorithm, C>;
 
-impl SlidingWindowCounter<MonotonicClock> {
-    /// A counter for `quota` ("`N` per period `W`") on the default clock, starting empty.
-    ///
-    /// # Errors
-    ///
-    /// [`QuotaError::WindowCapacity`] or [`QuotaError::WindowInitial`] for a quota with a capacity
-    /// or initial fill other than its count, [`QuotaError::WindowTooLong`] for a period over
-    /// 2^62 ns, [`QuotaError::WindowCountTooLarge`] for a count beyond the table in the
-    /// [module docs](self).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{Quota, window::SlidingWindowCounter};
-    /// let limiter = SlidingWindowCounter::new(Quota::per_minute(600)?)?;
-    /// assert_eq!(limiter.remaining(), 600);
-    /// let too_many = SlidingWindowCounter::new(Quota::per_second(1 << 20)?).unwrap_err();
-    /// assert_eq!(too_many.field(), "count");
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn new(quota: Quota) -> Result<SlidingWindowCounter<MonotonicClock>, QuotaError> {
-        SlidingWindowCounter::with_clock(quota, MonotonicClock::new())
-    }
-}
-
 impl<C: Clock> SlidingWindowCounter<C> {
-    /// A counter for `quota` reading time from `clock`, starting empty.
-    ///
-    /// # Errors
-    ///
-    /// As [`SlidingWindowCounter::new`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Quota, window::SlidingWindowCounter};
-    /// let limiter = SlidingWindowCounter::with_clock(Quota::per_second(3)?, ManualClock::new())?;
-    /// assert_eq!(limiter.remaining(), 3);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn with_clock(quota: Quota, clock: C) -> Result<SlidingWindowCounter<C>, QuotaError> {
-        Direct::with_algorithm(quota, clock)
-    }
-
     /// The same counter with its window boundaries moved to `alignment` (read against
     /// `clock.now()`). Meant for a freshly built counter: counts already recorded keep their window
     /// indexes under the new boundaries.

@@ -115,7 +115,7 @@ use std::fmt;
 use super::window_of;
 use crate::algorithm::sealed::{Contract, Held};
 use crate::cas::{retries, Backoff};
-use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::clock::{MonotonicClock, Nanos};
 use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::{Quota, QuotaError};
@@ -670,7 +670,7 @@ impl Contract for SlidingWindowLogAlgorithm {
 ///
 /// Its state is a ring of the last N admission times (`8 × N` bytes, at most [`MAX_LOG`] entries),
 /// claimed lock-free: an admission is one compare-and-swap on one slot, a denial only reads.
-/// Generic over its [`Clock`]: [`MonotonicClock`] by default, [`ManualClock`](crate::ManualClock)
+/// Generic over its [`Clock`](crate::Clock): [`MonotonicClock`] by default, [`ManualClock`](crate::ManualClock)
 /// for tests. See the [module docs](self) for the protocol and its guarantees.
 ///
 /// The methods every direct limiter shares (`try_acquire*`, `peek_n*`, `remaining*`, `quota`,
@@ -699,52 +699,6 @@ impl Contract for SlidingWindowLogAlgorithm {
 /// ```
 pub type SlidingWindowLog<C = MonotonicClock> = Direct<SlidingWindowLogAlgorithm, C>;
 
-impl SlidingWindowLog<MonotonicClock> {
-    /// A log of `quota.count()` admissions per window of `quota.period()`, on the default clock.
-    ///
-    /// # Errors
-    ///
-    /// [`QuotaError::WindowCapacity`] or [`QuotaError::WindowInitial`] when the quota has a capacity
-    /// or initial fill other than its count, [`QuotaError::WindowTooLong`] for a period over 2^62 ns,
-    /// [`QuotaError::LogTooLong`] for a count over [`MAX_LOG`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// let log = SlidingWindowLog::new(tollgate::Quota::per_second(5)?)?;
-    /// assert_eq!(log.remaining(), 5);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn new(quota: Quota) -> Result<SlidingWindowLog<MonotonicClock>, QuotaError> {
-        SlidingWindowLog::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> SlidingWindowLog<C> {
-    /// A log for `quota` reading time from `clock`, starting empty.
-    ///
-    /// # Errors
-    ///
-    /// As [`SlidingWindowLog::new`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::window::SlidingWindowLog;
-    /// use tollgate::{ManualClock, Quota};
-    /// let log = SlidingWindowLog::with_clock(Quota::per_second(2)?, ManualClock::new())?;
-    /// assert_eq!(log.remaining(), 2);
-    /// // A window limiter has no separate burst size.
-    /// let err = SlidingWindowLog::with_clock(Quota::per_second(2)?.with_capacity(3)?, ManualClock::new());
-    /// assert_eq!(err.unwrap_err().field(), "capacity");
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn with_clock(quota: Quota, clock: C) -> Result<SlidingWindowLog<C>, QuotaError> {
-        Direct::with_algorithm(quota, clock)
-    }
-}
-
 /// A per-thread record of the positions this thread claimed and the times it wrote, kept only in
 /// the crate's own unit tests so that stress tests can rebuild the whole log; it compiles to nothing
 /// elsewhere.
@@ -772,7 +726,7 @@ mod claims {
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::clock::{Clock, ManualClock};
 
     const SEC: u64 = 1_000_000_000;
 

@@ -271,6 +271,8 @@ pub(crate) fn observe(result: Result<Admitted, AcquireError>) -> RefOutcome {
             requested: e.requested,
             capacity: e.capacity,
         },
+        // An in-process limiter refuses only in the two ways above; a new kind is a bug here.
+        Err(other) => panic!("a refusal the model does not know: {other}"),
     }
 }
 

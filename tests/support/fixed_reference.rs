@@ -174,6 +174,8 @@ fn outcome(result: Result<Admitted, AcquireError>) -> RefOutcome {
         Ok(ok) => admitted(&ok),
         Err(AcquireError::Denied(d)) => denied(&d),
         Err(AcquireError::InsufficientCapacity(_)) => RefOutcome::Insufficient,
+        // An in-process limiter refuses only in the two ways above; a new kind is a bug here.
+        Err(other) => panic!("a refusal the model does not know: {other}"),
     }
 }
 

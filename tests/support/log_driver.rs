@@ -169,6 +169,8 @@ pub(crate) fn observe(result: Result<Admitted, AcquireError>) -> LogOutcome {
             requested: e.requested,
             capacity: e.capacity,
         },
+        // An in-process limiter refuses only in the two ways above; a new kind is a bug here.
+        Err(other) => panic!("a refusal the model does not know: {other}"),
     }
 }
 

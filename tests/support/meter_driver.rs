@@ -86,6 +86,8 @@ pub(crate) fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSc
             requested: e.requested,
             capacity: e.capacity,
         },
+        // An in-process limiter refuses only in the two ways above; a new kind is a bug here.
+        Err(other) => panic!("a refusal the model does not know: {other}"),
     }
 }
 
