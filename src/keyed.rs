@@ -94,7 +94,9 @@
 //! is held by a key that is still active (not full), the limiter first sweeps (if a sweep is due),
 //! then gives the new key its [`Overflow`] policy: [`Overflow::Refuse`] (the default) answers
 //! [`KeyedError::TooManyKeys`]; [`Overflow::Shared`] limits every such request by one shared bucket
-//! with its own quota. No active key's state is ever reset to make room. Sweeps run on their
+//! with its own quota. Room is checked before the key's own state is looked at, so on a full map
+//! the answer always says why (no room, never a denial of a key that holds no place), and nothing
+//! is built for a newcomer that finds none (a sliding window log's ring is 8 N bytes). No active key's state is ever reset to make room. Sweeps run on their
 //! schedule, not on every refusal (a map full of active keys would otherwise be scanned on every
 //! request from a newcomer): a key that has become fresh since the last sweep holds its place until
 //! the next one, so for up to `max(256, len / 2)` new keys a full map may refuse a newcomer that a
@@ -507,7 +509,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     ///
     /// [`KeyedError::Denied`] when the key (or, for a new key that found no room, the shared
     /// overflow limiter) has no token now; [`KeyedError::TooManyKeys`] for a new key that found no
-    /// room under [`Overflow::Refuse`].
+    /// room under [`Overflow::Refuse`], whatever the key's own state would have answered.
     ///
     /// # Examples
     ///
@@ -649,12 +651,19 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     None,
                     Created::Done(A::acquire(&self.policy, state, now, n), false),
                 ),
+                // Room first: on a full map every newcomer gets the overflow policy, whatever its
+                // own state would answer (a reading below the floor would be denied: the answer
+                // must say there is no room, not "later"), and no state is built for it (a log
+                // is 8 N bytes).
+                Slot::Vacant(_) if !self.has_room() => (None, Created::Full),
                 Slot::Vacant(key) => {
                     let tier = self.tier_of(key);
                     match A::create(&self.policy, tier, self.fresh_at(now), now, n) {
                         // The place is reserved under the write lock, so a second thread creating
                         // the same key waits for the lock and then finds it occupied: one
-                        // reservation, one state, both admissions counted.
+                        // reservation, one state, both admissions counted. (Another key may have
+                        // taken the last place since the check above: then the state just built
+                        // is dropped, and the request gets the overflow policy.)
                         (Some(state), outcome) => {
                             if self.reserve() {
                                 (Some(state), Created::Done(outcome, true))
@@ -756,7 +765,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
         // A query, or room for the key (Relaxed: a snapshot of the count, as any answer about a key
         // not yet created is): a fresh key's answer.
-        if n == 0 || self.keys.load(Ordering::Relaxed) < self.max_keys {
+        if n == 0 || self.has_room() {
             return A::peek(&self.policy, self.fresh_key(key, now), now, n);
         }
         match &self.overflow {
@@ -1080,6 +1089,14 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// The tier of a new key: 0 unless tiered.
     fn tier_of(&self, key: &K) -> usize {
         self.pick.as_ref().map_or(0, |pick| pick(key))
+    }
+
+    /// Whether a place is left for a new key now (a snapshot: [`Self::reserve`] decides).
+    #[inline]
+    fn has_room(&self) -> bool {
+        // Relaxed: a snapshot of the count, as in `peek_key_n_at`; the reservation that follows
+        // is the read-modify-write that keeps the bound.
+        self.keys.load(Ordering::Relaxed) < self.max_keys
     }
 
     /// Reserves a place for a new key, if one is left.

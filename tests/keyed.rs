@@ -2,13 +2,15 @@
 //! borrowed lookups, the key bound and both overflow policies, the counters, and real threads
 //! racing admissions against evictions and against each other's inserts.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
 use tollgate::keyed::{
-    FixedWindowKeys, KeyedError, KeyedLimiter, LeakyMeterKeys, Overflow, SlidingWindowCounterKeys,
-    SlidingWindowLogKeys, Tiered, TokenBucketKeys, TooManyKeys,
+    Algorithm, FixedWindowKeys, KeyedError, KeyedLimiter, LeakyMeterKeys, Overflow,
+    SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered, TokenBucketKeys, TooManyKeys,
 };
 use tollgate::leaky::LeakyMeter;
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog};
@@ -30,6 +32,45 @@ fn as_direct(result: Result<Admitted, KeyedError>) -> Result<Admitted, AcquireEr
         Err(KeyedError::InsufficientCapacity(e)) => Err(AcquireError::InsufficientCapacity(e)),
         Err(KeyedError::TooManyKeys(e)) => panic!("unexpected {e}"),
     }
+}
+
+/// The global allocator, wrapped to count the bytes each thread allocates, so that a test can see
+/// what one call built without timing it (tests run in parallel, each on its own thread).
+struct CountingAlloc;
+
+thread_local! {
+    /// Bytes allocated by this thread so far. A `const` cell with no destructor: reading or
+    /// bumping it never allocates.
+    static ALLOCATED: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s contract; the
+// counting beside it touches only a thread-local `Cell` (no allocation, no reentry).
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.with(|a| a.set(a.get() + layout.size() as u64));
+        // SAFETY: the caller's obligations for `alloc` are passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` with this `layout` (every allocation goes through it).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATED.with(|a| a.set(a.get() + new_size as u64));
+        // SAFETY: as for `dealloc`, and the caller's obligations for `realloc` are passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: CountingAlloc = CountingAlloc;
+
+/// Bytes this thread has allocated so far.
+fn allocated_here() -> u64 {
+    ALLOCATED.with(Cell::get)
 }
 
 /// A small deterministic generator (xorshift), so the sequence is the same on every run.
@@ -499,6 +540,109 @@ fn refuse_overflow_is_distinct_and_counted_and_never_resets_an_active_key() {
     assert_eq!(keyed.retain_recent_at(later), 3);
     assert!(keyed.check_key_at(&42, later).is_ok());
     assert_eq!(keyed.len(), 1);
+}
+
+/// On a full map a newcomer gets the overflow policy whatever its own state would answer: a reading
+/// below the eviction floor, which a map with room denies (as if the key had been used up at the
+/// floor), is refused for room ([`KeyedError::TooManyKeys`]), not as a denial of the key's rate.
+/// Every algorithm, tiered too.
+fn a_full_map_refuses_a_newcomer_for_room_even_below_the_floor<A: Algorithm>(
+    make: impl Fn() -> KeyedLimiter<u32, A, ManualClock>,
+) {
+    let (early, floor) = (Nanos::new(5 * SEC), Nanos::new(10 * SEC));
+    // Key 0 is active at the floor, so the eviction that raises the floor keeps it.
+    let setup = |keyed: &KeyedLimiter<u32, A, ManualClock>| {
+        keyed.check_key_at(&0, floor).unwrap();
+        assert_eq!(keyed.retain_recent_at(floor), 0);
+    };
+    let roomy = make().with_max_keys(2);
+    setup(&roomy);
+    assert!(
+        matches!(roomy.check_key_at(&1, early), Err(KeyedError::Denied(_))),
+        "with room, a newcomer below the floor is denied: the case this test is about"
+    );
+    let full = make().with_max_keys(1);
+    setup(&full);
+    let no_room = Err(KeyedError::TooManyKeys(TooManyKeys { max_keys: 1 }));
+    assert_eq!(full.check_key_at(&1, early), no_room);
+    assert_eq!(full.check_key_n_at(&1, 1, early), no_room);
+    assert_eq!(full.peek_key_n_at(&1, 1, early), no_room);
+    assert_eq!(full.overflowed(), 2);
+    assert_eq!(full.len(), 1);
+}
+
+#[test]
+fn a_full_map_refuses_a_newcomer_for_room_even_below_the_floor_for_every_algorithm() {
+    let q = Quota::per_second(2).unwrap();
+    let clock = || ManualClock::starting_at(Nanos::new(10 * SEC));
+    a_full_map_refuses_a_newcomer_for_room_even_below_the_floor(|| {
+        KeyedLimiter::<u32, TokenBucketKeys, _>::with_clock(q, clock())
+    });
+    a_full_map_refuses_a_newcomer_for_room_even_below_the_floor(|| {
+        KeyedLimiter::<u32, LeakyMeterKeys, _>::with_algorithm(q, clock()).unwrap()
+    });
+    a_full_map_refuses_a_newcomer_for_room_even_below_the_floor(|| {
+        KeyedLimiter::<u32, FixedWindowKeys, _>::with_algorithm(q, clock()).unwrap()
+    });
+    a_full_map_refuses_a_newcomer_for_room_even_below_the_floor(|| {
+        KeyedLimiter::<u32, SlidingWindowCounterKeys, _>::with_algorithm(q, clock()).unwrap()
+    });
+    a_full_map_refuses_a_newcomer_for_room_even_below_the_floor(|| {
+        KeyedLimiter::<u32, SlidingWindowLogKeys, _>::with_algorithm(q, clock()).unwrap()
+    });
+    let tiers = [q, Quota::per_second(4).unwrap()];
+    a_full_map_refuses_a_newcomer_for_room_even_below_the_floor(|| {
+        KeyedLimiter::<u32, Tiered<TokenBucketKeys>, _>::with_tiers(
+            &tiers,
+            |k| *k as usize,
+            clock(),
+        )
+        .unwrap()
+    });
+    a_full_map_refuses_a_newcomer_for_room_even_below_the_floor(|| {
+        KeyedLimiter::<u32, Tiered<SlidingWindowLogKeys>, _>::with_tiers(&tiers, |_| 1, clock())
+            .unwrap()
+    });
+    // Under `Overflow::Shared` the same newcomer is judged by the shared limiter (full since the
+    // clock read 0 s, when it was built: admitted).
+    let manual = ManualClock::new();
+    let shared = KeyedLimiter::<u32, TokenBucketKeys, _>::with_clock(q, manual.clone())
+        .with_max_keys(1)
+        .with_overflow(Overflow::Shared(q))
+        .unwrap();
+    manual.set(Nanos::new(10 * SEC));
+    shared.check_key_at(&0, Nanos::new(10 * SEC)).unwrap();
+    shared.retain_recent_at(Nanos::new(10 * SEC));
+    assert!(shared.check_key_at(&1, Nanos::new(5 * SEC)).is_ok());
+    assert_eq!(shared.overflowed(), 1);
+}
+
+/// A newcomer refused on a full map builds nothing: with the sliding window log a key's state is a
+/// ring of N timestamps (32 KiB here), which must not be allocated (and dropped again) under the
+/// shard's write lock for a request that finds no room. Counted in bytes this thread allocates.
+#[test]
+fn a_newcomer_refused_on_a_full_map_builds_no_state() {
+    const N: u64 = 4096;
+    const NEWCOMERS: u64 = 100;
+    let keyed: KeyedLimiter<u64, SlidingWindowLogKeys, ManualClock> =
+        KeyedLimiter::with_algorithm(Quota::per_second(N).unwrap(), ManualClock::new())
+            .unwrap()
+            .with_max_keys(1);
+    keyed.check_key_at(&0, Nanos::new(0)).unwrap();
+    let before = allocated_here();
+    for k in 1..=NEWCOMERS {
+        assert!(matches!(
+            keyed.check_key_at(&k, Nanos::new(0)),
+            Err(KeyedError::TooManyKeys(_))
+        ));
+    }
+    let built = allocated_here() - before;
+    assert!(
+        built < 8 * N,
+        "{NEWCOMERS} refused newcomers allocated {built} bytes (one log is {} bytes)",
+        8 * N
+    );
+    assert_eq!(keyed.overflowed(), NEWCOMERS);
 }
 
 #[test]
