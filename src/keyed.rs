@@ -85,6 +85,20 @@
 //! reading are exactly those of a limiter that never evicts; a reading earlier than that may be
 //! refused where a never-evicting limiter would admit, never the reverse.
 //!
+//! **A reading from the future.** An eviction never judges at a reading ahead of the limiter's
+//! own clock: [`KeyedLimiter::retain_recent_at`] and every automatic sweep forget as of
+//! `min(reading, clock.now())`. So the floor never passes the clock's reading at the latest
+//! eviction, and a wrong, far-future timestamp passed to an `_at` method can use up its own key
+//! (as it would a direct limiter) but cannot lock the other keys out: without this bound, one
+//! eviction at `u64::MAX` would leave every key created afterwards empty until 2^62 ns (146
+//! years). The bound: a request is refused because of an eviction only when its reading lags the
+//! clock's reading `f` at some eviction, as if its key had been used to the limit at `f`, so it is
+//! admitted again by `f` at the latest (a bucket's n tokens are back by `f - (C - n) / R`); for
+//! readings taken from the limiter's clock, the lag is the time between taking the reading and
+//! using it. Readings passed to `_at` methods must therefore come from the limiter's clock (a
+//! [`ManualClock`](crate::ManualClock) driven through `_at` readings must be moved along with
+//! them, or evictions judge at its older reading and forget less).
+//!
 //! # Bounded memory
 //!
 //! The map never holds more than [`KeyedLimiter::with_max_keys`] keys (default 1 048 576). A new
@@ -859,21 +873,33 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.retain_recent_at(self.clock.now())
     }
 
-    /// Removes every key whose state is indistinguishable from a fresh one as of `now`.
+    /// Removes every key whose state is indistinguishable from a fresh one as of `now`, or as of
+    /// the clock's reading if `now` is ahead of it: an eviction never judges ahead of the clock, so
+    /// a wrong, far-future reading cannot lock other keys out (see the [module docs](self)).
     ///
     /// # Examples
     ///
     /// ```
     /// use tollgate::keyed::KeyedLimiter;
-    /// use tollgate::{ManualClock, Nanos, Quota};
-    /// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, ManualClock::new());
+    /// use tollgate::{Clock, ManualClock, Nanos, Quota};
+    /// let clock = ManualClock::starting_at(Nanos::new(1_000_000_000)); // reads 1 s
+    /// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, clock.clone());
     /// limiter.check_key_at(&1, Nanos::new(0)).unwrap();
     /// assert_eq!(limiter.retain_recent_at(Nanos::new(999_999_999)), 0);
     /// assert_eq!(limiter.retain_recent_at(Nanos::new(1_000_000_000)), 1);
     /// assert_eq!(limiter.evictions(), 1);
+    ///
+    /// // Key 2 is used at 1 s; a reading years ahead judges at the clock's 1 s and keeps it.
+    /// limiter.check_key_at(&2, clock.now()).unwrap();
+    /// assert_eq!(limiter.retain_recent_at(Nanos::new(u64::MAX)), 0);
+    /// assert!(limiter.check_key_at(&3, clock.now()).is_ok()); // a new key is not locked out
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn retain_recent_at(&self, now: Nanos) -> usize {
+        // Never forget as of a reading ahead of the clock: a wrong, far-future reading would
+        // otherwise raise the floor past every real reading, and every key created afresh would
+        // be refused until then (see "A reading from the future" in the module docs).
+        let now = now.min(self.clock.now());
         // The floor rises before any key is removed. Relaxed is enough: a thread that re-creates a
         // removed key does so under the shard's write lock, acquired after the sweep released it,
         // so this store happens before that thread's load of the floor.
@@ -898,7 +924,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// ```
     /// use tollgate::keyed::KeyedLimiter;
     /// use tollgate::{ManualClock, Nanos, Quota};
-    /// let limiter: KeyedLimiter<u32, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, ManualClock::new());
+    /// let clock = ManualClock::starting_at(Nanos::new(1_000_000_000)); // reads 1 s
+    /// let limiter: KeyedLimiter<u32, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, clock);
     /// for k in 0..1000 {
     ///     limiter.check_key_at(&k, Nanos::new(0)).unwrap();
     /// }
@@ -1000,7 +1027,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// ```
     /// use tollgate::keyed::KeyedLimiter;
     /// use tollgate::{ManualClock, Nanos, Quota};
-    /// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, ManualClock::new());
+    /// let clock = ManualClock::starting_at(Nanos::new(2_000_000_000)); // reads 2 s
+    /// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, clock);
     /// limiter.check_key_at(&1, Nanos::new(0)).unwrap();
     /// limiter.retain_recent_at(Nanos::new(2_000_000_000));
     /// assert_eq!(limiter.evictions(), 1);
@@ -1344,8 +1372,10 @@ mod tests {
 
     #[test]
     fn keys_created_after_an_eviction_are_full_as_of_the_floor() {
-        let limiter: KeyedLimiter<u8, TokenBucketKeys, ManualClock> =
-            KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        let limiter: KeyedLimiter<u8, TokenBucketKeys, ManualClock> = KeyedLimiter::with_clock(
+            Quota::per_second(10).unwrap(),
+            ManualClock::starting_at(Nanos::new(2 * SEC)),
+        );
         limiter.retain_recent_at(Nanos::new(2 * SEC));
         // A reading 300 ms before the floor sees a new key 3 tokens short of full.
         assert_eq!(

@@ -293,6 +293,8 @@ fn window_keys_are_forgotten_when_their_windows_are_over() {
     let fixed: KeyedLimiter<u8, FixedWindowKeys, _> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
     fixed.check_key_n_at(&1, 2, Nanos::new(SEC / 2)).unwrap();
+    // (An eviction judges at the clock's reading at the latest: the clock is where the test is.)
+    fixed.clock().set(Nanos::new(SEC));
     assert_eq!(fixed.retain_recent_at(Nanos::new(SEC - 1)), 0);
     assert_eq!(fixed.retain_recent_at(Nanos::new(SEC)), 1);
     assert!(fixed.check_key_n_at(&1, 2, Nanos::new(SEC)).is_ok());
@@ -303,6 +305,7 @@ fn window_keys_are_forgotten_when_their_windows_are_over() {
     let counter: KeyedLimiter<u8, SlidingWindowCounterKeys, _> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
     counter.check_key_at(&1, Nanos::new(SEC / 2)).unwrap();
+    counter.clock().set(Nanos::new(2 * SEC));
     // The previous window still counts throughout the next one.
     assert_eq!(counter.retain_recent_at(Nanos::new(2 * SEC - 1)), 0);
     assert_eq!(counter.retain_recent_at(Nanos::new(2 * SEC)), 1);
@@ -311,6 +314,7 @@ fn window_keys_are_forgotten_when_their_windows_are_over() {
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
     log.check_key_at(&1, Nanos::new(SEC / 2)).unwrap();
     log.check_key_at(&1, Nanos::new(SEC)).unwrap();
+    log.clock().set(Nanos::new(2 * SEC));
     assert_eq!(log.retain_recent_at(Nanos::new(2 * SEC - 1)), 0);
     assert_eq!(log.retain_recent_at(Nanos::new(2 * SEC)), 1);
     assert_eq!(log.remaining_key_at(&1, Nanos::new(2 * SEC)), 2);
@@ -365,6 +369,7 @@ fn a_key_keeps_its_tier_while_held_and_is_picked_again_after_eviction() {
     ));
     assert_eq!(keyed.check_key_n_at("v", 3, t0).unwrap().remaining(), 7);
     // Once full again, "u" is forgotten and comes back in tier 1.
+    keyed.clock().set(Nanos::new(SEC));
     assert_eq!(keyed.retain_recent_at(Nanos::new(SEC)), 2);
     assert_eq!(
         keyed
@@ -469,6 +474,8 @@ fn evicting_answers_as_keeping<A: tollgate::keyed::Algorithm>(
     for _ in 0..20_000 {
         now += rng.below(max_step);
         let at = Nanos::new(now);
+        // The clock moves with the readings (an eviction never judges ahead of it).
+        evicting.clock().set(at);
         evicted += evicting.retain_recent_at(at);
         let key = rng.below(keys) as u32;
         let n = rng.below(4);
@@ -537,6 +544,7 @@ fn refuse_overflow_is_distinct_and_counted_and_never_resets_an_active_key() {
     }
     // Once they are full again, a sweep makes room and the newcomer is admitted.
     let later = Nanos::new(SEC);
+    keyed.clock().set(later);
     assert_eq!(keyed.retain_recent_at(later), 3);
     assert!(keyed.check_key_at(&42, later).is_ok());
     assert_eq!(keyed.len(), 1);
@@ -617,6 +625,70 @@ fn a_full_map_refuses_a_newcomer_for_room_even_below_the_floor_for_every_algorit
     assert_eq!(shared.overflowed(), 1);
 }
 
+/// One far-future reading cannot lock every key out. An eviction judges at `min(reading, clock)`,
+/// so `retain_recent_at(u64::MAX)` with the clock at 3 s forgets what is idle at 3 s and raises the
+/// floor to 3 s, not to 2^62; the same for the automatic sweep that a new key checked at `u64::MAX`
+/// runs. Afterwards known and new keys are admitted at the clock's reading, and a reading that lags
+/// the floor is refused at most until the floor. Every algorithm, tiered too.
+fn a_far_future_reading_locks_no_other_key_out<A: Algorithm>(
+    make: impl Fn(ManualClock) -> KeyedLimiter<u32, A, ManualClock>,
+) {
+    let s = |n: u64| Nanos::new(n * SEC);
+    let far = Nanos::new(u64::MAX);
+    // On demand.
+    let keyed = make(ManualClock::starting_at(s(3)));
+    keyed.check_key_at(&1, s(1)).unwrap();
+    assert_eq!(keyed.retain_recent_at(far), 1, "key 1 is idle at 3 s");
+    for key in [1, 2] {
+        assert!(keyed.check_key_at(&key, s(3)).is_ok(), "key {key}");
+    }
+    // A reading half a second behind the floor is refused at most until the floor.
+    match keyed.check_key_n_at(&3, 2, Nanos::new(5 * SEC / 2)) {
+        Ok(_) => {}
+        Err(KeyedError::Denied(d)) => assert!(d.retry_at() <= s(3), "{d:?}"),
+        Err(e) => panic!("{e}"),
+    }
+    // Automatically: the 256th new key, checked at `u64::MAX`, runs a sweep.
+    let keyed = make(ManualClock::starting_at(s(3)));
+    for key in 0..255 {
+        keyed.check_key_at(&key, s(1)).unwrap();
+    }
+    let _ = keyed.check_key_at(&255, far);
+    assert_eq!(
+        keyed.evictions(),
+        255,
+        "the sweep forgot what is idle at 3 s"
+    );
+    for key in [0, 1000] {
+        assert!(keyed.check_key_at(&key, s(3)).is_ok(), "key {key}");
+    }
+}
+
+#[test]
+fn a_far_future_reading_locks_no_other_key_out_for_every_algorithm() {
+    let q = Quota::per_second(2).unwrap();
+    a_far_future_reading_locks_no_other_key_out(|c| {
+        KeyedLimiter::<u32, TokenBucketKeys, _>::with_clock(q, c)
+    });
+    a_far_future_reading_locks_no_other_key_out(|c| {
+        KeyedLimiter::<u32, LeakyMeterKeys, _>::with_algorithm(q, c).unwrap()
+    });
+    a_far_future_reading_locks_no_other_key_out(|c| {
+        KeyedLimiter::<u32, FixedWindowKeys, _>::with_algorithm(q, c).unwrap()
+    });
+    a_far_future_reading_locks_no_other_key_out(|c| {
+        KeyedLimiter::<u32, SlidingWindowCounterKeys, _>::with_algorithm(q, c).unwrap()
+    });
+    a_far_future_reading_locks_no_other_key_out(|c| {
+        KeyedLimiter::<u32, SlidingWindowLogKeys, _>::with_algorithm(q, c).unwrap()
+    });
+    let tiers = [q, Quota::per_second(4).unwrap()];
+    a_far_future_reading_locks_no_other_key_out(|c| {
+        KeyedLimiter::<u32, Tiered<FixedWindowKeys>, _>::with_tiers(&tiers, |k| *k as usize % 2, c)
+            .unwrap()
+    });
+}
+
 /// A newcomer refused on a full map builds nothing: with the sliding window log a key's state is a
 /// ring of N timestamps (32 KiB here), which must not be allocated (and dropped again) under the
 /// shard's write lock for a request that finds no room. Counted in bytes this thread allocates.
@@ -660,6 +732,7 @@ fn a_full_map_sweeps_before_refusing_when_a_sweep_is_due() {
         ));
     }
     // All four keys are full again at 1 s: the next newcomer is due a sweep, which makes room.
+    keyed.clock().set(Nanos::new(SEC));
     assert!(keyed.check_key_at(&100, Nanos::new(SEC)).is_ok());
     assert_eq!(keyed.evictions(), 4);
     assert_eq!(keyed.overflowed(), 3);
@@ -753,6 +826,8 @@ fn race_admissions_and_evictions<A: tollgate::keyed::Algorithm>(
     let mut evicted = 0;
     for round in 0..ROUNDS {
         let at = Nanos::new(round * CAPACITY * SEC);
+        // The clock moves with the rounds (an eviction never judges ahead of it).
+        keyed.clock().set(at);
         barrier.wait();
         // Sweep while the admitters run: keys still forgettable at `at` (not yet touched this
         // round) go.
@@ -844,6 +919,7 @@ fn stress_concurrent_spray_with_automatic_sweeps_never_passes_the_bound() {
                 for i in 0..PER_THREAD {
                     // 10 µs of simulated time per request, shared by all threads.
                     let now = clock.fetch_add(10_000, Ordering::Relaxed);
+                    keyed.clock().advance(std::time::Duration::from_micros(10));
                     match keyed.check_key_at(&(t * PER_THREAD + i), Nanos::new(now)) {
                         Ok(_) => created.fetch_add(1, Ordering::Relaxed),
                         Err(KeyedError::TooManyKeys(_)) => refused.fetch_add(1, Ordering::Relaxed),

@@ -31,12 +31,15 @@ const T0: Nanos = Nanos::ZERO;
 /// One second later: a bucket of two per second used at [`T0`] is full again.
 const T1: Nanos = Nanos::new(1_000_000_000);
 
+/// The limiters' clock: it reads [`T2`], the latest reading any model uses, since an eviction
+/// never judges at a reading ahead of the clock.
+fn clock() -> ManualClock {
+    ManualClock::starting_at(T2)
+}
+
 /// Two per second, capacity 2.
 fn limiter() -> Limiter {
-    KeyedLimiter::with_clock(
-        Quota::per_second(2).expect("a valid quota"),
-        ManualClock::new(),
-    )
+    KeyedLimiter::with_clock(Quota::per_second(2).expect("a valid quota"), clock())
 }
 
 /// Key 1 is full at [`T1`] (admitted once at [`T0`]); one thread admits on it at `T1` while another
@@ -136,11 +139,8 @@ fn two_new_keys_racing_for_the_last_place_exactly_one_gets_it() {
 fn window_eviction_racing_an_admission<A: Algorithm>() {
     check_reaches(&[(0, true), (1, true)], || {
         let limiter: Arc<KeyedLimiter<u8, A, ManualClock>> = Arc::new(
-            KeyedLimiter::with_algorithm(
-                Quota::per_second(2).expect("a valid quota"),
-                ManualClock::new(),
-            )
-            .expect("a valid window quota"),
+            KeyedLimiter::with_algorithm(Quota::per_second(2).expect("a valid quota"), clock())
+                .expect("a valid window quota"),
         );
         limiter
             .check_key_n_at(&1, 2, T0)
