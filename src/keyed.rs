@@ -133,7 +133,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 #[cfg(not(tollgate_loom))]
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, Weak};
 #[cfg(not(tollgate_loom))]
 use std::thread;
 #[cfg(not(tollgate_loom))]
@@ -144,6 +144,8 @@ use crossbeam_utils::CachePadded;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::outcome::{Admitted, Denied, InsufficientCapacity};
 use crate::quota::{Quota, QuotaError};
+#[cfg(not(tollgate_loom))]
+use crate::sync::{lock, Condvar, Mutex};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use store::{Slot, Store};
 
@@ -375,6 +377,10 @@ pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
     sweeping: AtomicBool,
     evictions: AtomicU64,
     overflowed: AtomicU64,
+    /// The bells of the sweeper threads started on this limiter, rung when it is dropped so that
+    /// they end at once rather than at their next tick (or never, for `Duration::MAX`).
+    #[cfg(not(tollgate_loom))]
+    sweepers: Mutex<Vec<Weak<Bell>>>,
 }
 
 impl<K: Hash + Eq> KeyedLimiter<K, TokenBucketKeys, MonotonicClock> {
@@ -464,6 +470,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             sweeping: AtomicBool::new(false),
             evictions: AtomicU64::new(0),
             overflowed: AtomicU64::new(0),
+            #[cfg(not(tollgate_loom))]
+            sweepers: Mutex::new(Vec::new()),
         }
     }
 
@@ -1186,8 +1194,10 @@ where
     /// Starts a background thread that runs [`KeyedLimiter::retain_recent`] every `every`, for
     /// users who want idle keys' memory given back on a schedule rather than only as new keys
     /// arrive (the automatic sweeps need no thread: see the [module docs](self)). The thread holds
-    /// only a weak reference: it ends when the [`Sweeper`] is stopped or dropped, or when the last
-    /// `Arc` to the limiter is dropped. An `every` of zero is taken as one millisecond.
+    /// only a weak reference: it ends when the [`Sweeper`] is stopped or dropped, or as soon as the
+    /// last `Arc` to the limiter is dropped (the limiter's drop wakes it, whatever `every` is; a
+    /// sweep in progress finishes first). An `every` of zero is taken as one millisecond;
+    /// `Duration::MAX` sweeps never, and the thread only waits to end.
     ///
     /// # Errors
     ///
@@ -1210,12 +1220,13 @@ where
     pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) -> std::io::Result<Sweeper> {
         let every = every.max(Duration::from_millis(1));
         let limiter = Arc::downgrade(self);
-        let (stop, stopped) = mpsc::channel::<()>();
+        let bell = Arc::new(Bell::default());
+        let rung = Arc::clone(&bell);
         let thread = thread::Builder::new()
             .name("tollgate-sweeper".into())
             .spawn(move || {
-                // A message or a disconnected sender both mean stop; a timeout means sweep.
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                // The bell means stop (the handle, or the limiter's drop); a timeout means sweep.
+                while !rung.wait(every) {
                     match limiter.upgrade() {
                         Some(limiter) => {
                             limiter.retain_recent();
@@ -1224,8 +1235,14 @@ where
                     }
                 }
             })?;
+        // Registered after the thread started: a limiter dropped before this line cannot be, as
+        // `self` is borrowed. Bells of sweepers already gone are dropped from the list here.
+        let mut sweepers = lock(&self.sweepers);
+        sweepers.retain(|bell| bell.strong_count() > 0);
+        sweepers.push(Arc::downgrade(&bell));
+        drop(sweepers);
         Ok(Sweeper {
-            stop: Some(stop),
+            bell,
             thread: Some(thread),
         })
     }
@@ -1248,8 +1265,50 @@ where
 #[cfg(not(tollgate_loom))]
 #[derive(Debug)]
 pub struct Sweeper {
-    stop: Option<mpsc::Sender<()>>,
+    bell: Arc<Bell>,
     thread: Option<thread::JoinHandle<()>>,
+}
+
+/// What a sweeper thread waits on between sweeps: rung by its [`Sweeper`] handle to stop it, or by
+/// its limiter's drop. A flag under a mutex, so that a ring before the thread waits is not lost.
+#[cfg(not(tollgate_loom))]
+#[derive(Debug, Default)]
+struct Bell {
+    rung: Mutex<bool>,
+    wake: Condvar,
+}
+
+#[cfg(not(tollgate_loom))]
+impl Bell {
+    fn ring(&self) {
+        *lock(&self.rung) = true;
+        self.wake.notify_all();
+    }
+
+    /// Waits for the bell for up to `every` (any length: `Duration::MAX` waits for the bell
+    /// only); answers whether it rang.
+    fn wait(&self, every: Duration) -> bool {
+        let rung = lock(&self.rung);
+        let (rung, _) = self
+            .wake
+            .wait_timeout_while(rung, every, |rung| !*rung)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *rung
+    }
+}
+
+/// Wakes the limiter's sweeper threads, which then find it gone and end.
+#[cfg(not(tollgate_loom))]
+impl<K, A: Algorithm, C> Drop for KeyedLimiter<K, A, C> {
+    fn drop(&mut self) {
+        let sweepers = self
+            .sweepers
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for bell in sweepers.drain(..).filter_map(|bell| bell.upgrade()) {
+            bell.ring();
+        }
+    }
 }
 
 #[cfg(not(tollgate_loom))]
@@ -1270,9 +1329,35 @@ impl Sweeper {
         self.end();
     }
 
+    /// Whether the sweeper thread has ended: after [`Sweeper::stop`], or soon after the last
+    /// `Arc` of its limiter was dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, Instant};
+    /// let limiter: Arc<tollgate::keyed::KeyedLimiter<u8>> =
+    ///     Arc::new(tollgate::keyed::KeyedLimiter::new(tollgate::Quota::per_second(1)?));
+    /// let sweeper = limiter.spawn_sweeper(Duration::MAX)?;
+    /// assert!(!sweeper.is_finished());
+    /// drop(limiter); // wakes the thread, which ends
+    /// let deadline = Instant::now() + Duration::from_secs(10);
+    /// while !sweeper.is_finished() && Instant::now() < deadline {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// assert!(sweeper.is_finished());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_finished(&self) -> bool {
+        self.thread
+            .as_ref()
+            .map_or(true, thread::JoinHandle::is_finished)
+    }
+
     fn end(&mut self) {
-        // Dropping the sender wakes the thread at once (a disconnected channel).
-        drop(self.stop.take());
+        // Wakes the thread at once, wherever it is in its wait.
+        self.bell.ring();
         if let Some(thread) = self.thread.take() {
             // A sweep cannot panic (no panic is reachable from the limiter's API); if the thread
             // did, there is nothing left to stop.

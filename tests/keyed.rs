@@ -445,6 +445,44 @@ fn the_sweeper_thread_forgets_idle_keys_and_stops() {
     assert_eq!(keyed.len(), 1);
 }
 
+/// A sweeper thread ends soon after the last `Arc` of its limiter is dropped, whatever its
+/// interval: the limiter's drop wakes it (an interval of an hour, or `Duration::MAX`, would
+/// otherwise keep it waiting until its next tick, or forever). Waits up to 10 s: no timing claim.
+#[cfg(not(tollgate_loom))]
+#[test]
+fn a_sweeper_ends_soon_after_its_limiter_is_dropped() {
+    use std::time::{Duration, Instant};
+    let keyed: Arc<Limiter<u64>> = Arc::new(limiter(Quota::per_second(1).unwrap()));
+    let forever = keyed.spawn_sweeper(Duration::MAX).unwrap();
+    let hourly = keyed.spawn_sweeper(Duration::from_secs(3600)).unwrap();
+    keyed.check_key(&1).unwrap();
+    assert!(!forever.is_finished() && !hourly.is_finished());
+    drop(keyed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(forever.is_finished() && hourly.is_finished()) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        forever.is_finished(),
+        "the Duration::MAX sweeper outlived its limiter"
+    );
+    assert!(
+        hourly.is_finished(),
+        "the hourly sweeper outlived its limiter"
+    );
+    // Stopping a sweeper leaves the others of the same limiter running.
+    let keyed: Arc<Limiter<u64>> = Arc::new(limiter(Quota::per_second(1).unwrap()));
+    let (first, second) = (
+        keyed.spawn_sweeper(Duration::MAX).unwrap(),
+        keyed.spawn_sweeper(Duration::MAX).unwrap(),
+    );
+    first.stop();
+    thread::sleep(Duration::from_millis(20));
+    assert!(!second.is_finished());
+    drop(keyed);
+    second.stop();
+}
+
 /// Eviction never changes a meter key's decision on a clock that only moves forward: an evicting
 /// limiter (a sweep before every request) and one that never evicts answer alike throughout.
 #[test]
@@ -828,6 +866,13 @@ fn race_admissions_and_evictions<A: tollgate::keyed::Algorithm>(
         let at = Nanos::new(round * CAPACITY * SEC);
         // The clock moves with the rounds (an eviction never judges ahead of it).
         keyed.clock().set(at);
+        // Every other round one sweep runs before the admitters start, so that the run evicts
+        // however the scheduler orders the threads (on a loaded machine the racing sweeps below
+        // may find every key already touched in every round); the other rounds race from the
+        // start.
+        if round % 2 == 1 {
+            evicted += keyed.retain_recent_at(at);
+        }
         barrier.wait();
         // Sweep while the admitters run: keys still forgettable at `at` (not yet touched this
         // round) go.
