@@ -851,6 +851,8 @@ fn run_gateway(quota: Quota, bound: usize) -> GatewayRun {
                     tally.denied += 1;
                 }
                 Err(KeyedError::TooManyKeys(_)) => tally.no_room += 1,
+                // (KeyedError is non-exhaustive; a local limiter has no other refusal.)
+                Err(e) => unreachable!("a refusal the tour does not know: {e}"),
             }
             if let Some(own) = own {
                 let same = match (got, own.try_acquire_at(now)) {

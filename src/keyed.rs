@@ -142,7 +142,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::outcome::{Admitted, Denied, InsufficientCapacity};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
 use crate::quota::{Quota, QuotaError};
 #[cfg(not(tollgate_loom))]
 use crate::sync::{lock, Condvar, Mutex};
@@ -244,7 +244,11 @@ impl std::error::Error for TooManyKeys {}
 /// assert_eq!(err.denied().map(|d| d.retry_after().as_millis()), Some(500));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
+///
+/// Non-exhaustive: kinds of refusal will be added (a shared backend's failures), so a `match`
+/// outside this crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeyedError {
     /// Not now; see [`Denied::retry_after`].
     Denied(Denied),
@@ -270,6 +274,39 @@ impl KeyedError {
         match self {
             KeyedError::Denied(d) => Some(d),
             KeyedError::InsufficientCapacity(_) | KeyedError::TooManyKeys(_) => None,
+        }
+    }
+}
+
+/// A direct limiter's refusal as a keyed one, so that code that consults both (a global cap in
+/// front of per-client limits) answers with one error type and `?`.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::{KeyedError, KeyedLimiter};
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+///
+/// // 5 a second per client, 3 a second for all clients together.
+/// let per_client: KeyedLimiter<u32, _, _> =
+///     KeyedLimiter::with_clock(Quota::per_second(5)?, ManualClock::new());
+/// let global = TokenBucket::with_clock(Quota::per_second(3)?, ManualClock::new());
+/// let admit = |client: u32, n: u64| -> Result<(), KeyedError> {
+///     global.peek_n(n)?; // refuse early, taking nothing, when the global cap is out
+///     per_client.check_key_n(&client, n)?;
+///     global.try_acquire_n(n)?; // an AcquireError, converted
+///     Ok(())
+/// };
+/// assert!(admit(1, 2).is_ok());
+/// assert!(matches!(admit(2, 2), Err(KeyedError::Denied(_)))); // only 1 left globally
+/// assert!(matches!(admit(3, 4), Err(KeyedError::InsufficientCapacity(_)))); // never, globally
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+impl From<AcquireError> for KeyedError {
+    fn from(e: AcquireError) -> KeyedError {
+        match e {
+            AcquireError::Denied(d) => KeyedError::Denied(d),
+            AcquireError::InsufficientCapacity(e) => KeyedError::InsufficientCapacity(e),
         }
     }
 }

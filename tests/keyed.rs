@@ -30,7 +30,7 @@ fn as_direct(result: Result<Admitted, KeyedError>) -> Result<Admitted, AcquireEr
         Ok(admitted) => Ok(admitted),
         Err(KeyedError::Denied(d)) => Err(AcquireError::Denied(d)),
         Err(KeyedError::InsufficientCapacity(e)) => Err(AcquireError::InsufficientCapacity(e)),
-        Err(KeyedError::TooManyKeys(e)) => panic!("unexpected {e}"),
+        Err(e) => panic!("unexpected {e}"),
     }
 }
 
