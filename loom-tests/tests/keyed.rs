@@ -4,7 +4,10 @@
 //!
 //! Under `cfg(tollgate_loom)` the limiter's map is a loom `RwLock` around a `HashMap` (one shard), so these
 //! models check the limiter's own protocol, taking the concurrent map's correctness as given.
-//! Readings are explicit, so "no time passes" is exact.
+//! Readings are explicit, so "no time passes" is exact. The eviction models race an admission at
+//! the eviction's own reading, and (`*_early_admission_racing_a_later_eviction_*`) one at an
+//! earlier reading, which only the order "raise the floor, then remove" keeps from re-creating a
+//! forgotten key fresh as of that early reading: each of those five fails if the order is swapped.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test keyed`.
@@ -18,7 +21,7 @@ use common::check_reaches;
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::keyed::{
-    Algorithm, FixedWindowKeys, KeyedError, KeyedLimiter, SlidingWindowCounterKeys,
+    Algorithm, FixedWindowKeys, KeyedError, KeyedLimiter, LeakyMeterKeys, SlidingWindowCounterKeys,
     SlidingWindowLogKeys, TokenBucketKeys,
 };
 use tollgate::{ManualClock, Nanos, Quota};
@@ -31,12 +34,15 @@ const T0: Nanos = Nanos::ZERO;
 /// One second later: a bucket of two per second used at [`T0`] is full again.
 const T1: Nanos = Nanos::new(1_000_000_000);
 
+/// The limiters' clock: it reads [`T2`], the latest reading any model uses, since an eviction
+/// never judges at a reading ahead of the clock.
+fn clock() -> ManualClock {
+    ManualClock::starting_at(T2)
+}
+
 /// Two per second, capacity 2.
 fn limiter() -> Limiter {
-    KeyedLimiter::with_clock(
-        Quota::per_second(2).expect("a valid quota"),
-        ManualClock::new(),
-    )
+    KeyedLimiter::with_clock(Quota::per_second(2).expect("a valid quota"), clock())
 }
 
 /// Key 1 is full at [`T1`] (admitted once at [`T0`]); one thread admits on it at `T1` while another
@@ -136,11 +142,8 @@ fn two_new_keys_racing_for_the_last_place_exactly_one_gets_it() {
 fn window_eviction_racing_an_admission<A: Algorithm>() {
     check_reaches(&[(0, true), (1, true)], || {
         let limiter: Arc<KeyedLimiter<u8, A, ManualClock>> = Arc::new(
-            KeyedLimiter::with_algorithm(
-                Quota::per_second(2).expect("a valid quota"),
-                ManualClock::new(),
-            )
-            .expect("a valid window quota"),
+            KeyedLimiter::with_algorithm(Quota::per_second(2).expect("a valid quota"), clock())
+                .expect("a valid window quota"),
         );
         limiter
             .check_key_n_at(&1, 2, T0)
@@ -185,4 +188,81 @@ fn sliding_counter_eviction_racing_an_admission_never_loses_it() {
 #[test]
 fn sliding_log_eviction_racing_an_admission_never_loses_it() {
     window_eviction_racing_an_admission::<SlidingWindowLogKeys>();
+}
+
+/// Half a second after [`T0`].
+const T_HALF: Nanos = Nanos::new(500_000_000);
+
+/// An eviction racing an admission whose reading is *earlier* than the eviction's: key 1 is used
+/// up at [`T0`] (2 of 2) and forgettable at [`T2`]; one thread evicts at `T2` while another asks
+/// for 2 at [`T_HALF`], which the key, never forgotten, cannot give (it has at most one left).
+/// Whichever runs first, the request is denied: if the eviction removes the key first, the
+/// admission creates it afresh as of the floor (`T2`), which at `T_HALF` has nothing. An eviction
+/// that raised the floor only after removing the key would let the admission, in the gap, create
+/// it fresh as of its own early reading, full, and admit 2: four admissions where three at most
+/// fit (the token bucket; the others likewise).
+///
+/// The summary is whether the denial is the one the never-forgotten key gives (the admission ran
+/// first) or not (it found the key gone and judged the state fresh as of the floor).
+fn early_admission_racing_a_later_eviction<A: Algorithm>(reached: &[bool]) {
+    check_reaches(reached, || {
+        let make = || -> KeyedLimiter<u8, A, ManualClock> {
+            KeyedLimiter::with_algorithm(Quota::per_second(2).expect("a valid quota"), clock())
+                .expect("a valid quota for every algorithm")
+        };
+        // The answer a never-forgotten key gives (no thread, no eviction).
+        let kept = make();
+        kept.check_key_n_at(&1, 2, T0).expect("a fresh key admits");
+        let kept = kept.check_key_n_at(&1, 2, T_HALF);
+        assert!(matches!(kept, Err(KeyedError::Denied(_))), "{kept:?}");
+
+        let limiter = Arc::new(make());
+        limiter
+            .check_key_n_at(&1, 2, T0)
+            .expect("a fresh key admits");
+        let evictor = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.retain_recent_at(T2))
+        };
+        let early = limiter.check_key_n_at(&1, 2, T_HALF);
+        let removed = evictor.join().expect("evictor panicked");
+
+        assert!(
+            matches!(early, Err(KeyedError::Denied(_))),
+            "over-admitted at an early reading racing a later eviction: {early:?}"
+        );
+        assert_eq!(
+            removed, 1,
+            "the key was forgettable at T2 and a denial writes nothing"
+        );
+        assert!(limiter.is_empty(), "a denial created a key");
+        early == kept
+    });
+}
+
+#[test]
+fn token_bucket_early_admission_racing_a_later_eviction_never_over_admits() {
+    early_admission_racing_a_later_eviction::<TokenBucketKeys>(&[false, true]);
+}
+
+#[test]
+fn leaky_meter_early_admission_racing_a_later_eviction_never_over_admits() {
+    early_admission_racing_a_later_eviction::<LeakyMeterKeys>(&[false, true]);
+}
+
+#[test]
+fn fixed_window_early_admission_racing_a_later_eviction_never_over_admits() {
+    early_admission_racing_a_later_eviction::<FixedWindowKeys>(&[false, true]);
+}
+
+#[test]
+fn sliding_counter_early_admission_racing_a_later_eviction_never_over_admits() {
+    // The counter's state fresh as of the floor counts at `T_HALF` exactly what the forgotten key
+    // counted there (a full window before the floor's), so both orders give the same denial.
+    early_admission_racing_a_later_eviction::<SlidingWindowCounterKeys>(&[true]);
+}
+
+#[test]
+fn sliding_log_early_admission_racing_a_later_eviction_never_over_admits() {
+    early_admission_racing_a_later_eviction::<SlidingWindowLogKeys>(&[false, true]);
 }

@@ -40,8 +40,12 @@ pub(crate) fn run_pair<A: Algorithm>(quota: Quota, start: u64, ops: &[KeyedOp]) 
     let mut floor = 0u64;
     let mut compared = true;
     let mut evicted = 0u64;
+    // The evicting limiter's clock reads the latest reading so far (see `keyed_driver::run`).
+    let mut latest = start;
     for (i, op) in ops.iter().take(MAX_OPS).enumerate() {
         let at = Nanos::new(now);
+        latest = latest.max(now);
+        evicting.clock().set(Nanos::new(latest));
         let before_floor = now.min(MAX_USABLE_NS) < floor;
         let ctx = format!("op {i} {op:?} at {now} (floor {floor})");
         match *op {

@@ -1,0 +1,611 @@
+//! [`KeyedLimiter`]: the map of per-key states and its checks (admissions, peeks, remaining
+//! counts), with the protocol that creates a new key under its shard's write lock.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::Hash;
+#[cfg(not(tollgate_loom))]
+use std::sync::Weak;
+
+use crossbeam_utils::CachePadded;
+
+use super::evict::{Shared, DEFAULT_MAX_KEYS};
+use super::store::{Slot, Store};
+#[cfg(not(tollgate_loom))]
+use super::sweeper::Bell;
+use super::{Algorithm, KeyedError, TokenBucketKeys, TooManyKeys};
+use crate::algorithm::sealed::Held;
+use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::outcome::Admitted;
+use crate::quota::{Quota, QuotaError};
+#[cfg(not(tollgate_loom))]
+use crate::sync::Mutex;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// What an attempt to create a key under its write lock came to.
+enum Created {
+    /// Decided: `true` when a key was inserted.
+    Done(Result<Admitted, KeyedError>, bool),
+    /// Vacant, and no place left.
+    Full,
+}
+
+/// The function that picks a new key's tier.
+pub(super) type Pick<K> = Box<dyn Fn(&K) -> usize + Send + Sync>;
+
+/// A rate limiter with one state per key, bounded memory and lossless eviction of idle keys.
+///
+/// `K` is the key type: lookups take any borrowed form of it (`&str` for `String` keys). `A` is the
+/// algorithm run per key ([`TokenBucketKeys`], the default); `C` the clock. See the
+/// [module docs](super) for eviction, the memory bound and the protocol that makes them lossless.
+///
+/// # Memory ordering
+///
+/// Per key, admissions are linearizable exactly as a direct limiter's are: each takes effect at one
+/// instant in a single total order, and no two callers receive the same token, however the key's
+/// admissions race its eviction and re-creation. No ordering is promised between different keys.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::KeyedLimiter;
+/// use tollgate::Quota;
+///
+/// // 10 requests a second per client IP, at most 100 000 clients tracked.
+/// let limiter: KeyedLimiter<std::net::IpAddr> = KeyedLimiter::new(Quota::per_second(10)?)
+///     .with_max_keys(100_000);
+/// let ip = std::net::IpAddr::from([192, 0, 2, 1]);
+/// assert_eq!(limiter.check_key(&ip)?.remaining(), 9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
+    pub(super) store: Store<K, A::State>,
+    pub(super) policy: A::Policy,
+    /// The quota of each tier (one, unless tiered).
+    pub(super) quotas: Box<[Quota]>,
+    /// The tier of a new key, for a tiered limiter.
+    pub(super) pick: Option<Pick<K>>,
+    pub(super) clock: C,
+    pub(super) max_keys: usize,
+    pub(super) overflow: Option<Shared<A>>,
+    /// Keys inserted plus places reserved for keys being inserted, minus keys removed: never below
+    /// the map's length, never above `max_keys`. Moved by read-modify-writes only.
+    pub(super) keys: CachePadded<AtomicUsize>,
+    /// The latest reading any eviction used, in nanoseconds: a key created afresh is fresh as of
+    /// `max(reading, floor)`. Only grows.
+    pub(super) floor: AtomicU64,
+    /// New keys (and refused new keys) since the last sweep started.
+    pub(super) since_sweep: AtomicUsize,
+    /// Held by the thread running an automatic sweep, so that only one runs at a time.
+    pub(super) sweeping: AtomicBool,
+    pub(super) evictions: AtomicU64,
+    pub(super) overflowed: AtomicU64,
+    /// The bells of the sweeper threads started on this limiter, rung when it is dropped so that
+    /// they end at once rather than at their next tick (or never, for `Duration::MAX`).
+    #[cfg(not(tollgate_loom))]
+    pub(super) sweepers: Mutex<Vec<Weak<Bell>>>,
+}
+
+impl<K: Hash + Eq> KeyedLimiter<K, TokenBucketKeys, MonotonicClock> {
+    /// A keyed token bucket for `quota` per key, on the default clock, with the default bound
+    /// (2^20 keys) and overflow policy ([`Overflow::Refuse`](super::Overflow::Refuse)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: tollgate::keyed::KeyedLimiter<String> =
+    ///     tollgate::keyed::KeyedLimiter::new(tollgate::Quota::per_minute(60)?);
+    /// assert_eq!(limiter.remaining_key("anyone"), 60);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> Self {
+        KeyedLimiter::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
+    /// A keyed token bucket for `quota` per key, reading time from `clock`. Every key starts full (the
+    /// quota's initial fill is not used; see the [module docs](super)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, TokenBucketKeys};
+    /// use tollgate::{ManualClock, Quota};
+    /// let limiter = KeyedLimiter::<u64, TokenBucketKeys, _>::with_clock(Quota::per_second(3)?, ManualClock::new());
+    /// assert_eq!(limiter.check_key(&42)?.remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        // The token bucket accepts every quota.
+        let policy = TokenBucketKeys::policy_for(&quota);
+        KeyedLimiter::build(policy, Box::new([quota]), None, clock)
+    }
+}
+
+impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// A keyed limiter running algorithm `A` (named by the type annotation) for `quota` per key,
+    /// reading time from `clock`. Every key starts fresh (a full bucket, an empty queue, an empty
+    /// window; the quota's initial fill is not used).
+    ///
+    /// # Errors
+    ///
+    /// The errors of the direct limiter's constructor for a quota `A` cannot enforce: for the
+    /// window algorithms, a capacity or initial fill other than the count, a period over 2^62 ns, a
+    /// count beyond the window's budget, a log longer than
+    /// [`MAX_LOG`](crate::window::sliding_log::MAX_LOG). The token bucket and the leaky meter accept
+    /// every quota.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{FixedWindowKeys, KeyedLimiter, LeakyMeterKeys, TokenBucketKeys};
+    /// use tollgate::{ManualClock, Quota};
+    /// let q = Quota::per_second(5)?;
+    /// let buckets: KeyedLimiter<u8, TokenBucketKeys, _> = KeyedLimiter::with_algorithm(q, ManualClock::new())?;
+    /// let meters: KeyedLimiter<u8, LeakyMeterKeys, _> = KeyedLimiter::with_algorithm(q, ManualClock::new())?;
+    /// assert_eq!(buckets.check_key_n(&1, 5)?.remaining(), 0); // a burst of 5
+    /// assert!(meters.check_key_n(&1, 5).is_ok()); // 5 at once from an empty queue, then nothing
+    /// assert!(meters.check_key(&1).is_err());
+    /// // A window has no burst size of its own.
+    /// let err = KeyedLimiter::<u8, FixedWindowKeys, _>::with_algorithm(q.with_capacity(6)?, ManualClock::new());
+    /// assert_eq!(err.unwrap_err().field(), "capacity");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_algorithm(quota: Quota, clock: C) -> Result<Self, QuotaError> {
+        let policy = A::policy(&quota)?;
+        Ok(KeyedLimiter::build(policy, Box::new([quota]), None, clock))
+    }
+
+    /// The limiter for `policy`: what every public constructor builds.
+    pub(super) fn build(
+        policy: A::Policy,
+        quotas: Box<[Quota]>,
+        pick: Option<Pick<K>>,
+        clock: C,
+    ) -> Self {
+        KeyedLimiter {
+            store: Store::new(),
+            policy,
+            quotas,
+            pick,
+            clock,
+            max_keys: DEFAULT_MAX_KEYS,
+            overflow: None,
+            keys: CachePadded::new(AtomicUsize::new(0)),
+            floor: AtomicU64::new(0),
+            since_sweep: AtomicUsize::new(0),
+            sweeping: AtomicBool::new(false),
+            evictions: AtomicU64::new(0),
+            overflowed: AtomicU64::new(0),
+            #[cfg(not(tollgate_loom))]
+            sweepers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Takes one token for `key` now.
+    ///
+    /// # Errors
+    ///
+    /// [`KeyedError::Denied`] when the key (or, for a new key that found no room, the shared
+    /// overflow limiter) has no token now; [`KeyedError::TooManyKeys`] for a new key that found no
+    /// room under [`Overflow::Refuse`](super::Overflow::Refuse), whatever the key's own state would have answered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// let limiter: KeyedLimiter<String> = KeyedLimiter::new(tollgate::Quota::per_second(1)?);
+    /// assert!(limiter.check_key("a").is_ok());
+    /// assert!(limiter.check_key("a").is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn check_key<Q>(&self, key: &Q) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_key_n_with(key, 1, || self.clock.now())
+    }
+
+    /// Takes one token for `key` as of `now`, a reading of this limiter's clock.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedLimiter::check_key`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, ManualClock::new());
+    /// assert!(limiter.check_key_at(&1, Nanos::new(0)).is_ok());
+    /// assert!(limiter.check_key_at(&1, Nanos::new(999_999_999)).is_err());
+    /// assert!(limiter.check_key_at(&1, Nanos::new(1_000_000_000)).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn check_key_at<Q>(&self, key: &Q, now: Nanos) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_key_n_at(key, 1, now)
+    }
+
+    /// Takes `n` tokens for `key` now, all or none. `n = 0` is a query that always succeeds and
+    /// never creates the key.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedLimiter::check_key`], and [`KeyedError::InsufficientCapacity`] when `n` exceeds
+    /// the capacity (of the shared overflow limiter, for a request sent to it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// let limiter: KeyedLimiter<String> = KeyedLimiter::new(tollgate::Quota::per_second(10)?);
+    /// assert_eq!(limiter.check_key_n("a", 4)?.remaining(), 6);
+    /// assert!(limiter.check_key_n("a", 7).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_key_n<Q>(&self, key: &Q, n: u64) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_key_n_with(key, n, || self.clock.now())
+    }
+
+    /// Takes `n` tokens for `key` as of `now`, all or none.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedLimiter::check_key_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let limiter: KeyedLimiter<String, _, _> = KeyedLimiter::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// assert!(limiter.check_key_n_at("a", 10, Nanos::new(0)).is_ok());
+    /// let err = limiter.check_key_n_at("a", 5, Nanos::new(0)).unwrap_err();
+    /// assert_eq!(err.denied().unwrap().retry_after().as_millis(), 500);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn check_key_n_at<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_key_n_with(key, n, || now)
+    }
+
+    /// A request for `n` on `key` at the reading `now()` gives. The reading is taken once the
+    /// key's state has been found (under the shard's read lock, which changes nothing: any reading
+    /// is as good as any other taken during the call): with the clock, the lookup's memory accesses
+    /// are then issued before the clock read rather than waiting behind it, which on a map larger
+    /// than the caches is most of a check's cost.
+    #[inline]
+    fn check_key_n_with<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        now: impl Fn() -> Nanos,
+    ) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // A known key: the decision (a compare-and-swap) runs while the shard's read lock is held,
+        // so no eviction of this key can run until it is done (see the module docs).
+        let known = self.store.with_read(key, |state| {
+            A::acquire(&self.policy, state, now(), n).map_err(KeyedError::from)
+        });
+        match known {
+            Some(outcome) => outcome,
+            // A query never creates a key.
+            None if n == 0 => self.peek_key_n_at(key, 0, now()),
+            None => self.check_new(key, n, now()),
+        }
+    }
+
+    /// The slow path: `key` was not there a moment ago. Creates it under its shard's write lock (or
+    /// admits on it, if another thread created it meanwhile), sweeping first if the map is full and
+    /// a sweep is due; failing that, the overflow policy.
+    #[cold]
+    fn check_new<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        for attempt in 0..2 {
+            let created = self.store.with_entry(key.to_owned(), |slot| match slot {
+                // Another thread created it between our lookup and our write lock.
+                Slot::Occupied(state) => (
+                    None,
+                    Created::Done(
+                        A::acquire(&self.policy, state, now, n).map_err(KeyedError::from),
+                        false,
+                    ),
+                ),
+                // Room first: on a full map every newcomer gets the overflow policy, whatever its
+                // own state would answer (a reading below the floor would be denied: the answer
+                // must say there is no room, not "later"), and no state is built for it (a log
+                // is 8 N bytes).
+                Slot::Vacant(_) if !self.has_room() => (None, Created::Full),
+                Slot::Vacant(key) => {
+                    let tier = self.tier_of(key);
+                    match A::create(&self.policy, tier, self.fresh_at(now), now, n) {
+                        // The place is reserved under the write lock, so a second thread creating
+                        // the same key waits for the lock and then finds it occupied: one
+                        // reservation, one state, both admissions counted. (Another key may have
+                        // taken the last place since the check above: then the state just built
+                        // is dropped, and the request gets the overflow policy.)
+                        (Some(state), outcome) => {
+                            if self.reserve() {
+                                (
+                                    Some(state),
+                                    Created::Done(outcome.map_err(KeyedError::from), true),
+                                )
+                            } else {
+                                (None, Created::Full)
+                            }
+                        }
+                        // A request that writes nothing leaves the key as if never seen: no need
+                        // to hold a place for it.
+                        (None, outcome) => (
+                            None,
+                            Created::Done(outcome.map_err(KeyedError::from), false),
+                        ),
+                    }
+                }
+            });
+            match created {
+                Created::Done(outcome, inserted) => {
+                    if inserted {
+                        self.note_new_key(now);
+                    }
+                    return outcome;
+                }
+                // No room: if a sweep is due, run it (holding no lock) and try once more.
+                Created::Full => {
+                    if attempt > 0 || !self.note_new_key(now) {
+                        break;
+                    }
+                }
+            }
+        }
+        self.overflow_take(n, now)
+    }
+
+    /// Would `n` tokens for `key` be admitted now? Consumes nothing, writes nothing, creates no key.
+    ///
+    /// For a key not in the map, the answer is the one a request would get now, without a sweep:
+    /// a fresh key's if there is room, else the overflow policy's.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedLimiter::check_key_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// let limiter: KeyedLimiter<String> = KeyedLimiter::new(tollgate::Quota::per_second(3)?);
+    /// assert!(limiter.peek_key_n("a", 3).is_ok());
+    /// assert!(limiter.peek_key_n("a", 3).is_ok()); // peeking takes nothing
+    /// assert!(limiter.peek_key_n("a", 4).is_err());
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn peek_key_n<Q>(&self, key: &Q, n: u64) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.peek_key_n_at(key, n, self.clock.now())
+    }
+
+    /// Would `n` tokens for `key` be admitted as of `now`? Consumes nothing and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedLimiter::check_key_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, ManualClock::new());
+    /// limiter.check_key_at(&1, Nanos::new(0)).unwrap();
+    /// assert!(limiter.peek_key_n_at(&1, 1, Nanos::new(999_999_999)).is_err());
+    /// assert!(limiter.peek_key_n_at(&1, 1, Nanos::new(1_000_000_000)).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn peek_key_n_at<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(outcome) = self.store.with_read(key, |state| {
+            A::peek(&self.policy, Held::Known(state), now, n).map_err(KeyedError::from)
+        }) {
+            return outcome;
+        }
+        // A query, or room for the key (Relaxed: a snapshot of the count, as any answer about a key
+        // not yet created is): a fresh key's answer.
+        if n == 0 || self.has_room() {
+            return A::peek(&self.policy, self.fresh_key(key, now), now, n)
+                .map_err(KeyedError::from);
+        }
+        match &self.overflow {
+            None => Err(KeyedError::TooManyKeys(TooManyKeys {
+                max_keys: self.max_keys,
+            })),
+            Some(shared) => A::peek(&shared.policy, Held::Known(&shared.state), now, n)
+                .map_err(KeyedError::from),
+        }
+    }
+
+    /// `key`, not in the map, as a decision sees it: fresh as of `max(now, floor)`, in the tier it
+    /// would get.
+    fn fresh_key<Q>(&self, key: &Q, now: Nanos) -> Held<'static, A::State>
+    where
+        K: Borrow<Q>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        let tier = match &self.pick {
+            None => 0,
+            Some(_) => self.tier_of(&key.to_owned()),
+        };
+        Held::Fresh {
+            tier,
+            at: self.fresh_at(now),
+        }
+    }
+
+    /// Whole tokens `key` has now (the capacity for a key not in the map).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// let limiter: KeyedLimiter<String> = KeyedLimiter::new(tollgate::Quota::per_second(8)?);
+    /// limiter.check_key_n("a", 3).unwrap();
+    /// assert_eq!(limiter.remaining_key("a"), 5);
+    /// assert_eq!(limiter.remaining_key("b"), 8);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn remaining_key<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.remaining_key_at(key, self.clock.now())
+    }
+
+    /// Whole tokens `key` has as of `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// limiter.check_key_n_at(&1, 2, Nanos::new(0)).unwrap();
+    /// assert_eq!(limiter.remaining_key_at(&1, Nanos::new(500_000_000)), 1);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn remaining_key_at<Q>(&self, key: &Q, now: Nanos) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.store
+            .with_read(key, |state| {
+                A::remaining(&self.policy, Held::Known(state), now)
+            })
+            .unwrap_or_else(|| A::remaining(&self.policy, self.fresh_key(key, now), now))
+    }
+
+    /// Keys held now (including, for an instant, places reserved by keys being inserted).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// let limiter: KeyedLimiter<u8> = KeyedLimiter::new(tollgate::Quota::per_second(1)?);
+    /// limiter.check_key(&1).unwrap();
+    /// limiter.check_key(&1).unwrap_err();
+    /// assert_eq!(limiter.len(), 1);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        // Relaxed: a snapshot of a count that other threads move.
+        self.keys.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key is held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// let limiter: KeyedLimiter<u8> = KeyedLimiter::new(tollgate::Quota::per_second(1)?);
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `key` is held (it has been seen and not forgotten).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// let limiter: KeyedLimiter<String> = KeyedLimiter::new(tollgate::Quota::per_second(1)?);
+    /// limiter.check_key("a").unwrap();
+    /// assert!(limiter.contains_key("a"));
+    /// assert!(!limiter.contains_key("b"));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.store.contains_key(key)
+    }
+
+    /// The quota each key gets (a tiered limiter's first tier).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(3)?;
+    /// let limiter: tollgate::keyed::KeyedLimiter<u8> = tollgate::keyed::KeyedLimiter::new(q);
+    /// assert_eq!(limiter.quota(), &q);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        // Every constructor gives at least one quota.
+        &self.quotas[0]
+    }
+
+    /// The clock this limiter reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{Clock, ManualClock, Nanos, Quota};
+    /// let limiter: KeyedLimiter<u8, _, _> =
+    ///     KeyedLimiter::with_clock(Quota::per_second(3)?, ManualClock::starting_at(Nanos::new(4)));
+    /// assert_eq!(limiter.clock().now(), Nanos::new(4));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<K, A: Algorithm, C> fmt::Debug for KeyedLimiter<K, A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("quotas", &self.quotas)
+            // Relaxed: a snapshot for display.
+            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .field("max_keys", &self.max_keys)
+            .field("overflow", &self.overflow.as_ref().map(|s| s.quota))
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,99 @@
+//! Tiers: a keyed limiter whose quota is picked per key, from up to 256 tiers
+//! ([`KeyedLimiter::with_tiers`]).
+
+use std::hash::Hash;
+
+use super::algorithm::sealed::TieredPolicy;
+use super::{Algorithm, KeyedLimiter, Tiered};
+use crate::clock::Clock;
+use crate::quota::{Quota, QuotaError};
+
+/// The most tiers a tiered limiter accepts: a key stores its tier in one byte.
+const MAX_TIERS: usize = 256;
+
+impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// The quota of each tier: one, unless built by [`KeyedLimiter::with_tiers`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, Tiered};
+    /// use tollgate::{ManualClock, Quota};
+    /// let tiers = [Quota::per_second(1)?, Quota::per_second(10)?];
+    /// let limiter: KeyedLimiter<u32, Tiered, _> =
+    ///     KeyedLimiter::with_tiers(&tiers, |user: &u32| usize::from(*user >= 1000), ManualClock::new())?;
+    /// assert_eq!(limiter.tiers(), &tiers);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn tiers(&self) -> &[Quota] {
+        &self.quotas
+    }
+
+    /// The tier of a new key: 0 unless tiered.
+    pub(super) fn tier_of(&self, key: &K) -> usize {
+        self.pick.as_ref().map_or(0, |pick| pick(key))
+    }
+}
+
+impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C> {
+    /// A keyed limiter running algorithm `A` with a quota chosen per key: `pick` is called with
+    /// a new key (one the limiter does not hold) and answers the index of its tier in `tiers`; the
+    /// key keeps that tier while it is held. An index past the end is taken as the last tier.
+    ///
+    /// A key that is forgotten (its state fresh again, see the [module docs](super)) is picked
+    /// again when it returns, so a tier change (an upgraded customer) takes effect once the key has
+    /// been idle long enough to be forgotten, never in the middle of its limit. A key costs one
+    /// byte more, padded to its state's alignment: 16 bytes instead of 8 for the one-word
+    /// algorithms. `pick` runs under the key's shard write lock: keep it short, and do not call
+    /// the limiter from it.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::Tiers`] for no tiers or more than 256; the errors of
+    /// [`KeyedLimiter::with_algorithm`] for any tier's quota.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, Tiered, TokenBucketKeys};
+    /// use tollgate::{ManualClock, Quota, QuotaError};
+    ///
+    /// #[derive(Clone, Hash, PartialEq, Eq)]
+    /// struct ApiKey { id: u64, paid: bool }
+    ///
+    /// let tiers = [Quota::per_minute(60)?, Quota::per_minute(6000)?];
+    /// let limiter: KeyedLimiter<ApiKey, Tiered<TokenBucketKeys>, _> =
+    ///     KeyedLimiter::with_tiers(&tiers, |k: &ApiKey| usize::from(k.paid), ManualClock::new())?;
+    /// assert_eq!(limiter.check_key(&ApiKey { id: 1, paid: false })?.remaining(), 59);
+    /// assert_eq!(limiter.check_key(&ApiKey { id: 2, paid: true })?.remaining(), 5999);
+    ///
+    /// let none: Result<KeyedLimiter<u8, Tiered, ManualClock>, _> =
+    ///     KeyedLimiter::with_tiers(&[], |_: &u8| 0, ManualClock::new());
+    /// assert_eq!(none.unwrap_err(), QuotaError::Tiers { tiers: 0, max: 256 });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_tiers(
+        tiers: &[Quota],
+        pick: impl Fn(&K) -> usize + Send + Sync + 'static,
+        clock: C,
+    ) -> Result<Self, QuotaError> {
+        if tiers.is_empty() || tiers.len() > MAX_TIERS {
+            return Err(QuotaError::Tiers {
+                tiers: tiers.len(),
+                max: MAX_TIERS,
+            });
+        }
+        let policy = TieredPolicy(
+            tiers
+                .iter()
+                .map(A::policy)
+                .collect::<Result<Box<[_]>, QuotaError>>()?,
+        );
+        Ok(KeyedLimiter::build(
+            policy,
+            tiers.into(),
+            Some(Box::new(pick)),
+            clock,
+        ))
+    }
+}
