@@ -31,12 +31,11 @@
 //! Later algorithms join the tour by adding a [`Column`] to [`trace_columns`] and a [`Contender`] to
 //! [`contenders`].
 
-use std::cell::Cell;
 use std::hint::black_box;
 use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -44,7 +43,10 @@ use std::time::{Duration, Instant};
 use tollgate::keyed::{KeyedError, KeyedLimiter};
 use tollgate::leaky::{LeakyMeter, LeakyQueue};
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
-use tollgate::{Admitted, Clock, ManualClock, Nanos, Quota, ShardedBucket, TokenBucket};
+use tollgate::{
+    AcquireError, Admitted, Clock, Denied, Limiter, ManualClock, Nanos, Quota, ShardedBucket,
+    TokenBucket,
+};
 
 fn main() -> ExitCode {
     let started = Instant::now();
@@ -88,20 +90,9 @@ const SLICE: Duration = Duration::from_millis(500);
 /// The longest bar drawn, in characters.
 const MAX_BAR: u64 = 14;
 
-/// A limiter the trace can be replayed through, one request at a time, at explicit instants.
-trait TraceLimiter {
-    /// Admits or refuses one request arriving at `now`.
-    fn admit_at(&self, now: Nanos) -> bool;
-}
-
-impl<C: Clock> TraceLimiter for TokenBucket<C> {
-    fn admit_at(&self, now: Nanos) -> bool {
-        self.try_acquire_at(now).is_ok()
-    }
-}
-
 /// A [`ShardedBucket`] serving simulated clients that take turns, one request each, each client
-/// with its own home shard.
+/// with its own home shard: a limiter of the tour's own, behind the crate's [`Limiter`] trait like
+/// every other column.
 ///
 /// `try_acquire_at` would take from the calling thread's home shard, and the replay runs on one
 /// thread, so every request would start at the same shard. `try_acquire_n_from` names the home
@@ -110,14 +101,45 @@ impl<C: Clock> TraceLimiter for TokenBucket<C> {
 struct RotatingHomes<C: Clock> {
     limiter: ShardedBucket<C>,
     /// The home shard of the next request (taken modulo the shard count by the limiter).
-    next_home: Cell<usize>,
+    next_home: AtomicUsize,
 }
 
-impl<C: Clock> TraceLimiter for RotatingHomes<C> {
-    fn admit_at(&self, now: Nanos) -> bool {
-        let home = self.next_home.get();
-        self.next_home.set(home.wrapping_add(1));
-        self.limiter.try_acquire_n_from(home, 1, now).is_ok()
+impl<C: Clock> RotatingHomes<C> {
+    /// The home of the next request.
+    fn home(&self) -> usize {
+        // Relaxed: a ticket; the replay runs on one thread.
+        self.next_home.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl<C: Clock> Limiter for RotatingHomes<C> {
+    fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
+        match self.limiter.try_acquire_n_from(self.home(), 1, now) {
+            Ok(admitted) => Ok(admitted),
+            Err(AcquireError::Denied(denied)) => Err(denied),
+            // Never: every capacity is at least one token. Were it ever, the plain form answers.
+            Err(_) => self.limiter.try_acquire_at(now),
+        }
+    }
+
+    fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        self.limiter.try_acquire_n_from(self.home(), n, now)
+    }
+
+    fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        self.limiter.peek_n_at(n, now)
+    }
+
+    fn remaining_at(&self, now: Nanos) -> u64 {
+        self.limiter.remaining_at(now)
+    }
+
+    fn now(&self) -> Nanos {
+        self.limiter.clock().now()
+    }
+
+    fn quota(&self) -> &Quota {
+        self.limiter.quota()
     }
 }
 
@@ -136,7 +158,7 @@ struct Column {
     heading: String,
     /// The limiter and its configuration, for the checks below the chart.
     name: String,
-    limiter: Box<dyn TraceLimiter>,
+    limiter: Box<dyn Limiter>,
     bound: Bound,
     /// For a limiter that may admit less than the first column's on the same trace: why (a few
     /// lines), printed below its checks with the difference.
@@ -178,7 +200,7 @@ fn trace_columns() -> Result<Vec<Column>, String> {
             name: format!("sharded bucket ({rate}/s, burst {capacity}, {shards} shards)"),
             limiter: Box::new(RotatingHomes {
                 limiter: sharded,
-                next_home: Cell::new(0),
+                next_home: AtomicUsize::new(0),
             }),
             bound: Bound {
                 formula: format!("C + R*t (C = {capacity}, R = {rate}/s)"),
@@ -212,30 +234,6 @@ const WINDOW_NS: u64 = 2_000_000_000;
 const WINDOW_N: u64 = 20;
 /// Sub-windows of the finer sliding counter: one per chart slice.
 const SUB_WINDOWS: u64 = 4;
-
-impl<C: Clock> TraceLimiter for FixedWindow<C> {
-    fn admit_at(&self, now: Nanos) -> bool {
-        self.try_acquire_at(now).is_ok()
-    }
-}
-
-impl<C: Clock> TraceLimiter for SlidingWindowCounter<C> {
-    fn admit_at(&self, now: Nanos) -> bool {
-        self.try_acquire_at(now).is_ok()
-    }
-}
-
-impl<C: Clock> TraceLimiter for SubWindowCounter<C> {
-    fn admit_at(&self, now: Nanos) -> bool {
-        self.try_acquire_at(now).is_ok()
-    }
-}
-
-impl<C: Clock> TraceLimiter for SlidingWindowLog<C> {
-    fn admit_at(&self, now: Nanos) -> bool {
-        self.try_acquire_at(now).is_ok()
-    }
-}
 
 /// The promise of a limiter that counts each aligned window of [`WINDOW_NS`] at most
 /// [`WINDOW_N`]: a span of `s` ns meets at most `s / W + 2` aligned windows.
@@ -558,7 +556,7 @@ fn chart(title: &str, columns: Vec<Column>, trace: &[Slice]) -> bool {
     for (s, slice) in trace.iter().enumerate() {
         for &t in &slice.arrivals {
             for (c, column) in columns.iter().enumerate() {
-                if column.limiter.admit_at(Nanos::new(t)) {
+                if column.limiter.try_acquire_at(Nanos::new(t)).is_ok() {
                     admitted[c][s] += 1;
                     instants[c].push(t);
                 }
