@@ -82,7 +82,7 @@ use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::Quota;
-use crate::sync::{thread_slot, AtomicU64};
+use crate::sync::AtomicU64;
 use crate::token_bucket::Policy;
 
 /// The most shards a [`ShardedBucket`] may have.
@@ -97,6 +97,31 @@ use crate::token_bucket::Policy;
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub const MAX_SHARDS: usize = 256;
+
+/// A small number fixed for the life of the calling thread, handed out round-robin (0, 1, 2, …) in
+/// the order threads first ask: the calling thread's home-shard index, before masking by the shard
+/// count.
+///
+/// Under loom every thread gets 0: models choose shards explicitly.
+#[cfg(not(tollgate_loom))]
+#[inline]
+fn thread_slot() -> usize {
+    // Outside loom these are std's atomics, whose `new` is const, as a static needs.
+    use crate::sync::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        // Relaxed: a unique ticket is all that is needed; no memory is published with it.
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|slot| *slot)
+}
+
+/// Under loom every thread gets 0: models choose shards explicitly.
+#[cfg(tollgate_loom)]
+#[inline]
+fn thread_slot() -> usize {
+    0
+}
 
 /// One shard: its part of the quota and its word (a token-bucket word; see
 /// [`token_bucket`](crate::token_bucket)). The policy is read-only, so it shares the word's line.
