@@ -28,8 +28,24 @@
 //! A give-back restores a shard's word exactly, and only if nobody wrote the shard since the take.
 //! If someone did, the tokens stay taken: by then a take at a later reading may have refilled the
 //! shard past them, and subtracting them again would let a stalled caller create tokens (a thread
-//! preempted mid-gather for a second would hand back a second's refill twice). That race costs at
-//! most the `n - 1` tokens the failed gather held, never an admission beyond the limit.
+//! preempted mid-gather for a second would hand back a second's refill twice). The word alone
+//! cannot tell a racing write at the same reading (after which giving back would be exact) from one
+//! at a later reading (after which it would create tokens), so the gather never guesses. What that
+//! keeps, exactly:
+//!
+//! - a denied request keeps at most `n - 1` tokens (it never held `n`), and only from shards that
+//!   another caller wrote between its take and its give-back; an admitted request, and one denied
+//!   by its first read of the shards, keep nothing;
+//! - kept tokens are spent as if admitted at the gather's reading: each shard refills them at its
+//!   own rate, `k` kept in a shard within `k` of its intervals;
+//! - so they add up only while the shards cannot refill them: on a frozen or manual clock, or when
+//!   many racing gathers fail within one shard interval, every denied request that raced can keep
+//!   up to its own `n - 1`. On a frozen clock, four threads taking and refunding 10 to 40 of 64
+//!   tokens over four shards kept up to 42 of them within one round of 10 000 requests a thread
+//!   (`tests/sharded_threads.rs`); the loom model of one refund racing one gather reaches the
+//!   `n - 1` of a single race exactly.
+//!
+//! None of this ever admits beyond the limit.
 //!
 //! # Exactness
 //!
@@ -51,7 +67,8 @@
 //!   95 % of `C + R × t` (99.7 % measured). Racing gathers can also refuse a request that would have
 //!   fit, briefly: a gather that loses its race gives back and is denied, with a `retry_after`
 //!   computed from the shards as it then reads them; and a give-back that finds its shard written
-//!   by someone else keeps what it took (above).
+//!   by someone else keeps what it took (above: at most `n - 1` per denied request, adding up only
+//!   while the shards cannot refill).
 //!
 //!   These terms are not a fixed number of tokens: a shard idling while full can fall behind one
 //!   bucket by its whole refill for as long as nobody steals from it. The property tests check the

@@ -279,10 +279,14 @@ fn racing_gathers_give_back_exactly_on_a_frozen_clock() {
 }
 
 /// Refunds racing gathers on a frozen clock, the case where give-backs keep tokens: four threads
-/// take 20, 20, 12 and 7 of 64 tokens over four shards of 16 and give each admission straight back
-/// with `refund`, so with the clock frozen nothing but a give-back that found its shard written
-/// since can leave the limiter short. The documented bound is `n - 1` kept per denied request;
-/// each of 1 000 rounds (the clock moved on between them, so every round starts full) checks it.
+/// take 40, 30, 20 and 10 of 64 tokens over four shards of 16 and give each admission straight
+/// back with `refund`, so with the clock frozen nothing but a give-back that found its shard
+/// written since can leave the limiter short. The documented bound is `n - 1` kept per denied
+/// request (reached exactly by a loom model in `loom-tests/tests/sharded.rs`); each of 20 rounds of
+/// 10 000 requests a thread (the clock moved on between rounds, so every round starts full) checks
+/// it. With the clock frozen nothing refills what was kept, so kept tokens add up within a round:
+/// up to 26 of 64 in a release build and 42 in a debug build were seen on the 2-core machine,
+/// which is why the docs state the bound per denied request and say when it adds up.
 #[test]
 fn refunds_racing_gathers_on_a_frozen_clock_keep_at_most_n_minus_1_per_denial() {
     let _serial = one_at_a_time();
@@ -293,14 +297,16 @@ fn refunds_racing_gathers_on_a_frozen_clock_keep_at_most_n_minus_1_per_denial() 
         .clock(clock.clone())
         .build()
         .unwrap();
-    let sizes = [20u64, 20, 12, 7];
+    const ROUNDS: u64 = 20;
+    const ATTEMPTS: u64 = 10_000;
+    let sizes = [40u64, 30, 20, 10];
     let may_keep = AtomicU64::new(0);
     let (mut kept, mut short_rounds, mut worst) = (0u64, 0u64, 0u64);
     in_rounds(
         sizes.len(),
         |i| {
             let n = sizes[i];
-            for _ in 0..8 {
+            for _ in 0..ATTEMPTS {
                 match limiter.try_acquire_n(n) {
                     Ok(_) => limiter.refund(n),
                     Err(AcquireError::Denied(_)) => {
@@ -311,12 +317,12 @@ fn refunds_racing_gathers_on_a_frozen_clock_keep_at_most_n_minus_1_per_denial() 
             }
         },
         |round| {
-            if round < 1_000 {
+            if round < ROUNDS {
                 clock.set(Nanos::new(round * 10_000_000_000));
                 assert_eq!(limiter.remaining(), 64);
                 may_keep.store(0, Ordering::Relaxed);
             }
-            round < 1_000
+            round < ROUNDS
         },
         |round| {
             let lost = 64 - limiter.remaining();
@@ -331,7 +337,7 @@ fn refunds_racing_gathers_on_a_frozen_clock_keep_at_most_n_minus_1_per_denial() 
         },
     );
     println!(
-        "1000 rounds: {short_rounds} ended short, {kept} tokens kept in all, at most {worst} of 64 \
+        "{ROUNDS} rounds of {ATTEMPTS} attempts a thread: {short_rounds} ended short, {kept} tokens kept in all, at most {worst} of 64 \
          in one round"
     );
 }
