@@ -28,8 +28,24 @@
 //! A give-back restores a shard's word exactly, and only if nobody wrote the shard since the take.
 //! If someone did, the tokens stay taken: by then a take at a later reading may have refilled the
 //! shard past them, and subtracting them again would let a stalled caller create tokens (a thread
-//! preempted mid-gather for a second would hand back a second's refill twice). That race costs at
-//! most the `n - 1` tokens the failed gather held, never an admission beyond the limit.
+//! preempted mid-gather for a second would hand back a second's refill twice). The word alone
+//! cannot tell a racing write at the same reading (after which giving back would be exact) from one
+//! at a later reading (after which it would create tokens), so the gather never guesses. What that
+//! keeps, exactly:
+//!
+//! - a denied request keeps at most `n - 1` tokens (it never held `n`), and only from shards that
+//!   another caller wrote between its take and its give-back; an admitted request, and one denied
+//!   by its first read of the shards, keep nothing;
+//! - kept tokens are spent as if admitted at the gather's reading: each shard refills them at its
+//!   own rate, `k` kept in a shard within `k` of its intervals;
+//! - so they add up only while the shards cannot refill them: on a frozen or manual clock, or when
+//!   many racing gathers fail within one shard interval, every denied request that raced can keep
+//!   up to its own `n - 1`. On a frozen clock, four threads taking and refunding 10 to 40 of 64
+//!   tokens over four shards kept up to 42 of them within one round of 10 000 requests a thread
+//!   (`tests/sharded_threads.rs`); the loom model of one refund racing one gather reaches the
+//!   `n - 1` of a single race exactly.
+//!
+//! None of this ever admits beyond the limit.
 //!
 //! # Exactness
 //!
@@ -51,7 +67,8 @@
 //!   95 % of `C + R × t` (99.7 % measured). Racing gathers can also refuse a request that would have
 //!   fit, briefly: a gather that loses its race gives back and is denied, with a `retry_after`
 //!   computed from the shards as it then reads them; and a give-back that finds its shard written
-//!   by someone else keeps what it took (above).
+//!   by someone else keeps what it took (above: at most `n - 1` per denied request, adding up only
+//!   while the shards cannot refill).
 //!
 //!   These terms are not a fixed number of tokens: a shard idling while full can fall behind one
 //!   bucket by its whole refill for as long as nobody steals from it. The property tests check the
@@ -83,7 +100,7 @@ use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::gcra::Gcra as Policy;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::Quota;
-use crate::sync::{thread_slot, AtomicU64};
+use crate::sync::AtomicU64;
 
 /// The most shards a [`ShardedBucket`] may have.
 ///
@@ -97,6 +114,31 @@ use crate::sync::{thread_slot, AtomicU64};
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub const MAX_SHARDS: usize = 256;
+
+/// A small number fixed for the life of the calling thread, handed out round-robin (0, 1, 2, …) in
+/// the order threads first ask: the calling thread's home-shard index, before masking by the shard
+/// count.
+///
+/// Under loom every thread gets 0: models choose shards explicitly.
+#[cfg(not(tollgate_loom))]
+#[inline]
+fn thread_slot() -> usize {
+    // Outside loom these are std's atomics, whose `new` is const, as a static needs.
+    use crate::sync::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        // Relaxed: a unique ticket is all that is needed; no memory is published with it.
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|slot| *slot)
+}
+
+/// Under loom every thread gets 0: models choose shards explicitly.
+#[cfg(tollgate_loom)]
+#[inline]
+fn thread_slot() -> usize {
+    0
+}
 
 /// One shard: its part of the quota and its word (a token-bucket word; see
 /// [`token_bucket`](crate::token_bucket)). The policy is read-only, so it shares the word's line.
@@ -235,9 +277,11 @@ impl<C: Clock> ShardedBuilder<C> {
 /// [module docs](self) for stealing, exactness and when to use it.
 ///
 /// An [`Admitted`] from the home shard reports that shard's `remaining` and `reset_after` (a lower
-/// bound on the limiter's, read without touching other cores' lines); one from a gather, and every
-/// [`Denied`], reports the whole limiter's as this call read it. [`ShardedBucket::remaining`] sums
-/// every shard.
+/// bound on the limiter's, read without touching other cores' lines); one from a gather or a peek,
+/// and every [`Denied`], reports the whole limiter's. Every figure of a peek or a denial comes from
+/// one read of the shards, so a denial's `retry_after` is zero exactly when its `remaining` covers
+/// the request (a gather that lost a race to others who then gave back).
+/// [`ShardedBucket::remaining`] sums every shard.
 ///
 /// # Memory ordering
 ///
@@ -481,7 +525,13 @@ impl<C: Clock> ShardedBucket<C> {
         self.peek_n_at(n, self.clock.now())
     }
 
-    /// Would `n` tokens be admitted as of `now`? Reads every shard, writes nothing.
+    /// Would `n` tokens be admitted as of `now`? Reads every shard once, writes nothing.
+    ///
+    /// An admission reports the whole limiter as it would be after the `n` tokens, as
+    /// [`TokenBucket::peek_n_at`](crate::TokenBucket::peek_n_at) does: `remaining()` is the shards'
+    /// whole tokens less `n`, and `reset_after()` the time until every shard is full again once
+    /// the `n` are taken the way this caller's [`try_acquire_n_at`](Self::try_acquire_n_at) would
+    /// take them (from its home shard on). A denial reports the shards as they are.
     ///
     /// # Errors
     ///
@@ -490,12 +540,16 @@ impl<C: Clock> ShardedBucket<C> {
     /// # Examples
     ///
     /// ```
+    /// use std::time::Duration;
     /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
     /// let quota = Quota::per_second(2)?.with_initial(0)?;
     /// let limiter = ShardedBucket::builder(quota).shards(2).clock(ManualClock::new()).build()?;
     /// // Two shards of 1 per second: at 0.5 s each holds half a token, and halves do not add up.
     /// assert!(limiter.peek_n_at(1, Nanos::new(500_000_000)).is_err());
-    /// assert!(limiter.peek_n_at(2, Nanos::new(1_000_000_000)).is_ok());
+    /// // At 1 s both are full; one token taken leaves its shard a second from full again.
+    /// let peeked = limiter.peek_n_at(1, Nanos::new(1_000_000_000))?;
+    /// assert_eq!(peeked.remaining(), 1);
+    /// assert_eq!(peeked.reset_after(), Duration::from_secs(1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
@@ -506,16 +560,25 @@ impl<C: Clock> ShardedBucket<C> {
                 capacity,
             }));
         }
-        let survey = self.survey(now);
-        if survey.tokens >= n {
-            Ok(Admitted::new(
-                survey.tokens - n,
-                1,
-                Span::from_nanos(survey.full_in),
-            ))
-        } else {
-            Err(AcquireError::Denied(self.denied(n, now, &survey)))
+        // One read of the shards answers the whole peek, so its figures describe one state.
+        let mut snapshot = self.snapshot();
+        let words = snapshot.words_mut();
+        let survey = self.survey(words, now);
+        if survey.tokens < n {
+            return Err(AcquireError::Denied(self.denied(words, n, now, &survey)));
         }
+        // Both figures as they would be after the `n` tokens, taken from the copy as this caller's
+        // acquisition would take them: from home on.
+        // (`remaining` is counted before the take, less `n`: a full shard's refill restarts at the
+        // reading rounded up to its time unit, which can cost a coarse-unit shard a fraction that
+        // the request did not take.)
+        self.take_from_copy(words, thread_slot() & self.mask, n, now);
+        let after = self.survey(words, now);
+        Ok(Admitted::new(
+            survey.tokens - n,
+            1,
+            Span::from_nanos(after.full_in),
+        ))
     }
 
     /// Gives back `n` tokens taken earlier and not used, starting at the calling thread's home shard
@@ -670,9 +733,13 @@ impl<C: Clock> ShardedBucket<C> {
     /// what each shard has, from home on, and give it all back if it does not add up to `n`.
     #[cold]
     fn gather(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
-        let survey = self.survey(now);
-        if survey.tokens < n {
-            return Err(self.denied(n, now, &survey));
+        {
+            let snapshot = self.snapshot();
+            let words = snapshot.words();
+            let survey = self.survey(words, now);
+            if survey.tokens < n {
+                return Err(self.denied(words, n, now, &survey));
+            }
         }
         // What was taken from each shard (tokens, word before, word after), for the give-back; on
         // the stack for up to 16 shards.
@@ -707,7 +774,8 @@ impl<C: Clock> ShardedBucket<C> {
             got += took.tokens;
             if got == n {
                 // Report the shards as they are after the admission.
-                let after = self.survey(now);
+                let after = self.snapshot();
+                let after = self.survey(after.words(), now);
                 return Ok(Admitted::new(
                     after.tokens,
                     1,
@@ -723,26 +791,61 @@ impl<C: Clock> ShardedBucket<C> {
                 let _ = cas::undo(&shard.word, took.after, took.before);
             }
         }
-        let survey = self.survey(now);
-        Err(self.denied(n, now, &survey))
+        let snapshot = self.snapshot();
+        let words = snapshot.words();
+        let survey = self.survey(words, now);
+        Err(self.denied(words, n, now, &survey))
+    }
+
+    /// Takes `n` tokens (at most what `words` hold in all) from the copy `words` of the shards, from
+    /// shard `home` on, as a gather by one caller alone would (a home shard holding `n` gives them
+    /// all, as a take at home does).
+    fn take_from_copy(&self, words: &mut [u64], home: usize, n: u64, now: Nanos) {
+        let mut got = 0;
+        for step in 0..self.shards.len() {
+            if got == n {
+                return;
+            }
+            let index = (home + step) & self.mask;
+            let policy = &self.shards[index].policy;
+            if let Step::Write(new, k) = policy.take_up_to(words[index], policy.time(now), n - got)
+            {
+                words[index] = new;
+                got += k;
+            }
+        }
     }
 
     /// The answer to a request for nothing: what all the shards hold at `now`.
     fn query(&self, now: Nanos) -> Admitted {
-        let survey = self.survey(now);
+        let snapshot = self.snapshot();
+        let survey = self.survey(snapshot.words(), now);
         Admitted::new(survey.tokens, 1, Span::from_nanos(survey.full_in))
     }
 
-    /// One read of every shard at `now`: whole tokens in all, the wait for the first whole token in
-    /// any, and the wait until all are full.
-    fn survey(&self, now: Nanos) -> Survey {
+    /// One read of every shard's word.
+    fn snapshot(&self) -> Snapshot {
+        let mut snapshot = Snapshot {
+            small: [0; 16],
+            large: Vec::new(),
+            len: self.shards.len(),
+        };
+        let words = snapshot.words_mut();
+        for (word, shard) in words.iter_mut().zip(self.shards.iter()) {
+            *word = cas::read(&shard.word);
+        }
+        snapshot
+    }
+
+    /// What the shards' `words` hold at `now`: whole tokens in all, the wait for the first whole
+    /// token in any, and the wait until all are full.
+    fn survey(&self, words: &[u64], now: Nanos) -> Survey {
         let mut survey = Survey {
             tokens: 0,
             first_token_in: u128::MAX,
             full_in: 0,
         };
-        for shard in self.shards.iter() {
-            let word = cas::read(&shard.word);
+        for (shard, &word) in self.shards.iter().zip(words) {
             let t = shard.policy.time(now);
             survey.tokens += shard.policy.remaining(word, t);
             survey.first_token_in = survey
@@ -753,34 +856,26 @@ impl<C: Clock> ShardedBucket<C> {
         survey
     }
 
-    /// A denial of `n` tokens at `now`, given a survey taken at `now`: the earliest instant at which
-    /// the shards, left alone, hold `n` whole tokens.
+    /// A denial of `n` tokens at `now`, computed from the shards' `words` alone and `survey`, their
+    /// survey at `now`: the earliest instant at which the shards, left alone, hold `n` whole tokens.
+    /// Every figure describes the one state in `words`, so `retry_after` is zero exactly when
+    /// `remaining >= n` (which only a gather that lost a race can report).
     #[cold]
-    fn denied(&self, n: u64, now: Nanos, survey: &Survey) -> Denied {
+    fn denied(&self, words: &[u64], n: u64, now: Nanos, survey: &Survey) -> Denied {
         let base = now.clamped();
         let wait = if n <= 1 {
             survey.first_token_in
         } else {
-            // The smallest wait at which the shards' whole tokens add up to n, from one snapshot:
-            // every shard is full after `full_in`, and the sum only grows with time, so a binary
-            // search finds it. (A fresh read here may differ from the survey's by racing callers;
-            // either is a correct answer for the state it read.)
-            let words: Vec<u64> = self.shards.iter().map(|s| cas::read(&s.word)).collect();
+            // The smallest wait at which the shards' whole tokens add up to n: every shard is full
+            // after `full_in`, and the sum only grows with time, so a binary search finds it.
             let tokens_at = |at: u64| -> u64 {
                 self.shards
                     .iter()
-                    .zip(&words)
+                    .zip(words)
                     .map(|(s, &w)| s.policy.remaining(w, s.policy.time(Nanos::new(at))))
                     .sum()
             };
-            let full_in = self
-                .shards
-                .iter()
-                .zip(&words)
-                .map(|(s, &w)| s.policy.full_in_nanos(w, s.policy.time(now)))
-                .max()
-                .unwrap_or(0);
-            let (mut lo, mut hi) = (0u64, u64::try_from(full_in).unwrap_or(u64::MAX));
+            let (mut lo, mut hi) = (0u64, u64::try_from(survey.full_in).unwrap_or(u64::MAX));
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
                 if tokens_at(base.saturating_add(mid)) >= n {
@@ -798,6 +893,34 @@ impl<C: Clock> ShardedBucket<C> {
             1,
             Span::from_nanos(survey.full_in),
         )
+    }
+}
+
+/// Every shard's word as one read found them, on the stack for up to 16 shards.
+struct Snapshot {
+    small: [u64; 16],
+    large: Vec<u64>,
+    len: usize,
+}
+
+impl Snapshot {
+    fn words(&self) -> &[u64] {
+        if self.len <= self.small.len() {
+            &self.small[..self.len]
+        } else {
+            &self.large
+        }
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        if self.len <= self.small.len() {
+            &mut self.small[..self.len]
+        } else {
+            if self.large.len() != self.len {
+                self.large.resize(self.len, 0);
+            }
+            &mut self.large
+        }
     }
 }
 

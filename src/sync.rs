@@ -61,26 +61,3 @@ pub(crate) fn write<T>(rwlock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
-
-/// A small number fixed for the life of the calling thread, handed out round-robin (0, 1, 2, …) in
-/// the order threads first ask: the home-shard index of a sharded limiter, before masking.
-///
-/// Under loom every thread gets 0: models choose shards explicitly.
-#[cfg(not(tollgate_loom))]
-#[inline]
-pub(crate) fn thread_slot() -> usize {
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    std::thread_local! {
-        // Relaxed: a unique ticket is all that is needed; no memory is published with it.
-        static SLOT: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    SLOT.with(|slot| *slot)
-}
-
-/// Under loom every thread gets 0: models choose shards explicitly.
-#[cfg(tollgate_loom)]
-#[inline]
-pub(crate) fn thread_slot() -> usize {
-    0
-}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tollgate::sharded::{default_shards, MAX_SHARDS};
 use tollgate::{
     AcquireError, Clock, InsufficientCapacity, ManualClock, Nanos, Quota, ShardedBucket,
-    ShardsError,
+    ShardsError, TokenBucket,
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -251,6 +251,77 @@ fn zero_tokens_is_a_query() {
         (0, Duration::from_secs(1))
     );
     assert_eq!(limiter.remaining_at(t(0)), 0);
+}
+
+/// A peek answers as `TokenBucket::peek_n_at` does: `remaining` and `reset_after` both as they would
+/// be after the `n` tokens (regression: `reset_after` was the time until full before them). With
+/// one shard the two limiters are the same bucket, so every peek on a shared trace matches exactly;
+/// with four equal shards, each refilling at a quarter of the rate, a peek reports when the shards
+/// the tokens would come from are full again, never sooner than the one bucket would be.
+#[test]
+fn peek_reports_remaining_and_reset_after_the_n_tokens_as_a_token_bucket_does() {
+    let quota = Quota::per_second(10)
+        .unwrap()
+        .with_capacity(7)
+        .unwrap()
+        .with_initial(5)
+        .unwrap();
+    let (sharded, _) = manual(quota, 1);
+    assert_eq!(sharded.shards(), 1);
+    let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+    let mut peeks = 0;
+    for (step, at) in [0, 40, 130, 130, 450, 1_000, 1_020, 1_700, 5_000]
+        .into_iter()
+        .enumerate()
+    {
+        let now = t(at * MS);
+        for n in 0..=7 {
+            let (s, b) = (sharded.peek_n_at(n, now), bucket.peek_n_at(n, now));
+            let figures = |r: &Result<tollgate::Admitted, AcquireError>| match r {
+                Ok(a) => (true, a.remaining(), a.reset_after(), Duration::ZERO),
+                Err(AcquireError::Denied(d)) => {
+                    (false, d.remaining(), d.reset_after(), d.retry_after())
+                }
+                Err(e) => panic!("{n} tokens fit the capacity of 7: {e}"),
+            };
+            assert_eq!(figures(&s), figures(&b), "peek {n} at {at} ms");
+            peeks += 1;
+        }
+        // The same admissions on both.
+        let n = [3, 1, 2, 4, 1, 7, 2, 5, 6][step];
+        assert_eq!(
+            sharded.try_acquire_n_at(n, now).is_ok(),
+            bucket.try_acquire_n_at(n, now).is_ok(),
+            "take {n} at {at} ms"
+        );
+    }
+    assert_eq!(peeks, 72);
+
+    // 8 per second over four shards of 2 (each refills a token every 500 ms), all full.
+    let (sharded, _) = manual(Quota::per_second(8).unwrap(), 4);
+    let bucket = TokenBucket::with_clock(Quota::per_second(8).unwrap(), ManualClock::new());
+    for (n, reset_ms) in [(1, 500), (2, 1_000), (3, 1_000), (8, 1_000)] {
+        let peeked = sharded.peek_n_at(n, t(0)).unwrap();
+        assert_eq!(peeked.remaining(), 8 - n, "peek {n}");
+        // One token leaves one shard a token short; two empty one shard; three empty one and take
+        // one from the next; eight empty all four.
+        assert_eq!(
+            peeked.reset_after(),
+            Duration::from_millis(reset_ms),
+            "peek {n}"
+        );
+        let one_bucket = bucket.peek_n_at(n, t(0)).unwrap();
+        assert_eq!(one_bucket.remaining(), peeked.remaining());
+        assert!(one_bucket.reset_after() <= peeked.reset_after(), "peek {n}");
+    }
+    // The peek matches what the same caller's acquisition then reports (a gather reports the
+    // whole limiter after the admission).
+    let peeked = sharded.peek_n_at(3, t(0)).unwrap();
+    let taken = sharded.try_acquire_n_at(3, t(0)).unwrap();
+    assert_eq!(
+        (peeked.remaining(), peeked.reset_after()),
+        (taken.remaining(), taken.reset_after())
+    );
 }
 
 /// One thread alone, with every request from the same home, bursts to the full C and then sustains

@@ -1,16 +1,18 @@
 //! Loom models of [`tollgate::ShardedBucket`]'s stealing: a home-shard take racing a steal of the
 //! same shard, two stealers racing for the last token across shards, a gather that fails and gives
 //! back racing a take, a refund spreading over the shards racing a steal, a failed gather at an
-//! early reading racing a gather at a later one, and a hopeless request (denied from reads alone)
-//! racing a take.
+//! early reading racing a gather at a later one, a hopeless request (denied from reads alone)
+//! racing a take, and a refund racing a gather at a frozen clock (where a give-back keeps at most
+//! `n - 1` tokens).
 //!
 //! Each shard is one token-bucket word updated by compare-and-swap (modelled in `token_bucket.rs`);
 //! what is new here is the protocol across words. A gather reads every shard, then takes from one
 //! shard after another, and gives everything back if it cannot collect `n`; nothing makes those
 //! steps atomic together. The models assert what must hold anyway, in every interleaving loom
 //! explores: no token is handed out twice, a request for `n` is all or nothing, a failed gather
-//! neither loses nor invents a token (admitted + remaining is what the limiter held), and no
-//! reading ever shows more than the capacity; and a request the shards cannot cover writes nothing.
+//! never invents a token, and loses none unless another caller wrote a shard it took from before
+//! it could give back (then it keeps at most `n - 1`), and no reading ever shows more than the
+//! capacity; and a request the shards cannot cover writes nothing.
 //!
 //! As in `token_bucket.rs`, each model returns a small summary of how its race went and
 //! `check_reaches` (in `common/`) asserts that loom reached every summary the race allows, so a
@@ -403,5 +405,58 @@ fn stalled_failing_gather_never_hands_back_refilled_tokens() {
             at_t1 <= 4,
             "{at_t1} admitted at the one reading 1 s from a limiter of capacity 4 (early: {early_ok})"
         );
+    });
+}
+
+/// A refund racing a gather at a frozen clock: the case where a give-back keeps tokens, bounded.
+/// Shard 1 has lent one token to the main thread, which takes another from it (home 1) and then
+/// refunds both from home 0, while a spawned gather asks for 3 from home 0 (both of shard 0's, then
+/// shard 1's). When the main thread's take empties shard 1 after the gather's survey, the gather
+/// falls short and gives back; if the refund has meanwhile landed in shard 0, which the gather
+/// emptied, the give-back finds shard 0 written since and keeps its two tokens: `n - 1`, the
+/// documented bound, and never more. In every interleaving: no token is created (admitted plus
+/// left never exceed the 4 the limiter holds once everything is refunded), an admitted gather
+/// loses nothing, and a denied one keeps at most `n - 1 = 2`.
+#[test]
+fn refund_racing_a_gather_at_a_frozen_clock_keeps_at_most_n_minus_1() {
+    const CAPACITY: u64 = 4;
+    const N: u64 = 3;
+    // Summary: (gather admitted, tokens kept). The gather wins (nothing kept), loses without
+    // keeping anything (its give-back found its shards untouched, or it was denied from its
+    // survey), or loses and keeps shard 0's two.
+    check_reaches(&[(false, 0), (false, 2), (true, 0)], || {
+        let limiter = two_shards_of_two();
+        // Lend one token of shard 1 out: three left, two in shard 0 and one in shard 1.
+        limiter
+            .try_acquire_n_from(1, 1, T0)
+            .expect("shard 1 holds two");
+        let gather = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_n_from(0, N, T0))
+        };
+        // Take one more from home 1, then give back all this thread holds, from home 0.
+        let taken = admitted(&limiter.try_acquire_n_from(1, 1, T0), 1);
+        limiter.refund_from(0, 1 + taken, T0);
+        let gathered = gather.join().expect("gatherer panicked");
+
+        let by_gather = admitted(&gathered, N);
+        let left = limiter.remaining_at(T0);
+        assert!(
+            by_gather + left <= CAPACITY,
+            "gather {gathered:?}, {left} left: more than the {CAPACITY} tokens the limiter holds"
+        );
+        let kept = CAPACITY - by_gather - left;
+        if gathered.is_ok() {
+            assert_eq!(
+                kept, 0,
+                "an admitted gather gives nothing back, so keeps nothing"
+            );
+        } else {
+            assert!(
+                kept < N,
+                "a denied gather of {N} kept {kept}: more than n - 1"
+            );
+        }
+        (gathered.is_ok(), kept)
     });
 }

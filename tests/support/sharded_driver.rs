@@ -245,7 +245,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 };
                 assert_eq!(
                     observe(got),
-                    representable(model.peek(n, now)),
+                    representable(model.peek(slot, n, now)),
                     "peek {n}: {}",
                     context()
                 );
@@ -256,7 +256,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 let taken = limiter.try_acquire_n_from(home, n, at);
                 assert_eq!(
                     observe(peeked),
-                    representable(model.peek(n, now)),
+                    representable(model.peek(slot, n, now)),
                     "peek {n}: {}",
                     context()
                 );

@@ -26,6 +26,9 @@
 //! - **A refund of `n`** visits the shards from home on; a shard missing `m` units takes back
 //!   `k = min(ceil(m / I), left)` tokens of the refund (the last may only part fit) and is refunded
 //!   `k` as one bucket would be; a full shard takes nothing.
+//! - **A peek of `n`** (`peek_n_at`, by a caller whose home is `h`) is denied as a take would be;
+//!   admitted, it reports the shards' whole tokens less `n` and the time until every shard is full
+//!   as they would be after the caller's own take of `n` (from home on).
 //! - **`n = 0`** is a query answered with the shards' whole tokens and the time until all are full;
 //!   **`n > C`** is `InsufficientCapacity` for the whole quota's capacity.
 
@@ -234,16 +237,20 @@ impl ShardedModel {
         self.query(now_ns)
     }
 
-    /// `peek_n_at(n, now)`.
-    pub(crate) fn peek(&self, n: u64, now_ns: u64) -> RefOutcome {
+    /// `peek_n_at(n, now)` by a caller whose home is `home`.
+    pub(crate) fn peek(&self, home: usize, n: u64, now_ns: u64) -> RefOutcome {
         if let Some(outcome) = self.check(n, now_ns) {
             return outcome;
         }
         let total = self.tokens(now_ns);
         if total >= n {
+            // The shards as they would be after the caller's acquisition: the same figures that
+            // acquisition reports when it gathers.
+            let mut after = self.clone();
+            let _ = after.acquire(home, n, now_ns);
             RefOutcome::Admitted {
                 remaining: total - n,
-                reset_after_ns: self.full_ns(now_ns),
+                reset_after_ns: after.full_ns(now_ns),
             }
         } else {
             self.denied(n, now_ns)
