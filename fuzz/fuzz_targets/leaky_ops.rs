@@ -5,8 +5,8 @@
 //! (`LeakyMeter` against `tests/support/meter_reference.rs`, through the same driver as the proptest
 //! in `tests/leaky_meter_model.rs`, then the departure spacing check), or the queue (`LeakyQueue` on
 //! a manual clock with three producers, through `tests/support/queue_driver.rs` as in
-//! `tests/leaky_queue_model.rs`: every ticket and release exact, the delivered sequence equal to the
-//! accepted one).
+//! `tests/leaky_queue_model.rs`: every ticket and release exact, a final receive loop at the end of
+//! time getting every item still waiting, the delivered sequence equal to the accepted one).
 
 #![no_main]
 

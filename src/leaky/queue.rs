@@ -36,14 +36,28 @@
 //!
 //! ```text
 //! release(first item ever) = arrival(first)
-//! release(k)               = max(release(k − 1) + I, arrival(k))
+//! release(k)               = min(max(release(k − 1) + I, arrival(k)), 2^62 ns)
 //! ```
 //!
 //! where `arrival` is the sender's clock reading. While items wait, releases are exactly I apart on
 //! a fixed grid (deadline pacing: a consumer that wakes late does not push later releases back, so
 //! the long-run rate does not drift). When the queue has run empty and the grid's next slot has
 //! passed, the next item re-anchors the grid at its own arrival: idleness is never "saved up" into a
-//! catch-up burst. Any span of length `t` contains at most `1 + t / I` release times.
+//! catch-up burst. Any span of length `t` ending before 2^62 ns contains at most `1 + t / I`
+//! release times.
+//!
+//! ## The end of time
+//!
+//! Readings are clamped to [`Nanos::MAX_USABLE`] (2^62 ns, about 146 years after the clock's
+//! epoch), and release times are clamped to the same bound, so the two always compare in one
+//! domain: **every accepted item can be received**, at the latest by a receive at a reading of
+//! 2^62 ns or more (`try_recv_at(Nanos::new(u64::MAX))` takes every waiting item, one per call).
+//! The price is at the bound itself: the grid cannot move past it, so items whose slots would lie
+//! beyond it all fall due there, together. Only a reading at or near the bound puts them there:
+//! a monotonic clock takes 146 years to get there, so in practice this is a timestamp from
+//! elsewhere passed to [`try_send_at`](LeakySender::try_send_at). Such a reading moves the grid,
+//! and the items behind it wait for it, as in any FIFO; [`drain_now`](LeakyQueue::drain_now) and
+//! [`into_leftovers`](LeakyQueue::into_leftovers) hand them over at once.
 //!
 //! A consumer that calls [`recv`](LeakyQueue::recv) late (because its handler was slow) finds the
 //! items whose release time has passed available at once, in order: the grid is kept, so it catches
@@ -190,6 +204,18 @@ impl State {
     fn finished(self) -> bool {
         self.closed() && self.len() == 0
     }
+}
+
+/// The grid's slot after one at `release`: one interval later, clamped to [`Nanos::MAX_USABLE`].
+///
+/// Release times live in the same clamped domain as readings. Every reading is clamped to 2^62 ns,
+/// so a release time beyond it would never come: an item queued behind one sent at the end of time
+/// would be held for ever. Clamped, the grid stops at 2^62 and every item there falls due at the
+/// latest reading. Both the senders' estimate and the consumer's schedule step through here.
+fn next_slot(release: u64, interval: u64) -> u64 {
+    release
+        .saturating_add(interval)
+        .min(Nanos::MAX_USABLE.as_u64())
 }
 
 /// Why a reservation failed.
@@ -344,7 +370,7 @@ impl<T, C: Clock> Shared<T, C> {
         // The grid's next free slot, or the arrival if that slot has passed (re-anchoring).
         let release = match cas::update(&self.tail, |tail| {
             let release = tail.max(now);
-            Step::<u64, Infallible>::Write(release.saturating_add(interval), release)
+            Step::<u64, Infallible>::Write(next_slot(release, interval), release)
         }) {
             Ok(release) => release,
             Err(never) => match never {},
@@ -773,7 +799,9 @@ impl<T, C: Clock> LeakySender<T, C> {
     ///
     /// The reading matters only when the queue is idle: an item arriving at an empty queue whose
     /// next slot has passed is released at its arrival time. Readings out of order (or a clock that
-    /// steps back) can never make an item due earlier than the grid allows.
+    /// steps back) can never make an item due earlier than the grid allows. A reading past
+    /// [`Nanos::MAX_USABLE`] counts as that bound, and so does a release time that would lie
+    /// beyond it (see [the end of time](self#the-end-of-time)).
     ///
     /// # Errors
     ///
@@ -1156,7 +1184,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
                         release_at: Nanos::new(release),
                     });
                 }
-                self.next = release.saturating_add(self.shared.interval);
+                self.next = next_slot(release, self.shared.interval);
                 // Relaxed: giving back the slot publishes nothing (the storage already freed it).
                 self.shared.release_reservation(Ordering::Relaxed);
                 Ok(item)
