@@ -1,4 +1,4 @@
-//! Drives a [`LeakyQueue`] on a manual clock and a plain reference model through the same
+//! Drives a [`LeakyReceiver`] on a manual clock and a plain reference model through the same
 //! operations, and asserts identical answers: every ticket (position and release time, to the
 //! nanosecond), every receive (the item, or `NotYet` with the exact release time, `Empty`, `Closed`),
 //! every refusal with its item handed back, and in the end that the sequence delivered (received,
@@ -17,13 +17,13 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use tollgate::leaky::{LeakyQueue, LeakySender, TryRecvError, TrySendError};
+use tollgate::leaky::{self, LeakyReceiver, LeakySender, TryRecvError, TrySendError};
 use tollgate::{ManualClock, Nanos, Quota, QuotaError};
 
 /// Readings beyond this are treated as this (`Nanos::MAX_USABLE`).
 const MAX_USABLE: u64 = 1 << 62;
 
-/// The largest capacity a leaky queue accepts (`LeakyQueue::MAX_CAPACITY`).
+/// The largest capacity a leaky queue accepts (`leaky::MAX_QUEUE_CAPACITY`).
 pub(crate) const MAX_CAPACITY: u64 = 1 << 24;
 
 /// Valid capacities above this are checked for acceptance but not run: the queue allocates a slot
@@ -123,7 +123,7 @@ fn build(
     start: u64,
 ) -> Option<(
     Vec<Option<LeakySender<(usize, u64), ManualClock>>>,
-    LeakyQueue<(usize, u64), ManualClock>,
+    LeakyReceiver<(usize, u64), ManualClock>,
     ManualClock,
     Model,
 )> {
@@ -133,7 +133,7 @@ fn build(
     };
     let capacity = quota.capacity();
     if capacity > MAX_CAPACITY {
-        let err = LeakyQueue::<u8, _>::with_clock(quota, ManualClock::new()).unwrap_err();
+        let err = leaky::queue_with_clock::<u8, _>(quota, ManualClock::new()).unwrap_err();
         assert_eq!(
             err,
             QuotaError::QueueTooLong {
@@ -152,7 +152,7 @@ fn build(
     let interval = u64::try_from(period.div_ceil(u128::from(spec.count)))
         .expect("a valid quota's interval fits");
     let clock = ManualClock::starting_at(Nanos::new(start));
-    let (tx, rx) = LeakyQueue::with_clock(quota, clock.clone())
+    let (tx, rx) = leaky::queue_with_clock(quota, clock.clone())
         .unwrap_or_else(|e| panic!("{spec:?} within the limits was refused: {e}"));
     assert_eq!(rx.capacity(), capacity);
     assert_eq!(rx.interval(), Duration::from_nanos(interval));

@@ -1,11 +1,11 @@
 //! The async forms (feature `tokio`): [`LeakySender::send_async`] and
-//! [`LeakyQueue::recv_async`], the same two handshakes on the state word with a
+//! [`LeakyReceiver::recv_async`], the same two handshakes on the state word with a
 //! `tokio::sync::Notify` in place of each condition variable.
 
 use std::time::Duration;
 
 use super::state::State;
-use super::{LeakyQueue, LeakySender, SendError, Ticket, TryRecvError, TrySendError};
+use super::{LeakyReceiver, LeakySender, SendError, Ticket, TryRecvError, TrySendError};
 use crate::clock::Clock;
 use crate::sync::{Arc, AtomicU64, Ordering};
 
@@ -24,7 +24,7 @@ struct Parked<'a>(&'a AtomicU64);
 
 impl Drop for Parked<'_> {
     fn drop(&mut self) {
-        // Relaxed: as in `LeakyQueue::park`.
+        // Relaxed: as in `LeakyReceiver::park`.
         self.0.fetch_and(!State::PARKED, Ordering::Relaxed);
     }
 }
@@ -43,12 +43,12 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     /// # rt.block_on(async {
-    /// let (tx, mut rx) = LeakyQueue::new(Quota::per_second(1000)?.with_capacity(1)?)?;
+    /// let (tx, mut rx) = leaky::queue(Quota::per_second(1000)?.with_capacity(1)?)?;
     /// let producer = tokio::spawn(async move {
     ///     for i in 0..3 {
     ///         tx.send_async(i).await.map_err(|e| e.to_string())?;
@@ -89,8 +89,8 @@ impl<T, C: Clock> LeakySender<T, C> {
     }
 }
 
-impl<T, C: Clock> LeakyQueue<T, C> {
-    /// [`recv`](LeakyQueue::recv), asynchronously (feature `tokio`): waits for an item with a
+impl<T, C: Clock> LeakyReceiver<T, C> {
+    /// [`recv`](LeakyReceiver::recv), asynchronously (feature `tokio`): waits for an item with a
     /// `tokio::sync::Notify` and for its release time with `tokio::time::sleep`.
     ///
     /// Cancel-safe: dropping the future never loses an item (an item is taken from the queue
@@ -101,7 +101,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// tokio's timer has a granularity of 1 ms, so releases land up to about a millisecond late;
     /// the schedule is kept (deadline pacing), so at rates above 1000 per second the items due in
     /// each millisecond come out together, and the long-run rate stays exact. Use the blocking
-    /// [`recv`](LeakyQueue::recv) on a thread of its own for sub-millisecond spacing.
+    /// [`recv`](LeakyReceiver::recv) on a thread of its own for sub-millisecond spacing.
     ///
     /// # Panics
     ///
@@ -126,7 +126,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
         }
     }
 
-    /// [`park`](LeakyQueue::park) for the async consumer: the same handshake on the state word,
+    /// [`park`](LeakyReceiver::park) for the async consumer: the same handshake on the state word,
     /// with a `Notify` permit in place of the condition variable.
     async fn park_async(&mut self) {
         let shared = Arc::clone(&self.shared);

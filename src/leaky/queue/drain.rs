@@ -1,15 +1,15 @@
-//! The drain thread: [`LeakyQueue::spawn_drain`] moves the consumer onto a thread of its own, and
+//! The drain thread: [`LeakyReceiver::spawn_drain`] moves the consumer onto a thread of its own, and
 //! [`DrainHandle`] stops it or waits for it.
 
 use std::fmt;
 use std::thread::JoinHandle;
 
 use super::shared::Shared;
-use super::{LeakyQueue, SpawnDrainError};
+use super::{LeakyReceiver, SpawnDrainError};
 use crate::clock::Clock;
 use crate::sync::{lock, Arc, Ordering};
 
-impl<T: Send + 'static, C: Clock + 'static> LeakyQueue<T, C> {
+impl<T: Send + 'static, C: Clock + 'static> LeakyReceiver<T, C> {
     /// Moves the consumer onto a new thread that calls `handler` on every item at its release
     /// time, until the queue is closed and drained or [`DrainHandle::stop`] is called.
     ///
@@ -21,18 +21,18 @@ impl<T: Send + 'static, C: Clock + 'static> LeakyQueue<T, C> {
     ///
     /// ```
     /// use std::sync::mpsc;
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
-    /// let (tx, rx) = LeakyQueue::new(Quota::per_second(1000)?)?;
+    /// let (tx, rx) = leaky::queue(Quota::per_second(1000)?)?;
     /// let (done_tx, done_rx) = mpsc::channel();
     /// let drain = rx.spawn_drain(move |job: u32| done_tx.send(job).unwrap_or(()))
     ///     .map_err(|e| e.to_string())?;
     /// tx.try_send(1).map_err(|e| e.to_string())?;
     /// tx.try_send(2).map_err(|e| e.to_string())?;
     /// drop(tx); // closes: the thread ends after the last item
-    /// let queue = drain.join().ok_or("the handler panicked")?;
-    /// assert!(queue.is_empty());
+    /// let receiver = drain.join().ok_or("the handler panicked")?;
+    /// assert!(receiver.is_empty());
     /// assert_eq!(done_rx.iter().collect::<Vec<_>>(), [1, 2]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -41,16 +41,16 @@ impl<T: Send + 'static, C: Clock + 'static> LeakyQueue<T, C> {
         F: FnMut(T) + Send + 'static,
     {
         let mut handler = handler;
-        let (hand_over, receive) = std::sync::mpsc::channel::<LeakyQueue<T, C>>();
+        let (hand_over, receive) = std::sync::mpsc::channel::<LeakyReceiver<T, C>>();
         let spawned = std::thread::Builder::new()
             .name("tollgate-leaky-drain".into())
             .spawn(move || {
-                let mut queue = receive.recv().ok()?;
+                let mut receiver = receive.recv().ok()?;
                 // Ends on a close with nothing left, or a stop request (no deadline is set).
-                while let Ok(item) = queue.recv_until(None, true) {
+                while let Ok(item) = receiver.recv_until(None, true) {
                     handler(item);
                 }
-                Some(queue)
+                Some(receiver)
             });
         let shared = Arc::clone(&self.shared);
         match spawned {
@@ -60,42 +60,45 @@ impl<T: Send + 'static, C: Clock + 'static> LeakyQueue<T, C> {
                     thread: Some(thread),
                 }),
                 // The thread ended before taking the queue (it cannot, short of an abort).
-                Err(std::sync::mpsc::SendError(queue)) => Err(SpawnDrainError {
-                    queue,
+                Err(std::sync::mpsc::SendError(receiver)) => Err(SpawnDrainError {
+                    receiver,
                     error: std::io::Error::other("the drain thread exited before starting"),
                 }),
             },
-            Err(error) => Err(SpawnDrainError { queue: self, error }),
+            Err(error) => Err(SpawnDrainError {
+                receiver: self,
+                error,
+            }),
         }
     }
 }
 
-/// The running drain thread of [`LeakyQueue::spawn_drain`].
+/// The running drain thread of [`LeakyReceiver::spawn_drain`].
 ///
 /// [`stop`](Self::stop) ends it at once and hands the consumer back, with whatever items are
-/// left still in it (receive them, [`drain_now`](LeakyQueue::drain_now) them or
-/// [`into_leftovers`](LeakyQueue::into_leftovers) them). [`join`](Self::join) waits for the
+/// left still in it (receive them, [`drain_now`](LeakyReceiver::drain_now) them or
+/// [`into_leftovers`](LeakyReceiver::into_leftovers) them). [`join`](Self::join) waits for the
 /// queue to be closed and fully released. Dropping the handle stops the thread and drops the
 /// queue with any items left: call `stop` to keep them.
 ///
 /// # Examples
 ///
 /// ```
-/// use tollgate::leaky::LeakyQueue;
+/// use tollgate::leaky;
 /// use tollgate::Quota;
 ///
-/// let (tx, rx) = LeakyQueue::new(Quota::per_hour(1)?.with_capacity(3)?)?;
+/// let (tx, rx) = leaky::queue(Quota::per_hour(1)?.with_capacity(3)?)?;
 /// let drain = rx.spawn_drain(|_job: &str| {}).map_err(|e| e.to_string())?;
 /// tx.try_send("now").map_err(|e| e.to_string())?;
 /// tx.try_send("in an hour").map_err(|e| e.to_string())?;
-/// let queue = drain.stop().ok_or("the handler panicked")?;
+/// let receiver = drain.stop().ok_or("the handler panicked")?;
 /// // "now" may or may not have been handled yet; "in an hour" is certainly still there.
-/// assert!(queue.into_leftovers().contains(&"in an hour"));
+/// assert!(receiver.into_leftovers().contains(&"in an hour"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DrainHandle<T, C: Clock> {
     shared: Arc<Shared<T, C>>,
-    thread: Option<JoinHandle<Option<LeakyQueue<T, C>>>>,
+    thread: Option<JoinHandle<Option<LeakyReceiver<T, C>>>>,
 }
 
 impl<T, C: Clock> DrainHandle<T, C> {
@@ -105,7 +108,7 @@ impl<T, C: Clock> DrainHandle<T, C> {
     /// # Examples
     ///
     /// See [`DrainHandle`].
-    pub fn stop(mut self) -> Option<LeakyQueue<T, C>> {
+    pub fn stop(mut self) -> Option<LeakyReceiver<T, C>> {
         self.request_stop();
         self.finish()
     }
@@ -115,8 +118,8 @@ impl<T, C: Clock> DrainHandle<T, C> {
     ///
     /// # Examples
     ///
-    /// See [`LeakyQueue::spawn_drain`].
-    pub fn join(mut self) -> Option<LeakyQueue<T, C>> {
+    /// See [`LeakyReceiver::spawn_drain`].
+    pub fn join(mut self) -> Option<LeakyReceiver<T, C>> {
         self.finish()
     }
 
@@ -125,7 +128,7 @@ impl<T, C: Clock> DrainHandle<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (tx, rx) = tollgate::leaky::LeakyQueue::<u8>::new(tollgate::Quota::per_second(1)?)?;
+    /// let (tx, rx) = tollgate::leaky::queue::<u8>(tollgate::Quota::per_second(1)?)?;
     /// let drain = rx.spawn_drain(|_| {}).map_err(|e| e.to_string())?;
     /// assert!(!drain.is_finished());
     /// drop(tx);
@@ -142,12 +145,12 @@ impl<T, C: Clock> DrainHandle<T, C> {
         self.shared.consumer_cond.notify_all();
     }
 
-    fn finish(&mut self) -> Option<LeakyQueue<T, C>> {
-        let queue = self.thread.take()?.join().ok().flatten();
+    fn finish(&mut self) -> Option<LeakyReceiver<T, C>> {
+        let receiver = self.thread.take()?.join().ok().flatten();
         // Relaxed: the join above synchronizes with everything the thread did; a later `recv`
         // on the returned queue must not see a stale stop request.
         self.shared.stop.store(false, Ordering::Relaxed);
-        queue
+        receiver
     }
 }
 

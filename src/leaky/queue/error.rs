@@ -1,9 +1,15 @@
 //! The queue's error types: a refused send hands its item back, a receive says why it has none.
+//!
+//! The send errors are `#[non_exhaustive]`: a send may gain ways to be refused (every one of them
+//! still carrying the item, which `into_inner` hands back), so a `match` on them outside this crate
+//! needs a wildcard arm. The receive errors name every answer a receive can give on an in-process
+//! queue (nothing yet, not yet, closed and drained; timed out) and stay exhaustive, as
+//! `std::sync::mpsc`'s do, so that a consumer loop can match them in full.
 
 use std::fmt;
 
 #[cfg(not(tollgate_loom))]
-use super::LeakyQueue;
+use super::LeakyReceiver;
 #[cfg(not(tollgate_loom))]
 use crate::clock::Clock;
 use crate::clock::Nanos;
@@ -13,10 +19,10 @@ use crate::clock::Nanos;
 /// # Examples
 ///
 /// ```
-/// use tollgate::leaky::{LeakyQueue, TrySendError};
+/// use tollgate::leaky::{self, TrySendError};
 /// use tollgate::Quota;
 ///
-/// let (tx, rx) = LeakyQueue::new(Quota::per_second(1)?)?;
+/// let (tx, rx) = leaky::queue(Quota::per_second(1)?)?;
 /// tx.try_send("kept").expect("room for one");
 /// assert_eq!(tx.try_send("second"), Err(TrySendError::Full("second")));
 /// rx.close();
@@ -26,6 +32,7 @@ use crate::clock::Nanos;
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TrySendError<T> {
     /// The queue holds its capacity of accepted, unreleased items.
     Full(T),
@@ -102,16 +109,17 @@ impl<T> std::error::Error for TrySendError<T> {}
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::leaky::{LeakyQueue, SendTimeoutError};
+/// use tollgate::leaky::{self, SendTimeoutError};
 /// use tollgate::Quota;
 ///
-/// let (tx, _rx) = LeakyQueue::new(Quota::per_second(1)?)?;
+/// let (tx, _rx) = leaky::queue(Quota::per_second(1)?)?;
 /// tx.try_send(1).expect("room for one");
 /// let err = tx.send_timeout(2, Duration::from_millis(1)).unwrap_err();
 /// assert_eq!(err, SendTimeoutError::Timeout(2));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendTimeoutError<T> {
     /// No room came free before the timeout.
     Timeout(T),
@@ -160,15 +168,15 @@ impl<T> fmt::Display for SendTimeoutError<T> {
 
 impl<T> std::error::Error for SendTimeoutError<T> {}
 
-/// Why [`LeakyQueue::try_recv`] returned no item.
+/// Why [`LeakyReceiver::try_recv`] returned no item.
 ///
 /// # Examples
 ///
 /// ```
-/// use tollgate::leaky::{LeakyQueue, TryRecvError};
+/// use tollgate::leaky::{self, TryRecvError};
 /// use tollgate::{ManualClock, Nanos, Quota};
 ///
-/// let (tx, mut rx) = LeakyQueue::<u8, _>::with_clock(Quota::per_second(1)?, ManualClock::new())?;
+/// let (tx, mut rx) = leaky::queue_with_clock::<u8, _>(Quota::per_second(1)?, ManualClock::new())?;
 /// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
 /// drop(tx); // the last sender closes the queue
 /// assert_eq!(rx.try_recv(), Err(TryRecvError::Closed));
@@ -201,16 +209,16 @@ impl fmt::Display for TryRecvError {
 
 impl std::error::Error for TryRecvError {}
 
-/// Why [`LeakyQueue::recv_timeout`] returned no item.
+/// Why [`LeakyReceiver::recv_timeout`] returned no item.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::leaky::{LeakyQueue, RecvTimeoutError};
+/// use tollgate::leaky::{self, RecvTimeoutError};
 /// use tollgate::Quota;
 ///
-/// let (_tx, mut rx) = LeakyQueue::<u8>::new(Quota::per_second(1)?)?;
+/// let (_tx, mut rx) = leaky::queue::<u8>(Quota::per_second(1)?)?;
 /// assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Err(RecvTimeoutError::Timeout));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
@@ -277,23 +285,23 @@ impl<T> fmt::Display for SendError<T> {
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
 impl<T> std::error::Error for SendError<T> {}
 
-/// [`LeakyQueue::spawn_drain`] could not start its thread; the queue is handed back.
+/// [`LeakyReceiver::spawn_drain`] could not start its thread; the receiver is handed back.
 ///
 /// # Examples
 ///
 /// ```
-/// # use tollgate::leaky::{LeakyQueue, SpawnDrainError};
-/// fn start(rx: LeakyQueue<u8>) -> Option<LeakyQueue<u8>> {
+/// # use tollgate::leaky::{LeakyReceiver, SpawnDrainError};
+/// fn start(rx: LeakyReceiver<u8>) -> Option<LeakyReceiver<u8>> {
 ///     match rx.spawn_drain(|_| {}) {
 ///         Ok(_drain) => None,
-///         Err(SpawnDrainError { queue, .. }) => Some(queue), // nothing lost
+///         Err(SpawnDrainError { receiver, .. }) => Some(receiver), // nothing lost
 ///     }
 /// }
 /// ```
 #[cfg(not(tollgate_loom))]
 pub struct SpawnDrainError<T, C: Clock> {
     /// The consumer, with every item still in it.
-    pub queue: LeakyQueue<T, C>,
+    pub receiver: LeakyReceiver<T, C>,
     /// Why the thread could not be started.
     pub error: std::io::Error,
 }

@@ -1,22 +1,23 @@
 //! The leaky bucket as a queue: a bounded multi-producer, single-consumer queue of capacity C whose
 //! consumer releases items at exactly R per second, and which never loses an item.
 //!
-//! [`LeakyQueue::new`] returns a cloneable [`LeakySender`] for the producers and the [`LeakyQueue`]
-//! itself, the one consumer. A producer's [`try_send`](LeakySender::try_send) either accepts the
-//! item and answers with a [`Ticket`] (its position and expected release time) or hands it back
-//! ([`TrySendError::Full`], [`TrySendError::Closed`]); nothing is ever dropped on the floor. The
-//! consumer's [`recv`](LeakyQueue::recv) blocks until the next item's release time.
+//! [`queue`] (or [`queue_with_clock`]) returns a cloneable [`LeakySender`] for the producers and
+//! the [`LeakyReceiver`], the one consumer, in the shape of `std::sync::mpsc`. A producer's
+//! [`try_send`](LeakySender::try_send) either accepts the item and answers with a [`Ticket`] (its
+//! position and expected release time) or hands it back ([`TrySendError::Full`],
+//! [`TrySendError::Closed`]); nothing is ever dropped on the floor. The consumer's
+//! [`recv`](LeakyReceiver::recv) blocks until the next item's release time.
 //!
 //! # Examples
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::leaky::{LeakyQueue, TryRecvError};
+//! use tollgate::leaky::{self, TryRecvError};
 //! use tollgate::{ManualClock, Nanos, Quota};
 //!
 //! // 10 items a second, up to 3 waiting.
 //! let clock = ManualClock::new();
-//! let (tx, mut rx) = LeakyQueue::with_clock(Quota::per_second(10)?.with_capacity(3)?, clock.clone())?;
+//! let (tx, mut rx) = leaky::queue_with_clock(Quota::per_second(10)?.with_capacity(3)?, clock.clone())?;
 //! for job in ["a", "b", "c"] {
 //!     tx.try_send(job).expect("room for three");
 //! }
@@ -46,11 +47,11 @@
 //! catch-up burst. Any span of length `t` ending before 2^62 ns contains at most `1 + t / I`
 //! release times.
 //!
-//! A consumer that calls [`recv`](LeakyQueue::recv) late (because its handler was slow) finds the
+//! A consumer that calls [`recv`](LeakyReceiver::recv) late (because its handler was slow) finds the
 //! items whose release time has passed available at once, in order: the grid is kept, so it catches
 //! up on its own lateness (never on idle time), by at most the items already due.
 //!
-//! [`LeakyQueue::try_recv_at`] takes the reading explicitly and is exact to the nanosecond; the
+//! [`LeakyReceiver::try_recv_at`] takes the reading explicitly and is exact to the nanosecond; the
 //! blocking forms read the clock, and assume it advances with real time (a [`ManualClock`] that
 //! nobody advances makes `recv` wait forever; use the `_at` forms with one).
 //!
@@ -78,7 +79,7 @@
 //! bound puts them there: a monotonic clock takes 146 years to get there, so in practice this is a
 //! timestamp from elsewhere passed to [`try_send_at`](LeakySender::try_send_at). Such a reading
 //! moves the grid, and the items behind it wait for it, as in any FIFO;
-//! [`drain_now`](LeakyQueue::drain_now) and [`into_leftovers`](LeakyQueue::into_leftovers) hand
+//! [`drain_now`](LeakyReceiver::drain_now) and [`into_leftovers`](LeakyReceiver::into_leftovers) hand
 //! them over at once.
 //!
 //! [`ManualClock`]: crate::ManualClock
@@ -87,18 +88,18 @@
 //!
 //! At most C items are accepted and not yet released: the count includes items a sender has
 //! reserved room for but not yet stored, and the one item the consumer may hold while it waits for
-//! the item's release time. C is at most [`LeakyQueue::MAX_CAPACITY`] (2^24) because the storage
+//! the item's release time. C is at most [`MAX_QUEUE_CAPACITY`] (2^24) because the storage
 //! (crossbeam's `ArrayQueue`) allocates one slot per item up front; a larger capacity is
 //! [`QuotaError::QueueTooLong`]. The quota's initial fill does not apply: a queue starts empty.
 //!
 //! # Shutdown
 //!
-//! [`close`](LeakyQueue::close) (on the queue or on any sender) stops new items: every later
+//! [`close`](LeakyReceiver::close) (on the queue or on any sender) stops new items: every later
 //! `try_send` gets [`TrySendError::Closed`] back with its item. Every item accepted before the close
 //! is still delivered: by `recv` at the paced rate, until it answers `None`, or all at once by
-//! [`drain_now`](LeakyQueue::drain_now) or [`into_leftovers`](LeakyQueue::into_leftovers). Dropping
-//! the last sender closes the queue. Dropping the [`LeakyQueue`] closes it too, and the items still
-//! in it are dropped (when the last handle goes): call `into_leftovers` to keep them.
+//! [`drain_now`](LeakyReceiver::drain_now) or [`into_leftovers`](LeakyReceiver::into_leftovers).
+//! Dropping the last sender closes the queue. Dropping the [`LeakyReceiver`] closes it too, and the
+//! items still in it are dropped (when the last handle goes): call `into_leftovers` to keep them.
 //!
 //! # Protocol
 //!
@@ -163,7 +164,7 @@ pub use error::SendError;
 #[cfg(not(tollgate_loom))]
 pub use error::SpawnDrainError;
 pub use error::{RecvTimeoutError, SendTimeoutError, TryRecvError, TrySendError};
-pub use receiver::LeakyQueue;
+pub use receiver::LeakyReceiver;
 pub use sender::{LeakySender, Ticket};
 
 use crate::clock::{duration_to_nanos, Clock, MonotonicClock};
@@ -171,84 +172,90 @@ use crate::quota::{Quota, QuotaError};
 use crate::sync::Arc;
 use shared::Shared;
 
-impl<T> LeakyQueue<T, MonotonicClock> {
-    /// A queue releasing `quota.count()` items per `quota.period()`, holding up to
-    /// `quota.capacity()`, on the default clock. Returns the first sender and the consumer.
-    ///
-    /// # Errors
-    ///
-    /// [`QuotaError::QueueTooLong`] for a capacity above [`LeakyQueue::MAX_CAPACITY`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::leaky::LeakyQueue;
-    /// use tollgate::Quota;
-    ///
-    /// let (tx, rx) = LeakyQueue::<String>::new(Quota::per_second(50)?.with_capacity(200)?)?;
-    /// assert_eq!(rx.capacity(), 200);
-    /// assert!(LeakyQueue::<u8>::new(Quota::per_second(1)?.with_capacity(1 << 30)?).is_err());
-    /// # drop(tx);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn new(quota: Quota) -> Result<(LeakySender<T>, LeakyQueue<T>), QuotaError> {
-        LeakyQueue::with_clock(quota, MonotonicClock::new())
-    }
+/// The largest capacity a leaky queue accepts: 2^24 items (its storage allocates one slot per
+/// item up front). A larger [`Quota::capacity`] is [`QuotaError::QueueTooLong`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{leaky, Quota, QuotaError};
+///
+/// assert_eq!(leaky::MAX_QUEUE_CAPACITY, 1 << 24);
+/// let too_long = Quota::per_second(1)?.with_capacity(leaky::MAX_QUEUE_CAPACITY + 1)?;
+/// assert!(matches!(leaky::queue::<u8>(too_long), Err(QuotaError::QueueTooLong { .. })));
+/// # Ok::<(), QuotaError>(())
+/// ```
+pub const MAX_QUEUE_CAPACITY: u64 = 1 << 24;
+
+/// A leaky queue releasing `quota.count()` items per `quota.period()` and holding up to
+/// `quota.capacity()`, on the default clock: the first [`LeakySender`] (clone it for more
+/// producers) and the one [`LeakyReceiver`], in the shape of `std::sync::mpsc::sync_channel`.
+///
+/// Fallible, by the crate's rule for constructors: one that can be given a [`Quota`] it cannot
+/// honour returns [`QuotaError`], naming the field and the accepted range.
+///
+/// # Errors
+///
+/// [`QuotaError::QueueTooLong`] for a capacity above [`MAX_QUEUE_CAPACITY`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::leaky;
+/// use tollgate::Quota;
+///
+/// let (tx, rx) = leaky::queue::<String>(Quota::per_second(50)?.with_capacity(200)?)?;
+/// assert_eq!(rx.capacity(), 200);
+/// assert!(leaky::queue::<u8>(Quota::per_second(1)?.with_capacity(1 << 30)?).is_err());
+/// # drop(tx);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub fn queue<T>(quota: Quota) -> Result<(LeakySender<T>, LeakyReceiver<T>), QuotaError> {
+    queue_with_clock(quota, MonotonicClock::new())
 }
 
-impl<T, C: Clock> LeakyQueue<T, C> {
-    /// The largest capacity accepted: 2^24 items (one slot each is allocated up front).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// assert_eq!(tollgate::leaky::LeakyQueue::<(), tollgate::MonotonicClock>::MAX_CAPACITY, 1 << 24);
-    /// ```
-    pub const MAX_CAPACITY: u64 = 1 << 24;
-
-    /// [`LeakyQueue::new`] on a clock of your choice.
-    ///
-    /// # Errors
-    ///
-    /// [`QuotaError::QueueTooLong`] for a capacity above [`LeakyQueue::MAX_CAPACITY`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::leaky::LeakyQueue;
-    /// use tollgate::{ManualClock, Quota};
-    ///
-    /// let (tx, mut rx) = LeakyQueue::with_clock(Quota::per_second(4)?, ManualClock::new())?;
-    /// tx.try_send("now").expect("room");
-    /// assert_eq!(rx.try_recv(), Ok("now"));
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    // The channel-style pair reads better at the call site than an alias would.
-    #[allow(clippy::type_complexity)]
-    pub fn with_clock(
-        quota: Quota,
-        clock: C,
-    ) -> Result<(LeakySender<T, C>, LeakyQueue<T, C>), QuotaError> {
-        let capacity = quota.capacity();
-        let slots = match usize::try_from(capacity) {
-            Ok(n) if capacity <= Self::MAX_CAPACITY => n,
-            _ => {
-                return Err(QuotaError::QueueTooLong {
-                    capacity,
-                    max: Self::MAX_CAPACITY,
-                })
-            }
-        };
-        let interval = duration_to_nanos(quota.interval());
-        let shared = Arc::new(Shared::new(slots, capacity, interval, clock));
-        let sender = LeakySender {
-            shared: Arc::clone(&shared),
-        };
-        let queue = LeakyQueue {
-            shared,
-            hand: None,
-            next: 0,
-        };
-        Ok((sender, queue))
-    }
+/// [`queue`] on a clock of your choice.
+///
+/// # Errors
+///
+/// [`QuotaError::QueueTooLong`] for a capacity above [`MAX_QUEUE_CAPACITY`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::leaky;
+/// use tollgate::{ManualClock, Quota};
+///
+/// let (tx, mut rx) = leaky::queue_with_clock(Quota::per_second(4)?, ManualClock::new())?;
+/// tx.try_send("now").expect("room");
+/// assert_eq!(rx.try_recv(), Ok("now"));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+// The channel-style pair reads better at the call site than an alias would.
+#[allow(clippy::type_complexity)]
+pub fn queue_with_clock<T, C: Clock>(
+    quota: Quota,
+    clock: C,
+) -> Result<(LeakySender<T, C>, LeakyReceiver<T, C>), QuotaError> {
+    let capacity = quota.capacity();
+    let slots = match usize::try_from(capacity) {
+        Ok(n) if capacity <= MAX_QUEUE_CAPACITY => n,
+        _ => {
+            return Err(QuotaError::QueueTooLong {
+                capacity,
+                max: MAX_QUEUE_CAPACITY,
+            })
+        }
+    };
+    let interval = duration_to_nanos(quota.interval());
+    let shared = Arc::new(Shared::new(slots, capacity, interval, clock));
+    let sender = LeakySender {
+        shared: Arc::clone(&shared),
+    };
+    let receiver = LeakyReceiver {
+        shared,
+        hand: None,
+        next: 0,
+    };
+    Ok((sender, receiver))
 }

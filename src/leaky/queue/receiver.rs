@@ -1,4 +1,4 @@
-//! The consumer's half: [`LeakyQueue`], which owns the schedule and releases items on it.
+//! The consumer's half: [`LeakyReceiver`], which owns the schedule and releases items on it.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -33,10 +33,10 @@ pub(super) enum Stopped {
 /// # Examples
 ///
 /// ```
-/// use tollgate::leaky::LeakyQueue;
+/// use tollgate::leaky;
 /// use tollgate::Quota;
 ///
-/// let (tx, mut rx) = LeakyQueue::new(Quota::per_second(1000)?)?;
+/// let (tx, mut rx) = leaky::queue(Quota::per_second(1000)?)?;
 /// for i in 0..3 {
 ///     tx.try_send(i).expect("room");
 /// }
@@ -48,7 +48,7 @@ pub(super) enum Stopped {
 /// assert_eq!(got, [0, 1, 2]);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
-pub struct LeakyQueue<T, C: Clock = MonotonicClock> {
+pub struct LeakyReceiver<T, C: Clock = MonotonicClock> {
     pub(super) shared: Arc<Shared<T, C>>,
     /// An item taken from storage whose release time has not come (still counted in `len`).
     pub(super) hand: Option<(u64, T)>,
@@ -56,7 +56,7 @@ pub struct LeakyQueue<T, C: Clock = MonotonicClock> {
     pub(super) next: u64,
 }
 
-impl<T, C: Clock> LeakyQueue<T, C> {
+impl<T, C: Clock> LeakyReceiver<T, C> {
     /// The next item, if its release time has come by the queue's clock.
     ///
     /// # Errors
@@ -66,10 +66,10 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::{LeakyQueue, TryRecvError};
+    /// use tollgate::leaky::{self, TryRecvError};
     /// use tollgate::Quota;
     ///
-    /// let (tx, mut rx) = LeakyQueue::new(Quota::per_second(1)?)?;
+    /// let (tx, mut rx) = leaky::queue(Quota::per_second(1)?)?;
     /// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
     /// tx.try_send(5).expect("room");
     /// assert_eq!(rx.try_recv(), Ok(5));
@@ -94,10 +94,10 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::{LeakyQueue, TryRecvError};
+    /// use tollgate::leaky::{self, TryRecvError};
     /// use tollgate::{ManualClock, Nanos, Quota};
     ///
-    /// let (tx, mut rx) = LeakyQueue::with_clock(Quota::per_second(1000)?, ManualClock::new())?;
+    /// let (tx, mut rx) = leaky::queue_with_clock(Quota::per_second(1000)?, ManualClock::new())?;
     /// tx.try_send_at('a', Nanos::new(0)).expect("room");
     /// tx.try_send_at('b', Nanos::new(0)).expect("room");
     /// assert_eq!(rx.try_recv_at(Nanos::new(0)), Ok('a'));
@@ -139,10 +139,10 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
-    /// let (tx, mut rx) = LeakyQueue::new(Quota::per_second(100)?)?;
+    /// let (tx, mut rx) = leaky::queue(Quota::per_second(100)?)?;
     /// std::thread::spawn(move || {
     ///     tx.try_send("from another thread").expect("room");
     /// });
@@ -165,10 +165,10 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::leaky::{LeakyQueue, RecvTimeoutError};
+    /// use tollgate::leaky::{self, RecvTimeoutError};
     /// use tollgate::Quota;
     ///
-    /// let (tx, mut rx) = LeakyQueue::new(Quota::per_minute(1)?.with_capacity(2)?)?;
+    /// let (tx, mut rx) = leaky::queue(Quota::per_minute(1)?.with_capacity(2)?)?;
     /// tx.try_send(1).expect("room");
     /// tx.try_send(2).expect("room");
     /// assert_eq!(rx.recv_timeout(Duration::from_millis(10)), Ok(1));
@@ -278,10 +278,10 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
-    /// let (tx, mut rx) = LeakyQueue::new(Quota::per_hour(1)?.with_capacity(3)?)?;
+    /// let (tx, mut rx) = leaky::queue(Quota::per_hour(1)?.with_capacity(3)?)?;
     /// for i in 0..3 {
     ///     tx.try_send(i).expect("room");
     /// }
@@ -318,10 +318,10 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
-    /// let (tx, rx) = LeakyQueue::new(Quota::per_day(1)?.with_capacity(2)?)?;
+    /// let (tx, rx) = leaky::queue(Quota::per_day(1)?.with_capacity(2)?)?;
     /// tx.try_send("a").expect("room");
     /// tx.try_send("b").expect("room");
     /// assert_eq!(rx.into_leftovers(), ["a", "b"]);
@@ -336,7 +336,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (tx, rx) = tollgate::leaky::LeakyQueue::new(tollgate::Quota::per_second(1)?)?;
+    /// let (tx, rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?)?;
     /// rx.close();
     /// assert!(rx.is_closed());
     /// assert!(tx.try_send(()).is_err());
@@ -351,7 +351,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (tx, rx) = tollgate::leaky::LeakyQueue::<()>::new(tollgate::Quota::per_second(1)?)?;
+    /// let (tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
     /// drop(tx);
     /// assert!(rx.is_closed());
     /// # Ok::<(), tollgate::QuotaError>(())
@@ -365,7 +365,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (tx, rx) = tollgate::leaky::LeakyQueue::new(tollgate::Quota::per_second(1)?)?;
+    /// let (tx, rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?)?;
     /// tx.try_send(()).expect("room");
     /// assert_eq!(rx.len(), 1);
     /// # Ok::<(), tollgate::QuotaError>(())
@@ -379,7 +379,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (_tx, rx) = tollgate::leaky::LeakyQueue::<()>::new(tollgate::Quota::per_second(1)?)?;
+    /// let (_tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
     /// assert!(rx.is_empty());
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -392,7 +392,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (_tx, rx) = tollgate::leaky::LeakyQueue::<()>::new(tollgate::Quota::per_second(3)?)?;
+    /// let (_tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(3)?)?;
     /// assert_eq!(rx.capacity(), 3);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -406,7 +406,7 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let (_tx, rx) = tollgate::leaky::LeakyQueue::<()>::new(tollgate::Quota::per_second(4)?)?;
+    /// let (_tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(4)?)?;
     /// assert_eq!(rx.interval(), Duration::from_millis(250));
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -415,17 +415,17 @@ impl<T, C: Clock> LeakyQueue<T, C> {
     }
 }
 
-impl<T, C: Clock> Drop for LeakyQueue<T, C> {
+impl<T, C: Clock> Drop for LeakyReceiver<T, C> {
     /// Closes the queue; items still in it are dropped with the last handle.
     fn drop(&mut self) {
         self.shared.close();
     }
 }
 
-impl<T, C: Clock> fmt::Debug for LeakyQueue<T, C> {
+impl<T, C: Clock> fmt::Debug for LeakyReceiver<T, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.shared.state();
-        f.debug_struct("LeakyQueue")
+        f.debug_struct("LeakyReceiver")
             .field("len", &state.len())
             .field("capacity", &self.shared.capacity)
             .field("interval", &Duration::from_nanos(self.shared.interval))

@@ -13,10 +13,10 @@ use crate::sync::{Arc, Ordering};
 /// # Examples
 ///
 /// ```
-/// use tollgate::leaky::LeakyQueue;
+/// use tollgate::leaky;
 /// use tollgate::{ManualClock, Nanos, Quota};
 ///
-/// let (tx, _rx) = LeakyQueue::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+/// let (tx, _rx) = leaky::queue_with_clock(Quota::per_second(2)?, ManualClock::new())?;
 /// let first = tx.try_send(1).expect("room");
 /// let second = tx.try_send(2).expect("room");
 /// assert_eq!((first.position(), first.release_at()), (0, Nanos::new(0)));
@@ -38,10 +38,10 @@ impl Ticket {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
-    /// let (tx, _rx) = LeakyQueue::new(Quota::per_second(5)?)?;
+    /// let (tx, _rx) = leaky::queue(Quota::per_second(5)?)?;
     /// assert_eq!(tx.try_send('x').expect("room").position(), 0);
     /// assert_eq!(tx.try_send('y').expect("room").position(), 1);
     /// # Ok::<(), tollgate::QuotaError>(())
@@ -59,10 +59,10 @@ impl Ticket {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::{ManualClock, Nanos, Quota};
     ///
-    /// let (tx, _rx) = LeakyQueue::with_clock(Quota::per_second(10)?, ManualClock::new())?;
+    /// let (tx, _rx) = leaky::queue_with_clock(Quota::per_second(10)?, ManualClock::new())?;
     /// tx.try_send(()).expect("room");
     /// assert_eq!(tx.try_send(()).expect("room").release_at(), Nanos::new(100_000_000));
     /// # Ok::<(), tollgate::QuotaError>(())
@@ -72,7 +72,8 @@ impl Ticket {
     }
 }
 
-/// A producer's handle on a [`LeakyQueue`](super::LeakyQueue): cheap to clone, `Send` and `Sync`.
+/// A producer's half of a leaky queue (made by [`queue`](super::queue())): cheap to clone, `Send`
+/// and `Sync`.
 ///
 /// Dropping the last clone closes the queue (the consumer still receives everything accepted).
 ///
@@ -87,10 +88,10 @@ impl Ticket {
 ///
 /// ```
 /// use std::thread;
-/// use tollgate::leaky::LeakyQueue;
+/// use tollgate::leaky;
 /// use tollgate::Quota;
 ///
-/// let (tx, mut rx) = LeakyQueue::new(Quota::per_second(1_000_000)?.with_capacity(100)?)?;
+/// let (tx, mut rx) = leaky::queue(Quota::per_second(1_000_000)?.with_capacity(100)?)?;
 /// let producers: Vec<_> = (0..4)
 ///     .map(|p| {
 ///         let tx = tx.clone();
@@ -121,10 +122,10 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
-    /// let (tx, _rx) = LeakyQueue::new(Quota::per_second(10)?)?;
+    /// let (tx, _rx) = leaky::queue(Quota::per_second(10)?)?;
     /// let ticket = tx.try_send("job").expect("room");
     /// assert_eq!(ticket.position(), 0);
     /// # Ok::<(), tollgate::QuotaError>(())
@@ -149,10 +150,10 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::{ManualClock, Nanos, Quota};
     ///
-    /// let (tx, _rx) = LeakyQueue::with_clock(Quota::per_second(1)?.with_capacity(2)?, ManualClock::new())?;
+    /// let (tx, _rx) = leaky::queue_with_clock(Quota::per_second(1)?.with_capacity(2)?, ManualClock::new())?;
     /// assert_eq!(tx.try_send_at('a', Nanos::new(7)).expect("room").release_at(), Nanos::new(7));
     /// assert_eq!(tx.try_send_at('b', Nanos::new(8)).expect("room").release_at(), Nanos::new(1_000_000_007));
     /// # Ok::<(), tollgate::QuotaError>(())
@@ -176,10 +177,10 @@ impl<T, C: Clock> LeakySender<T, C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
-    /// let (tx, mut rx) = LeakyQueue::new(Quota::per_second(1000)?.with_capacity(1)?)?;
+    /// let (tx, mut rx) = leaky::queue(Quota::per_second(1000)?.with_capacity(1)?)?;
     /// tx.try_send(1).expect("room");
     /// let producer = std::thread::spawn(move || tx.send_timeout(2, Duration::from_secs(10)).is_ok());
     /// assert_eq!(rx.recv(), Some(1));
@@ -205,15 +206,15 @@ impl<T, C: Clock> LeakySender<T, C> {
 
     /// Closes the queue: later sends get their item back; accepted items are still delivered.
     ///
-    /// Idempotent; the same as [`LeakyQueue::close`](super::LeakyQueue::close).
+    /// Idempotent; the same as [`LeakyReceiver::close`](super::LeakyReceiver::close).
     ///
     /// # Examples
     ///
     /// ```
-    /// use tollgate::leaky::LeakyQueue;
+    /// use tollgate::leaky;
     /// use tollgate::Quota;
     ///
-    /// let (tx, mut rx) = LeakyQueue::new(Quota::per_second(10)?)?;
+    /// let (tx, mut rx) = leaky::queue(Quota::per_second(10)?)?;
     /// tx.try_send(1).expect("room");
     /// tx.close();
     /// assert!(tx.try_send(2).unwrap_err().is_closed());
@@ -230,7 +231,7 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (tx, rx) = tollgate::leaky::LeakyQueue::<()>::new(tollgate::Quota::per_second(1)?)?;
+    /// let (tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
     /// assert!(!tx.is_closed());
     /// drop(rx); // dropping the consumer closes the queue
     /// assert!(tx.is_closed());
@@ -246,7 +247,7 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (tx, _rx) = tollgate::leaky::LeakyQueue::new(tollgate::Quota::per_second(1)?.with_capacity(4)?)?;
+    /// let (tx, _rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?.with_capacity(4)?)?;
     /// tx.try_send(()).expect("room");
     /// assert_eq!(tx.len(), 1);
     /// # Ok::<(), tollgate::QuotaError>(())
@@ -260,7 +261,7 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (tx, _rx) = tollgate::leaky::LeakyQueue::<()>::new(tollgate::Quota::per_second(1)?)?;
+    /// let (tx, _rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
     /// assert!(tx.is_empty());
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
@@ -273,7 +274,7 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// # Examples
     ///
     /// ```
-    /// let (tx, _rx) = tollgate::leaky::LeakyQueue::<()>::new(tollgate::Quota::per_second(8)?)?;
+    /// let (tx, _rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(8)?)?;
     /// assert_eq!(tx.capacity(), 8);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
