@@ -1,4 +1,4 @@
-//! Pacing quality of `LeakyQueue`'s real-time drain: how close `recv()` keeps to R per second.
+//! Pacing quality of `LeakyReceiver`'s real-time drain: how close `recv()` keeps to R per second.
 //!
 //! For each rate R (1 000 and 100 000 per second) a producer thread keeps the queue from running
 //! empty (`send_timeout`, so it waits for room rather than spinning), and the consumer calls
@@ -26,7 +26,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tollgate::leaky::LeakyQueue;
+use tollgate::leaky;
 use tollgate::Quota;
 
 /// How long each rate runs.
@@ -89,7 +89,7 @@ fn measure(rate: u64, run: Duration) -> Row {
     let quota = Quota::per_second(rate)
         .and_then(|q| q.with_capacity(CAPACITY))
         .expect("a valid quota");
-    let (tx, mut rx) = LeakyQueue::<u64>::new(quota).expect("a valid queue");
+    let (tx, mut rx) = leaky::queue::<u64>(quota).expect("a valid queue");
     let producer = thread::spawn(move || {
         let mut next = 0u64;
         // Until the consumer closes the queue.

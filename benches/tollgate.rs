@@ -10,7 +10,7 @@
 //! | `contended_allow`, `contended_deny` | one limiter shared by 1, 2 and 4 threads: total checks per second |
 //! | `spread_allow` | 2 and 4 threads, each with a limiter of its own: scaling without a shared cache line |
 //! | `sharded_allow`, `sharded_deny` | one key, 1, 2, 4 and 8 threads: `ShardedBucket` beside `TokenBucket` and governor |
-//! | `leaky_queue_send` | 1, 2 and 4 producers sending into one `LeakyQueue` while the consumer receives: items through the queue per second |
+//! | `leaky_queue_send` | 1, 2 and 4 producers sending into one leaky queue (`leaky::queue`) while the consumer receives: items through the queue per second |
 //! | `leaky_allow`, `leaky_deny` | one key, 1 and 2 threads: `LeakyMeter` (strict and scheduling) beside `TokenBucket` and the leaky-bucket crate |
 //! | `windows_allow`, `windows_deny` | one key, 1 and 2 threads: the window limiters beside `TokenBucket` and the peers that offer each algorithm |
 //! | `keyed_allow`, `keyed_deny` | 1 to 1 000 000 known keys, 1 and 2 threads: `KeyedLimiter` beside governor's keyed limiter and a lock-free `HashMap` floor |

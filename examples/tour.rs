@@ -41,7 +41,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tollgate::keyed::{KeyedError, KeyedLimiter};
-use tollgate::leaky::{LeakyMeter, LeakyQueue};
+use tollgate::leaky::{self, LeakyMeter, LeakyReceiver};
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
 use tollgate::{
     AcquireError, Admitted, Clock, Denied, Limiter, ManualClock, Nanos, Quota, ShardedBucket,
@@ -405,7 +405,7 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
     let interval = u64::try_from(quota.interval().as_nanos()).unwrap_or(u64::MAX);
     let bucket = TokenBucket::with_clock(quota, ManualClock::new());
     let meter = LeakyMeter::with_clock(quota, ManualClock::new());
-    let (tx, mut queue) = LeakyQueue::<u64, _>::with_clock(quota, ManualClock::new())
+    let (tx, mut queue) = leaky::queue_with_clock::<u64, _>(quota, ManualClock::new())
         .map_err(|e| format!("bad queue quota in the tour: {e}"))?;
     let slice_ns = u64::try_from(SLICE.as_nanos()).unwrap_or(u64::MAX);
 
@@ -416,7 +416,7 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
     // The queue's items leave when its consumer receives them; this consumer receives every item
     // the moment it is due (`try_recv_at` before each arrival), as a real-time one would.
     let (mut accepted, mut delivered, mut releases) = (0u64, Vec::new(), Vec::new());
-    let mut receive_until = |now: u64, queue: &mut LeakyQueue<u64, ManualClock>| {
+    let mut receive_until = |now: u64, queue: &mut LeakyReceiver<u64, ManualClock>| {
         while let Ok(item) = queue.try_recv_at(Nanos::new(now)) {
             delivered.push(item);
         }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::leaky::{LeakyQueue, SendError};
+use tollgate::leaky::{self, SendError};
 use tollgate::Quota;
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
@@ -27,7 +27,7 @@ fn runtime(threads: usize) -> tokio::runtime::Runtime {
 fn recv_async_paces_and_ends_at_the_close() {
     runtime(1).block_on(async {
         // 100 per second: 10 ms apart.
-        let (tx, mut rx) = LeakyQueue::new(Quota::per_second(100).expect("valid")).expect("valid");
+        let (tx, mut rx) = leaky::queue(Quota::per_second(100).expect("valid")).expect("valid");
         for k in 0..3 {
             tx.try_send(k).expect("room");
         }
@@ -49,7 +49,7 @@ fn recv_async_paces_and_ends_at_the_close() {
 #[test]
 fn recv_async_is_woken_by_a_send_and_by_a_close() {
     runtime(2).block_on(async {
-        let (tx, mut rx) = LeakyQueue::new(Quota::per_second(1000).expect("valid")).expect("valid");
+        let (tx, mut rx) = leaky::queue(Quota::per_second(1000).expect("valid")).expect("valid");
         let producer = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(5)).await;
             tx.try_send("late").expect("room");
@@ -68,7 +68,7 @@ fn a_cancelled_recv_async_loses_nothing() {
         let quota = Quota::per_second(10)
             .and_then(|q| q.with_capacity(2))
             .expect("valid");
-        let (tx, mut rx) = LeakyQueue::new(quota).expect("valid");
+        let (tx, mut rx) = leaky::queue(quota).expect("valid");
         tx.try_send(1).expect("room");
         tx.try_send(2).expect("room");
         assert_eq!(rx.recv_async().await, Some(1));
@@ -91,7 +91,7 @@ fn send_async_waits_for_room_and_hands_the_item_back_on_close() {
         let quota = Quota::per_second(1)
             .and_then(|q| q.with_capacity(1))
             .expect("valid");
-        let (tx, rx) = LeakyQueue::new(quota).expect("valid");
+        let (tx, rx) = leaky::queue(quota).expect("valid");
         tx.try_send(0).expect("room");
         let waiter = {
             let tx = tx.clone();
@@ -112,7 +112,7 @@ fn async_senders_racing_a_close_lose_nothing() {
         let quota = Quota::per_second(1_000_000_000)
             .and_then(|q| q.with_capacity(16))
             .expect("valid");
-        let (tx, mut rx) = LeakyQueue::new(quota).expect("valid");
+        let (tx, mut rx) = leaky::queue(quota).expect("valid");
         let producers: Vec<_> = (0..4u64)
             .map(|p| {
                 let tx = tx.clone();

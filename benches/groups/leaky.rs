@@ -149,7 +149,7 @@ fn measure<L: Sync>(
     });
 }
 
-/// Registers `leaky_queue_send`: 1, 2 and 4 producers sending into one `LeakyQueue` while its
+/// Registers `leaky_queue_send`: 1, 2 and 4 producers sending into one leaky queue while its
 /// consumer receives on a thread of its own: end-to-end items per second through the queue.
 ///
 /// The quota is 10^9 per second, so every item is due as soon as it is sent, and the consumer
@@ -160,7 +160,7 @@ fn measure<L: Sync>(
 /// oversubscribe them.
 pub(crate) fn bench_queue(c: &mut Criterion) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use tollgate::leaky::LeakyQueue;
+    use tollgate::leaky;
 
     let mut group = c.benchmark_group("leaky_queue_send");
     group
@@ -174,7 +174,7 @@ pub(crate) fn bench_queue(c: &mut Criterion) {
                 let quota = Quota::per_second(1_000_000_000)
                     .and_then(|q| q.with_capacity(4_096))
                     .expect("a valid quota");
-                let (tx, mut rx) = LeakyQueue::<u64>::new(quota).expect("a valid queue");
+                let (tx, mut rx) = leaky::queue::<u64>(quota).expect("a valid queue");
                 let done = AtomicBool::new(false);
                 std::thread::scope(|s| {
                     s.spawn(|| {

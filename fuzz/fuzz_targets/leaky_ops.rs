@@ -3,10 +3,10 @@
 //!
 //! The input is a list of [`Sequence`]s, each for one kind of leaky limiter: the meter
 //! (`LeakyMeter` against `tests/support/meter_reference.rs`, through the same driver as the proptest
-//! in `tests/leaky_meter_model.rs`, then the departure spacing check), or the queue (`LeakyQueue` on
+//! in `tests/leaky_meter_model.rs`, then the departure spacing check), or the queue (`LeakyReceiver` on
 //! a manual clock with three producers, through `tests/support/queue_driver.rs` as in
-//! `tests/leaky_queue_model.rs`: every ticket and release exact, the delivered sequence equal to the
-//! accepted one).
+//! `tests/leaky_queue_model.rs`: every ticket and release exact, a final receive loop at the end of
+//! time getting every item still waiting, the delivered sequence equal to the accepted one).
 
 #![no_main]
 
@@ -58,7 +58,7 @@ enum Sequence {
         /// `(offset from start, places, strict)` for the spacing check.
         spacing: Vec<(u64, Amount, bool)>,
     },
-    /// A `LeakyQueue` with three producers on a manual clock starting at `start`.
+    /// A `LeakyReceiver` with three producers on a manual clock starting at `start`.
     Queue {
         spec: QueueSpec,
         start: u64,

@@ -1,6 +1,6 @@
-//! Loom models of [`tollgate::leaky::LeakyQueue`]'s protocol: the state word that orders a close
-//! against a send's reservation, the consumer's parking handshake with senders, and the room
-//! waiters' handshake with the consumer.
+//! Loom models of the leaky queue's protocol ([`tollgate::leaky::queue`]): the state word that
+//! orders a close against a send's reservation, the consumer's parking handshake with senders, and
+//! the room waiters' handshake with the consumer.
 //!
 //! Under `cfg(tollgate_loom)` the queue's storage is a loom mutex around a `VecDeque` (loom cannot model
 //! crossbeam's `ArrayQueue`), so these models check the queue's own protocol and take the storage's
@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use common::check_reaches;
 use loom::thread;
-use tollgate::leaky::{LeakyQueue, LeakySender, SendTimeoutError, TrySendError};
+use tollgate::leaky::{self, LeakyReceiver, LeakySender, SendTimeoutError, TrySendError};
 use tollgate::{Clock, ManualClock, Nanos, Quota};
 
 /// The senders' reading.
@@ -36,12 +36,12 @@ fn queue(
     capacity: u64,
 ) -> (
     LeakySender<char, ManualClock>,
-    LeakyQueue<char, ManualClock>,
+    LeakyReceiver<char, ManualClock>,
 ) {
     let quota = Quota::per_second(1)
         .and_then(|q| q.with_capacity(capacity))
         .expect("a valid quota");
-    LeakyQueue::with_clock(quota, ManualClock::starting_at(Nanos::MAX_USABLE))
+    leaky::queue_with_clock(quota, ManualClock::starting_at(Nanos::MAX_USABLE))
         .expect("a valid queue")
 }
 
@@ -69,6 +69,7 @@ fn fate(
             "handed back"
         }
         Err(TrySendError::Full(_)) => panic!("a queue of capacity 2 cannot fill with 2 items"),
+        Err(other) => panic!("a refusal the model does not know: {other}"),
     }
 }
 
@@ -149,13 +150,14 @@ fn a_sender_waiting_for_room_is_woken_by_the_release_that_makes_it() {
             .and_then(|q| q.with_capacity(1))
             .expect("a valid quota");
         let (tx, mut rx) =
-            LeakyQueue::with_clock(quota, Jumping::default()).expect("a valid queue");
+            leaky::queue_with_clock(quota, Jumping::default()).expect("a valid queue");
         let send = |tx: LeakySender<char, Jumping>, item| {
             thread::spawn(
                 move || match tx.send_timeout(item, Duration::from_secs(3600)) {
                     Ok(_) => {}
                     Err(SendTimeoutError::Closed(_)) => panic!("nobody closes this queue"),
                     Err(SendTimeoutError::Timeout(_)) => panic!("loom waits never time out"),
+                    Err(other) => panic!("a refusal the model does not know: {other}"),
                 },
             )
         };
@@ -196,6 +198,7 @@ fn a_send_racing_the_release_of_the_last_slot_is_accepted_or_handed_back_full() 
                 "full"
             }
             Err(TrySendError::Closed(_)) => panic!("nobody closed the queue before the send"),
+            Err(other) => panic!("a refusal the model does not know: {other}"),
         }
     });
 }

@@ -1,5 +1,6 @@
 //! The leaky bucket, twice: as a meter that only measures ([`LeakyMeter`]) and as a queue that holds
-//! the work ([`LeakyQueue`], with its producers' [`LeakySender`]s).
+//! the work ([`queue()`], which returns the producers' [`LeakySender`] and the consumer's
+//! [`LeakyReceiver`]).
 //!
 //! The design notes picture a bucket with a hole in the bottom: requests pour in, leak out at a
 //! steady rate R, and overflow is refused. Unlike the [`TokenBucket`](crate::TokenBucket), whose
@@ -27,7 +28,7 @@
 //! | [`TokenBucket`](crate::TokenBucket) | up to C at once, then R per second | yes or no, now | one `AtomicU64` |
 //! | [`LeakyMeter::try_schedule`] | exactly one per interval | a place in a virtual queue of at most C, and the delay to wait before acting | one `AtomicU64` |
 //! | [`LeakyMeter::try_acquire`] | at most one per interval, no burst at all | yes only when the virtual queue is empty | one `AtomicU64` |
-//! | [`LeakyQueue`] | exactly R per second, released to one consumer (or a [`DrainHandle`] thread) | a [`Ticket`] (position, release time) for an item held and handed on; overflow is handed back | a bounded queue of C slots, allocated up front |
+//! | [`queue()`]: [`LeakySender`] + [`LeakyReceiver`] | exactly R per second, released to one consumer (or a [`DrainHandle`] thread) | a [`Ticket`] (position, release time) for an item held and handed on; overflow is handed back | a bounded queue of C slots, allocated up front |
 //!
 //! The meter holds no items: a scheduled caller does its own waiting (a `sleep`, a timer), which
 //! costs the meter nothing, and a caller that would wait too long is refused with an exact
@@ -42,7 +43,7 @@
 //! is the meter's *drain time*, the instant its virtual queue will be empty. A scheduled request is
 //! admitted exactly when the token bucket with the same quota would admit it; the meter adds the
 //! delay after which it leaves, and its strict [`LeakyMeter::try_acquire`] admits only what would
-//! leave at once. See the [`meter`] module for the semantics in full, and [`queue`] for the
+//! leave at once. See the [`meter`] module for the semantics in full, and [`queue`](mod@queue) for the
 //! queue's protocol, pacing and shutdown rules.
 
 pub mod meter;
@@ -51,8 +52,9 @@ pub mod queue;
 pub use meter::LeakyMeter;
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
 pub use queue::SendError;
+pub use queue::{
+    queue, queue_with_clock, LeakyReceiver, LeakySender, RecvTimeoutError, SendTimeoutError,
+    Ticket, TryRecvError, TrySendError, MAX_QUEUE_CAPACITY,
+};
 #[cfg(not(tollgate_loom))]
 pub use queue::{DrainHandle, SpawnDrainError};
-pub use queue::{
-    LeakyQueue, LeakySender, RecvTimeoutError, SendTimeoutError, Ticket, TryRecvError, TrySendError,
-};

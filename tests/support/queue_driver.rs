@@ -1,8 +1,9 @@
-//! Drives a [`LeakyQueue`] on a manual clock and a plain reference model through the same
+//! Drives a [`LeakyReceiver`] on a manual clock and a plain reference model through the same
 //! operations, and asserts identical answers: every ticket (position and release time, to the
 //! nanosecond), every receive (the item, or `NotYet` with the exact release time, `Empty`, `Closed`),
 //! every refusal with its item handed back, and in the end that the sequence delivered (received,
-//! drained, left over) equals the sequence accepted.
+//! drained, left over) equals the sequence accepted, and that a `try_recv_at(u64::MAX)` loop
+//! receives every accepted item still waiting, whatever the readings were (issue 11, defect c).
 //!
 //! Shared by `tests/leaky_queue_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
 //! (arbitrary), which include this file as `mod queue_driver` at their crate root and generate
@@ -10,18 +11,19 @@
 //!
 //! The model is the documented pacing rule, written independently of the queue's internals: an
 //! item accepted at reading `t` is released at `max(previous accepted item's release + I, t)`
-//! (the first item ever at `t`), readings clamped to 2^62 ns and sums saturating.
+//! (the first item ever at `t`), readings clamped to 2^62 ns and release times clamped to the
+//! same bound, so that the latest reading releases everything.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use tollgate::leaky::{LeakyQueue, LeakySender, TryRecvError, TrySendError};
+use tollgate::leaky::{self, LeakyReceiver, LeakySender, TryRecvError, TrySendError};
 use tollgate::{ManualClock, Nanos, Quota, QuotaError};
 
 /// Readings beyond this are treated as this (`Nanos::MAX_USABLE`).
 const MAX_USABLE: u64 = 1 << 62;
 
-/// The largest capacity a leaky queue accepts (`LeakyQueue::MAX_CAPACITY`).
+/// The largest capacity a leaky queue accepts (`leaky::MAX_QUEUE_CAPACITY`).
 pub(crate) const MAX_CAPACITY: u64 = 1 << 24;
 
 /// Valid capacities above this are checked for acceptance but not run: the queue allocates a slot
@@ -89,7 +91,7 @@ impl Model {
         let now = now.min(MAX_USABLE);
         let release = match self.last_release {
             None => now,
-            Some(last) => last.saturating_add(self.interval).max(now),
+            Some(last) => last.saturating_add(self.interval).max(now).min(MAX_USABLE),
         };
         self.last_release = Some(release);
         let position = self.items.len() as u64;
@@ -121,7 +123,7 @@ fn build(
     start: u64,
 ) -> Option<(
     Vec<Option<LeakySender<(usize, u64), ManualClock>>>,
-    LeakyQueue<(usize, u64), ManualClock>,
+    LeakyReceiver<(usize, u64), ManualClock>,
     ManualClock,
     Model,
 )> {
@@ -131,7 +133,7 @@ fn build(
     };
     let capacity = quota.capacity();
     if capacity > MAX_CAPACITY {
-        let err = LeakyQueue::<u8, _>::with_clock(quota, ManualClock::new()).unwrap_err();
+        let err = leaky::queue_with_clock::<u8, _>(quota, ManualClock::new()).unwrap_err();
         assert_eq!(
             err,
             QuotaError::QueueTooLong {
@@ -150,7 +152,7 @@ fn build(
     let interval = u64::try_from(period.div_ceil(u128::from(spec.count)))
         .expect("a valid quota's interval fits");
     let clock = ManualClock::starting_at(Nanos::new(start));
-    let (tx, rx) = LeakyQueue::with_clock(quota, clock.clone())
+    let (tx, rx) = leaky::queue_with_clock(quota, clock.clone())
         .unwrap_or_else(|e| panic!("{spec:?} within the limits was refused: {e}"));
     assert_eq!(rx.capacity(), capacity);
     assert_eq!(rx.interval(), Duration::from_nanos(interval));
@@ -272,7 +274,25 @@ pub(crate) fn run(spec: &QueueSpec, start: u64, ops: &[QueueOp]) {
             assert_eq!(queue.is_closed(), model.closed, "closed: {}", context());
         }
     }
-    // Whatever is left comes back too: nothing accepted is lost, nothing is duplicated.
+    // At the end of time every accepted item still waiting is due: a receive loop at the latest
+    // reading gets each of them, never `NotYet`, then reports the queue empty or closed.
+    if let Some(queue) = rx.as_mut() {
+        loop {
+            let got = queue.try_recv_at(Nanos::new(u64::MAX));
+            assert_eq!(
+                got,
+                model.recv(u64::MAX),
+                "final receive, {spec:?} from {start}"
+            );
+            match got {
+                Ok(item) => delivered.push(item),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                Err(e) => panic!("{e:?} at the end of time, {spec:?} from {start}"),
+            }
+        }
+    }
+    // Whatever is left comes back too (nothing, by the loop above): nothing accepted is lost,
+    // nothing is duplicated.
     if let Some(queue) = rx.take() {
         delivered.extend(queue.into_leftovers());
     }
