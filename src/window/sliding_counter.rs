@@ -794,6 +794,7 @@ impl SubState {
             // had loaded before). Readers that need `count(index)` itself get it through the
             // Release compare-and-swap on the hot word that follows. Relaxed on failure: the value
             // seen is only compared again.
+            cas::writes::record();
             match slot.compare_exchange_weak(seen, new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(now) => seen = now,
@@ -831,6 +832,7 @@ impl SubState {
                     // admission publishes nothing new, and Release costs nothing extra on a
                     // read-modify-write). Acquire on failure: the value seen is decided from
                     // next, so the history published before it must be visible too.
+                    cas::writes::record();
                     match self.hot.compare_exchange_weak(
                         hot,
                         new,

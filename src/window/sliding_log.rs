@@ -114,7 +114,7 @@ use std::fmt;
 
 use super::window_of;
 use crate::algorithm::sealed::{Contract, Held};
-use crate::cas::{retries, Backoff};
+use crate::cas::{retries, writes, Backoff};
 use crate::clock::{MonotonicClock, Nanos};
 use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
@@ -443,6 +443,7 @@ impl Log {
         // that later loads the head past `s` (see `head`); the Acquire half continues the chain
         // from the move that wrote `s`. Failure is Relaxed: someone else moved it, and the value
         // seen is not used. Positions never wrap in practice (2^64 admissions).
+        writes::record();
         let _ =
             self.head
                 .compare_exchange(s, s.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
@@ -511,6 +512,7 @@ impl Log {
             // when it loaded the head at `s`) to the Acquire slot loads of judges and helpers; the
             // Acquire half pairs with the claim of `s - N` being replaced. Failure is Relaxed: the
             // value seen is discarded, and the retry starts over from an Acquire load of the head.
+            writes::record();
             match self
                 .slot(s)
                 .compare_exchange(word.0, new.0, Ordering::AcqRel, Ordering::Relaxed)
