@@ -53,7 +53,7 @@ use hdrhistogram::Histogram;
 #[path = "groups/common.rs"]
 mod common;
 
-use common::Load;
+use common::{admit, Load};
 
 /// Rounds of every (limiter, thread count) pair.
 const ROUNDS: usize = 5;
@@ -139,11 +139,11 @@ impl Subject {
             Subject::Timer => timed_threads(sw, threads, calls, &(), |_| black_box(true)),
             Subject::Sharded => {
                 let limiter = load.sharded();
-                timed_threads(sw, threads, calls, &limiter, |l| l.try_acquire().is_ok())
+                timed_threads(sw, threads, calls, &limiter, admit)
             }
             Subject::TokenBucket => {
                 let bucket = load.tollgate();
-                timed_threads(sw, threads, calls, &bucket, |l| l.try_acquire().is_ok())
+                timed_threads(sw, threads, calls, &bucket, admit)
             }
             Subject::Governor => {
                 let limiter = load.governor();

@@ -218,6 +218,85 @@ pub trait KeyedLimit<Q: ?Sized>: Send + Sync {
     }
 }
 
+/// The clock-reading forms of a limiter's `_at` methods (`try_acquire`, `try_acquire_n`, `peek_n`,
+/// `remaining`), each reading the limiter's `clock` field once: written once, here, for [`Direct`],
+/// [`ShardedBucket`](crate::ShardedBucket) and [`SubWindowCounter`](crate::window::SubWindowCounter).
+/// `$new` is an expression building a limiter of 2 per second, for the examples.
+macro_rules! clock_reading_forms {
+    ($new:literal) => {
+        /// Admits one request now, or says how long until one would be.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        #[doc = concat!("let limiter = ", $new, ";")]
+        /// assert!(limiter.try_acquire().is_ok());
+        /// assert_eq!(limiter.remaining(), 1);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        #[inline]
+        pub fn try_acquire(&self) -> Result<$crate::Admitted, $crate::Denied> {
+            self.try_acquire_at($crate::Clock::now(&self.clock))
+        }
+
+        /// Admits `n` requests now, all or none. `n = 0` is a query that always succeeds.
+        ///
+        /// # Errors
+        ///
+        /// [`AcquireError::Denied`](crate::AcquireError::Denied) when `n` cannot be admitted now;
+        /// [`AcquireError::InsufficientCapacity`](crate::AcquireError::InsufficientCapacity) when
+        /// `n` exceeds the capacity and never can be.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        #[doc = concat!("let limiter = ", $new, ";")]
+        /// assert_eq!(limiter.try_acquire_n(2)?.remaining(), 0);
+        /// assert!(limiter.try_acquire_n(1).unwrap_err().denied().is_some()); // not now
+        /// assert!(limiter.try_acquire_n(3).unwrap_err().denied().is_none()); // never
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        #[inline]
+        pub fn try_acquire_n(&self, n: u64) -> Result<$crate::Admitted, $crate::AcquireError> {
+            self.try_acquire_n_at(n, $crate::Clock::now(&self.clock))
+        }
+
+        /// Would `n` requests be admitted now? Admits nothing and writes nothing.
+        ///
+        /// # Errors
+        ///
+        /// As `try_acquire_n`: the answer it would give.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        #[doc = concat!("let limiter = ", $new, ";")]
+        /// assert!(limiter.peek_n(2).is_ok());
+        /// assert!(limiter.peek_n(2).is_ok()); // still: peeking takes nothing
+        /// assert!(limiter.peek_n(3).is_err());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn peek_n(&self, n: u64) -> Result<$crate::Admitted, $crate::AcquireError> {
+            self.peek_n_at(n, $crate::Clock::now(&self.clock))
+        }
+
+        /// Whole requests that would be admitted now.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        #[doc = concat!("let limiter = ", $new, ";")]
+        /// assert_eq!(limiter.remaining(), 2);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn remaining(&self) -> u64 {
+            self.remaining_at($crate::Clock::now(&self.clock))
+        }
+    };
+}
+
+pub(crate) use clock_reading_forms;
+
 /// One limit: an [`Algorithm`]'s state beside a [`Clock`], lock-free.
 ///
 /// The direct limiters are aliases of this type: [`TokenBucket`](crate::TokenBucket),
@@ -254,6 +333,8 @@ pub struct Direct<A: Algorithm, C = MonotonicClock> {
 }
 
 impl<A: Algorithm, C: Clock> Direct<A, C> {
+    clock_reading_forms!("tollgate::TokenBucket::new(tollgate::Quota::per_second(2)?)");
+
     /// A limiter running algorithm `A` for `quota`, reading time from `clock`, filled as the quota
     /// says as of `clock.now()`. The aliases' own `new` and `with_clock` are shorter; this one is
     /// for code generic over the algorithm.
@@ -288,21 +369,6 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         }
     }
 
-    /// Admits one request now, or says how long until one would be.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(1)?);
-    /// assert!(bucket.try_acquire().is_ok());
-    /// assert!(bucket.try_acquire().is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
-        self.try_acquire_at(self.clock.now())
-    }
-
     /// Admits one request as of `now`, a reading of this limiter's clock the caller already
     /// holds.
     ///
@@ -319,26 +385,6 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     #[inline]
     pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
         A::acquire_one(&self.policy, &self.state, now)
-    }
-
-    /// Admits `n` requests now, all or none. `n = 0` is a query that always succeeds.
-    ///
-    /// # Errors
-    ///
-    /// [`AcquireError::Denied`] when `n` cannot be admitted now;
-    /// [`AcquireError::InsufficientCapacity`] when `n` exceeds the capacity and never can be.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(10)?);
-    /// assert_eq!(bucket.try_acquire_n(4)?.remaining(), 6);
-    /// assert!(bucket.try_acquire_n(7).is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, self.clock.now())
     }
 
     /// Admits `n` requests as of `now`, all or none. `n = 0` is a query that always succeeds.
@@ -362,25 +408,6 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         A::acquire(&self.policy, &self.state, now, n)
     }
 
-    /// Would `n` requests be admitted now? Admits nothing and writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`Direct::try_acquire_n`]: the answer it would give.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(3)?);
-    /// assert!(bucket.peek_n(3).is_ok());
-    /// assert!(bucket.peek_n(3).is_ok()); // still: peeking takes nothing
-    /// assert!(bucket.peek_n(4).is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.peek_n_at(n, self.clock.now())
-    }
-
     /// Would `n` requests be admitted as of `now`? Admits nothing and writes nothing.
     ///
     /// # Errors
@@ -398,19 +425,6 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// ```
     pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
         A::peek(&self.policy, Held::Known(&self.state), now, n)
-    }
-
-    /// Whole requests that would be admitted now.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(8)?);
-    /// assert_eq!(bucket.remaining(), 8);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.remaining_at(self.clock.now())
     }
 
     /// Whole requests that would be admitted as of `now`.

@@ -345,6 +345,10 @@ impl ShardedBucket<MonotonicClock> {
 }
 
 impl<C: Clock> ShardedBucket<C> {
+    crate::limiter::clock_reading_forms!(
+        "tollgate::ShardedBucket::new(tollgate::Quota::per_second(2)?)"
+    );
+
     /// A limiter for `quota` reading `clock`, with [`default_shards`] shards.
     ///
     /// # Examples
@@ -393,21 +397,6 @@ impl<C: Clock> ShardedBucket<C> {
         }
     }
 
-    /// Takes one token now, from the calling thread's home shard or, failing that, from the others.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(1)?);
-    /// assert!(limiter.try_acquire().is_ok());
-    /// assert!(limiter.try_acquire().is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire(&self) -> Result<Admitted, Denied> {
-        self.try_acquire_at(self.clock.now())
-    }
-
     /// Takes one token as of `now`.
     ///
     /// # Examples
@@ -424,28 +413,6 @@ impl<C: Clock> ShardedBucket<C> {
     pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
         // The capacity is at least 1, so one token is always a valid request.
         self.take(thread_slot(), 1, now)
-    }
-
-    /// Takes `n` tokens now, all or none, gathering from several shards if need be. `n = 0` is a
-    /// query that always succeeds.
-    ///
-    /// # Errors
-    ///
-    /// [`AcquireError::Denied`] when the shards together hold fewer than `n` whole tokens (or racing
-    /// callers took them first); [`AcquireError::InsufficientCapacity`] when `n` exceeds the quota's
-    /// capacity.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(10)?);
-    /// assert!(limiter.try_acquire_n(10).is_ok()); // the full burst, whatever the shard count
-    /// assert!(limiter.try_acquire_n(1).is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, self.clock.now())
     }
 
     /// Takes `n` tokens as of `now`, all or none.
@@ -505,24 +472,6 @@ impl<C: Clock> ShardedBucket<C> {
             }));
         }
         self.take(home, n, now).map_err(AcquireError::Denied)
-    }
-
-    /// Would `n` tokens be admitted now? Reads every shard, consumes nothing, writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`ShardedBucket::try_acquire_n`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(3)?);
-    /// assert!(limiter.peek_n(3).is_ok());
-    /// assert!(limiter.peek_n(4).is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
-        self.peek_n_at(n, self.clock.now())
     }
 
     /// Would `n` tokens be admitted as of `now`? Reads every shard once, writes nothing.
@@ -641,19 +590,6 @@ impl<C: Clock> ShardedBucket<C> {
                 cas::update(&shard.word, |w| shard.policy.refund_up_to(w, t, left)).unwrap_or(0);
             left -= given.min(left);
         }
-    }
-
-    /// Whole tokens in all shards now.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::ShardedBucket::new(tollgate::Quota::per_second(6)?);
-    /// assert_eq!(limiter.remaining(), 6);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.remaining_at(self.clock.now())
     }
 
     /// Whole tokens in all shards as of `now` (each shard's whole tokens, summed: fractions of a

@@ -220,6 +220,20 @@ impl MutexBucket {
     }
 }
 
+/// One check of any tollgate limiter, through the crate's public [`tollgate::Limiter`] trait: the
+/// check every tollgate row times (statically dispatched, as a caller generic over the trait
+/// would be).
+#[inline(always)]
+pub(crate) fn admit<L: tollgate::Limiter>(limiter: &L) -> bool {
+    limiter.try_acquire().is_ok()
+}
+
+/// One check of any tollgate limiter at a reading the caller holds, through [`tollgate::Limiter`].
+#[inline(always)]
+pub(crate) fn admit_at<L: tollgate::Limiter>(limiter: &L, now: tollgate::Nanos) -> bool {
+    limiter.try_acquire_at(now).is_ok()
+}
+
 /// Runs `check` `iters` times on this thread; returns the time taken and the number admitted.
 #[inline(never)]
 pub(crate) fn run_single<L>(

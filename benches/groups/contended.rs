@@ -17,7 +17,7 @@ use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
 use tollgate::CoarseClock;
 
-use super::common::{run_threads, Load};
+use super::common::{admit, run_threads, Load};
 
 /// The thread counts on one key: 1 (the uncontended reference), 2 (one per core), 4 (oversubscribed).
 const THREADS: [usize; 3] = [1, 2, 4];
@@ -54,7 +54,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
         load,
         threads,
         || load.tollgate(),
-        |l| l.try_acquire().is_ok(),
+        admit,
     );
     one_limiter(
         group,
@@ -82,7 +82,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
         load,
         threads,
         || load.tollgate_with(clock.clone()),
-        |l| l.try_acquire().is_ok(),
+        admit,
     );
 }
 
@@ -134,8 +134,7 @@ fn spread(group: &mut BenchmarkGroup<'_, WallTime>, threads: usize) {
             let buckets: Vec<_> = (0..threads)
                 .map(|_| CachePadded::new(load.tollgate()))
                 .collect();
-            let (elapsed, admitted) =
-                run_threads(threads, iters, &buckets, |l| l.try_acquire().is_ok());
+            let (elapsed, admitted) = run_threads(threads, iters, &buckets, |l| admit(&**l));
             load.verify("spread tollgate", admitted, checks(iters));
             elapsed
         });

@@ -23,7 +23,7 @@ use leaky_bucket::RateLimiter;
 use tollgate::leaky::LeakyMeter;
 use tollgate::{Quota, TokenBucket};
 
-use super::common::{run_threads, Load};
+use super::common::{admit, run_threads, Load};
 use super::contended::shared_limiter;
 
 /// Registers the `leaky_allow` and `leaky_deny` groups.
@@ -67,12 +67,8 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
         load,
         threads,
         "meter_strict",
-        || {
-            drained(load, LeakyMeter::new(quota(load)), |l| {
-                l.try_acquire().is_ok()
-            })
-        },
-        |l| l.try_acquire().is_ok(),
+        || drained(load, LeakyMeter::new(quota(load)), admit),
+        admit,
     );
 
     measure(
@@ -80,11 +76,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
         load,
         threads,
         "meter_schedule",
-        || {
-            drained(load, LeakyMeter::new(quota(load)), |l| {
-                l.try_acquire().is_ok()
-            })
-        },
+        || drained(load, LeakyMeter::new(quota(load)), admit),
         |l| l.try_schedule().is_ok(),
     );
 
@@ -93,12 +85,8 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
         load,
         threads,
         "token_bucket",
-        || {
-            drained(load, TokenBucket::new(quota(load)), |l| {
-                l.try_acquire().is_ok()
-            })
-        },
-        |l| l.try_acquire().is_ok(),
+        || drained(load, TokenBucket::new(quota(load)), admit),
+        admit,
     );
 
     measure(

@@ -21,7 +21,7 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 
-use super::common::Load;
+use super::common::{admit, Load};
 use super::contended::one_limiter;
 
 /// 1 is the reference; 2 is one per core on the bench machine; 4 and 8 oversubscribe it.
@@ -56,7 +56,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
         load,
         threads,
         || load.sharded(),
-        |l| l.try_acquire().is_ok(),
+        admit,
     );
     one_limiter(
         group,
@@ -65,7 +65,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
         load,
         threads,
         || load.tollgate(),
-        |l| l.try_acquire().is_ok(),
+        admit,
     );
     one_limiter(
         group,

@@ -22,7 +22,7 @@ use criterion::{BenchmarkGroup, Criterion, Throughput};
 use governor::clock::QuantaUpkeepClock;
 use tollgate::{Clock, CoarseClock};
 
-use super::common::{run_single, Load};
+use super::common::{admit, admit_at, run_single, Load};
 
 /// Registers the `single_allow` and `single_deny` groups.
 pub(crate) fn bench(c: &mut Criterion) {
@@ -38,9 +38,7 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
     group.bench_function("tollgate", |b| {
         b.iter_custom(|iters| {
             let bucket = load.tollgate();
-            timed(load, "tollgate", iters, &bucket, |l| {
-                l.try_acquire().is_ok()
-            })
+            timed(load, "tollgate", iters, &bucket, admit)
         });
     });
 
@@ -63,9 +61,7 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
         group.bench_function("tollgate_coarse", |b| {
             b.iter_custom(|iters| {
                 let bucket = load.tollgate_with(clock.clone());
-                timed(load, "tollgate_coarse", iters, &bucket, |l| {
-                    l.try_acquire().is_ok()
-                })
+                timed(load, "tollgate_coarse", iters, &bucket, admit)
             });
         });
         // Dropping the last CoarseClock ends tollgate's upkeep thread: governor's runs alone below.
@@ -91,7 +87,7 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
             // `black_box` keeps the compiler from treating it as a constant across iterations.
             let now = bucket.clock().now();
             timed(load, "tollgate_at", iters, &bucket, |l| {
-                l.try_acquire_at(black_box(now)).is_ok()
+                admit_at(l, black_box(now))
             })
         });
     });

@@ -36,6 +36,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::common::{admit, admit_at};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use rate_guard_core::cores::{
@@ -205,7 +206,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
             let l = FixedWindow::with_clock(quota, clock()).expect("a valid window quota");
             filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
         },
-        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+        |l| admit_at(l, Nanos::new(load.reading())),
     );
 
     measure(
@@ -218,7 +219,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
             let l = SlidingWindowCounter::with_clock(quota, clock()).expect("a valid window quota");
             filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
         },
-        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+        |l| admit_at(l, Nanos::new(load.reading())),
     );
 
     measure(
@@ -232,7 +233,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
                 .expect("a valid window quota");
             filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
         },
-        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+        |l| admit_at(l, Nanos::new(load.reading())),
     );
 
     measure(
@@ -245,7 +246,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
             let l = SlidingWindowLog::with_clock(quota, clock()).expect("a valid log quota");
             filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
         },
-        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+        |l| admit_at(l, Nanos::new(load.reading())),
     );
 
     measure(
@@ -258,7 +259,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
             let l = TokenBucket::with_clock(quota, clock());
             filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
         },
-        |l| l.try_acquire_at(Nanos::new(load.reading())).is_ok(),
+        |l| admit_at(l, Nanos::new(load.reading())),
     );
 
     let window = load.window_ns();
@@ -317,7 +318,7 @@ fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize)
                 );
                 l
             },
-            |l| l.try_acquire().is_ok(),
+            admit,
         );
 
         measure(
