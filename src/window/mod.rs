@@ -1,4 +1,5 @@
-//! Window limiters: fixed window, sliding window counter, sliding window log.
+//! Window limiters: fixed window, sliding window counter (over one window or `k` sub-windows),
+//! sliding window log.
 //!
 //! Each takes a [`Quota`] as "`count` per window of `period`" (the quota's capacity must be its
 //! count and its initial fill full: a window has no separate burst size, and starts empty), and
@@ -29,10 +30,12 @@
 pub mod fixed;
 pub mod sliding_counter;
 pub mod sliding_log;
+pub mod sub_window;
 
 pub use fixed::FixedWindow;
-pub use sliding_counter::{SlidingWindowCounter, SubWindowCounter};
+pub use sliding_counter::SlidingWindowCounter;
 pub use sliding_log::SlidingWindowLog;
+pub use sub_window::SubWindowCounter;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
