@@ -5,8 +5,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use tollgate::window::sliding_log::MAX_LOG;
-use tollgate::window::SlidingWindowLog;
+use tollgate::window::{SlidingWindowLog, MAX_LOG};
 use tollgate::{AcquireError, Clock, InsufficientCapacity, ManualClock, Nanos, Quota, QuotaError};
 
 const SEC: u64 = 1_000_000_000;

@@ -126,7 +126,7 @@ pub type SlidingWindowCounterKeys = crate::SlidingWindowCounterAlgorithm;
 ///
 /// A key costs a ring of N timestamps, `8 × N` bytes on the heap plus 24 in the map (the head and
 /// the ring's pointer), besides the key itself: keep N small (N is at most
-/// [`MAX_LOG`](crate::window::sliding_log::MAX_LOG)). A key created afresh after an eviction is
+/// [`MAX_LOG`](crate::window::MAX_LOG)). A key created afresh after an eviction is
 /// built full of entries that have just left the window (see the module docs of
 /// [`keyed`](super)), N stores at creation. Requests for `n > 1` follow the log's rule: a lost race
 /// mid-way keeps the positions already claimed (never over the limit).

@@ -121,14 +121,15 @@ use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span}
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{AtomicU64, Ordering};
 
-/// The longest log: 65 536 entries of 8 bytes, 512 KiB per key. A quota whose count exceeds it is
+/// The longest log: 65 536 entries of 8 bytes, 512 KiB per key (re-exported as
+/// `tollgate::window::MAX_LOG`). A quota whose count exceeds it is
 /// refused with [`QuotaError::LogTooLong`]: a limit that large is better served by a
 /// [`TokenBucket`](crate::TokenBucket) or a sliding window counter, whose state is one word.
 ///
 /// # Examples
 ///
 /// ```
-/// use tollgate::window::{sliding_log::MAX_LOG, SlidingWindowLog};
+/// use tollgate::window::{SlidingWindowLog, MAX_LOG};
 /// use tollgate::{Quota, QuotaError};
 /// assert!(SlidingWindowLog::new(Quota::per_hour(MAX_LOG)?).is_ok());
 /// let err = SlidingWindowLog::new(Quota::per_hour(MAX_LOG + 1)?).unwrap_err();

@@ -51,7 +51,8 @@ use crate::outcome::{AcquireError, Admitted, Denied};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{AtomicU64, Ordering};
 
-/// The most sub-windows a [`SubWindowCounter`] accepts. Its state is `k + 2` words (the history
+/// The most sub-windows a [`SubWindowCounter`] accepts (re-exported as
+/// `tollgate::window::MAX_SUB_WINDOWS`). Its state is `k + 2` words (the history
 /// ring and the hot word) plus the hot word's cache-line padding, and a rollover or a denial reads
 /// up to `k` of them; 1024 keeps the state near 8 KB and the slowest denial to about a thousand
 /// loads of words that are rarely written. More is refused with [`QuotaError::SubWindows`].
@@ -59,7 +60,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// # Examples
 ///
 /// ```
-/// use tollgate::window::{sub_window::MAX_SUB_WINDOWS, SubWindowCounter};
+/// use tollgate::window::{SubWindowCounter, MAX_SUB_WINDOWS};
 /// use tollgate::Quota;
 /// // Sub-windows of 2^30 / 1024 ns: 1024 divides the period.
 /// let quota = Quota::per_period(10, std::time::Duration::from_nanos(1 << 30))?;
