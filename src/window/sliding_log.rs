@@ -1012,8 +1012,12 @@ mod tests {
                 lost += r;
                 all.extend(c);
             }
-            // Partial claims of a denied pair stay in the log, so the log holds at least as many.
-            assert!(all.len() as u64 >= admitted);
+            // Every position claimed was reported as an admission: a denied pair claimed nothing.
+            assert_eq!(
+                all.len() as u64,
+                admitted,
+                "positions claimed vs admissions reported"
+            );
             assert_eq!(all.len() as u64, log.state.head());
             check_full_log(all, count, window);
             if lost > 0 {
