@@ -128,8 +128,8 @@ pub type SlidingWindowCounterKeys = crate::SlidingWindowCounterAlgorithm;
 /// the ring's pointer), besides the key itself: keep N small (N is at most
 /// [`MAX_LOG`](crate::window::MAX_LOG)). A key created afresh after an eviction is
 /// built full of entries that have just left the window (see the module docs of
-/// [`keyed`](super)), N stores at creation. Requests for `n > 1` follow the log's rule: a lost race
-/// mid-way keeps the positions already claimed (never over the limit).
+/// [`keyed`](super)), N stores at creation. Requests for `n > 1` are all or none, as the log's
+/// are: a denial, however it raced, consumed nothing (never over the limit).
 ///
 /// # Examples
 ///
