@@ -1037,6 +1037,8 @@ mod tests {
     use crate::clock::ManualClock;
 
     const SEC: u64 = 1_000_000_000;
+    /// The latest time an entry records: readings are clamped at 2^62.
+    const TS_MAX: u64 = 1 << 62;
 
     fn policy(count: u64, window_ns: u64) -> Policy {
         let quota = Quota::per_period(count, std::time::Duration::from_nanos(window_ns)).unwrap();
@@ -1058,6 +1060,20 @@ mod tests {
         // Fresh is lap -1: the parity of positions 3..6 of a log of 3, whose entries have ts >= W >= 1.
         assert!(Entry::FRESH.has_parity_of(3, 3) && !Entry::FRESH.has_parity_of(0, 3));
         assert_eq!(Entry::new(3, 3, 1 << 62).ts(), 1 << 62);
+    }
+
+    #[test]
+    fn marks_carry_every_time_and_are_never_entries() {
+        for t in [0, 1, 2, 3, TS_MAX - 1, TS_MAX, (1 << 61) + 1] {
+            let mark = Entry::mark(t);
+            assert!(mark.is_mark(), "{t}");
+            assert_eq!(mark.marked_ts(), t);
+            for p in [0, 1, 2, 3] {
+                assert!(!Entry::new(p, 2, t).is_mark(), "{p} {t}");
+            }
+        }
+        assert!(!Entry::FRESH.is_mark());
+        assert_ne!(Entry::mark(4), Entry::mark(5));
     }
 
     #[test]
