@@ -95,6 +95,42 @@ pub(crate) fn undo(word: &AtomicU64, written: u64, previous: u64) -> bool {
         .is_ok()
 }
 
+/// A compare-and-swap on a limiter's state outside [`update`] (the multi-word protocols of the
+/// sub-window counter and the sliding log), counted as an attempted write in test builds. Every
+/// write to a limiter's state goes through this module, so that the tests can prove that denials
+/// and peeks write nothing.
+#[inline]
+pub(crate) fn compare_exchange(
+    word: &AtomicU64,
+    current: u64,
+    new: u64,
+    success: Ordering,
+    failure: Ordering,
+) -> Result<u64, u64> {
+    writes::record();
+    word.compare_exchange(current, new, success, failure)
+}
+
+/// As [`compare_exchange`], allowed to fail spuriously (for retry loops).
+#[inline]
+pub(crate) fn compare_exchange_weak(
+    word: &AtomicU64,
+    current: u64,
+    new: u64,
+    success: Ordering,
+    failure: Ordering,
+) -> Result<u64, u64> {
+    writes::record();
+    word.compare_exchange_weak(current, new, success, failure)
+}
+
+/// A store to a limiter's state, counted as a write in test builds (see [`compare_exchange`]).
+#[inline]
+pub(crate) fn store(word: &AtomicU64, value: u64, order: Ordering) {
+    writes::record();
+    word.store(value, order);
+}
+
 /// Reads a word for a decision that will not write (peeks and queries).
 #[inline]
 pub(crate) fn read(word: &AtomicU64) -> u64 {

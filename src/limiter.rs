@@ -544,7 +544,7 @@ macro_rules! limiter_from_inherent_methods {
 }
 
 limiter_from_inherent_methods!(crate::sharded::ShardedBucket);
-limiter_from_inherent_methods!(crate::window::SubWindowCounter);
+limiter_from_inherent_methods!(crate::window::sub_window::SubWindowCounter);
 
 impl<K, Q, A, C> KeyedLimit<Q> for KeyedLimiter<K, A, C>
 where

@@ -5,8 +5,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use tollgate::window::sliding_log::MAX_LOG;
-use tollgate::window::SlidingWindowLog;
+use tollgate::window::{SlidingWindowLog, MAX_LOG};
 use tollgate::{AcquireError, Clock, InsufficientCapacity, ManualClock, Nanos, Quota, QuotaError};
 
 const SEC: u64 = 1_000_000_000;
@@ -323,4 +322,53 @@ fn threads_sharing_a_frozen_clock_get_exactly_n() {
         assert_eq!(log.remaining(), 0);
         clock.advance(Duration::from_nanos(SEC));
     }
+}
+
+/// The head position (positions consumed so far), read through the log's `Debug` output.
+fn head(log: &SlidingWindowLog<ManualClock>) -> u64 {
+    let text = format!("{log:?}");
+    let rest = text.split("head: ").nth(1).expect("Debug shows the head");
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|digits| digits.parse().ok())
+        .expect("the head is a number")
+}
+
+/// Real threads, requests for one, two and three racing on a log of three whose window keeps
+/// moving (one thread moves the clock on): every position the log consumed was reported as an
+/// admission. A request for several that is denied, however the race went, consumed nothing.
+#[test]
+fn racing_requests_for_several_consume_exactly_what_they_admit() {
+    let (log, clock) = log(3, 1_000);
+    let log = Arc::new(log);
+    let threads = 4u64;
+    let barrier = Arc::new(Barrier::new(4));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let log = Arc::clone(&log);
+            let clock = clock.clone();
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut admitted = 0;
+                for k in 0..100_000u64 {
+                    if i == 0 {
+                        clock.advance(Duration::from_nanos(11));
+                    }
+                    let n = 1 + (k + i) % 3;
+                    if log.try_acquire_n_at(n, clock.now()).is_ok() {
+                        admitted += n;
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let admitted: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(admitted > 3, "the run admitted almost nothing");
+    assert_eq!(
+        head(&log),
+        admitted,
+        "positions consumed vs admissions reported"
+    );
 }

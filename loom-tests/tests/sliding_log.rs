@@ -1,16 +1,26 @@
 //! Loom models of [`tollgate::window::SlidingWindowLog`]'s claim protocol: two threads racing for the
 //! last slot of a window, a claim racing a reader of the same slot, a claimer stalled between its
 //! slot compare-and-swap and its head move while another thread helps the head on and claims the
-//! next position, a request for two losing its second position to a racer, a reader stalled
-//! while the slots it reads are reused a lap later, and three threads racing for two slots.
+//! next position, a reader stalled while the slots it reads are reused a lap later, and three
+//! threads racing for two slots; and of its requests for several, all or none: a pair racing a
+//! single for a log of two, two pairs racing for a log of three (the loser writes nothing), a pair
+//! and a single that both fit (the single finishes the pair's group if it finds it half-filled),
+//! and readers of a pair being filled (each sees all of the pair or none of it, never its first
+//! position without the rest, nor its fills mixed with the entries they replace).
 //!
 //! Each model was checked against a broken protocol, and fails on it: judging the slot being
 //! claimed by a second load instead of the word the claim compares against (the reader model),
 //! all orderings `Relaxed` (the reader model), no helping (every model livelocks), and no second
-//! head load (the stalled-reader model).
+//! head load (the stalled-reader model). The group models were checked the same way: requests for
+//! several claimed one position at a time, the protocol before groups (all five group models
+//! fail), denials and peeks not checking the slot of the head again (the mixing-reader
+//! model), and a claimer that waits for a group's requester instead of finishing the group (the
+//! three pair-racing models livelock).
 //!
 //! The log is a head (a hint of the next position) and a ring of N timestamp words; a claim is one
-//! compare-and-swap on one slot, validated by loading the head before and after reading the slots.
+//! compare-and-swap on one slot, validated by loading the head before and after reading the slots;
+//! a request for several takes the group word, commits its group with one compare-and-swap on its
+//! first slot (a mark), and fills the rest, which any thread that finds the mark can do for it.
 //! The models assert what must hold in every interleaving loom explores: exactly one of two racers
 //! for the last slot is admitted, a reader sees a slot's old entry or its new one and answers
 //! exactly as the log before or after the claim would (never a mix of the two), and a stalled
@@ -210,44 +220,191 @@ fn a_claimer_stalled_before_moving_the_head_is_helped_and_the_next_position_clai
 }
 
 #[test]
-fn a_pair_losing_half_its_positions_to_a_racer_is_denied_and_keeps_the_half_it_claimed() {
-    // Two per window, empty, everything at reading 0. A request for two checks up front that two
-    // are free, then claims one position at a time; a single request racing it may take the second
-    // position in between. Then the pair is denied, and the one position it claimed stays in the
-    // log (the documented trade: never more than the limit, at the cost of some capacity).
-    check_reaches(&["pair won", "single first", "split"], || {
+fn a_pair_racing_a_single_on_a_log_of_two_is_admitted_whole_or_denied_having_written_nothing() {
+    // Two per window, empty, everything at reading 0. A request for two commits its group with one
+    // compare-and-swap on its first position, so a single request racing it either goes first
+    // (and the pair, finding one position free, is denied) or finds the pair's group and is
+    // denied. Never a split: the pair never keeps one position while being denied.
+    check_reaches(&["pair won", "single first"], || {
         let log = log(2);
 
         let single = {
             let log = Arc::clone(&log);
-            thread::spawn(move || log.try_acquire_at(at(0)).is_ok())
+            thread::spawn(move || log.try_acquire_at(at(0)))
         };
         let pair = log.try_acquire_n_at(2, at(0));
         let single = single.join().expect("single thread panicked");
 
         // Never more than two in the window; everything leaves at W.
         assert_eq!(log.remaining_at(at(W)), 2);
-        match (&pair, single) {
-            (Ok(ok), false) => {
+        match (&pair, &single) {
+            (Ok(ok), Err(denied)) => {
                 assert_eq!(ok.remaining(), 0);
+                assert_eq!(denied.retry_at(), at(W));
                 assert_eq!((head(&log), log.remaining_at(at(0))), (2, 0));
                 "pair won"
             }
-            (Err(AcquireError::Denied(denied)), true) => {
-                // Either way the oldest entry, at 0, has to leave first.
+            (Err(AcquireError::Denied(denied)), Ok(ok)) => {
+                assert_eq!(ok.remaining(), 1);
+                // Denied having written nothing: the log holds the single alone.
                 assert_eq!(denied.retry_at(), at(W));
-                if head(&log) == 1 {
-                    // Denied up front, having written nothing: one was free, two were asked.
-                    assert_eq!(log.remaining_at(at(0)), 1);
-                    "single first"
-                } else {
-                    // Claimed position 0, lost position 1 to the single, denied at position 2:
-                    // its claim stays, so the window is full.
-                    assert_eq!((head(&log), log.remaining_at(at(0))), (2, 0));
-                    "split"
-                }
+                assert_eq!(denied.remaining(), 1);
+                assert_eq!((head(&log), log.remaining_at(at(0))), (1, 1));
+                "single first"
             }
             other => panic!("two slots, requests for 2 and 1: {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn two_pairs_racing_on_a_log_of_three_one_is_admitted_whole_the_other_writes_nothing() {
+    // Three per window, empty; two requests for two, at readings 1 (spawned) and 2 (main). Only
+    // one fits. The loser, denied, leaves the log exactly as the winner alone left it: head 2, the
+    // winner's two entries at its effective time, one admission left until they leave.
+    check_reaches(&["main thread won", "spawned thread won"], || {
+        let log = log(3);
+
+        let other = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || log.try_acquire_n_at(2, at(1)))
+        };
+        let mine = log.try_acquire_n_at(2, at(2));
+        let theirs = other.join().expect("racer panicked");
+
+        let (winner_at, loser) = match (&mine, &theirs) {
+            (Ok(ok), Err(AcquireError::Denied(denied))) => {
+                assert_eq!(ok.remaining(), 1);
+                (2, denied)
+            }
+            (Err(AcquireError::Denied(denied)), Ok(ok)) => {
+                assert_eq!(ok.remaining(), 1);
+                (1, denied)
+            }
+            other => panic!("three slots, two requests for 2: {other:?}"),
+        };
+        // Denied until the winner's entries leave (the loser's own reading, if earlier, is judged
+        // at the winner's time).
+        assert_eq!(loser.retry_at(), at(winner_at + W));
+        assert_eq!(loser.remaining(), 1);
+        // Never more than three in the window, and exactly the winner's two in the log.
+        assert_eq!(head(&log), 2);
+        assert_eq!(log.remaining_at(at(winner_at)), 1);
+        assert_eq!(log.remaining_at(at(winner_at + W - 1)), 1);
+        assert_eq!(log.remaining_at(at(winner_at + W)), 3);
+        if mine.is_ok() {
+            "main thread won"
+        } else {
+            "spawned thread won"
+        }
+    });
+}
+
+#[test]
+fn a_pair_and_a_single_that_both_fit_are_both_admitted_whichever_goes_first() {
+    // Three per window, empty, everything at reading 0: a pair and a single both fit. A single
+    // that finds the pair's group committed and not yet filled finishes it (or it would wait on
+    // the pair), then claims the position after it. Summary: what the single saw left.
+    check_reaches(&[0, 2], || {
+        let log = log(3);
+
+        let single = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || log.try_acquire_at(at(0)).expect("three slots, 1 + 2 asked"))
+        };
+        let pair = log
+            .try_acquire_n_at(2, at(0))
+            .expect("three slots, 1 + 2 asked");
+        let single = single.join().expect("single thread panicked");
+
+        // The second to go reports none left; the first what the second had not taken yet.
+        match single.remaining() {
+            2 => assert_eq!(pair.remaining(), 0),
+            0 => assert_eq!(pair.remaining(), 1),
+            other => panic!("the single cannot leave {other}"),
+        }
+        assert_eq!(head(&log), 3);
+        assert_eq!(log.remaining_at(at(W - 1)), 0);
+        assert_eq!(log.remaining_at(at(W)), 3);
+        single.remaining()
+    });
+}
+
+#[test]
+fn a_reader_of_a_pair_being_filled_sees_none_of_it_or_all_of_it() {
+    // Three per window, empty. The main thread admits two at reading 0; the reader asks about one
+    // more, and what is left. Before the pair: 3 left, so one is admitted leaving 2; after it: 1
+    // left, one admitted leaving 0. A reader that counted the pair's first position without its
+    // second (its group committed, its fill not yet seen) would report 1: no state of the log.
+    check_reaches(&[(0, 1), (2, 1), (2, 3)], || {
+        let log = log(3);
+
+        let reader = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || {
+                let peek = log.peek_n_at(1, at(0)).expect("one fits");
+                let left = log.remaining_at(at(0));
+                (peek.remaining(), left)
+            })
+        };
+        let pair = log
+            .try_acquire_n_at(2, at(0))
+            .expect("an empty log admits two");
+        assert_eq!(pair.remaining(), 1);
+        let (peeked, left) = reader.join().expect("reader panicked");
+
+        assert!(
+            peeked == 2 || peeked == 0,
+            "no state of the log leaves {peeked}"
+        );
+        assert!(
+            left == 3 || left == 1,
+            "no state of the log has {left} left"
+        );
+        // Reads are in order: once the peek saw the pair, a later read sees it too.
+        if peeked == 0 {
+            assert_eq!(left, 1);
+        }
+        assert_eq!(head(&log), 2);
+        (peeked, left)
+    });
+}
+
+#[test]
+fn a_reader_of_slots_a_pair_is_filling_never_mixes_old_entries_with_the_pair() {
+    // Two per window, holding positions 0 (at 0) and 1 (at 5). The main thread admits two at
+    // reading 15 (both have left by then): positions 2 and 3, reusing slots 0 and 1. The reader
+    // peeks at 15. Before the pair: one admitted leaving 1 (position 1 leaves at exactly 15).
+    // After it (or judging the pair's committed group as finished): denied until 25. A reader
+    // that read slot 0 before the commit and slot 1 after the fill of position 3 would take the
+    // pair's 15 for position 1's 5 and report "admitted leaving 0": no state of the log.
+    check_reaches(&["before", "after"], || {
+        let log = log(2);
+        log.try_acquire_at(at(0)).expect("an empty log admits");
+        log.try_acquire_at(at(5)).expect("one slot left");
+
+        let reader = {
+            let log = Arc::clone(&log);
+            thread::spawn(move || log.peek_n_at(1, at(15)))
+        };
+        let pair = log
+            .try_acquire_n_at(2, at(15))
+            .expect("both entries have left at 15");
+        assert_eq!(pair.remaining(), 0);
+        let peek = reader.join().expect("reader panicked");
+
+        assert_eq!(head(&log), 4);
+        match peek {
+            Ok(ok) => {
+                assert_eq!(ok.remaining(), 1, "no state of the log admits with {ok:?}");
+                "before"
+            }
+            Err(AcquireError::Denied(d)) => {
+                assert_eq!(d.retry_at(), at(15 + W), "{d:?}");
+                assert_eq!(d.remaining(), 0);
+                "after"
+            }
+            Err(e) => panic!("1 fits a log of 2: {e}"),
         }
     });
 }

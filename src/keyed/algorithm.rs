@@ -124,12 +124,12 @@ pub type SlidingWindowCounterKeys = crate::SlidingWindowCounterAlgorithm;
 /// admissions in any window of the quota's period; a key is forgotten once its newest admission
 /// has left the window.
 ///
-/// A key costs a ring of N timestamps, `8 × N` bytes on the heap plus 24 in the map (the head and
-/// the ring's pointer), besides the key itself: keep N small (N is at most
-/// [`MAX_LOG`](crate::window::sliding_log::MAX_LOG)). A key created afresh after an eviction is
+/// A key costs a ring of N timestamps, `8 × N` bytes on the heap plus 32 in the map (the head, the
+/// group word of a request for several, and the ring's pointer), besides the key itself: keep N small (N is at most
+/// [`MAX_LOG`](crate::window::MAX_LOG)). A key created afresh after an eviction is
 /// built full of entries that have just left the window (see the module docs of
-/// [`keyed`](super)), N stores at creation. Requests for `n > 1` follow the log's rule: a lost race
-/// mid-way keeps the positions already claimed (never over the limit).
+/// [`keyed`](super)), N stores at creation. Requests for `n > 1` are all or none, as the log's
+/// are: a denial, however it raced, consumed nothing (never over the limit).
 ///
 /// # Examples
 ///
@@ -156,7 +156,7 @@ pub type SlidingWindowLogKeys = crate::SlidingWindowLogAlgorithm;
 ///
 /// A key's tier is stored beside its state, in one byte: for the one-word algorithms a key's
 /// state grows from 8 to 16 bytes (the byte, padded to the word's alignment); for the log, from
-/// 24 to 32.
+/// 32 to 40.
 ///
 /// # Examples
 ///
@@ -290,5 +290,201 @@ impl<A: Algorithm> Contract for Tiered<A> {
         let (p, tier) = Self::tier(policy, usize::from(state.tier));
         f.field("tier", &tier);
         A::debug_state(p, &state.state, f);
+    }
+}
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::algorithm::sealed::OneWord;
+    use crate::cas::Step;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn ns(n: u64) -> Nanos {
+        Nanos::new(n)
+    }
+
+    /// The one-word decision of `T` at `now`, written or not.
+    fn take<T: OneWord>(p: &T::Policy, word: u64, now: u64, n: u64) -> Option<u64> {
+        match T::decide(p, word, T::time(p, ns(now)), n) {
+            Step::Write(w, _) => Some(w),
+            Step::Keep(_) => Some(word),
+            Step::Refuse(_) => None,
+        }
+    }
+
+    fn fresh<T: OneWord>(p: &T::Policy, word: u64, now: u64) -> bool {
+        T::is_fresh(p, word, T::time(p, ns(now)))
+    }
+
+    fn left<T: OneWord>(p: &T::Policy, word: u64, now: u64) -> u64 {
+        T::remaining(p, word, T::time(p, ns(now)))
+    }
+
+    #[test]
+    fn a_bucket_word_is_fresh_exactly_when_the_bucket_is_full() {
+        let p = <TokenBucketKeys as OneWord>::policy(&Quota::per_second(10).unwrap()).unwrap();
+        let word = <TokenBucketKeys as OneWord>::fresh_word(&p, ns(5 * SEC));
+        assert_eq!(left::<TokenBucketKeys>(&p, word, 5 * SEC), 10);
+        assert!(fresh::<TokenBucketKeys>(&p, word, 5 * SEC));
+        let taken = take::<TokenBucketKeys>(&p, word, 5 * SEC, 1).unwrap();
+        // One token out: not fresh until it has refilled (100 ms), fresh from then on.
+        assert!(!fresh::<TokenBucketKeys>(&p, taken, 5 * SEC + SEC / 10 - 1));
+        assert!(fresh::<TokenBucketKeys>(&p, taken, 5 * SEC + SEC / 10));
+        assert!(fresh::<TokenBucketKeys>(&p, taken, u64::MAX));
+        for later in [5 * SEC + SEC / 10, 6 * SEC, 1 << 62] {
+            assert_eq!(left::<TokenBucketKeys>(&p, taken, later), 10);
+        }
+    }
+
+    #[test]
+    fn a_meter_word_is_fresh_exactly_when_its_queue_is_empty() {
+        let p = <LeakyMeterKeys as OneWord>::policy(&Quota::per_second(10).unwrap()).unwrap();
+        let word = <LeakyMeterKeys as OneWord>::fresh_word(&p, ns(5 * SEC));
+        assert!(fresh::<LeakyMeterKeys>(&p, word, 5 * SEC));
+        assert_eq!(left::<LeakyMeterKeys>(&p, word, 5 * SEC), 10);
+        let taken = take::<LeakyMeterKeys>(&p, word, 5 * SEC, 3).unwrap();
+        // Three intervals queued: not fresh until they have drained (300 ms).
+        assert!(!fresh::<LeakyMeterKeys>(
+            &p,
+            taken,
+            5 * SEC + 3 * SEC / 10 - 1
+        ));
+        assert!(fresh::<LeakyMeterKeys>(&p, taken, 5 * SEC + 3 * SEC / 10));
+        assert!(fresh::<LeakyMeterKeys>(&p, taken, u64::MAX));
+    }
+
+    #[test]
+    fn a_window_word_is_fresh_once_its_window_is_over_and_fresh_words_refuse_the_past() {
+        let p = <FixedWindowKeys as OneWord>::policy(&Quota::per_second(3).unwrap()).unwrap();
+        // Fresh as of 5.5 s: a new window from 5 s on, the full window 4 before it.
+        let word = <FixedWindowKeys as OneWord>::fresh_word(&p, ns(5 * SEC + SEC / 2));
+        assert_eq!(left::<FixedWindowKeys>(&p, word, 5 * SEC), 3);
+        assert_eq!(left::<FixedWindowKeys>(&p, word, 5 * SEC - 1), 0);
+        assert!(take::<FixedWindowKeys>(&p, word, 4 * SEC, 1).is_none());
+        let taken = take::<FixedWindowKeys>(&p, word, 5 * SEC + SEC / 2, 2).unwrap();
+        assert!(!fresh::<FixedWindowKeys>(&p, taken, 6 * SEC - 1));
+        assert!(fresh::<FixedWindowKeys>(&p, taken, 6 * SEC));
+        assert!(fresh::<FixedWindowKeys>(&p, taken, u64::MAX));
+        // Window 0 has no window before it: the zero word, which a direct limiter starts from.
+        assert_eq!(<FixedWindowKeys as OneWord>::fresh_word(&p, ns(SEC / 2)), 0);
+    }
+
+    #[test]
+    fn a_counter_word_is_fresh_once_both_its_windows_are_over() {
+        let p =
+            <SlidingWindowCounterKeys as OneWord>::policy(&Quota::per_second(4).unwrap()).unwrap();
+        let word = <SlidingWindowCounterKeys as OneWord>::fresh_word(&p, ns(7 * SEC));
+        // Empty from window 7 on; nothing at all in window 5 or before, in window 6 only what the
+        // weighted full window 5 leaves (none at its start, all of it at its end).
+        assert_eq!(left::<SlidingWindowCounterKeys>(&p, word, 7 * SEC), 4);
+        assert_eq!(
+            left::<SlidingWindowCounterKeys>(&p, word, 5 * SEC + SEC / 2),
+            0
+        );
+        assert_eq!(left::<SlidingWindowCounterKeys>(&p, word, 6 * SEC), 0);
+        assert_eq!(
+            left::<SlidingWindowCounterKeys>(&p, word, 6 * SEC + 3 * SEC / 4),
+            3
+        );
+        let taken = take::<SlidingWindowCounterKeys>(&p, word, 7 * SEC, 1).unwrap();
+        assert!(!fresh::<SlidingWindowCounterKeys>(&p, taken, 9 * SEC - 1));
+        assert!(fresh::<SlidingWindowCounterKeys>(&p, taken, 9 * SEC));
+        assert_eq!(
+            <SlidingWindowCounterKeys as OneWord>::fresh_word(&p, ns(SEC + 1)),
+            0
+        );
+    }
+
+    #[test]
+    fn a_fresh_log_judges_as_an_empty_one_from_its_reading_and_refuses_before() {
+        let p = <SlidingWindowLogKeys as Contract>::policy(&Quota::per_second(2).unwrap()).unwrap();
+        let log = <SlidingWindowLogKeys as Contract>::fresh(&p, 0, ns(5 * SEC));
+        assert!(<SlidingWindowLogKeys as Contract>::is_fresh(
+            &p,
+            &log,
+            ns(5 * SEC)
+        ));
+        assert_eq!(
+            <SlidingWindowLogKeys as Contract>::remaining(&p, Held::Known(&log), ns(5 * SEC)),
+            2
+        );
+        assert_eq!(
+            <SlidingWindowLogKeys as Contract>::remaining(&p, Held::Known(&log), ns(5 * SEC - 1)),
+            0
+        );
+        // The judgment without building the log agrees.
+        for at in [4 * SEC, 5 * SEC - 1, 5 * SEC, 9 * SEC] {
+            assert_eq!(
+                <SlidingWindowLogKeys as Contract>::peek(&p, Held::Known(&log), ns(at), 1).is_ok(),
+                <SlidingWindowLogKeys as Contract>::peek(
+                    &p,
+                    Held::Fresh {
+                        tier: 0,
+                        at: ns(5 * SEC)
+                    },
+                    ns(at),
+                    1
+                )
+                .is_ok(),
+                "at {at}"
+            );
+        }
+        <SlidingWindowLogKeys as Contract>::acquire(&p, &log, ns(5 * SEC), 1).unwrap();
+        assert!(!<SlidingWindowLogKeys as Contract>::is_fresh(
+            &p,
+            &log,
+            ns(6 * SEC - 1)
+        ));
+        assert!(<SlidingWindowLogKeys as Contract>::is_fresh(
+            &p,
+            &log,
+            ns(6 * SEC)
+        ));
+        // Before one window has passed no log can have expired: an empty one.
+        let early = <SlidingWindowLogKeys as Contract>::fresh(&p, 0, ns(SEC / 2));
+        assert_eq!(
+            <SlidingWindowLogKeys as Contract>::remaining(&p, Held::Known(&early), ns(0)),
+            2
+        );
+    }
+
+    #[test]
+    fn tiers_clamp_an_index_past_the_end_to_the_last_tier() {
+        let p = TieredPolicy(Box::new([
+            <TokenBucketKeys as OneWord>::policy(&Quota::per_second(1).unwrap()).unwrap(),
+            <TokenBucketKeys as OneWord>::policy(&Quota::per_second(5).unwrap()).unwrap(),
+        ]));
+        let state = <Tiered<TokenBucketKeys> as Contract>::fresh(&p, 99, ns(0));
+        assert_eq!(state.tier, 1);
+        assert_eq!(
+            <Tiered<TokenBucketKeys> as Contract>::remaining(&p, Held::Known(&state), ns(0)),
+            5
+        );
+        assert_eq!(
+            <Tiered<TokenBucketKeys> as Contract>::remaining(
+                &p,
+                Held::Fresh { tier: 0, at: ns(0) },
+                ns(0)
+            ),
+            1
+        );
+    }
+
+    #[test]
+    fn a_key_state_is_the_size_the_docs_say() {
+        use std::mem::size_of;
+        type Word = <TokenBucketKeys as Contract>::State;
+        type Log = <SlidingWindowLogKeys as Contract>::State;
+        assert_eq!(size_of::<Word>(), 8);
+        assert_eq!(size_of::<Log>(), 32);
+        assert_eq!(
+            size_of::<<Tiered<TokenBucketKeys> as Contract>::State>(),
+            16
+        );
+        assert_eq!(
+            size_of::<<Tiered<SlidingWindowLogKeys> as Contract>::State>(),
+            40
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! Window limiters: fixed window, sliding window counter, sliding window log.
+//! Window limiters: fixed window, sliding window counter (over one window or `k` sub-windows),
+//! sliding window log.
 //!
 //! Each takes a [`Quota`] as "`count` per window of `period`" (the quota's capacity must be its
 //! count and its initial fill full: a window has no separate burst size, and starts empty), and
@@ -14,8 +15,8 @@
 //! | --- | --- | --- | --- |
 //! | [`FixedWindow`] | N per aligned window; up to 2N across a boundary (the design notes' flaw) | one `AtomicU64` | one CAS; denials read only |
 //! | [`SlidingWindowCounter`] | weighted estimate of two windows; off by at most the previous window's count (nearly 2N in the worst case) | one `AtomicU64` | one CAS; denials read only |
-//! | [`SubWindowCounter`] | the same estimate over `k` sub-windows; off by at most the oldest sub-window's count (about N/k for steady traffic) | `k + 2` words | one CAS; a rollover or a denial reads up to `k` words |
-//! | [`SlidingWindowLog`] | exact: never more than N in any window `(t − W, t]` | `8 × N` bytes (N <= [`MAX_LOG`](sliding_log::MAX_LOG)) | two CASes and a binary search over the ring |
+//! | [`SubWindowCounter`] | the same estimate over `k <=` [`MAX_SUB_WINDOWS`] sub-windows; off by at most the oldest sub-window's count (about N/k for steady traffic) | `k + 2` words | one CAS; a rollover or a denial reads up to `k` words |
+//! | [`SlidingWindowLog`] | exact: never more than N in any window `(t − W, t]` | `8 × N` bytes (N <= [`MAX_LOG`]) | two CASes and a binary search over the ring |
 //! | [`TokenBucket`](crate::TokenBucket) | exact `C + R × t` over any span; no windows at all | one `AtomicU64` | one CAS; denials read only |
 //!
 //! The fixed window is the cheapest and the easiest to explain in a `429` ("60 per minute, resets
@@ -25,14 +26,23 @@
 //! 8 bytes per admission in a window, for small N. Where no window semantics are required, the
 //! token bucket is exact, one word, and allows a configured burst. Measured costs are in the README
 //! and `benches/README.md`.
+//!
+//! # Limits
+//!
+//! The window limiters' size limits are module-level constants, re-exported here:
+//! [`MAX_LOG`] (the longest [`SlidingWindowLog`]) and [`MAX_SUB_WINDOWS`] (the most sub-windows of a
+//! [`SubWindowCounter`]). A quota beyond either is refused with a [`QuotaError`] naming the field
+//! and the limit.
 
 pub mod fixed;
 pub mod sliding_counter;
 pub mod sliding_log;
+pub mod sub_window;
 
 pub use fixed::FixedWindow;
-pub use sliding_counter::{SlidingWindowCounter, SubWindowCounter};
-pub use sliding_log::SlidingWindowLog;
+pub use sliding_counter::SlidingWindowCounter;
+pub use sliding_log::{SlidingWindowLog, MAX_LOG};
+pub use sub_window::{SubWindowCounter, MAX_SUB_WINDOWS};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

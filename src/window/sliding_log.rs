@@ -25,9 +25,9 @@
 //! A request at reading `t` is admitted when fewer than N admissions lie in the window
 //! `(t - W, t]`. Keeping every admission time would cost unbounded memory; the last N suffice,
 //! because the only question is whether the N-th newest has left the window. They live in a ring
-//! of N 64-bit slots, so a key costs `8 × N` bytes (plus one padded cache line for the head). The longest
-//! log is [`MAX_LOG`] entries (512 KiB per key); a longer one is refused with
-//! [`QuotaError::LogTooLong`]. There is no alignment: the window slides with every reading.
+//! of N 64-bit slots, so a key costs `8 × N` bytes (plus one padded cache line for the head and the
+//! group word). The longest log is [`MAX_LOG`] entries (512 KiB per key); a longer one is refused
+//! with [`QuotaError::LogTooLong`]. There is no alignment: the window slides with every reading.
 //!
 //! Admissions get consecutive *positions* 0, 1, 2, …; position `p` lives in slot `p % N`. A request
 //! for one admission at reading `t` against a log whose next free position is `s`:
@@ -57,26 +57,25 @@
 //!
 //! # Requests for more than one
 //!
-//! A request for `n` admissions checks up front that the entry at position `s + n - 1 - N` has left
-//! the window (timestamps are monotone, so it is the only one to check) and then claims positions
-//! `s, s + 1, …` one at a time. Without a race that is all or nothing. If another thread claims one
-//! of those positions first, the request continues at the next free position while its entry
-//! `p - N` has left the window, judged again each time; if one has not, the request is denied and
-//! the positions it already claimed **stay in the log**: they count as admissions until they leave
-//! the window. A lost race can therefore cost up to `n - 1` of the window's capacity for one window
-//! length; it never admits more than the limit. A keyed limiter that needs strict all-or-nothing
-//! under contention should keep `n = 1`. Such a denial describes the position the request could
-//! not claim: its `retry_after` is when one more admission would fit. Likewise the `remaining` of a
-//! request for several that raced is as of its first position.
+//! A request for `n` admissions is all or none, like every `try_acquire_n` of the crate: admitted
+//! whole, or denied having consumed nothing, however it races. It is judged once, at the head `s`:
+//! the entry at position `s + n - 1 - N` must have left the window (timestamps are monotone, so it
+//! is the only one to check), and all `n` positions `s..s + n` record the same effective time. It
+//! then claims them as one *group*, with one compare-and-swap on the slot of `s` (see the protocol
+//! below): no other request can take a position in between, so a lost race costs nothing but a
+//! fresh look. A request for one takes the same single compare-and-swap as before groups existed.
 //!
 //! # The claim protocol
 //!
-//! The state is a head (the next position to claim; a hint, advanced by whoever sees it lag) and the
-//! ring. A slot is *claimed* by the same compare-and-swap that writes its new timestamp, so no thread
-//! ever judges by a slot that is claimed and not yet written. To claim position `s`:
+//! The state is a head (the next position to claim; a hint, advanced by whoever sees it lag), a
+//! group word (the size of the one request for several that may be committing or filling a group)
+//! and the ring. A slot is *claimed* by the same compare-and-swap that writes its new timestamp, so
+//! no thread ever judges by a slot that is claimed and not yet written. To claim position `s` for a
+//! request for one:
 //!
 //! 1. load the head `s`, then slot `s % N`. If the slot already holds position `s` (another thread
-//!    claimed it and has not advanced the head yet), help: move the head from `s` to `s + 1`, restart;
+//!    claimed it and has not advanced the head yet), help: move the head from `s` to `s + 1`, restart.
+//!    If it holds a group's mark, see below;
 //! 2. otherwise the slot holds position `s - N` (or, for `s < N`, the fresh word). Read what the
 //!    decision needs (`ts(s - 1)`, and for the outcome's `remaining` a binary search over the ring),
 //!    taking position `s - N` from the word already read, never from a second load of its slot:
@@ -84,13 +83,36 @@
 //!    that took its entry for the one it replaced would answer for no state the log was ever in;
 //! 3. load the head again: if it moved, restart. Head still at `s` proves that every slot read
 //!    in between held the entry of its position below `s` (a slot is only reused a lap later, by a
-//!    thread that had loaded a head past `s`);
+//!    thread that had loaded a head past `s`). An answer that writes nothing (a denial, a peek, a
+//!    query) also loads slot `s % N` again: still the word of step 1 proves that no group's fill
+//!    (written with the head at `s`, after the group's mark in that slot) was read;
 //! 4. judge; a denial returns having written nothing;
 //! 5. compare-and-swap the slot from the word read in step 1 to `(s, t')`. Timestamps in a slot
-//!    strictly increase with each claim (`t' >= ts(s - N) + W > ts(s - N)`) and the fresh word is
-//!    never a claimed one, so a slot word never repeats: no ABA. Success proves position `s` was
-//!    still free, so the view of step 2 was still the log's state at that instant: the admission
-//!    takes effect there. Failure restarts; success helps the head forward.
+//!    strictly increase with each claim (`t' >= ts(s - N) + W > ts(s - N)`), the fresh word is
+//!    never a claimed one and a mark never an entry, so a slot word never repeats: no ABA. Success
+//!    proves position `s` was still free, so the view of step 2 was still the log's state at that
+//!    instant: the admission takes effect there. Failure restarts; success helps the head forward.
+//!
+//! A request for `n >= 2` judges in steps 1-4 as a request for one does, for `n`, then:
+//!
+//! 5. takes the group word, `NO_GROUP → n` by compare-and-swap (if another request for several
+//!    holds it, it yields and restarts at step 1);
+//! 6. *commits*: compare-and-swap slot `s % N` from the word of step 1 to the group's *mark*, a word
+//!    no entry can be that carries `t'`. This is the request's only decision point: success takes
+//!    positions `s..s + n` at once (no thread claims past `s` while the mark is in place), failure
+//!    gives the group word back and restarts, having written nothing to the ring;
+//! 7. *finishes*: fills positions `s + 1..s + n` with `(p, t')`, each by compare-and-swap from the
+//!    entry of `p - N`, replaces the mark by `(s, t')`, gives the group word back and moves the head
+//!    to `s + n`.
+//!
+//! Any thread that finds a mark at the head finishes the group (it reads `n` from the group word,
+//! which cannot change while the mark is in place, and `t'` from the mark) before claiming, so a
+//! requester stalled after its commit blocks nobody; every write of step 7 is the one value the
+//! group defines, so helpers and the requester can run it together. A denial, a peek or a query
+//! that finds a mark writes nothing: it judges the log as it will be once the group is finished
+//! (head `s + n`, the group's positions at `t'`), checking afterwards that the mark is still there.
+//! Each group position `p` replaces the entry of `p - N`, which has left the window at `t'`: the
+//! judgment of step 4 checked the newest of them, `s + n - 1 - N`.
 //!
 //! The protocol was designed with step 2 loading each position's slot as needed; the loom model
 //! `a_reader_of_a_slot_being_claimed_sees_the_old_entry_or_the_new_never_a_mix` found that a
@@ -98,37 +120,46 @@
 //! view and report a `retry_after` no state of the log had. Admissions were never affected (their
 //! compare-and-swap fails on the changed word), only the answers of denials, peeks and queries.
 //!
-//! The protocol is lock-free: a thread restarts only when another has claimed a position (moving
-//! the head or changing a slot), and a claim left half-done by a stalled thread (slot written, head
-//! not moved) is finished by whoever sees it.
+//! Requests for one, denials, peeks and queries are lock-free: a thread restarts only when another
+//! has claimed a position (moving the head or changing a slot), and a claim left half-done by a
+//! stalled thread (slot written, head not moved; a group committed, not filled) is finished by
+//! whoever sees it. Requests for several never wait for a request for one. Two requests for
+//! several can wait for each other: the group word is held by one of them from step 5 to its
+//! commit (one compare-and-swap later), and by the finisher of a committed group until it gives
+//! it back; a requester stalled in exactly that span delays other requests for several (not their
+//! denials) until it runs again or a request for one takes position `s` from it.
 //!
 //! # Memory ordering
 //!
-//! Slot loads are `Acquire` and claims `AcqRel`; head loads are `Acquire` and head moves `AcqRel`.
-//! A thread moves the head past `s` only after it has seen the claim of `s` (its own, or one loaded
-//! with `Acquire`), so a thread that loads the head at `s` sees the claims of every position below
-//! `s`. None of it publishes other data: do not use an admission to make other writes visible.
-//! Admissions are linearizable, each at its claiming compare-and-swap.
+//! Slot loads are `Acquire` and claims, commits, fills and finishes `AcqRel`; head loads are
+//! `Acquire` and head moves `AcqRel`. A thread moves the head past `s` only after it has seen the
+//! claim of `s` (its own, or one loaded with `Acquire`; for a group, every position of it), so a
+//! thread that loads the head at `s` sees the claims of every position below `s`. The group word is
+//! taken with `AcqRel`, given back with `Release` and read with `Acquire`, so that a helper that
+//! reads it after its group was finished sees that finish when it checks the mark. None of it
+//! publishes other data: do not use an admission to make other writes visible. Admissions are
+//! linearizable, each at its claiming (or committing) compare-and-swap.
 
 use std::fmt;
 
 use super::window_of;
 use crate::algorithm::sealed::{Contract, Held};
-use crate::cas::{retries, writes, Backoff};
+use crate::cas::{self, retries, Backoff};
 use crate::clock::{MonotonicClock, Nanos};
 use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::{Quota, QuotaError};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{yield_now, AtomicU64, Ordering};
 
-/// The longest log: 65 536 entries of 8 bytes, 512 KiB per key. A quota whose count exceeds it is
+/// The longest log: 65 536 entries of 8 bytes, 512 KiB per key (re-exported as
+/// `tollgate::window::MAX_LOG`). A quota whose count exceeds it is
 /// refused with [`QuotaError::LogTooLong`]: a limit that large is better served by a
 /// [`TokenBucket`](crate::TokenBucket) or a sliding window counter, whose state is one word.
 ///
 /// # Examples
 ///
 /// ```
-/// use tollgate::window::{sliding_log::MAX_LOG, SlidingWindowLog};
+/// use tollgate::window::{SlidingWindowLog, MAX_LOG};
 /// use tollgate::{Quota, QuotaError};
 /// assert!(SlidingWindowLog::new(Quota::per_hour(MAX_LOG)?).is_ok());
 /// let err = SlidingWindowLog::new(Quota::per_hour(MAX_LOG + 1)?).unwrap_err();
@@ -289,26 +320,37 @@ impl Policy {
     }
 }
 
-/// One slot of the ring: the entry of the position it last held.
+/// One slot of the ring: the entry of the position it last held, or, while a request for several
+/// fills its positions, the mark of the first of them.
 ///
 /// # State table
 ///
-/// Bit 63 is the lap parity `(p / N) & 1` of the entry's position `p`; bits 0..63 its timestamp in
-/// nanoseconds (readings are clamped to 2^62, so they fit).
+/// An *entry* has bit 63 the lap parity `(p / N) & 1` of its position `p` and bits 0..63 its
+/// timestamp in nanoseconds (readings are clamped to 2^62, so bit 62 is set only in the timestamp
+/// 2^62 itself, with bits 0..62 clear). A *mark* has bit 62 set and bits 0..62 not all clear, which
+/// no entry has; it carries the timestamp `t` of a group: bit 63 is `t & 1`, bits 0..62 are
+/// `(t >> 1) + 1`.
 ///
 /// | word | meaning | written by |
 /// | --- | --- | --- |
 /// | parity 1, ts 0 ([`Entry::FRESH`]) | no entry yet: "position `i - N`" of slot `i`, lap -1, never judged | construction |
-/// | parity `(p / N) & 1`, ts `t` | position `p` was admitted at effective time `t` | the claim of `p`, one compare-and-swap from the entry of `p - N` |
+/// | parity `(p / N) & 1`, ts `t` | position `p` was admitted at effective time `t` | the claim of `p` (one compare-and-swap from the entry of `p - N`), or the fill or finish of a group holding `p` |
+/// | mark of `t`, in slot `s % N` | a request for `n` (`2..=N`) admitted at `t` holds positions `s..s + n` (`n` in [`Log::group`]); its other positions are being filled | the group's commit: one compare-and-swap from the entry of `s - N` |
 ///
-/// Each claim replaces the entry of `p - N` by that of `p`, with `t >= ts(p - N) + W > ts(p - N)`:
-/// a slot's timestamps strictly increase and its parity alternates, and a claimed word of parity 1
-/// has `ts >= W >= 1`, so no word ever returns to a slot (no ABA).
+/// Slot `s % N` goes entry of `s - N` → mark of `t` → entry of `s` at `t` for a group, and entry of
+/// `s - N` → entry of `s` for a single claim. Each new entry or mark of a slot has a timestamp
+/// `t >= ts(p - N) + W > ts(p - N)`: a slot's timestamps strictly increase, entries alternate
+/// parity, a claimed entry of parity 1 has `ts >= W >= 1` (never the fresh word), and a mark is
+/// never an entry, so no word ever returns to a slot (no ABA).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry(u64);
 
 impl Entry {
     const PARITY: u64 = 1 << 63;
+    /// Bit 62: set in a mark (and in the entry of timestamp 2^62, whose lower bits are clear).
+    const MARK: u64 = 1 << 62;
+    /// Bits 0..62.
+    const LOW: u64 = Entry::MARK - 1;
     /// The word of a slot that has never been claimed.
     const FRESH: Entry = Entry(Entry::PARITY);
 
@@ -316,6 +358,24 @@ impl Entry {
     #[inline]
     fn new(p: u64, count: u64, ts: u64) -> Entry {
         Entry(Entry::parity(p, count) | (ts & !Entry::PARITY))
+    }
+
+    /// The mark of a group admitted at `t` (`<= 2^62`).
+    #[inline]
+    fn mark(t: u64) -> Entry {
+        // (t >> 1) + 1 <= 2^61 + 1: within bits 0..62, and never 0.
+        Entry(((t & 1) << 63) | Entry::MARK | ((t >> 1) + 1))
+    }
+
+    #[inline]
+    fn is_mark(self) -> bool {
+        self.0 & Entry::MARK != 0 && self.0 & Entry::LOW != 0
+    }
+
+    /// The timestamp of a mark.
+    #[inline]
+    fn marked_ts(self) -> u64 {
+        ((self.0 & Entry::LOW).saturating_sub(1) << 1) | (self.0 >> 63)
     }
 
     #[inline]
@@ -335,14 +395,23 @@ impl Entry {
     }
 }
 
-/// The log's state: the head and the ring of the last N admission times. A direct log keeps it on
-/// a cache line of its own (the head is loaded twice by every request, the slots written by other
-/// threads); a keyed limiter's per-key logs keep it inline (one padded line per key would cost 128
-/// bytes a key for contention that spreads over keys).
+/// [`Log::group`] when no request for several holds it.
+const NO_GROUP: u64 = 0;
+
+/// The log's state: the head, the group word and the ring of the last N admission times. A direct
+/// log keeps it on a cache line of its own (the head is loaded twice by every request, the slots
+/// written by other threads); a keyed limiter's per-key logs keep it inline (one padded line per
+/// key would cost 128 bytes a key for contention that spreads over keys).
 pub struct Log {
-    /// The next position to claim, a hint: at most one position behind the last claim, moved
-    /// forward by the claimer or by any thread that sees it lag.
+    /// The next position to claim, a hint: at most one claim (one position, or one group's) behind
+    /// the last, moved forward by the claimer or by any thread that sees it lag. It never passes a
+    /// group's first position while the group's mark is in place.
     head: AtomicU64,
+    /// The size `n` of the request for several that may commit, or has committed and not finished,
+    /// a group; [`NO_GROUP`] otherwise. Taken (from `NO_GROUP`, by compare-and-swap) by a request
+    /// for several between its judgment and its commit, and given back by whoever finishes its
+    /// group, or by the request itself when its commit fails. Single requests never touch it.
+    group: AtomicU64,
     /// N slots; position `p` lives in slot `p % N`. See [`Entry`] for the state table.
     slots: Box<[AtomicU64]>,
 }
@@ -363,11 +432,22 @@ struct View {
     verdict: Result<Grant, Denied>,
 }
 
+/// A group seen committed: the request for `n` that claimed positions `s..s + n` at time `t`, and
+/// the mark in slot `s % N` that says so.
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    s: u64,
+    n: u64,
+    t: u64,
+    mark: Entry,
+}
+
 impl Log {
     /// An empty log for `policy`: N fresh slots.
     pub(crate) fn new(policy: &Policy) -> Log {
         Log {
             head: AtomicU64::new(0),
+            group: AtomicU64::new(NO_GROUP),
             slots: (0..policy.count)
                 .map(|_| AtomicU64::new(Entry::FRESH.0))
                 .collect(),
@@ -389,6 +469,7 @@ impl Log {
         };
         Log {
             head: AtomicU64::new(policy.count),
+            group: AtomicU64::new(NO_GROUP),
             slots: (0..policy.count)
                 .map(|p| AtomicU64::new(Entry::new(p, policy.count, at).0))
                 .collect(),
@@ -398,11 +479,12 @@ impl Log {
     /// Whether every entry has left the window at `now` (and so at every later reading): the log
     /// then judges exactly as [`Log::fresh`] of `now`. Meant to run with no claim in flight (a
     /// keyed limiter decides it under the key's write lock); a claim seen half-done (slot written,
-    /// head not yet moved) answers `false`.
+    /// head not yet moved, or a group's mark in place) answers `false`.
     pub(crate) fn is_expired(&self, policy: &Policy, now: Nanos) -> bool {
         let count = self.len();
         let s = self.head();
-        if self.load(s).has_parity_of(s, count) {
+        let word = self.load(s);
+        if word.is_mark() || word.has_parity_of(s, count) {
             return false;
         }
         s == 0 || self.load(s - 1).ts().saturating_add(policy.window) <= now.clamped()
@@ -423,8 +505,9 @@ impl Log {
 
     #[inline]
     fn load(&self, p: u64) -> Entry {
-        // Acquire: pairs with the AcqRel claim that wrote this entry, so that a helper that sees a
-        // claim and then moves the head publishes that claim with its own Release.
+        // Acquire: pairs with the AcqRel claim, commit, fill or finish that wrote this word, so
+        // that a helper that sees a claim and then moves the head publishes that claim with its
+        // own Release, and a reader that sees a group's fill sees its mark too.
         Entry(self.slot(p).load(Ordering::Acquire))
     }
 
@@ -443,29 +526,158 @@ impl Log {
         // that later loads the head past `s` (see `head`); the Acquire half continues the chain
         // from the move that wrote `s`. Failure is Relaxed: someone else moved it, and the value
         // seen is not used. Positions never wrap in practice (2^64 admissions).
-        writes::record();
-        let _ =
-            self.head
-                .compare_exchange(s, s.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+        let _ = cas::compare_exchange(
+            &self.head,
+            s,
+            s.wrapping_add(1),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Moves the head from anywhere in `from..to` to `to`; the caller has seen every position
+    /// below `to` claimed (a group's, all filled and finished).
+    fn advance_over(&self, from: u64, to: u64) {
+        let mut h = from;
+        while h < to {
+            // AcqRel, as in `advance`: the Release half publishes the claims this thread has seen
+            // (the whole group) to whoever loads the head past them. Failure is Relaxed: the value
+            // seen only says where to try from (a thread that saw part of the group moved it).
+            match cas::compare_exchange(&self.head, h, to, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) if seen > h && seen < to => h = seen,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The group whose mark `mark` was just loaded from slot `s % N` after a head load of `s`,
+    /// or `None` if that view is already out of date (look again).
+    fn group_at(&self, s: u64, mark: Entry) -> Option<Group> {
+        // Acquire: the mark was committed after its request took the group word, so this load
+        // returns that request's `n` or a later value; a later value (NO_GROUP, or the next
+        // request's size) was written, with Release, after the group was finished, and this
+        // Acquire then makes the finish visible to the check of the slot below, which fails.
+        let n = self.group.load(Ordering::Acquire);
+        // Head still at `s`: the mark is position `s`'s, not a later lap's seen through a stale
+        // head (the head reached that later position before its mark was committed). Mark still
+        // in place: the group is not finished, so `n` is its size.
+        if self.head() != s || self.load(s) != mark {
+            return None;
+        }
+        Some(Group {
+            s,
+            // The group word of a committed group holds its `n` in `2..=N`; `clamp` keeps a
+            // misread from reaching past the ring's lap (it cannot happen, see above).
+            n: n.clamp(1, self.len()),
+            t: mark.marked_ts(),
+            mark,
+        })
+    }
+
+    /// Finishes a committed group: fills its positions `s + 1..s + n` with entries at its time,
+    /// then replaces its mark by the entry of `s` and gives the group word back. Any thread may
+    /// run it, any number of times, concurrently: every write is a compare-and-swap to the one
+    /// value the group defines, from the one value it replaces.
+    fn finish(&self, g: Group) {
+        let count = self.len();
+        for p in g.s + 1..g.s + g.n {
+            let entry = Entry::new(p, count, g.t);
+            loop {
+                let word = self.load(p);
+                if word == entry {
+                    break;
+                }
+                // Mark still in place: the group is not finished, so the head has not passed `s`
+                // and slot `p % N` holds the entry of `p - N` or, once filled, that of `p` (the
+                // load above, if it had seen anything later, would make this load see the finish).
+                if self.load(g.s) != g.mark {
+                    return;
+                }
+                // AcqRel: the Release half publishes the entry to every Acquire slot load (judges
+                // that see it see the mark too, having loaded it after); the Acquire half pairs
+                // with the claim of `p - N`. Failure is Relaxed: the slot is loaded again.
+                if cas::compare_exchange(
+                    self.slot(p),
+                    word.0,
+                    entry.0,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+                {
+                    claims::record(p, g.t);
+                    break;
+                }
+            }
+        }
+        // Every position after `s` is filled: replace the mark. AcqRel: Release publishes the
+        // fills seen (and made) above to whoever loads the entry and moves the head past it;
+        // Acquire pairs with the mark's commit. Failure is Relaxed: another thread finished it.
+        if cas::compare_exchange(
+            self.slot(g.s),
+            g.mark.0,
+            Entry::new(g.s, count, g.t).0,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_ok()
+        {
+            claims::record(g.s, g.t);
+            // Release: pairs with the Acquire of the next request for several that takes the word,
+            // and with the Acquire load in `group_at` (a helper that reads this value sees the
+            // finish above). Only the thread whose finish succeeded gives the word back.
+            cas::store(&self.group, NO_GROUP, Ordering::Release);
+        }
+        self.advance_over(g.s, g.s + g.n);
     }
 
     /// Reads a consistent view of the log at its head and judges a request for `n` admissions at
-    /// reading `now`, with effective time at least `floor`. Writes nothing but head moves.
-    /// `backoff` paces the retries: the caller's, so that a claim that keeps losing keeps backing
-    /// off further instead of starting over at every view.
+    /// reading `now`. With `claim` the caller means to claim position `s` (and a group in progress
+    /// is finished first); without, the view is judged as the log will be once that group is
+    /// finished, writing nothing. Writes nothing but head moves and a group's fills. `backoff`
+    /// paces the retries: the caller's, so that a claim that keeps losing keeps backing off
+    /// further instead of starting over at every view.
     fn view(
         &self,
         policy: &Policy,
         now: u64,
-        floor: u64,
         n: u64,
         tally: bool,
+        claim: bool,
         backoff: &mut Backoff,
     ) -> View {
         let count = self.len();
         loop {
             let s = self.head();
             let word = self.load(s);
+            if word.is_mark() {
+                // A request for several holds positions `s..s + n` and is filling them.
+                let Some(g) = self.group_at(s, word) else {
+                    continue;
+                };
+                if claim {
+                    // Position `s + n` is the next free one once the group is finished: finish
+                    // it (the claim would wait for it otherwise), then look again.
+                    self.finish(g);
+                    continue;
+                }
+                // Judged on the log as it is once the group is finished: head `s + n`, the
+                // group's positions at `t`, and positions `s + n - N..s` untouched by its fills.
+                let verdict = policy.judge(g.s + g.n, now, 0, n, tally, |p| {
+                    if p >= g.s {
+                        g.t
+                    } else {
+                        self.load(p).ts()
+                    }
+                });
+                // Mark still in place: every slot read above held the entry of its position.
+                if self.load(s) == word {
+                    return View { s, word, verdict };
+                }
+                backoff.pause();
+                continue;
+            }
             if word.has_parity_of(s, count) {
                 // Position `s` is claimed (the slot holds at least position `s - N`, since the head
                 // read shows that claim, and parity rules that one out): the head lags. Help, after
@@ -478,7 +690,7 @@ impl Log {
             // slot: a racer may claim `s` in between without moving the head yet, and a judgment
             // mixing that newer entry with head `s` would count it as the entry it replaced.
             let reused = s.checked_sub(count);
-            let verdict = policy.judge(s, now, floor, n, tally, |p| {
+            let verdict = policy.judge(s, now, 0, n, tally, |p| {
                 if Some(p) == reused {
                     word.ts()
                 } else {
@@ -488,35 +700,39 @@ impl Log {
             // Validation: a head still at `s` proves every slot read above held the entry of its
             // position below `s` (or, for slot `s % N`, position `s - N`): a later entry can only
             // be claimed by a thread that loaded a head past `s`, and seeing its claim would make
-            // this load see that head too.
-            if self.head() == s {
+            // this load see that head too. A group's fills are written with the head at `s`,
+            // after its mark: an answer that is not followed by a compare-and-swap from `word`
+            // (a denial, a peek) checks that slot `s % N` still holds `word`, which it would not
+            // if any fill had been seen.
+            if self.head() == s && ((claim && verdict.is_ok()) || self.load(s) == word) {
                 return View { s, word, verdict };
             }
             backoff.pause();
         }
     }
 
-    /// Claims one position at reading `now`, with effective time at least `floor`, answering the
-    /// judgment of a request for `n` (`1..=N`) admissions made there.
-    fn claim(&self, policy: &Policy, now: u64, floor: u64, n: u64) -> Result<(u64, Grant), Denied> {
+    /// Claims position `s` alone at reading `now`: a request for one.
+    fn claim_one(&self, policy: &Policy, now: u64) -> Result<(u64, Grant), Denied> {
         let count = self.len();
         let mut backoff = Backoff::new();
         loop {
             // No tally here: the level is counted after the claim succeeds (see `acquire`), so a
             // lost race wastes no binary search and the window between the view and the
             // compare-and-swap stays short.
-            let View { s, word, verdict } = self.view(policy, now, floor, n, false, &mut backoff);
+            let View { s, word, verdict } = self.view(policy, now, 1, false, true, &mut backoff);
             let grant = verdict?;
             let new = Entry::new(s, count, grant.at);
             // AcqRel: the Release half publishes the entry (and, with it, everything this thread saw
             // when it loaded the head at `s`) to the Acquire slot loads of judges and helpers; the
             // Acquire half pairs with the claim of `s - N` being replaced. Failure is Relaxed: the
             // value seen is discarded, and the retry starts over from an Acquire load of the head.
-            writes::record();
-            match self
-                .slot(s)
-                .compare_exchange(word.0, new.0, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match cas::compare_exchange(
+                self.slot(s),
+                word.0,
+                new.0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => {
                     claims::record(s, grant.at);
                     self.advance(s);
@@ -532,14 +748,70 @@ impl Log {
         }
     }
 
-    /// Admits `n` (`1..=N`) at reading `now`, or says when it could be.
-    pub(crate) fn acquire(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
-        let (mut last, first) = self.claim(policy, now, 0, n)?;
-        // The rest at the same effective time (or later, after a lost race), each judged again:
-        // without a race each finds its entry `p - N` already checked by the first judgment.
-        for _ in 1..n {
-            last = self.claim(policy, now, first.at, 1)?.0;
+    /// Claims positions `s..s + n` together at reading `now`: a request for `n` (`2..=N`), all or
+    /// none. Answers the last position claimed.
+    fn claim_group(&self, policy: &Policy, now: u64, n: u64) -> Result<(u64, Grant), Denied> {
+        let mut backoff = Backoff::new();
+        loop {
+            let View { s, word, verdict } = self.view(policy, now, n, false, true, &mut backoff);
+            let grant = verdict?;
+            // Take the group word, so that the mark committed below can only mean this `n`.
+            // AcqRel: Acquire pairs with the Release that gave it back (by the last group's
+            // finisher, or a request whose commit failed); Release orders this `n` before the
+            // commit, for helpers that load the mark. Failure is Relaxed: nothing is read.
+            if cas::compare_exchange(
+                &self.group,
+                NO_GROUP,
+                n,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_err()
+            {
+                // Another request for several is between its judgment and its commit (a
+                // committed group is finished by the next view). Let it run.
+                retries::record();
+                backoff.pause();
+                yield_now();
+                continue;
+            }
+            let mark = Entry::mark(grant.at);
+            // The commit: one compare-and-swap claims position `s` for the whole group. AcqRel,
+            // as a single claim's; failure is Relaxed (the retry starts from a fresh view).
+            match cas::compare_exchange(
+                self.slot(s),
+                word.0,
+                mark.0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.finish(Group {
+                        s,
+                        n,
+                        t: grant.at,
+                        mark,
+                    });
+                    return Ok((s + n - 1, grant));
+                }
+                Err(_) => {
+                    // Position `s` went to another request: nothing of this one is in the log.
+                    // Release: as the finisher's give-back.
+                    cas::store(&self.group, NO_GROUP, Ordering::Release);
+                    retries::record();
+                    backoff.pause();
+                }
+            }
         }
+    }
+
+    /// Admits `n` (`1..=N`) at reading `now`, all or none, or says when it could be.
+    pub(crate) fn acquire(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
+        let (last, first) = if n > 1 {
+            self.claim_group(policy, now, n)?
+        } else {
+            self.claim_one(policy, now)?
+        };
         // Admissions left at the effective time: the last N positions up to the last claimed, less
         // those still in the window. Counted from the ring as it is now: a racer's later claims
         // can only make entries look newer, so the count errs low, never high.
@@ -551,7 +823,7 @@ impl Log {
 
     /// The judgment of `n` (`0..=N`) admissions at reading `now`, writing nothing.
     pub(crate) fn peek(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
-        self.view(policy, now, 0, n, true, &mut Backoff::new())
+        self.view(policy, now, n, true, false, &mut Backoff::new())
             .verdict
             .map(Grant::admitted)
     }
@@ -671,7 +943,9 @@ impl Contract for SlidingWindowLogAlgorithm {
 /// An exact sliding window log: never more than N admissions in any window of length W.
 ///
 /// Its state is a ring of the last N admission times (`8 × N` bytes, at most [`MAX_LOG`] entries),
-/// claimed lock-free: an admission is one compare-and-swap on one slot, a denial only reads.
+/// claimed lock-free: an admission is one compare-and-swap on one slot, a denial only reads. A
+/// request for several is all or none: it commits with one compare-and-swap for all its positions,
+/// or is denied having consumed nothing.
 /// Generic over its [`Clock`](crate::Clock): [`MonotonicClock`] by default, [`ManualClock`](crate::ManualClock)
 /// for tests. See the [module docs](self) for the protocol and its guarantees.
 ///
@@ -731,6 +1005,8 @@ mod tests {
     use crate::clock::{Clock, ManualClock};
 
     const SEC: u64 = 1_000_000_000;
+    /// The latest time an entry records: readings are clamped at 2^62.
+    const TS_MAX: u64 = 1 << 62;
 
     fn policy(count: u64, window_ns: u64) -> Policy {
         let quota = Quota::per_period(count, std::time::Duration::from_nanos(window_ns)).unwrap();
@@ -752,6 +1028,20 @@ mod tests {
         // Fresh is lap -1: the parity of positions 3..6 of a log of 3, whose entries have ts >= W >= 1.
         assert!(Entry::FRESH.has_parity_of(3, 3) && !Entry::FRESH.has_parity_of(0, 3));
         assert_eq!(Entry::new(3, 3, 1 << 62).ts(), 1 << 62);
+    }
+
+    #[test]
+    fn marks_carry_every_time_and_are_never_entries() {
+        for t in [0, 1, 2, 3, TS_MAX - 1, TS_MAX, (1 << 61) + 1] {
+            let mark = Entry::mark(t);
+            assert!(mark.is_mark(), "{t}");
+            assert_eq!(mark.marked_ts(), t);
+            for p in [0, 1, 2, 3] {
+                assert!(!Entry::new(p, 2, t).is_mark(), "{p} {t}");
+            }
+        }
+        assert!(!Entry::FRESH.is_mark());
+        assert_ne!(Entry::mark(4), Entry::mark(5));
     }
 
     #[test]
@@ -967,8 +1257,12 @@ mod tests {
                 lost += r;
                 all.extend(c);
             }
-            // Partial claims of a denied pair stay in the log, so the log holds at least as many.
-            assert!(all.len() as u64 >= admitted);
+            // Every position claimed was reported as an admission: a denied pair claimed nothing.
+            assert_eq!(
+                all.len() as u64,
+                admitted,
+                "positions claimed vs admissions reported"
+            );
             assert_eq!(all.len() as u64, log.state.head());
             check_full_log(all, count, window);
             if lost > 0 {
