@@ -89,7 +89,7 @@ impl<A: WindowAlgorithm> Direct<A, MonotonicClock> {
     /// or initial fill other than its count; [`QuotaError::WindowTooLong`] for a period over
     /// 2^62 ns; [`QuotaError::WindowCountTooLarge`] when the count does not fit the window's word
     /// (the counters' tables give the largest count for each window length);
-    /// [`QuotaError::LogTooLong`] for a log longer than [`MAX_LOG`](sliding_log::MAX_LOG).
+    /// [`QuotaError::LogTooLong`] for a log longer than [`MAX_LOG`].
     ///
     /// # Examples
     ///
