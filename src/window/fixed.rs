@@ -164,80 +164,12 @@ impl Policy {
         )
     }
 
-    /// Takes `n` (`1 <= n <= N`) at `now`.
-    #[inline]
-    pub(crate) fn decide(&self, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
-        let view = self.view(word, now);
-        // count <= N and n <= N < 2^63: no overflow.
-        let after = view.count + n;
-        if after <= self.limit {
-            Step::Write(
-                Word::new(view.index, after, self.count_bits).0,
-                Admitted::new(
-                    self.limit - after,
-                    1,
-                    Span::from_nanos(self.until_window_end(view)),
-                ),
-            )
-        } else {
-            Step::Refuse(self.denied(view))
-        }
-    }
-
     /// The denial of a request that does not fit in the view's window: it fits at the next window's
     /// start, since `n <= N`.
     #[cold]
     fn denied(&self, view: View) -> Denied {
         let wait = Span::from_nanos(self.until_window_end(view));
         Denied::new(view.now, wait, self.limit - view.count, 1, wait)
-    }
-
-    /// The answer to a request for nothing.
-    pub(crate) fn query(&self, word: u64, now: Nanos) -> Admitted {
-        let view = self.view(word, now);
-        let reset = if view.count == 0 {
-            0
-        } else {
-            self.until_window_end(view)
-        };
-        Admitted::new(self.limit - view.count, 1, Span::from_nanos(reset))
-    }
-
-    /// `Ok(true)` for a request to decide, `Ok(false)` for a query (`n = 0`).
-    pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
-        if n > self.limit {
-            Err(InsufficientCapacity {
-                requested: n,
-                capacity: self.limit,
-            })
-        } else {
-            Ok(n > 0)
-        }
-    }
-
-    /// Admissions left in the window of `now`, seen from `word`.
-    pub(crate) fn remaining(&self, word: u64, now: Nanos) -> u64 {
-        self.limit - self.view(word, now).count
-    }
-
-    /// The word of a key a keyed limiter creates afresh, "fresh as of `fresh`": at readings in
-    /// `fresh`'s window or later it reads as a new window (count 0), exactly like a word that has
-    /// never admitted anything; at earlier readings it reads as the full window just before, so it
-    /// admits nothing there. A key forgotten at any reading up to `fresh` held a word that admits no
-    /// more than this at every reading (it was expired, its window before the forgetting reading's),
-    /// so forgetting it and creating this never admits more than keeping it would have.
-    /// In window 0 there is no earlier window, and no expired word to dominate: the zero word.
-    pub(crate) fn fresh_word(&self, fresh: Nanos) -> u64 {
-        match self.grid.locate(fresh).0.checked_sub(1) {
-            Some(before) => Word::new(before, self.limit, self.count_bits).0,
-            None => 0,
-        }
-    }
-
-    /// Whether `word`'s window is over at `now`: from `now` on it reads as a new window, exactly
-    /// as [`Policy::fresh_word`] of `now` does.
-    pub(crate) fn is_expired(&self, word: u64, now: Nanos) -> bool {
-        Word(word).index(self.count_bits) < self.grid.locate(now).0
     }
 }
 
@@ -272,9 +204,16 @@ impl OneWord for FixedWindowAlgorithm {
         now
     }
 
-    #[inline]
+    /// `Ok(true)` for a request to decide, `Ok(false)` for a query (`n = 0`).
     fn check_n(policy: &Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.check_n(n)
+        if n > policy.limit {
+            Err(InsufficientCapacity {
+                requested: n,
+                capacity: policy.limit,
+            })
+        } else {
+            Ok(n > 0)
+        }
     }
 
     fn initial_word(_: &Policy, _: &Quota, _: Nanos) -> u64 {
@@ -283,25 +222,60 @@ impl OneWord for FixedWindowAlgorithm {
         0
     }
 
-    fn fresh_word(policy: &Policy, at: Nanos) -> u64 {
-        policy.fresh_word(at)
+    /// The word of a key a keyed limiter creates afresh, "fresh as of `fresh`": at readings in
+    /// `fresh`'s window or later it reads as a new window (count 0), exactly like a word that has
+    /// never admitted anything; at earlier readings it reads as the full window just before, so it
+    /// admits nothing there. A key forgotten at any reading up to `fresh` held a word that admits no
+    /// more than this at every reading (it was expired, its window before the forgetting reading's),
+    /// so forgetting it and creating this never admits more than keeping it would have.
+    /// In window 0 there is no earlier window, and no expired word to dominate: the zero word.
+    fn fresh_word(policy: &Policy, fresh: Nanos) -> u64 {
+        match policy.grid.locate(fresh).0.checked_sub(1) {
+            Some(before) => Word::new(before, policy.limit, policy.count_bits).0,
+            None => 0,
+        }
     }
 
+    /// Whether `word`'s window is over at `now`: from `now` on it reads as a new window, exactly
+    /// as the fresh word of `now` does.
     fn is_fresh(policy: &Policy, word: u64, now: Nanos) -> bool {
-        policy.is_expired(word, now)
+        Word(word).index(policy.count_bits) < policy.grid.locate(now).0
     }
 
+    /// Takes `n` (`1 <= n <= N`) at `now`.
     #[inline]
     fn decide(policy: &Policy, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
-        policy.decide(word, now, n)
+        let view = policy.view(word, now);
+        // count <= N and n <= N < 2^63: no overflow.
+        let after = view.count + n;
+        if after <= policy.limit {
+            Step::Write(
+                Word::new(view.index, after, policy.count_bits).0,
+                Admitted::new(
+                    policy.limit - after,
+                    1,
+                    Span::from_nanos(policy.until_window_end(view)),
+                ),
+            )
+        } else {
+            Step::Refuse(policy.denied(view))
+        }
     }
 
+    /// The answer to a request for nothing.
     fn query(policy: &Policy, word: u64, now: Nanos) -> Admitted {
-        policy.query(word, now)
+        let view = policy.view(word, now);
+        let reset = if view.count == 0 {
+            0
+        } else {
+            policy.until_window_end(view)
+        };
+        Admitted::new(policy.limit - view.count, 1, Span::from_nanos(reset))
     }
 
+    /// Admissions left in the window of `now`, seen from `word`.
     fn remaining(policy: &Policy, word: u64, now: Nanos) -> u64 {
-        policy.remaining(word, now)
+        policy.limit - policy.view(word, now).count
     }
 
     fn debug_word(policy: &Policy, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
@@ -380,7 +354,7 @@ mod tests {
     }
 
     fn admit(policy: &Policy, word: u64, now: u64, n: u64) -> Option<u64> {
-        match policy.decide(word, Nanos::new(now), n) {
+        match FixedWindowAlgorithm::decide(policy, word, Nanos::new(now), n) {
             Step::Write(new, _) => Some(new),
             Step::Keep(_) | Step::Refuse(_) => None,
         }
@@ -403,7 +377,7 @@ mod tests {
         let w = admit(&p, 0, 250, 2).expect("fits");
         // Window 1's reading after window 2 was counted: still window 2, full.
         assert_eq!(admit(&p, w, 150, 1), None);
-        match p.decide(w, Nanos::new(150), 1) {
+        match FixedWindowAlgorithm::decide(&p, w, Nanos::new(150), 1) {
             Step::Refuse(denied) => {
                 // Window 2 ends at 300.
                 assert_eq!(denied.retry_at(), Nanos::new(300));

@@ -439,68 +439,6 @@ impl Policy {
     }
 
     // --- the one-word counter ----------------------------------------------------------------
-
-    /// The one-word counter's decision (`k = 1`): `n` (`0..=N`) at `r` on `word`.
-    #[inline]
-    pub(crate) fn decide(&self, word: u64, r: Reading, n: u64) -> Step<Admitted, Denied> {
-        let (i, prev, cur) = self.unpack(word);
-        // The word holds the previous window's count itself; older windows count 0.
-        let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
-        match self.weigh((i, 0, cur), r, n, history) {
-            // With k = 1 the view's oldest count is the new previous window's.
-            Some(Ok((v, answer))) if n > 0 => {
-                Step::Write(self.pack(v.at.index, v.oldest, v.cur), answer)
-            }
-            Some(Ok((_, answer))) => Step::Keep(answer),
-            Some(Err(denied)) => Step::Refuse(denied),
-            // The history closure above never reports a stale view; refuse rather than admit
-            // uncounted if it ever did.
-            None => Step::Refuse(Denied::new(
-                r.ns,
-                Span::from_nanos(0),
-                0,
-                1,
-                Span::from_nanos(0),
-            )),
-        }
-    }
-
-    /// What a request for nothing reports at `r` for the one-word counter.
-    pub(crate) fn query(&self, word: u64, r: Reading) -> Admitted {
-        match self.decide(word, r, 0) {
-            Step::Keep(a) | Step::Write(_, a) => a,
-            // A request for nothing is always answered with an admission (`weigh` admits
-            // `n = 0`); were it ever refused, nothing is left.
-            Step::Refuse(_) => Admitted::new(0, 1, Span::from_nanos(0)),
-        }
-    }
-
-    /// `⌊N − estimate⌋` at `r` for the one-word counter.
-    pub(crate) fn remaining(&self, word: u64, r: Reading) -> u64 {
-        self.query(word, r).remaining()
-    }
-
-    /// The one-word counter's word of a key a keyed limiter creates afresh, "fresh as of
-    /// `fresh`": from `fresh`'s window `j` on it reads as empty (both windows counted are later
-    /// than its own), exactly like a word that has never admitted anything; before `j` it reads
-    /// as window `j − 2` full and window `j − 1` weighted by a full `j − 2`, so it admits nothing
-    /// in `j − 2` or earlier and no more than any expired word in `j − 1`. A key forgotten at any
-    /// reading up to `fresh` held an expired word (its window two or more before the forgetting
-    /// reading's, see [`Policy::is_expired`]), which admits no more than this at every reading, so
-    /// forgetting never admits more than keeping would have. Below window 2 no word can have
-    /// expired: the zero word.
-    pub(crate) fn fresh_word(&self, fresh: Nanos) -> u64 {
-        match self.read(fresh).index.checked_sub(2) {
-            Some(before) => self.pack(before, self.limit, self.limit),
-            None => 0,
-        }
-    }
-
-    /// Whether the one-word counter's `word` no longer counts at `r` or later: both its windows
-    /// have left, so it reads exactly as [`Policy::fresh_word`] of `r` does.
-    pub(crate) fn is_expired(&self, word: u64, r: Reading) -> bool {
-        self.unpack(word).0.saturating_add(2) <= r.index
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -550,25 +488,66 @@ impl OneWord for SlidingWindowCounterAlgorithm {
         0
     }
 
-    fn fresh_word(policy: &Policy, at: Nanos) -> u64 {
-        policy.fresh_word(at)
+    /// The one-word counter's word of a key a keyed limiter creates afresh, "fresh as of
+    /// `fresh`": from `fresh`'s window `j` on it reads as empty (both windows counted are later
+    /// than its own), exactly like a word that has never admitted anything; before `j` it reads
+    /// as window `j − 2` full and window `j − 1` weighted by a full `j − 2`, so it admits nothing
+    /// in `j − 2` or earlier and no more than any expired word in `j − 1`. A key forgotten at any
+    /// reading up to `fresh` held an expired word (its window two or more before the forgetting
+    /// reading's, see `is_fresh`), which admits no more than this at every reading, so
+    /// forgetting never admits more than keeping would have. Below window 2 no word can have
+    /// expired: the zero word.
+    fn fresh_word(policy: &Policy, fresh: Nanos) -> u64 {
+        match policy.read(fresh).index.checked_sub(2) {
+            Some(before) => policy.pack(before, policy.limit, policy.limit),
+            None => 0,
+        }
     }
 
-    fn is_fresh(policy: &Policy, word: u64, now: Reading) -> bool {
-        policy.is_expired(word, now)
+    /// Whether the one-word counter's `word` no longer counts at `r` or later: both its windows
+    /// have left, so it reads exactly as the fresh word of `r` does.
+    fn is_fresh(policy: &Policy, word: u64, r: Reading) -> bool {
+        policy.unpack(word).0.saturating_add(2) <= r.index
     }
 
+    /// The one-word counter's decision (`k = 1`): `n` (`0..=N`) at `r` on `word`.
     #[inline]
-    fn decide(policy: &Policy, word: u64, now: Reading, n: u64) -> Step<Admitted, Denied> {
-        policy.decide(word, now, n)
+    fn decide(policy: &Policy, word: u64, r: Reading, n: u64) -> Step<Admitted, Denied> {
+        let (i, prev, cur) = policy.unpack(word);
+        // The word holds the previous window's count itself; older windows count 0.
+        let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
+        match policy.weigh((i, 0, cur), r, n, history) {
+            // With k = 1 the view's oldest count is the new previous window's.
+            Some(Ok((v, answer))) if n > 0 => {
+                Step::Write(policy.pack(v.at.index, v.oldest, v.cur), answer)
+            }
+            Some(Ok((_, answer))) => Step::Keep(answer),
+            Some(Err(denied)) => Step::Refuse(denied),
+            // The history closure above never reports a stale view; refuse rather than admit
+            // uncounted if it ever did.
+            None => Step::Refuse(Denied::new(
+                r.ns,
+                Span::from_nanos(0),
+                0,
+                1,
+                Span::from_nanos(0),
+            )),
+        }
     }
 
-    fn query(policy: &Policy, word: u64, now: Reading) -> Admitted {
-        policy.query(word, now)
+    /// What a request for nothing reports at `r` for the one-word counter.
+    fn query(policy: &Policy, word: u64, r: Reading) -> Admitted {
+        match Self::decide(policy, word, r, 0) {
+            Step::Keep(a) | Step::Write(_, a) => a,
+            // A request for nothing is always answered with an admission (`weigh` admits
+            // `n = 0`); were it ever refused, nothing is left.
+            Step::Refuse(_) => Admitted::new(0, 1, Span::from_nanos(0)),
+        }
     }
 
-    fn remaining(policy: &Policy, word: u64, now: Reading) -> u64 {
-        policy.remaining(word, now)
+    /// `⌊N − estimate⌋` at `r` for the one-word counter.
+    fn remaining(policy: &Policy, word: u64, r: Reading) -> u64 {
+        Self::query(policy, word, r).remaining()
     }
 
     fn debug_word(policy: &Policy, word: u64, f: &mut fmt::DebugStruct<'_, '_>) {
