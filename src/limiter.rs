@@ -61,7 +61,9 @@ use crate::quota::{Quota, QuotaError};
 
 /// One limit, whatever enforces it: what middleware and user code can be generic over.
 ///
-/// Object-safe: `&dyn Limiter` and `Arc<dyn Limiter>` work. The `_at` methods take a reading of
+/// Object-safe: `&dyn Limiter` and `Arc<dyn Limiter>` work, and `&L`, `Box<L>` and `Arc<L>` are
+/// limiters whenever `L` is (so `Arc<TokenBucket>` shared between tasks passes where an
+/// `L: Limiter` is asked for). The `_at` methods take a reading of
 /// the limiter's own clock (see [`Limiter::now`]); the others read the clock themselves.
 ///
 /// # Examples
@@ -143,7 +145,8 @@ pub trait Limiter: Send + Sync {
 ///
 /// `Q` is the key as callers pass it: a [`KeyedLimiter`] with keys of
 /// type `K` implements `KeyedLimit<Q>` for every `Q` that `K` borrows as (so a `String`-keyed
-/// limiter is a `KeyedLimit<str>`). Object-safe for a fixed `Q`.
+/// limiter is a `KeyedLimit<str>`). Object-safe for a fixed `Q`; `&L`, `Box<L>` and `Arc<L>` are
+/// keyed limits whenever `L` is.
 ///
 /// # Examples
 ///
@@ -508,6 +511,75 @@ impl<A: Algorithm, C> fmt::Debug for Direct<A, C> {
     }
 }
 
+/// [`Limiter`] through a pointer: `&L`, `Box<L>` and `Arc<L>` (for any `L: Limiter`, `dyn Limiter`
+/// included) are limiters too, so middleware generic over `L: Limiter` takes a shared limiter as
+/// it is.
+macro_rules! limiter_through_pointer {
+    ($($pointer:ty),*) => {$(
+        impl<L: Limiter + ?Sized> Limiter for $pointer {
+            #[inline]
+            fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
+                (**self).try_acquire_at(now)
+            }
+
+            #[inline]
+            fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+                (**self).try_acquire_n_at(n, now)
+            }
+
+            fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+                (**self).peek_n_at(n, now)
+            }
+
+            fn remaining_at(&self, now: Nanos) -> u64 {
+                (**self).remaining_at(now)
+            }
+
+            #[inline]
+            fn now(&self) -> Nanos {
+                (**self).now()
+            }
+
+            fn quota(&self) -> &Quota {
+                (**self).quota()
+            }
+        }
+    )*};
+}
+
+limiter_through_pointer!(&L, Box<L>, std::sync::Arc<L>);
+
+/// [`KeyedLimit`] through a pointer, as [`Limiter`] is.
+macro_rules! keyed_limit_through_pointer {
+    ($($pointer:ty),*) => {$(
+        impl<Q: ?Sized, L: KeyedLimit<Q> + ?Sized> KeyedLimit<Q> for $pointer {
+            #[inline]
+            fn check_key_n_at(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError> {
+                (**self).check_key_n_at(key, n, now)
+            }
+
+            fn peek_key_n_at(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError> {
+                (**self).peek_key_n_at(key, n, now)
+            }
+
+            fn remaining_key_at(&self, key: &Q, now: Nanos) -> u64 {
+                (**self).remaining_key_at(key, now)
+            }
+
+            #[inline]
+            fn now(&self) -> Nanos {
+                (**self).now()
+            }
+
+            fn quota(&self) -> &Quota {
+                (**self).quota()
+            }
+        }
+    )*};
+}
+
+keyed_limit_through_pointer!(&L, Box<L>, std::sync::Arc<L>);
+
 /// [`Limiter`] for a limiter with a protocol of its own, whose inherent methods already have the
 /// trait's shape: the trait's methods call them.
 macro_rules! limiter_from_inherent_methods {
@@ -720,5 +792,33 @@ mod tests {
         keyed_denials_write_nothing::<FixedWindowKeys>("fixed window");
         keyed_denials_write_nothing::<SlidingWindowCounterKeys>("sliding counter");
         keyed_denials_write_nothing::<SlidingWindowLogKeys>("sliding log");
+    }
+
+    /// Admits once through whatever limiter it is given.
+    fn admit_once<L: Limiter>(limiter: L) -> bool {
+        limiter.try_acquire().is_ok()
+    }
+
+    #[test]
+    fn pointers_to_limiters_are_limiters() {
+        let q = Quota::per_second(2).unwrap();
+        let bucket = std::sync::Arc::new(TokenBucket::with_clock(q, ManualClock::new()));
+        assert!(admit_once(&*bucket));
+        assert!(admit_once(std::sync::Arc::clone(&bucket)));
+        assert!(!admit_once(&bucket));
+        let boxed: Box<dyn Limiter> = Box::new(TokenBucket::with_clock(q, ManualClock::new()));
+        assert!(admit_once(&boxed));
+        assert_eq!(boxed.remaining(), 1);
+        assert!(admit_once(boxed));
+
+        let keyed: std::sync::Arc<KeyedLimiter<String, TokenBucketKeys, _>> = std::sync::Arc::new(
+            KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), ManualClock::new()),
+        );
+        fn gate<L: KeyedLimit<str>>(limits: &L, key: &str) -> bool {
+            limits.check_key(key).is_ok()
+        }
+        assert!(gate(&keyed, "a"));
+        assert!(!gate(&std::sync::Arc::clone(&keyed), "a"));
+        assert_eq!(KeyedLimit::<str>::remaining_key(&keyed, "b"), 1);
     }
 }
