@@ -60,6 +60,12 @@
 //! algorithm cannot enforce (the windows, the leaky queue); the token bucket, the sharded bucket
 //! and the leaky meter enforce every quota. See [`limiter`] for the rule.
 //!
+//! The limits a constructor checks are module-level constants, each beside the limiter it bounds:
+//! [`sharded::MAX_SHARDS`], [`window::MAX_LOG`], [`window::MAX_SUB_WINDOWS`],
+//! [`leaky::MAX_QUEUE_CAPACITY`]. The error enums that will grow as backends join
+//! ([`AcquireError`], [`keyed::KeyedError`], the queue's [`leaky::TrySendError`] and
+//! [`leaky::SendTimeoutError`]) are `#[non_exhaustive]`: match them with a wildcard arm.
+//!
 //! # Design rules every limiter follows
 //!
 //! - **Policy + state + time.** Constants derived once from the [`Quota`]; per-limiter state in

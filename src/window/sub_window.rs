@@ -678,12 +678,16 @@ mod tests {
     /// proven by observed retries; then moving readings: never more than N per window touched.
     #[test]
     fn stress_real_threads_conserve_counts_and_do_contend() {
-        let n = 16_000;
-        let quota = Quota::per_second(n).unwrap();
         for k in [1, 4] {
+            // Retries happen only among admissions (denials write nothing), so each attempt
+            // doubles the count admitted as well as the requests: on a loaded machine whose threads
+            // rarely overlap, more writes are what give them the chance to collide.
+            let mut n = 16_000;
             let mut per_thread = 8_000;
             let mut contended = false;
             for _attempt in 0..6 {
+                // An hour's window holds every count tried (up to 512 000).
+                let quota = Quota::per_hour(n).unwrap();
                 let one = std::sync::Arc::new(
                     SlidingWindowCounter::with_clock(quota, ManualClock::new()).unwrap(),
                 );
@@ -703,6 +707,7 @@ mod tests {
                     break;
                 }
                 per_thread *= 2;
+                n *= 2;
             }
             assert!(
                 contended,
