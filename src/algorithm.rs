@@ -41,7 +41,18 @@
 //! `Step` (write this word and admit, admit without a write, or refuse), and the
 //! rest of the contract follows from it once, here: the decision runs in the crate's one
 //! compare-and-swap loop (`cas::update`), denials and peeks only read, and a key the keyed
-//! limiter does not hold is decided on without being built.
+//! limiter does not hold is decided on without being built. The token bucket and the leaky meter
+//! go one step further: both store the GCRA's theoretical arrival time, so they share one core
+//! (`src/gcra.rs`) and differ only in their decision.
+//!
+//! # Adding an algorithm
+//!
+//! Write its policy, its state and its decision in its own file and implement `OneWord` (or, for a
+//! state of several words, the whole contract) on a new marker; make the limiter a type alias of
+//! [`Direct`](crate::Direct) with the constructors its quota rules call for. The facade, the
+//! [`Limiter`](crate::Limiter) trait, the keyed limiter (with lossless eviction, from `fresh_word`
+//! and `is_fresh`) and tiers then come with it; its own tests, reference model, fuzz target, loom
+//! model and bench rows remain to be written.
 
 pub use crate::leaky::meter::LeakyMeterAlgorithm;
 pub use crate::token_bucket::TokenBucketAlgorithm;
