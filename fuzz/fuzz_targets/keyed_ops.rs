@@ -9,17 +9,9 @@
 
 #![no_main]
 
-#[path = "../../tests/support/reference.rs"]
-#[allow(dead_code)] // a keyed limiter has no refund: the model's is unused here
-mod reference;
-
-#[path = "../../tests/support/keyed_driver.rs"]
-mod keyed_driver;
-
-#[path = "../../tests/support/keyed_pair.rs"]
-mod keyed_pair;
-
 use std::time::Duration;
+use testkit::driver::keyed as keyed_driver;
+use testkit::driver::keyed_pair;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;

@@ -10,26 +10,12 @@
 
 #![no_main]
 
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)] // the meter driver uses its quota specs and comparison helpers only
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "shared_input.rs"]
-mod shared_input;
-
-#[path = "../../tests/support/meter_reference.rs"]
-mod meter_reference;
-
-#[path = "../../tests/support/meter_driver.rs"]
-mod meter_driver;
-
-#[path = "../../tests/support/queue_driver.rs"]
-mod queue_driver;
-
 use std::time::Duration;
+use testkit::driver::bucket as bucket_driver;
+use testkit::driver::meter as meter_driver;
+use testkit::driver::queue as queue_driver;
+use testkit::fuzz_input as shared_input;
+use testkit::reference::bucket as reference;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;

@@ -7,24 +7,11 @@
 
 #![no_main]
 
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)] // the sharded driver uses its quota specs, quota check and comparison helpers only
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "shared_input.rs"]
-mod shared_input;
-
-#[path = "../../tests/support/sharded_reference.rs"]
-mod sharded_reference;
-
-#[path = "../../tests/support/sharded_driver.rs"]
-mod sharded_driver;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::driver::bucket as bucket_driver;
+use testkit::driver::sharded as sharded_driver;
+use testkit::fuzz_input as shared_input;
 
 use bucket_driver::QuotaSpec;
 use sharded_driver::{run, Caller, ShardOp};

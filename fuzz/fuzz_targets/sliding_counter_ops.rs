@@ -8,26 +8,10 @@
 
 #![no_main]
 
-#[allow(dead_code)] // shared_input needs it; this target uses none of it directly
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)] // shared_input needs its types; this target uses none of it directly
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[allow(dead_code)] // this target uses the count and period generators only
-#[path = "shared_input.rs"]
-mod shared_input;
-
-#[path = "../../tests/support/counter_reference.rs"]
-mod counter_reference;
-
-#[path = "../../tests/support/counter_driver.rs"]
-mod counter_driver;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::driver::counter as counter_driver;
+use testkit::fuzz_input as shared_input;
 
 use counter_driver::{run, Amount, Op, Spec, Step};
 

@@ -7,27 +7,11 @@
 
 #![no_main]
 
-// `shared_input` names these two; this target uses only its period generator.
-#[allow(dead_code)]
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)]
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[allow(dead_code)]
-#[path = "shared_input.rs"]
-mod shared_input;
-
-#[path = "../../tests/support/log_reference.rs"]
-mod log_reference;
-
-#[path = "../../tests/support/log_driver.rs"]
-mod log_driver;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::driver::log as log_driver;
+use testkit::fuzz_input as shared_input;
+use testkit::reference::log as log_reference;
 
 use log_driver::{run, LogAmount, LogOp, LogSpec, LogStep};
 use log_reference::MAX_LOG;

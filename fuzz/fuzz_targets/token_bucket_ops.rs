@@ -6,17 +6,11 @@
 
 #![no_main]
 
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "shared_input.rs"]
-mod shared_input;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::driver::bucket as bucket_driver;
+use testkit::fuzz_input as shared_input;
+use testkit::reference::bucket as reference;
 
 use bucket_driver::{check_window, run, Amount, Op, QuotaSpec};
 use shared_input::{amount, max_capacity, quota_spec, step};

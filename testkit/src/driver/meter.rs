@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use tollgate::{leaky::LeakyMeter, AcquireError, Clock, ManualClock, Nanos, Scheduled};
 
-use crate::bucket_driver::{
-    check_quota, observe, observe_one, representable, Amount, QuotaSpec, Step, YEAR_NS,
-};
-use crate::meter_reference::{RefMeter, RefSchedule};
+use crate::consts::YEAR_NS;
+use crate::driver::bucket::{check_quota, Amount, QuotaSpec, Step};
+use crate::driver::limiter::{check, Call};
+use crate::reference::meter::{RefMeter, RefSchedule};
 
 /// One operation on the meter. `clock: true` uses the method that reads the meter's clock,
 /// `false` the `_at` form with the same reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MeterOp {
+pub enum MeterOp {
     /// `try_schedule_n(_at)`.
     Schedule {
         /// Places asked for.
@@ -67,7 +67,7 @@ pub(crate) enum MeterOp {
 }
 
 /// The crate's answer to `try_schedule_n` and `peek_schedule_n`, in the model's terms.
-pub(crate) fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSchedule {
+pub fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSchedule {
     match result {
         Ok(s) => RefSchedule::Scheduled {
             delay_ns: s.delay().as_nanos(),
@@ -92,7 +92,7 @@ pub(crate) fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSc
 }
 
 /// The model's answer as the crate can report it: durations stop at `Duration::MAX`.
-pub(crate) fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
+pub fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
     let max = Duration::MAX.as_nanos();
     match outcome {
         RefSchedule::Scheduled {
@@ -125,7 +125,7 @@ pub(crate) fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
 
 /// Runs `ops` on a meter for `spec` whose clock starts at `start`, comparing every answer, and the
 /// free places after every operation, with the model.
-pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
+pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
     let Some((quota, policy, initial)) = check_quota(spec) else {
         return;
     };
@@ -185,41 +185,18 @@ pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
                 );
             }
             MeterOp::Acquire { n, clock: read } => {
-                let n = n.resolve(capacity);
-                let got = if read {
-                    meter.try_acquire_n(n)
-                } else {
-                    meter.try_acquire_n_at(n, at)
-                };
-                let want = representable(model.acquire(n, now));
-                assert_eq!(observe(got), want, "acquire {n}: {}", context());
+                let call = Call::Acquire(n.resolve(capacity));
+                check(&meter, &mut model, call, now, read, &context);
             }
             MeterOp::AcquireOne { clock: read } => {
-                let got = if read {
-                    meter.try_acquire()
-                } else {
-                    meter.try_acquire_at(at)
-                };
-                let want = representable(model.acquire(1, now));
-                assert_eq!(observe_one(got), want, "acquire one: {}", context());
+                check(&meter, &mut model, Call::AcquireOne, now, read, &context);
             }
             MeterOp::Peek { n, clock: read } => {
-                let n = n.resolve(capacity);
-                let got = if read {
-                    meter.peek_n(n)
-                } else {
-                    meter.peek_n_at(n, at)
-                };
-                let want = representable(model.peek(n, now));
-                assert_eq!(observe(got), want, "peek {n}: {}", context());
+                let call = Call::Peek(n.resolve(capacity));
+                check(&meter, &mut model, call, now, read, &context);
             }
             MeterOp::Remaining { clock: read } => {
-                let got = if read {
-                    meter.remaining()
-                } else {
-                    meter.remaining_at(at)
-                };
-                assert_eq!(got, model.remaining(now), "remaining: {}", context());
+                check(&meter, &mut model, Call::Remaining, now, read, &context);
             }
             MeterOp::Time(step) => {
                 let before = now;
@@ -268,7 +245,7 @@ fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
 /// (`I` in nanoseconds, rounded up to whole units) that never overlap, never start before their
 /// reading, and never end more than `C × I` after it (rounded up to a whole unit), so the virtual
 /// queue never holds more than `C`.
-pub(crate) fn check_departures(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount, bool)]) {
+pub fn check_departures(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount, bool)]) {
     let Some((quota, policy, _)) = check_quota(spec) else {
         return;
     };

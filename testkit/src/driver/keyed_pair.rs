@@ -17,15 +17,13 @@
 use tollgate::keyed::{Algorithm, KeyedError, KeyedLimiter};
 use tollgate::{ManualClock, Nanos, Quota};
 
-use crate::keyed_driver::{KeyedOp, MAX_OPS};
-
-/// Readings are clamped here by every limiter.
-const MAX_USABLE_NS: u64 = 1 << 62;
+use crate::consts::MAX_USABLE_NS;
+use crate::driver::keyed::{KeyedOp, MAX_OPS};
 
 /// Runs `ops` (at most [`MAX_OPS`]) from the reading `start` on two limiters of algorithm `A` for
 /// `quota`, asserting the rules in the file's docs. Answers how many keys the evicting one evicted,
 /// or `None` when `A` refuses the quota (for which `with_algorithm` must name a field).
-pub(crate) fn run_pair<A: Algorithm>(quota: Quota, start: u64, ops: &[KeyedOp]) -> Option<u64> {
+pub fn run_pair<A: Algorithm>(quota: Quota, start: u64, ops: &[KeyedOp]) -> Option<u64> {
     let evicting: KeyedLimiter<u8, A, ManualClock> =
         match KeyedLimiter::with_algorithm(quota, ManualClock::new()) {
             Ok(limiter) => limiter,

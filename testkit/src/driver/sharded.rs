@@ -10,15 +10,16 @@ use std::time::Duration;
 
 use tollgate::{sharded, AcquireError, Admitted, Clock, ManualClock, Nanos, ShardedBucket};
 
-use crate::bucket_driver::{
-    check_quota, observe, observe_one, representable, Amount, QuotaSpec, Step, YEAR_NS,
-};
-use crate::reference::{RefOutcome, MAX_USABLE_NS};
-use crate::sharded_reference::ShardedModel;
+use crate::consts::MAX_USABLE_NS;
+use crate::consts::YEAR_NS;
+use crate::driver::bucket::{check_quota, Amount, QuotaSpec, Step};
+use crate::outcome::{observe, observe_one};
+use crate::reference::sharded::ShardedModel;
+use crate::Outcome;
 
 /// Who calls: a home chosen by the caller (`_from`), or the calling thread's own slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Caller {
+pub enum Caller {
     /// `try_acquire_n_from` / `refund_from` with this home (any `usize`: it is masked).
     From(usize),
     /// The `_at` form: the thread's home, the reading passed in.
@@ -29,7 +30,7 @@ pub(crate) enum Caller {
 
 /// One operation on the limiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ShardOp {
+pub enum ShardOp {
     /// `try_acquire_n_from`, `try_acquire_n_at` or `try_acquire_n`.
     Acquire {
         /// Tokens asked for.
@@ -77,7 +78,7 @@ pub(crate) enum ShardOp {
 /// A 256-shard limiter with three tokens per shard: the thread takes one token from its home, then
 /// asks each shard in turn, as its home, for two. A full shard admits them from home and reports
 /// what that shard has left (one); the thread's home, holding two, reports none.
-pub(crate) fn thread_home() -> usize {
+pub fn thread_home() -> usize {
     std::thread_local! {
         static HOME: usize = discover_home();
     }
@@ -112,7 +113,7 @@ fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
 }
 
 /// Applies `step` to `clock`, whose reading is `now`; returns the new reading.
-pub(crate) fn apply_step(clock: &ManualClock, now: u64, step: Step, interval_ns: u64) -> u64 {
+pub fn apply_step(clock: &ManualClock, now: u64, step: Step, interval_ns: u64) -> u64 {
     let forward = |ns: u64| {
         clock.advance(Duration::from_nanos(ns));
         now.saturating_add(ns)
@@ -135,8 +136,8 @@ pub(crate) fn apply_step(clock: &ManualClock, now: u64, step: Step, interval_ns:
 }
 
 /// What the limiter answered: admitted or not.
-fn is_admitted(outcome: &RefOutcome) -> bool {
-    matches!(outcome, RefOutcome::Admitted { .. })
+fn is_admitted(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Admitted { .. })
 }
 
 /// Runs `ops` on a limiter for `spec` asked for `shards` shards (`None`: the default count) whose
@@ -156,7 +157,7 @@ fn is_admitted(outcome: &RefOutcome) -> bool {
 ///   `R = count / period` exactly and `t` from the construction reading to the latest reading
 ///   (clamped to 2^62 ns; readings behind the construction's only see fewer tokens), checked after
 ///   every operation.
-pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp]) {
+pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp]) {
     let Some((quota, policy, initial)) = check_quota(spec) else {
         return;
     };
@@ -183,7 +184,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
     };
     let period_ns = spec.rate.period().as_nanos();
     let mut model = ShardedModel::new(quota.count(), period_ns, policy, initial, wanted, start);
-    assert_eq!(limiter.shards(), model.len(), "shard count for {spec:?}");
+    assert_eq!(limiter.shards(), model.shards(), "shard count for {spec:?}");
     assert_eq!(limiter.quota(), &quota);
     let capacity = policy.capacity;
     let slot = thread_home();
@@ -212,7 +213,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 let got = observe(got);
                 assert_eq!(
                     got,
-                    representable(model.acquire(home, n, now)),
+                    model.acquire(home, n, now).representable(),
                     "acquire {n}: {}",
                     context()
                 );
@@ -229,7 +230,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 });
                 assert_eq!(
                     got,
-                    representable(model.acquire(slot, 1, now)),
+                    model.acquire(slot, 1, now).representable(),
                     "acquire one: {}",
                     context()
                 );
@@ -245,7 +246,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 };
                 assert_eq!(
                     observe(got),
-                    representable(model.peek(slot, n, now)),
+                    model.peek(slot, n, now).representable(),
                     "peek {n}: {}",
                     context()
                 );
@@ -256,13 +257,13 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 let taken = limiter.try_acquire_n_from(home, n, at);
                 assert_eq!(
                     observe(peeked),
-                    representable(model.peek(slot, n, now)),
+                    model.peek(slot, n, now).representable(),
                     "peek {n}: {}",
                     context()
                 );
                 assert_eq!(
                     observe(taken),
-                    representable(model.acquire(home, n, now)),
+                    model.acquire(home, n, now).representable(),
                     "acquire {n} after the peek: {}",
                     context()
                 );
@@ -335,7 +336,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
 /// A peek and an acquisition of the same `n` at the same reading, nothing in between: both admit
 /// or neither, two denials are identical, and what the acquisition leaves is at most what the peek
 /// said would be left.
-pub(crate) fn check_peek_agrees(
+pub fn check_peek_agrees(
     peeked: &Result<Admitted, AcquireError>,
     taken: &Result<Admitted, AcquireError>,
     context: &dyn Fn() -> String,
