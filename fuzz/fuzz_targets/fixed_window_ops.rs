@@ -1,6 +1,6 @@
 //! Arbitrary window quotas, alignments and operation sequences on a `FixedWindow`, every answer
-//! compared with the exact reference model to the nanosecond (the model and the driver are the
-//! files `tests/fixed_window_model.rs` uses; only the way inputs are generated differs).
+//! compared with the exact reference model to the nanosecond (the model and the driver are
+//! `testkit`'s, as for `tests/fixed_window_model.rs`; only the way inputs are generated differs).
 
 #![no_main]
 

@@ -4,8 +4,8 @@
 //! every other algorithm (leaky meter, fixed window, sliding counter, sliding log, a tiered window),
 //! the evicting limiter with one that never evicts.
 //!
-//! The model and the drivers are the files the proptests in `tests/keyed_model.rs` use; only the
-//! way inputs are generated differs.
+//! The model and the drivers are `testkit`'s, as for the proptests in `tests/keyed_model.rs`; only
+//! the way inputs are generated differs.
 
 #![no_main]
 

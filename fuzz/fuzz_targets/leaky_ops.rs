@@ -2,9 +2,9 @@
 //! exact reference model to the nanosecond.
 //!
 //! The input is a list of [`Sequence`]s, each for one kind of leaky limiter: the meter
-//! (`LeakyMeter` against `tests/support/meter_reference.rs`, through the same driver as the proptest
+//! (`LeakyMeter` against `testkit::reference::meter`, through the same driver as the proptest
 //! in `tests/leaky_meter_model.rs`, then the departure spacing check), or the queue (`LeakyReceiver` on
-//! a manual clock with three producers, through `tests/support/queue_driver.rs` as in
+//! a manual clock with three producers, through `testkit::driver::queue` as in
 //! `tests/leaky_queue_model.rs`: every ticket and release exact, a final receive loop at the end of
 //! time getting every item still waiting, the delivered sequence equal to the accepted one).
 

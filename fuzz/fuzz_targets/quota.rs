@@ -5,8 +5,7 @@
 
 #![no_main]
 
-// This target uses only the validation half of the model (interval and capacity ranges), not the
-// bucket, so the unused items are allowed here rather than in the shared file.
+// This target uses only the validation half of the bucket model (interval and capacity ranges).
 use std::time::Duration;
 use testkit::consts::MAX_USABLE_NS;
 use testkit::reference::bucket as reference;

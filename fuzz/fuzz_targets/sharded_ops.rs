@@ -2,7 +2,7 @@
 //! the caller's home shard chosen by the input, every answer compared with the exact sharded model
 //! and the limit `C + R × t` checked after every operation.
 //!
-//! The model and the driver are the same files the proptest in `tests/sharded_model.rs` uses; only
+//! The model and the driver are `testkit`'s, as for the proptest in `tests/sharded_model.rs`; only
 //! the way inputs are generated differs.
 
 #![no_main]

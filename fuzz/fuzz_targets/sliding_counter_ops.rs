@@ -2,8 +2,7 @@
 //! `SlidingWindowCounter` or a `SubWindowCounter`, every answer compared with the exact counter
 //! model to the nanosecond, and every denial's `retry_at` checked to be exact.
 //!
-//! The model and the driver are the same files the proptest in `tests/sliding_counter_model.rs`
-//! uses; only the way inputs are generated differs. Counts and periods come from the generators
+//! The model and the driver are `testkit`'s, as for the proptest in `tests/sliding_counter_model.rs`; only the way inputs are generated differs. Counts and periods come from the generators
 //! the bucket targets share.
 
 #![no_main]

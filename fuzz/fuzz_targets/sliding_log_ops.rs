@@ -1,8 +1,8 @@
 //! Arbitrary window quotas and operation sequences on a `SlidingWindowLog`, every answer compared
 //! with the exact reference model (a plain `Vec` of admission times) to the nanosecond.
 //!
-//! The model and the driver are the same files the proptest in `tests/sliding_log_model.rs` uses;
-//! only the way inputs are generated differs. Periods come from `shared_input.rs`, as for the
+//! The model and the driver are `testkit`'s, as for the proptest in `tests/sliding_log_model.rs`;
+//! only the way inputs are generated differs. Periods come from `testkit::fuzz_input`, as for the
 //! bucket targets; counts are mostly small, so that windows fill.
 
 #![no_main]

@@ -1,7 +1,7 @@
 //! Arbitrary quotas and operation sequences on a `TokenBucket`, every answer compared with the
 //! exact reference model to the nanosecond; then the rate bound over a window of readings.
 //!
-//! The model and the driver are the same files the proptest in `tests/token_bucket_model.rs` uses;
+//! The model and the driver are `testkit`'s, as for the proptest in `tests/token_bucket_model.rs`;
 //! only the way inputs are generated differs.
 
 #![no_main]

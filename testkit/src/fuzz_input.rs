@@ -1,5 +1,7 @@
 //! Input generation shared by the fuzz targets that drive limiters with quotas and operations
-//! (`token_bucket_ops`, `sharded_ops`): one way of choosing quotas, amounts and clock steps.
+//! (`token_bucket_ops`, `sharded_ops`, `leaky_ops`, and the periods of `sliding_counter_ops` and
+//! `sliding_log_ops`): one way of choosing quotas, amounts and clock steps from a fuzzer's bytes.
+//! Behind the `arbitrary` feature, which only the fuzz crate enables.
 
 use std::time::Duration;
 

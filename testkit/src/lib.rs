@@ -1,11 +1,11 @@
 //! tollgate's test kit: exact reference models of every algorithm, drivers that run the crate and a
 //! model through the same operations and compare every answer, and the input generators the
 //! property tests and the fuzz targets share. Not published; a workspace member used by
-//! `tests/` (a dev-dependency of tollgate) and `fuzz/` (an ordinary dependency).
+//! `tests/` and `benches/` (a dev-dependency of tollgate) and `fuzz/` (an ordinary dependency).
 //!
 //! # Layout
 //!
-//! - [`reference`]: the models, written from the documented semantics alone (no code is shared with
+//! - [`reference`](mod@reference): the models, written from the documented semantics alone (no code is shared with
 //!   the crate, so a bug cannot hide in both).
 //! - [`Outcome`]: the one answer type every model gives and every driver compares.
 //! - [`consts`]: the shared constants ([`consts::MAX_USABLE_NS`] is the crate's `Nanos::MAX_USABLE`).
@@ -13,6 +13,7 @@
 //!   specification, applies operations to both, and panics at the first difference.
 //! - [`strategies`]: proptest strategies for quotas, amounts and clock steps.
 //! - `fuzz_input` (feature `arbitrary`): the same inputs drawn from a fuzzer's bytes.
+//! - `bench` (feature `bench`): the benches' loads, baseline and timed loops.
 //!
 //! # Example
 //!
@@ -30,6 +31,8 @@
 //! bucket::run(&spec, 0, &ops);
 //! ```
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod consts;
 pub mod driver;
 #[cfg(feature = "arbitrary")]

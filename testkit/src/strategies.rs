@@ -1,8 +1,8 @@
 //! The proptest strategies the token bucket's and the leaky meter's model tests share: counts,
 //! periods, starting readings, request amounts, clock steps, and whether a call reads the clock.
 //!
-//! Included with `#[path]` as `mod bucket_strategies`, beside `mod bucket_driver`, whose `Amount`
-//! and `Step` these generate.
+//! They generate the bucket driver's [`Amount`] and [`Step`]; the fuzz targets draw the same kinds
+//! of input from bytes instead (`fuzz_input`, feature `arbitrary`).
 
 use std::time::Duration;
 

@@ -1,9 +1,10 @@
 //! Drives a [`TokenBucket`] and the reference model through the same operations and asserts that
 //! every answer is identical, to the nanosecond.
 //!
-//! Shared by `tests/token_bucket_model.rs` (proptest) and the fuzz crate's `token_bucket_ops` target
-//! (arbitrary): both include this file next to `reference.rs`, as `mod bucket_driver` and
-//! `mod reference` at their crate root. Each generates [`QuotaSpec`]s and [`Op`]s its own way.
+//! Used by `tests/token_bucket_model.rs` (proptest) and the fuzz crate's `token_bucket_ops` target
+//! (arbitrary); each generates [`QuotaSpec`]s and [`Op`]s its own way. The quota specs, amounts and
+//! clock steps here serve the meter and sharded drivers too; the calls any limiter answers go
+//! through [`crate::driver::limiter`], and refunds are this driver's own.
 
 use std::time::Duration;
 

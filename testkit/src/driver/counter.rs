@@ -2,9 +2,9 @@
 //! same operations and asserts that every answer is identical, to the nanosecond; after every
 //! denial it also checks that `retry_at` is exact (denied one nanosecond before, admitted at it).
 //!
-//! Shared by `tests/sliding_counter_model.rs` (proptest) and the fuzz crate's `sliding_counter_ops`
-//! target (arbitrary): both include this file next to `counter_reference.rs`, as
-//! `mod counter_driver` and `mod counter_reference` at their crate root.
+//! Used by `tests/sliding_counter_model.rs` (proptest) and the fuzz crate's `sliding_counter_ops`
+//! target (arbitrary). Both counters are driven as one `Box<dyn Limiter>`, through
+//! [`crate::driver::limiter`].
 
 use std::time::Duration;
 

@@ -10,8 +10,7 @@
 //!   an eviction) it may only be more restrictive, and from the first such difference on the two
 //!   are no longer compared with each other (their states differ), only with their references.
 //!
-//! Shared by `tests/keyed_model.rs` (proptest) and the fuzz crate's `keyed_ops` target: both include
-//! this file next to `reference.rs`, as `mod keyed_driver` and `mod reference` at their crate root.
+//! Used by `tests/keyed_model.rs` (proptest) and the fuzz crate's `keyed_ops` target.
 //!
 //! Runs are capped at [`MAX_OPS`] operations, fewer than the 256 new keys after which a keyed
 //! limiter sweeps on its own, so every eviction in a run is one the driver asked for.

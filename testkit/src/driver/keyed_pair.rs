@@ -10,9 +10,9 @@
 //!   records the floor, not the reading), so from the first such check on the two are no longer
 //!   compared.
 //!
-//! The token bucket has a finer check against exact reference models (`keyed_driver.rs`); this one
-//! needs no model, so it covers every algorithm. Shared by `tests/keyed_model.rs` and the fuzz
-//! crate's `keyed_ops` target, both of which include it beside `keyed_driver.rs`.
+//! The token bucket has a finer check against exact reference models ([`crate::driver::keyed`]); this
+//! one needs no model, so it covers every algorithm. Used by `tests/keyed_model.rs` and the fuzz
+//! crate's `keyed_ops` target.
 
 use tollgate::keyed::{Algorithm, KeyedError, KeyedLimiter};
 use tollgate::{ManualClock, Nanos, Quota};

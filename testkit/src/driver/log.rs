@@ -1,9 +1,8 @@
-//! Drives a [`SlidingWindowLog`] and the reference model (`log_reference.rs`) through the same
+//! Drives a [`SlidingWindowLog`] and the reference model ([`crate::reference::log`]) through the same
 //! operations and asserts that every answer is identical, to the nanosecond.
 //!
-//! Shared by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target
-//! (arbitrary): both include this file next to `log_reference.rs`, as `mod log_driver` and
-//! `mod log_reference` at their crate root. Each generates [`LogSpec`]s and [`LogOp`]s its own way.
+//! Used by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target
+//! (arbitrary); each generates [`LogSpec`]s and [`LogOp`]s its own way.
 
 use std::time::Duration;
 

@@ -1,10 +1,9 @@
-//! Drives a [`LeakyMeter`] and the reference model (`meter_reference.rs`) through the same
+//! Drives a [`LeakyMeter`] and the reference model ([`crate::reference::meter`]) through the same
 //! operations and asserts that every answer is identical, to the nanosecond.
 //!
-//! Shared by `tests/leaky_meter_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
-//! (arbitrary): both include this file next to `reference.rs`, `bucket_driver.rs` (quota specs,
-//! amounts, clock steps and the comparison helpers) and `meter_reference.rs`, as `mod meter_driver`
-//! etc. at their crate root.
+//! Used by `tests/leaky_meter_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
+//! (arbitrary), with the bucket driver's quota specs, amounts and clock steps. The strict calls go
+//! through [`crate::driver::limiter`]; scheduling is this driver's own.
 
 use std::time::Duration;
 

@@ -5,8 +5,8 @@
 //! drained, left over) equals the sequence accepted, and that a `try_recv_at(u64::MAX)` loop
 //! receives every accepted item still waiting, whatever the readings were (issue 11, defect c).
 //!
-//! Shared by `tests/leaky_queue_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
-//! (arbitrary), which include this file as `mod queue_driver` at their crate root and generate
+//! Used by `tests/leaky_queue_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
+//! (arbitrary), which generate
 //! [`QueueSpec`]s and [`QueueOp`]s their own way.
 //!
 //! The model is the documented pacing rule, written independently of the queue's internals: an

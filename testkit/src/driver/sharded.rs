@@ -1,10 +1,9 @@
-//! Drives a [`ShardedBucket`] from one thread and the sharded model (`sharded_reference.rs`) through
+//! Drives a [`ShardedBucket`] from one thread and the sharded model ([`crate::reference::sharded`]) through
 //! the same operations, each with the caller's home shard chosen per operation, and checks every
 //! answer and the documented bounds.
 //!
-//! Shared by `tests/sharded_model.rs` (proptest) and the fuzz crate's `sharded_ops` target
-//! (arbitrary): both include this file next to `reference.rs`, `bucket_driver.rs` and
-//! `sharded_reference.rs`, as `mod sharded_driver` etc. at their crate root.
+//! Used by `tests/sharded_model.rs` (proptest) and the fuzz crate's `sharded_ops` target
+//! (arbitrary), with the bucket driver's quota specs, amounts and clock steps.
 
 use std::time::Duration;
 

@@ -5,8 +5,7 @@
 //! computes everything in `i128`/`u128`, so no clamp, saturation or wrap-around of the crate's `u64`
 //! arithmetic is shared with it. Its answers must equal the crate's to the nanosecond.
 //!
-//! It depends on nothing but `std`: the fuzz crate includes this very file with
-//! `#[path = "../../tests/support/reference.rs"] mod reference;`.
+//! It depends on nothing of the crate: it answers in [`Outcome`]s, plain numbers.
 //!
 //! # The semantics modelled
 //!
@@ -18,7 +17,7 @@
 //!   may be negative (a reading earlier than one already applied).
 //! - Durations reported are `(units << k) - sub` nanoseconds, at least zero, exact in `u128`. (The
 //!   crate reports them as `Duration`s, which stop at `Duration::MAX`; the comparison in
-//!   `bucket_driver.rs` caps the model's values there, and only there.)
+//!   [`Outcome::representable`] caps the model's values there, and only there.)
 
 use std::cmp::min;
 
@@ -264,7 +263,7 @@ impl RefBucket {
     }
 }
 
-/// Read-only views of a model bucket's state, for the sharded model (`sharded_reference.rs`), which
+/// Read-only views of a model bucket's state, for the sharded model ([`crate::reference::sharded`]), which
 /// builds one `ShardedBucket` shard from each [`RefBucket`].
 impl RefBucket {
     /// The model's constants.

@@ -7,8 +7,7 @@
 //! search over the admission predicate rather than by solving it. Its answers must equal the
 //! crate's to the nanosecond.
 //!
-//! It depends on nothing but `std`: the fuzz crate includes this very file with
-//! `#[path = "../../tests/support/counter_reference.rs"] mod counter_reference;`.
+//! It depends on nothing of the crate: it answers in [`Outcome`]s, plain numbers.
 //!
 //! # The semantics modelled
 //!

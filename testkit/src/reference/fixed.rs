@@ -1,8 +1,8 @@
 //! An exact reference model of the fixed window, and a driver that runs a [`FixedWindow`] and the
 //! model through the same operations and asserts identical answers.
 //!
-//! Shared by `tests/fixed_window_model.rs` (proptest) and the fuzz crate's `fixed_window_ops`
-//! target (arbitrary), which include it as `mod fixed_reference` at their crate root.
+//! Used by `tests/fixed_window_model.rs` (proptest) and the fuzz crate's `fixed_window_ops`
+//! target (arbitrary). The calls any limiter answers go through [`crate::driver::limiter`].
 //!
 //! The model is written from the definition, not from the crate: a map from window number to count,
 //! windows numbered by floor division in `i128` from the alignment offset, and "time only moves

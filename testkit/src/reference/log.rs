@@ -2,8 +2,8 @@
 //! admission time ever recorded, in a plain `Vec`, and the rule "admit `n` at effective time `t'`
 //! iff the recorded times in `(t' - W, t']` number at most `N - n`".
 //!
-//! Shared by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target,
-//! which include it with `#[path]` as `mod log_reference` next to `log_driver.rs`.
+//! Used by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target,
+//! through [`crate::driver::log`].
 //!
 //! Arithmetic is in `u128`, so nothing here can overflow whatever the crate does.
 

@@ -8,8 +8,8 @@
 //! shares no clamp, saturation or wrap-around of the crate's `u64` arithmetic. Its answers must equal
 //! the crate's to the nanosecond.
 //!
-//! It depends on nothing but `std` and `reference.rs` (for the documented time units of a quota:
-//! [`RefPolicy`] and [`Reading`]); the fuzz crate includes it by path.
+//! It depends on nothing but the bucket model (for the documented time units of a quota:
+//! [`RefPolicy`] and [`Reading`]).
 //!
 //! # The semantics modelled (the meter's module docs)
 //!

@@ -1,9 +1,7 @@
 //! An exact model of tollgate's `ShardedBucket`, written from its documented semantics on top of the
-//! single-bucket model in `reference.rs`: one [`RefBucket`] per shard.
+//! single-bucket model in [`crate::reference::bucket`]: one [`RefBucket`] per shard.
 //!
-//! It depends on nothing but `std` and `reference.rs`: the fuzz crate includes this very file with
-//! `#[path = "../../tests/support/sharded_reference.rs"] mod sharded_reference;` next to
-//! `mod reference`.
+//! It depends on nothing but the bucket model.
 //!
 //! # The semantics modelled
 //!
