@@ -36,6 +36,7 @@ use reference::{RefBucket, RefPolicy};
 use sharded_driver::{run, Caller, ShardOp};
 use sharded_reference::ShardedModel;
 use testkit::consts::YEAR_NS;
+use testkit::strategies::{fraction, start};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -73,11 +74,6 @@ fn rate() -> impl Strategy<Value = Rate> {
         2 => count().prop_map(Rate::Day),
         3 => (count(), period()).prop_map(|(n, p)| Rate::Period(n, p)),
     ]
-}
-
-/// `x × a / 65535`.
-fn fraction(x: u64, a: u16) -> u64 {
-    u64::try_from(u128::from(x) * u128::from(a) / u128::from(u16::MAX)).expect("at most x")
 }
 
 /// Mostly valid quotas: capacities from 1 (fewer than the shards) to the largest the rate allows
@@ -128,16 +124,6 @@ fn shards() -> impl Strategy<Value = Option<usize>> {
         1 => Just(Some(16usize)),
         1 => Just(Some(256usize)),
         1 => prop::sample::select(vec![0usize, 3, 6, 512, usize::MAX]).prop_map(Some),
-    ]
-}
-
-fn start() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(0u64),
-        4 => 0u64..=1_000_000_000_000_000,
-        1 => Just(1u64 << 62),
-        1 => Just(u64::MAX),
-        1 => any::<u64>(),
     ]
 }
 

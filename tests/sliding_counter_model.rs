@@ -5,6 +5,7 @@
 //! denial's `retry_at` must be exact.
 
 use proptest::prelude::*;
+use testkit::consts::MAX_USABLE_NS;
 use testkit::driver::counter as counter_driver;
 use testkit::reference::counter as counter_reference;
 use testkit::Outcome;
@@ -29,7 +30,7 @@ fn sub_length() -> impl Strategy<Value = u64> {
         2 => 1u64..=1_000_000,
         2 => Just(1_000_000_000u64),
         1 => Just(60_000_000_000u64),
-        1 => 1u64..=(1u64 << 62) / 8,
+        1 => 1u64..=MAX_USABLE_NS / 8,
     ]
 }
 

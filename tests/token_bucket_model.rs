@@ -16,7 +16,7 @@ use tollgate::{AcquireError, InsufficientCapacity, ManualClock, Nanos, Quota, To
 
 use bucket_driver::{check_quota, check_window, run, Amount, Op, QuotaSpec, Rate, Step};
 use reference::{RefBucket, RefPolicy};
-use testkit::consts::YEAR_NS;
+use testkit::consts::{MAX_USABLE_NS, YEAR_NS};
 
 // ---------------------------------------------------------------------------------------------
 // Strategies
@@ -393,7 +393,7 @@ fn readings_beyond_max_usable_are_clamped() {
         Quota::per_second(10).unwrap().with_initial(0).unwrap(),
         ManualClock::starting_at(Nanos::new(u64::MAX)),
     );
-    let want = denied(100_000_000, (1 << 62) + 100_000_000, 0, 1_000_000_000);
+    let want = denied(100_000_000, MAX_USABLE_NS + 100_000_000, 0, 1_000_000_000);
     assert_eq!(model.acquire(1, u64::MAX), want);
     assert_eq!(testkit::outcome::observe_one(bucket.try_acquire()), want);
     assert_eq!(bucket.remaining_at(Nanos::new(u64::MAX)), 0);

@@ -9,6 +9,7 @@
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::consts::MAX_USABLE_NS;
 use testkit::driver::counter as counter_driver;
 use testkit::fuzz_input as shared_input;
 
@@ -37,7 +38,7 @@ fn spec(u: &mut Unstructured<'_>) -> Result<Spec> {
         // A whole number of sub-windows, short or long.
         0 => u.int_in_range(1..=1_000_000u64)?.saturating_mul(k.max(1)),
         1 => u
-            .int_in_range(1..=(1u64 << 62) / 1024)?
+            .int_in_range(1..=MAX_USABLE_NS / 1024)?
             .saturating_mul(k.max(1)),
         // Anything the generators of the other targets produce.
         _ => u64::try_from(shared_input::period(u)?.as_nanos()).unwrap_or(u64::MAX),

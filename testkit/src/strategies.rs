@@ -1,4 +1,5 @@
-//! The proptest strategies the token bucket's and the leaky meter's model tests share: counts,
+//! The proptest strategies the token bucket's, the leaky meter's and (in part) the sharded bucket's
+//! model tests share: counts,
 //! periods, starting readings, request amounts, clock steps, and whether a call reads the clock.
 //!
 //! They generate the bucket driver's [`Amount`] and [`Step`]; the fuzz targets draw the same kinds
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::consts::YEAR_NS;
+use crate::consts::{MAX_USABLE_NS, YEAR_NS};
 use crate::driver::bucket::{Amount, Step};
 
 /// Counts from 1 to 10^9, weighted towards the small and the awkward (3, 7: periods that do not
@@ -40,12 +41,13 @@ pub fn fraction(x: u64, a: u16) -> u64 {
     u64::try_from(u128::from(x) * u128::from(a) / u128::from(u16::MAX)).expect("at most x")
 }
 
-/// Clock readings to start from: the epoch, ordinary ones, the clamp at 2^62 and beyond.
+/// Clock readings to start from: the epoch, ordinary ones, the clamp at [`MAX_USABLE_NS`] and
+/// beyond.
 pub fn start() -> impl Strategy<Value = u64> {
     prop_oneof![
         3 => Just(0u64),
         4 => 0u64..=1_000_000_000_000_000,
-        1 => Just(1u64 << 62),
+        1 => Just(MAX_USABLE_NS),
         1 => Just(u64::MAX),
         1 => any::<u64>(),
     ]

@@ -214,6 +214,39 @@ pub enum Step {
 }
 
 impl Step {
+    /// Applies the step to `clock`, whose reading is `now`, for a quota whose interval is
+    /// `interval_ns`; returns the new reading.
+    ///
+    /// ```
+    /// use testkit::driver::bucket::Step;
+    /// use tollgate::{Clock, ManualClock, Nanos};
+    /// let clock = ManualClock::new();
+    /// assert_eq!(Step::Intervals { num: 3, den: 2 }.apply(&clock, 0, 10), 15);
+    /// assert_eq!(Step::BackNanos(20).apply(&clock, 15, 10), 0);
+    /// assert_eq!(clock.now(), Nanos::new(0));
+    /// ```
+    pub fn apply(self, clock: &ManualClock, now: u64, interval_ns: u64) -> u64 {
+        let forward = |ns: u64| {
+            clock.advance(Duration::from_nanos(ns));
+            now.saturating_add(ns)
+        };
+        let set = |t: u64| {
+            clock.set(Nanos::new(t));
+            t
+        };
+        match self {
+            Step::Nanos(ns) => forward(ns),
+            Step::Intervals { num, den } => forward(Step::intervals(num, den, interval_ns)),
+            Step::Years(y) => forward(u64::from(y).saturating_mul(YEAR_NS)),
+            Step::ToMax => forward(u64::MAX),
+            Step::BackNanos(ns) => set(now.saturating_sub(ns)),
+            Step::BackIntervals { num, den } => {
+                set(now.saturating_sub(Step::intervals(num, den, interval_ns)))
+            }
+            Step::Set(t) => set(t),
+        }
+    }
+
     /// `num / den` intervals of `interval_ns`, in nanoseconds, saturating.
     fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
         let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
@@ -339,28 +372,7 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
                 model.refund(n, now);
             }
             Op::Time(step) => {
-                let before = now;
-                let forward = |ns: u64| {
-                    clock.advance(Duration::from_nanos(ns));
-                    before.saturating_add(ns)
-                };
-                let set = |t: u64| {
-                    clock.set(Nanos::new(t));
-                    t
-                };
-                now = match step {
-                    Step::Nanos(ns) => forward(ns),
-                    Step::Intervals { num, den } => {
-                        forward(Step::intervals(num, den, policy.interval_ns))
-                    }
-                    Step::Years(y) => forward(u64::from(y) * YEAR_NS),
-                    Step::ToMax => forward(u64::MAX),
-                    Step::BackNanos(ns) => set(now.saturating_sub(ns)),
-                    Step::BackIntervals { num, den } => {
-                        set(now.saturating_sub(Step::intervals(num, den, policy.interval_ns)))
-                    }
-                    Step::Set(t) => set(t),
-                };
+                now = step.apply(&clock, now, policy.interval_ns);
                 assert_eq!(
                     bucket.clock().now(),
                     Nanos::new(now),

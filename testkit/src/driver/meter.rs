@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tollgate::{leaky::LeakyMeter, AcquireError, Clock, ManualClock, Nanos, Scheduled};
 
-use crate::consts::YEAR_NS;
+use crate::consts::MAX_USABLE_NS;
 use crate::driver::bucket::{check_quota, Amount, QuotaSpec, Step};
 use crate::driver::limiter::{check, Call};
 use crate::reference::meter::{RefMeter, RefSchedule};
@@ -198,28 +198,7 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
                 check(&meter, &mut model, Call::Remaining, now, read, &context);
             }
             MeterOp::Time(step) => {
-                let before = now;
-                let forward = |ns: u64| {
-                    clock.advance(Duration::from_nanos(ns));
-                    before.saturating_add(ns)
-                };
-                let set = |t: u64| {
-                    clock.set(Nanos::new(t));
-                    t
-                };
-                now = match step {
-                    Step::Nanos(ns) => forward(ns),
-                    Step::Intervals { num, den } => {
-                        forward(intervals(num, den, policy.interval_ns))
-                    }
-                    Step::Years(y) => forward(u64::from(y) * YEAR_NS),
-                    Step::ToMax => forward(u64::MAX),
-                    Step::BackNanos(ns) => set(now.saturating_sub(ns)),
-                    Step::BackIntervals { num, den } => {
-                        set(now.saturating_sub(intervals(num, den, policy.interval_ns)))
-                    }
-                    Step::Set(t) => set(t),
-                };
+                now = step.apply(&clock, now, policy.interval_ns);
                 assert_eq!(meter.clock().now(), Nanos::new(now), "clock: {}", context());
             }
         }
@@ -230,12 +209,6 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
             context()
         );
     }
-}
-
-/// `num / den` intervals of `interval_ns`, in nanoseconds, saturating (den of 0 counts as 1).
-fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
-    let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
-    u64::try_from(ns).unwrap_or(u64::MAX)
 }
 
 /// Checks the promise callers rely on, independently of the model: requests read at
@@ -255,7 +228,7 @@ pub fn check_departures(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount, 
     // (departure, places) of every admission.
     let mut spans: Vec<(u128, u64)> = Vec::new();
     for &(offset, amount, strict) in requests {
-        let reading = start.saturating_add(offset).min(1 << 62);
+        let reading = start.saturating_add(offset).min(MAX_USABLE_NS);
         let at = Nanos::new(start.saturating_add(offset));
         let n = amount.resolve(policy.capacity);
         let depart = if strict {

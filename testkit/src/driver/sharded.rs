@@ -5,16 +5,12 @@
 //! Used by `tests/sharded_model.rs` (proptest) and the fuzz crate's `sharded_ops` target
 //! (arbitrary), with the bucket driver's quota specs, amounts and clock steps.
 
-use std::time::Duration;
-
 use tollgate::{sharded, AcquireError, Admitted, Clock, ManualClock, Nanos, ShardedBucket};
 
 use crate::consts::MAX_USABLE_NS;
-use crate::consts::YEAR_NS;
 use crate::driver::bucket::{check_quota, Amount, QuotaSpec, Step};
 use crate::outcome::{observe, observe_one};
 use crate::reference::sharded::ShardedModel;
-use crate::Outcome;
 
 /// Who calls: a home chosen by the caller (`_from`), or the calling thread's own slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,40 +101,6 @@ fn discover_home() -> usize {
         .expect("the thread's home shard is one token short")
 }
 
-/// `num / den` intervals of `interval_ns`, in nanoseconds, saturating (a `den` of 0 counts as 1).
-fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
-    let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
-    u64::try_from(ns).unwrap_or(u64::MAX)
-}
-
-/// Applies `step` to `clock`, whose reading is `now`; returns the new reading.
-pub fn apply_step(clock: &ManualClock, now: u64, step: Step, interval_ns: u64) -> u64 {
-    let forward = |ns: u64| {
-        clock.advance(Duration::from_nanos(ns));
-        now.saturating_add(ns)
-    };
-    let set = |t: u64| {
-        clock.set(Nanos::new(t));
-        t
-    };
-    match step {
-        Step::Nanos(ns) => forward(ns),
-        Step::Intervals { num, den } => forward(intervals(num, den, interval_ns)),
-        Step::Years(y) => forward(u64::from(y).saturating_mul(YEAR_NS)),
-        Step::ToMax => forward(u64::MAX),
-        Step::BackNanos(ns) => set(now.saturating_sub(ns)),
-        Step::BackIntervals { num, den } => {
-            set(now.saturating_sub(intervals(num, den, interval_ns)))
-        }
-        Step::Set(t) => set(t),
-    }
-}
-
-/// What the limiter answered: admitted or not.
-fn is_admitted(outcome: &Outcome) -> bool {
-    matches!(outcome, Outcome::Admitted { .. })
-}
-
 /// Runs `ops` on a limiter for `spec` asked for `shards` shards (`None`: the default count) whose
 /// manual clock starts at `start`, from the calling thread, and checks:
 ///
@@ -217,8 +179,8 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
                     context()
                 );
                 if (1..=capacity).contains(&n) {
-                    assert_eq!(is_admitted(&got), before >= n, "one caller: {}", context());
-                    took = if is_admitted(&got) { n } else { 0 };
+                    assert_eq!(got.is_admitted(), before >= n, "one caller: {}", context());
+                    took = if got.is_admitted() { n } else { 0 };
                 }
             }
             ShardOp::AcquireOne { clock: read } => {
@@ -233,8 +195,8 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
                     "acquire one: {}",
                     context()
                 );
-                assert_eq!(is_admitted(&got), before >= 1, "one caller: {}", context());
-                took = u64::from(is_admitted(&got));
+                assert_eq!(got.is_admitted(), before >= 1, "one caller: {}", context());
+                took = u64::from(got.is_admitted());
             }
             ShardOp::Peek { n, clock: read } => {
                 let n = n.resolve(capacity);
@@ -299,7 +261,7 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
                 assert_eq!(got, model.tokens(now), "remaining: {}", context());
             }
             ShardOp::Time(step) => {
-                now = apply_step(&clock, now, step, policy.interval_ns);
+                now = step.apply(&clock, now, policy.interval_ns);
                 assert_eq!(
                     limiter.clock().now(),
                     Nanos::new(now),

@@ -105,7 +105,6 @@ impl RefMeter {
     }
 
     /// The admitted departures so far.
-    #[allow(dead_code)]
     pub fn departures(&self) -> &[Departure] {
         &self.departures
     }
