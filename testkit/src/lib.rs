@@ -5,15 +5,37 @@
 //!
 //! # Layout
 //!
-//! - [`reference`](mod@reference): the models, written from the documented semantics alone (no code is shared with
-//!   the crate, so a bug cannot hide in both).
-//! - [`Outcome`]: the one answer type every model gives and every driver compares.
-//! - [`consts`]: the shared constants ([`consts::MAX_USABLE_NS`] is the crate's `Nanos::MAX_USABLE`).
-//! - [`driver`]: one driver per limiter; each builds the limiter and its model from the same
-//!   specification, applies operations to both, and panics at the first difference.
-//! - [`strategies`]: proptest strategies for quotas, amounts and clock steps.
-//! - `fuzz_input` (feature `arbitrary`): the same inputs drawn from a fuzzer's bytes.
-//! - `bench` (feature `bench`): the benches' loads, baseline and timed loops.
+//! | module | what | used by |
+//! | --- | --- | --- |
+//! | [`reference`](mod@reference) | one exact model per algorithm: `bucket` (also the leaky meter's and the keyed limiter's time units), `counter`, `fixed` (with its driver), `log`, `meter`, `sharded` | the drivers; a few hand-checked tests |
+//! | [`driver`] | one driver per limiter (`bucket`, `counter`, `keyed`, `keyed_pair`, `log`, `meter`, `queue`, `sharded`), and [`driver::limiter`], the calls every [`tollgate::Limiter`] answers, made and compared once | `tests/*_model.rs`, every fuzz target |
+//! | [`Outcome`] | the one answer type: admitted, denied (with `retry_at`), insufficient capacity | every model and driver |
+//! | [`consts`] | [`consts::MAX_USABLE_NS`] (the crate's `Nanos::MAX_USABLE`), [`consts::YEAR_NS`] | everywhere, instead of `1 << 62` |
+//! | [`strategies`] | proptest strategies: counts, periods, starts, amounts, clock steps | the bucket, meter and sharded proptests |
+//! | `fuzz_input` (feature `arbitrary`) | the same kinds of input drawn from a fuzzer's bytes | the fuzz targets |
+//! | `bench` (feature `bench`) | the benches' two loads, the `Mutex` baseline, the timed loops | `benches/` |
+//!
+//! # Design
+//!
+//! - **Independent models.** A model is written from the documented semantics, never from the
+//!   crate's code: plain `i128`/`u128` numbers, maps and lists where the crate packs a word, and
+//!   searches where the crate solves a formula. A bug would have to be made twice, differently, to
+//!   pass. The models use nothing of the crate but the clamp, `Nanos::MAX_USABLE` (through
+//!   [`consts`]); `reference::fixed` also holds its driver, which does.
+//! - **Exact comparison.** A driver compares whole [`Outcome`]s with `==`, to the nanosecond; the
+//!   only adjustment is [`Outcome::representable`], which caps a model's spans where a `Duration`
+//!   stops. `remaining` is compared after every operation, not only when asked.
+//! - **Written once.** The calls every limiter answers (`try_acquire(_n)`, `peek_n`, `remaining`,
+//!   each in the clock-reading and the `_at` form) go through [`driver::limiter::check`], generic
+//!   over [`tollgate::Limiter`] and [`driver::limiter::Model`]. What only one limiter has stays in
+//!   its driver: the bucket's refunds, the meter's scheduling, the sharded bucket's homes and
+//!   give-backs, the queue's producers, keyed eviction.
+//! - **Inputs apart.** A driver takes a specification and a list of operations; the proptests
+//!   ([`strategies`]) and the fuzz targets (`fuzz_input`) only generate them, each their own way, so
+//!   a failing fuzz input can be replayed as a unit test by writing its operations out.
+//! - **Adding a limiter.** Write its model under `reference/`, implement
+//!   [`driver::limiter::Model`] for it, and write a driver whose common operations call
+//!   [`driver::limiter::check`]; then a proptest in `tests/` and a fuzz target in `fuzz/`.
 //!
 //! # Example
 //!
