@@ -2,7 +2,8 @@
 //! operations and asserts that every answer is identical, to the nanosecond.
 //!
 //! Used by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target
-//! (arbitrary); each generates [`LogSpec`]s and [`LogOp`]s its own way.
+//! (arbitrary); each generates [`LogSpec`]s and [`LogOp`]s its own way. The calls any limiter
+//! answers go through [`crate::driver::limiter`].
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use tollgate::window::SlidingWindowLog;
 use tollgate::{Clock, Denied, ManualClock, Nanos, Quota, QuotaError};
 
 use crate::consts::MAX_USABLE_NS as MAX_USABLE;
-use crate::outcome::{observe, observe_one};
+use crate::driver::limiter::{check, Call};
 use crate::reference::log::{RefLog, MAX_LOG};
 use crate::Outcome;
 
@@ -216,57 +217,28 @@ pub fn run(spec: &LogSpec, start: u64, ops: &[LogOp]) {
         outcome
     };
     for (i, &op) in ops.iter().enumerate() {
-        let at = Nanos::new(now);
         let context = move || format!("op {i} {op:?} at {now} ns, {spec:?} from {start}");
         match op {
             LogOp::Acquire { n, clock: read } => {
-                let n = n.resolve(count);
-                let got = if read {
-                    log.try_acquire_n(n)
-                } else {
-                    log.try_acquire_n_at(n, at)
-                };
-                assert_eq!(
-                    note(observe(got)),
-                    model.acquire(n, now),
-                    "acquire {n}: {}",
-                    context()
-                );
+                let call = Call::Acquire(n.resolve(count));
+                note(check(&log, &mut model, call, now, read, &context));
             }
             LogOp::AcquireOne { clock: read } => {
-                let got = if read {
-                    log.try_acquire()
-                } else {
-                    log.try_acquire_at(at)
-                };
-                assert_eq!(
-                    note(observe_one(got)),
-                    model.acquire(1, now),
-                    "acquire one: {}",
-                    context()
-                );
+                note(check(
+                    &log,
+                    &mut model,
+                    Call::AcquireOne,
+                    now,
+                    read,
+                    &context,
+                ));
             }
             LogOp::Peek { n, clock: read } => {
-                let n = n.resolve(count);
-                let got = if read {
-                    log.peek_n(n)
-                } else {
-                    log.peek_n_at(n, at)
-                };
-                assert_eq!(
-                    note(observe(got)),
-                    model.peek(n, now),
-                    "peek {n}: {}",
-                    context()
-                );
+                let call = Call::Peek(n.resolve(count));
+                note(check(&log, &mut model, call, now, read, &context));
             }
             LogOp::Remaining { clock: read } => {
-                let got = if read {
-                    log.remaining()
-                } else {
-                    log.remaining_at(at)
-                };
-                assert_eq!(got, model.remaining(now), "remaining: {}", context());
+                check(&log, &mut model, Call::Remaining, now, read, &context);
             }
             LogOp::Time(step) => {
                 let before = now;
