@@ -48,12 +48,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-// The same loads as the criterion groups; this bench uses only a few of the items in there.
-#[allow(dead_code)]
-#[path = "groups/common.rs"]
-mod common;
-
-use common::{admit, Load};
+// The same loads as the criterion groups.
+use testkit::bench::{admit, Load};
 
 /// Rounds of every (limiter, thread count) pair.
 const ROUNDS: usize = 5;

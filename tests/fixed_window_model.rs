@@ -3,12 +3,11 @@
 //! centuries, must get identical answers to the nanosecond; every denial's `retry_at` is checked to
 //! be the first instant that admits.
 
-#[path = "support/fixed_reference.rs"]
-mod fixed_reference;
-
 use proptest::prelude::*;
+use testkit::reference::fixed as fixed_reference;
 
 use fixed_reference::{run, Op, Spec};
+use testkit::consts::MAX_USABLE_NS;
 
 /// Counts weighted to the small (where windows fill up) with some up to the word's budget.
 fn count() -> impl Strategy<Value = u64> {
@@ -24,8 +23,8 @@ fn period_ns() -> impl Strategy<Value = u64> {
     prop_oneof![
         3 => 1u64..=1_000,
         3 => 1u64..=10_000_000_000,
-        1 => 1u64..=1 << 62,
-        1 => Just(1u64 << 62),
+        1 => 1u64..=MAX_USABLE_NS,
+        1 => Just(MAX_USABLE_NS),
     ]
 }
 

@@ -5,17 +5,9 @@
 //! answer exactly as one that never evicts (see the driver for the one documented exception, a
 //! reading earlier than an eviction's, where it may only be more restrictive).
 
-#[path = "support/reference.rs"]
-#[allow(dead_code)] // a keyed limiter has no refund: the model's is unused here
-mod reference;
-
-#[path = "support/keyed_driver.rs"]
-mod keyed_driver;
-
-#[path = "support/keyed_pair.rs"]
-mod keyed_pair;
-
 use std::time::Duration;
+use testkit::driver::keyed as keyed_driver;
+use testkit::driver::keyed_pair;
 
 use proptest::prelude::*;
 use tollgate::keyed::{

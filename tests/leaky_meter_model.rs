@@ -4,23 +4,13 @@
 //! (delays, departure instants, queue lengths, `retry_after`); plus the spacing promise checked
 //! without the model, the exactness of `retry_at`, and hand-computed cases that pin the model itself.
 
-#[path = "support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)] // the meter driver uses its quota specs and the comparison helpers only
-#[path = "support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "support/meter_reference.rs"]
-mod meter_reference;
-
-#[path = "support/meter_driver.rs"]
-mod meter_driver;
-
-#[path = "support/bucket_strategies.rs"]
-mod bucket_strategies;
-
 use proptest::prelude::*;
+use testkit::driver::bucket as bucket_driver;
+use testkit::driver::meter as meter_driver;
+use testkit::reference::bucket as reference;
+use testkit::reference::meter as meter_reference;
+use testkit::strategies as bucket_strategies;
+use testkit::Outcome;
 
 use bucket_strategies::{amount, count, fraction, period, start, step, via_clock};
 use tollgate::{leaky::LeakyMeter, AcquireError, ManualClock, Nanos, Quota};
@@ -28,7 +18,7 @@ use tollgate::{leaky::LeakyMeter, AcquireError, ManualClock, Nanos, Quota};
 use bucket_driver::{check_quota, Amount, QuotaSpec, Rate};
 use meter_driver::{check_departures, observe_schedule, run, MeterOp};
 use meter_reference::{RefMeter, RefSchedule};
-use reference::{RefOutcome, RefPolicy};
+use reference::RefPolicy;
 
 // ---------------------------------------------------------------------------------------------
 // Strategies (as in token_bucket_model.rs)
@@ -222,7 +212,7 @@ fn three_per_second_burst_is_spaced_and_the_fourth_refused() {
     }
     // Half an interval later: the first is leaving, still counted; a strict request waits it all.
     let half = I / 2;
-    let want = RefOutcome::Denied {
+    let want = Outcome::Denied {
         retry_after_ns: u128::from(3 * I - half),
         retry_at_ns: 3 * I,
         remaining: 0,
@@ -230,7 +220,7 @@ fn three_per_second_burst_is_spaced_and_the_fourth_refused() {
     };
     assert_eq!(model.peek(1, half), want);
     assert_eq!(
-        bucket_driver::observe(meter.peek_n_at(1, Nanos::new(half))),
+        testkit::outcome::observe(meter.peek_n_at(1, Nanos::new(half))),
         want
     );
     // At the retry reading the fourth is scheduled behind the third.

@@ -4,10 +4,8 @@
 //! every receive must match the model to the nanosecond, and the delivered sequence must equal the
 //! accepted one.
 
-#[path = "support/queue_driver.rs"]
-mod queue_driver;
-
 use std::time::Duration;
+use testkit::driver::queue as queue_driver;
 
 use proptest::prelude::*;
 

@@ -21,28 +21,22 @@
 //!   its by at most `S - 1` plus what idling and rounding have cost; with neither (an even split
 //!   and no shard ever full during a step), by at most `S - 1`.
 
-#[path = "support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)] // the sharded driver uses its quota specs and the comparison helpers only
-#[path = "support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "support/sharded_reference.rs"]
-mod sharded_reference;
-
-#[path = "support/sharded_driver.rs"]
-mod sharded_driver;
-
 use std::time::Duration;
+use testkit::driver::bucket as bucket_driver;
+use testkit::driver::sharded as sharded_driver;
+use testkit::reference::bucket as reference;
+use testkit::reference::sharded as sharded_reference;
+use testkit::Outcome;
 
 use proptest::prelude::*;
 use tollgate::{ManualClock, Nanos, Quota, ShardedBucket, TokenBucket};
 
-use bucket_driver::{Amount, QuotaSpec, Rate, Step, YEAR_NS};
-use reference::{RefBucket, RefOutcome, RefPolicy};
+use bucket_driver::{Amount, QuotaSpec, Rate, Step};
+use reference::{RefBucket, RefPolicy};
 use sharded_driver::{run, Caller, ShardOp};
 use sharded_reference::ShardedModel;
+use testkit::consts::YEAR_NS;
+use testkit::strategies::{fraction, start};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -80,11 +74,6 @@ fn rate() -> impl Strategy<Value = Rate> {
         2 => count().prop_map(Rate::Day),
         3 => (count(), period()).prop_map(|(n, p)| Rate::Period(n, p)),
     ]
-}
-
-/// `x × a / 65535`.
-fn fraction(x: u64, a: u16) -> u64 {
-    u64::try_from(u128::from(x) * u128::from(a) / u128::from(u16::MAX)).expect("at most x")
 }
 
 /// Mostly valid quotas: capacities from 1 (fewer than the shards) to the largest the rate allows
@@ -135,16 +124,6 @@ fn shards() -> impl Strategy<Value = Option<usize>> {
         1 => Just(Some(16usize)),
         1 => Just(Some(256usize)),
         1 => prop::sample::select(vec![0usize, 3, 6, 512, usize::MAX]).prop_map(Some),
-    ]
-}
-
-fn start() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(0u64),
-        4 => 0u64..=1_000_000_000_000_000,
-        1 => Just(1u64 << 62),
-        1 => Just(u64::MAX),
-        1 => any::<u64>(),
     ]
 }
 
@@ -353,9 +332,9 @@ proptest! {
         let whole = RefPolicy::new(count, u128::from(period_ns), capacity).expect("valid");
         let mut model = ShardedModel::new(count, u128::from(period_ns), whole, initial, shards, 0);
         let mut ideal = RefBucket::new(whole, initial, 0).expect("a fill within the capacity");
-        prop_assert_eq!(limiter.shards(), model.len());
+        prop_assert_eq!(limiter.shards(), model.shards());
         prop_assert_eq!(whole.interval_ns, k);
-        let s = model.len() as u64;
+        let s = model.shards() as u64;
         let mut m = i128::from(period_ns);
         for shard in &model.shards {
             prop_assert_eq!(shard.bucket.policy().shift, 0);
@@ -369,15 +348,15 @@ proptest! {
             match mv {
                 Move::Take { n, home } => {
                     let n = n.min(capacity);
-                    let got = bucket_driver::observe(
+                    let got = testkit::outcome::observe(
                         limiter.try_acquire_n_from(home, n, Nanos::new(now)),
                     );
-                    prop_assert_eq!(got, bucket_driver::representable(model.acquire(home, n, now)));
-                    if matches!(got, RefOutcome::Admitted { .. }) {
+                    prop_assert_eq!(got, model.acquire(home, n, now).representable());
+                    if matches!(got, Outcome::Admitted { .. }) {
                         // The same history: the one bucket takes what the shards gave.
                         let one = ideal.acquire(n, now);
                         prop_assert!(
-                            matches!(one, RefOutcome::Admitted { .. }),
+                            matches!(one, Outcome::Admitted { .. }),
                             "move {}: the shards admitted {} that one bucket refuses: {:?}",
                             i, n, one
                         );
@@ -437,7 +416,7 @@ fn both(quota: Quota, shards: usize) -> (ShardedBucket<ManualClock>, ShardedMode
         shards,
         0,
     );
-    assert_eq!(limiter.shards(), model.len());
+    assert_eq!(limiter.shards(), model.shards());
     (limiter, model)
 }
 

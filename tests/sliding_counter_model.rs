@@ -4,13 +4,11 @@
 //! identical to the nanosecond (admit or deny, remaining, retry_after, reset_after), and every
 //! denial's `retry_at` must be exact.
 
-#[path = "support/counter_reference.rs"]
-mod counter_reference;
-
-#[path = "support/counter_driver.rs"]
-mod counter_driver;
-
 use proptest::prelude::*;
+use testkit::consts::MAX_USABLE_NS;
+use testkit::driver::counter as counter_driver;
+use testkit::reference::counter as counter_reference;
+use testkit::Outcome;
 
 use counter_driver::{run, Amount, Op, Spec, Step};
 
@@ -32,7 +30,7 @@ fn sub_length() -> impl Strategy<Value = u64> {
         2 => 1u64..=1_000_000,
         2 => Just(1_000_000_000u64),
         1 => Just(60_000_000_000u64),
-        1 => 1u64..=(1u64 << 62) / 8,
+        1 => 1u64..=MAX_USABLE_NS / 8,
     ]
 }
 
@@ -123,14 +121,14 @@ proptest! {
 /// Small hand-checked sequences that pin the model itself to numbers worked out on paper.
 #[test]
 fn the_model_agrees_with_paper() {
-    use counter_reference::{RefCounter, RefOutcome};
+    use counter_reference::RefCounter;
     // 4 per 1000 ns in one window.
     let mut m = RefCounter::new(4, 1000, 1, 0);
     assert_eq!(
         m.acquire(900, 4, true),
-        RefOutcome::Admitted {
+        Outcome::Admitted {
             remaining: 0,
-            reset: 1100
+            reset_after_ns: 1100
         }
     );
     // At 1250: 4 × 750 / 1000 = 3 still count; one left.
@@ -138,10 +136,11 @@ fn the_model_agrees_with_paper() {
     // 2 more need 4 × (1000 − e) <= 2 × 1000: e >= 500, i.e. at 1500.
     assert_eq!(
         m.acquire(1250, 2, true),
-        RefOutcome::Denied {
+        Outcome::Denied {
+            retry_after_ns: 250,
+            retry_at_ns: 1500,
             remaining: 1,
-            retry: 250,
-            reset: 750
+            reset_after_ns: 750
         }
     );
 }

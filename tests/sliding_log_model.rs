@@ -3,20 +3,18 @@
 //! forward by any number of windows, to `u64::MAX`, and step backwards, must get answers identical to
 //! the nanosecond; plus the exactness of `retry_at`, and hand-computed cases that pin the model.
 
-#[path = "support/log_reference.rs"]
-mod log_reference;
-
-#[path = "support/log_driver.rs"]
-mod log_driver;
-
 use std::time::Duration;
+use testkit::driver::log as log_driver;
+use testkit::reference::log as log_reference;
+use testkit::Outcome;
 
 use proptest::prelude::*;
 use tollgate::window::SlidingWindowLog;
 use tollgate::{AcquireError, ManualClock, Nanos, Quota};
 
 use log_driver::{check_retry_exact, run, LogAmount, LogOp, LogSpec, LogStep};
-use log_reference::{LogOutcome, RefLog, MAX_LOG, MAX_USABLE};
+use log_reference::{RefLog, MAX_LOG};
+use testkit::consts::MAX_USABLE_NS as MAX_USABLE;
 
 // ---------------------------------------------------------------------------------------------
 // Strategies
@@ -171,20 +169,15 @@ proptest! {
 // Hand-computed cases: these pin the model (and the crate) to numbers worked out on paper.
 // ---------------------------------------------------------------------------------------------
 
-fn admitted(remaining: u64, reset_after_ns: u128) -> LogOutcome {
-    LogOutcome::Admitted {
+fn admitted(remaining: u64, reset_after_ns: u128) -> Outcome {
+    Outcome::Admitted {
         remaining,
         reset_after_ns,
     }
 }
 
-fn denied(
-    retry_after_ns: u128,
-    retry_at_ns: u64,
-    remaining: u64,
-    reset_after_ns: u128,
-) -> LogOutcome {
-    LogOutcome::Denied {
+fn denied(retry_after_ns: u128, retry_at_ns: u64, remaining: u64, reset_after_ns: u128) -> Outcome {
+    Outcome::Denied {
         retry_after_ns,
         retry_at_ns,
         remaining,
@@ -198,7 +191,7 @@ fn three_per_hundred_nanoseconds() {
     let mut model = RefLog::new(3, 100);
     let quota = Quota::per_period(3, Duration::from_nanos(100)).unwrap();
     let log = SlidingWindowLog::with_clock(quota, ManualClock::new()).unwrap();
-    let steps: [(u64, u64, LogOutcome); 7] = [
+    let steps: [(u64, u64, Outcome); 7] = [
         (1, 0, admitted(2, 100)),
         (1, 30, admitted(1, 100)),
         (1, 60, admitted(0, 100)),
@@ -215,7 +208,7 @@ fn three_per_hundred_nanoseconds() {
     }
     let mut replay = steps.iter();
     for &(n, at, want) in replay.by_ref() {
-        let got = log_driver::observe(log.try_acquire_n_at(n, Nanos::new(at)));
+        let got = testkit::outcome::observe(log.try_acquire_n_at(n, Nanos::new(at)));
         assert_eq!(got, want, "crate: {n} at {at}");
     }
     assert_eq!(model.remaining(20), 0);
@@ -231,9 +224,9 @@ fn idle_periods_of_any_length() {
     let log = SlidingWindowLog::with_clock(quota, ManualClock::new()).unwrap();
     for at in [0, 0, 1_000_000_000, 1_000_000_000, u64::MAX, u64::MAX] {
         let want = model.acquire(1, at);
-        assert!(matches!(want, LogOutcome::Admitted { .. }), "{at}");
+        assert!(matches!(want, Outcome::Admitted { .. }), "{at}");
         assert_eq!(
-            log_driver::observe_one(log.try_acquire_at(Nanos::new(at))),
+            testkit::outcome::observe_one(log.try_acquire_at(Nanos::new(at))),
             want
         );
     }
@@ -241,7 +234,7 @@ fn idle_periods_of_any_length() {
     let want = denied(1_000, MAX_USABLE + 1_000, 0, 1_000);
     assert_eq!(model.acquire(1, u64::MAX), want);
     assert_eq!(
-        log_driver::observe_one(log.try_acquire_at(Nanos::new(u64::MAX))),
+        testkit::outcome::observe_one(log.try_acquire_at(Nanos::new(u64::MAX))),
         want
     );
 }

@@ -3,24 +3,20 @@
 //! get answers identical to the nanosecond; plus the rate bound, the exactness of `retry_at`, and
 //! hand-computed cases that pin the model itself to numbers worked out on paper.
 
-#[path = "support/reference.rs"]
-mod reference;
-
-#[path = "support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "support/bucket_strategies.rs"]
-mod bucket_strategies;
-
 use std::time::Duration;
+use testkit::driver::bucket as bucket_driver;
+use testkit::reference::bucket as reference;
+use testkit::strategies as bucket_strategies;
+use testkit::Outcome;
 
 use proptest::prelude::*;
 
 use bucket_strategies::{amount, count, fraction, period, start, step, via_clock};
 use tollgate::{AcquireError, InsufficientCapacity, ManualClock, Nanos, Quota, TokenBucket};
 
-use bucket_driver::{check_quota, check_window, run, Amount, Op, QuotaSpec, Rate, Step, YEAR_NS};
-use reference::{RefBucket, RefOutcome, RefPolicy};
+use bucket_driver::{check_quota, check_window, run, Amount, Op, QuotaSpec, Rate, Step};
+use reference::{RefBucket, RefPolicy};
+use testkit::consts::{MAX_USABLE_NS, YEAR_NS};
 
 // ---------------------------------------------------------------------------------------------
 // Strategies
@@ -234,20 +230,15 @@ fn policy(count: u64, period: Duration, capacity: u64) -> RefPolicy {
     RefPolicy::new(count, period.as_nanos(), capacity).expect("a valid quota")
 }
 
-fn admitted(remaining: u64, reset_after_ns: u128) -> RefOutcome {
-    RefOutcome::Admitted {
+fn admitted(remaining: u64, reset_after_ns: u128) -> Outcome {
+    Outcome::Admitted {
         remaining,
         reset_after_ns,
     }
 }
 
-fn denied(
-    retry_after_ns: u128,
-    retry_at_ns: u64,
-    remaining: u64,
-    reset_after_ns: u128,
-) -> RefOutcome {
-    RefOutcome::Denied {
+fn denied(retry_after_ns: u128, retry_at_ns: u64, remaining: u64, reset_after_ns: u128) -> Outcome {
+    Outcome::Denied {
         retry_after_ns,
         retry_at_ns,
         remaining,
@@ -276,7 +267,7 @@ fn three_per_second() {
     for want in expect {
         assert_eq!(model.acquire(1, 0), want);
         assert_eq!(
-            bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(0))),
+            testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(0))),
             want
         );
     }
@@ -284,13 +275,13 @@ fn three_per_second() {
     let want = denied(333_333_234, 333_333_334, 0, 999_999_902);
     assert_eq!(model.peek(1, 100), want);
     assert_eq!(
-        bucket_driver::observe(bucket.peek_n_at(1, Nanos::new(100))),
+        testkit::outcome::observe(bucket.peek_n_at(1, Nanos::new(100))),
         want
     );
     // One nanosecond early, then exactly on time.
     assert!(matches!(
         model.acquire(1, 333_333_333),
-        RefOutcome::Denied {
+        Outcome::Denied {
             retry_after_ns: 1,
             ..
         }
@@ -299,7 +290,7 @@ fn three_per_second() {
     let want = admitted(0, 1_000_000_002);
     assert_eq!(model.acquire(1, 333_333_334), want);
     assert_eq!(
-        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(333_333_334))),
+        testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(333_333_334))),
         want
     );
 }
@@ -337,7 +328,7 @@ fn one_per_day_with_huge_capacity_uses_coarse_units() {
     );
     assert_eq!(model.acquire(1, 1_000), want);
     assert_eq!(
-        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(1_000))),
+        testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(1_000))),
         want
     );
     // The last nanosecond of the unit before: still one nanosecond to wait.
@@ -349,13 +340,13 @@ fn one_per_day_with_huge_capacity_uses_coarse_units() {
     );
     assert_eq!(model.acquire(1, UNIT_INTERVAL_NS - 1), want);
     assert_eq!(
-        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS - 1))),
+        testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS - 1))),
         want
     );
     let want = admitted(0, full_ns);
     assert_eq!(model.acquire(1, UNIT_INTERVAL_NS), want);
     assert_eq!(
-        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS))),
+        testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS))),
         want
     );
 }
@@ -376,7 +367,7 @@ fn backwards_reading_sees_less() {
     let want = denied(6 * u128::from(S), 11 * S, 0, 6 * u128::from(S));
     assert_eq!(model.acquire(1, 5 * S), want);
     assert_eq!(
-        bucket_driver::observe_one(bucket.try_acquire_at(Nanos::new(5 * S))),
+        testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(5 * S))),
         want
     );
     // A refund at that earlier reading pays back one token of the debt only.
@@ -385,7 +376,7 @@ fn backwards_reading_sees_less() {
     let want = denied(5 * u128::from(S), 10 * S, 0, 5 * u128::from(S));
     assert_eq!(model.peek(1, 5 * S), want);
     assert_eq!(
-        bucket_driver::observe(bucket.peek_n_at(1, Nanos::new(5 * S))),
+        testkit::outcome::observe(bucket.peek_n_at(1, Nanos::new(5 * S))),
         want
     );
     assert_eq!(model.remaining(10 * S), 1);
@@ -402,9 +393,9 @@ fn readings_beyond_max_usable_are_clamped() {
         Quota::per_second(10).unwrap().with_initial(0).unwrap(),
         ManualClock::starting_at(Nanos::new(u64::MAX)),
     );
-    let want = denied(100_000_000, (1 << 62) + 100_000_000, 0, 1_000_000_000);
+    let want = denied(100_000_000, MAX_USABLE_NS + 100_000_000, 0, 1_000_000_000);
     assert_eq!(model.acquire(1, u64::MAX), want);
-    assert_eq!(bucket_driver::observe_one(bucket.try_acquire()), want);
+    assert_eq!(testkit::outcome::observe_one(bucket.try_acquire()), want);
     assert_eq!(bucket.remaining_at(Nanos::new(u64::MAX)), 0);
     assert_eq!(model.remaining(u64::MAX), 0);
 }
@@ -419,7 +410,7 @@ fn idle_refund_and_capacity_edges() {
     let at = Nanos::new(0);
     assert_eq!(model.acquire(5, 0), admitted(0, 1_000_000_000));
     assert_eq!(
-        bucket_driver::observe(bucket.try_acquire_n_at(5, at)),
+        testkit::outcome::observe(bucket.try_acquire_n_at(5, at)),
         admitted(0, 1_000_000_000)
     );
     model.refund(u64::MAX, 0);
@@ -430,7 +421,7 @@ fn idle_refund_and_capacity_edges() {
     bucket.refund_at(3, at);
     assert_eq!(model.acquire(0, 0), admitted(5, 0));
     assert_eq!(
-        bucket_driver::observe(bucket.try_acquire_n_at(0, at)),
+        testkit::outcome::observe(bucket.try_acquire_n_at(0, at)),
         admitted(5, 0)
     );
     let never = InsufficientCapacity {
@@ -443,7 +434,7 @@ fn idle_refund_and_capacity_edges() {
     );
     assert_eq!(
         model.acquire(6, 0),
-        RefOutcome::InsufficientCapacity {
+        Outcome::InsufficientCapacity {
             requested: 6,
             capacity: 5
         }
@@ -452,7 +443,7 @@ fn idle_refund_and_capacity_edges() {
     assert!(bucket.try_acquire_n_at(5, at).is_ok());
     assert!(matches!(
         model.acquire(5, 0),
-        RefOutcome::Admitted { remaining: 0, .. }
+        Outcome::Admitted { remaining: 0, .. }
     ));
     let later = 500 * YEAR_NS;
     assert_eq!(

@@ -17,7 +17,7 @@ use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
 use tollgate::CoarseClock;
 
-use super::common::{admit, run_threads, Load};
+use testkit::bench::{admit, run_threads, Load};
 
 /// The thread counts on one key: 1 (the uncontended reference), 2 (one per core), 4 (oversubscribed).
 const THREADS: [usize; 3] = [1, 2, 4];

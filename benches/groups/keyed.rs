@@ -36,7 +36,7 @@
 //! every lookup misses the core's L1 and L2 caches. The walk (a load from the list and a cursor on
 //! the thread's own cache line) is the same for every limiter.
 //!
-//! Timing is `run_threads` from `common.rs`, as in `contended_*`: fresh threads every sample,
+//! Timing is `run_threads` from `testkit::bench`, as in `contended_*`: fresh threads every sample,
 //! released together by a barrier, wall time from the first thread's start to the last one's end,
 //! `Throughput::Elements(threads)` so criterion's `thrpt` is total checks per second. Each limiter
 //! is populated once per key-space size and load, and reused by every sample and both thread
@@ -54,7 +54,7 @@ use crossbeam_utils::CachePadded;
 use tollgate::keyed::{KeyedLimiter, TokenBucketKeys};
 use tollgate::{Clock, CoarseClock, MonotonicClock, Nanos};
 
-use super::common::{run_threads, Load};
+use testkit::bench::{run_threads, Load};
 
 /// The key-space sizes.
 const SIZES: [usize; 4] = [1, 1_000, 100_000, 1_000_000];

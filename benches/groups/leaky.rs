@@ -23,8 +23,8 @@ use leaky_bucket::RateLimiter;
 use tollgate::leaky::LeakyMeter;
 use tollgate::{Quota, TokenBucket};
 
-use super::common::{admit, run_threads, Load};
 use super::contended::shared_limiter;
+use testkit::bench::{admit, run_threads, Load};
 
 /// Registers the `leaky_allow` and `leaky_deny` groups.
 pub(crate) fn bench(c: &mut Criterion) {

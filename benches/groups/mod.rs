@@ -1,6 +1,6 @@
-//! The bench groups and what they share: the quotas, the `Mutex` baseline and the timed loops.
+//! The bench groups. What they share (the quotas, the `Mutex` baseline and the timed loops) is
+//! `testkit::bench`, which the `latency` bench uses too.
 
-pub(crate) mod common;
 pub(crate) mod contended;
 pub(crate) mod keyed;
 pub(crate) mod leaky;

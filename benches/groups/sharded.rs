@@ -21,8 +21,8 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 
-use super::common::{admit, Load};
 use super::contended::one_limiter;
+use testkit::bench::{admit, Load};
 
 /// 1 is the reference; 2 is one per core on the bench machine; 4 and 8 oversubscribe it.
 const THREADS: [usize; 4] = [1, 2, 4, 8];

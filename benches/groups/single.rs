@@ -22,7 +22,7 @@ use criterion::{BenchmarkGroup, Criterion, Throughput};
 use governor::clock::QuantaUpkeepClock;
 use tollgate::{Clock, CoarseClock};
 
-use super::common::{admit, admit_at, run_single, Load};
+use testkit::bench::{admit, admit_at, run_single, Load};
 
 /// Registers the `single_allow` and `single_deny` groups.
 pub(crate) fn bench(c: &mut Criterion) {

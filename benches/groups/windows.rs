@@ -36,7 +36,6 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::common::{admit, admit_at};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use rate_guard_core::cores::{
@@ -45,6 +44,7 @@ use rate_guard_core::cores::{
 use rate_guard_core::{SimpleRateLimitError, SimpleRateLimitResult};
 use rate_limiters::sliding_window_log::{SlidingWindowLogConfig, SlidingWindowLogShared};
 use rate_limiters::RateLimiterShared;
+use testkit::bench::{admit, admit_at};
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
 use tollgate::{ManualClock, MonotonicClock, Nanos, Quota, TokenBucket};
 

@@ -1,16 +1,15 @@
 //! Arbitrary window quotas, alignments and operation sequences on a `FixedWindow`, every answer
-//! compared with the exact reference model to the nanosecond (the model and the driver are the
-//! files `tests/fixed_window_model.rs` uses; only the way inputs are generated differs).
+//! compared with the exact reference model to the nanosecond (the model and the driver are
+//! `testkit`'s, as for `tests/fixed_window_model.rs`; only the way inputs are generated differs).
 
 #![no_main]
 
-#[path = "../../tests/support/fixed_reference.rs"]
-mod fixed_reference;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::reference::fixed as fixed_reference;
 
 use fixed_reference::{run, Op, Spec};
+use testkit::consts::MAX_USABLE_NS;
 
 /// The most operations one input runs.
 const MAX_OPS: usize = 256;
@@ -35,7 +34,7 @@ fn period_ns(u: &mut Unstructured<'_>) -> Result<u64> {
     Ok(match u.int_in_range(0..=3u8)? {
         0 => u.int_in_range(1..=1_000)?,
         1 => u.int_in_range(1..=10_000_000_000)?,
-        2 => u.int_in_range(1..=1 << 62)?,
+        2 => u.int_in_range(1..=MAX_USABLE_NS)?,
         _ => u.arbitrary()?,
     })
 }

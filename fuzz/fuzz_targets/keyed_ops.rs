@@ -4,22 +4,14 @@
 //! every other algorithm (leaky meter, fixed window, sliding counter, sliding log, a tiered window),
 //! the evicting limiter with one that never evicts.
 //!
-//! The model and the drivers are the files the proptests in `tests/keyed_model.rs` use; only the
-//! way inputs are generated differs.
+//! The model and the drivers are `testkit`'s, as for the proptests in `tests/keyed_model.rs`; only
+//! the way inputs are generated differs.
 
 #![no_main]
 
-#[path = "../../tests/support/reference.rs"]
-#[allow(dead_code)] // a keyed limiter has no refund: the model's is unused here
-mod reference;
-
-#[path = "../../tests/support/keyed_driver.rs"]
-mod keyed_driver;
-
-#[path = "../../tests/support/keyed_pair.rs"]
-mod keyed_pair;
-
 use std::time::Duration;
+use testkit::driver::keyed as keyed_driver;
+use testkit::driver::keyed_pair;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;

@@ -2,34 +2,20 @@
 //! exact reference model to the nanosecond.
 //!
 //! The input is a list of [`Sequence`]s, each for one kind of leaky limiter: the meter
-//! (`LeakyMeter` against `tests/support/meter_reference.rs`, through the same driver as the proptest
+//! (`LeakyMeter` against `testkit::reference::meter`, through the same driver as the proptest
 //! in `tests/leaky_meter_model.rs`, then the departure spacing check), or the queue (`LeakyReceiver` on
-//! a manual clock with three producers, through `tests/support/queue_driver.rs` as in
+//! a manual clock with three producers, through `testkit::driver::queue` as in
 //! `tests/leaky_queue_model.rs`: every ticket and release exact, a final receive loop at the end of
 //! time getting every item still waiting, the delivered sequence equal to the accepted one).
 
 #![no_main]
 
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)] // the meter driver uses its quota specs and comparison helpers only
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "shared_input.rs"]
-mod shared_input;
-
-#[path = "../../tests/support/meter_reference.rs"]
-mod meter_reference;
-
-#[path = "../../tests/support/meter_driver.rs"]
-mod meter_driver;
-
-#[path = "../../tests/support/queue_driver.rs"]
-mod queue_driver;
-
 use std::time::Duration;
+use testkit::driver::bucket as bucket_driver;
+use testkit::driver::meter as meter_driver;
+use testkit::driver::queue as queue_driver;
+use testkit::fuzz_input as shared_input;
+use testkit::reference::bucket as reference;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;

@@ -2,29 +2,16 @@
 //! the caller's home shard chosen by the input, every answer compared with the exact sharded model
 //! and the limit `C + R × t` checked after every operation.
 //!
-//! The model and the driver are the same files the proptest in `tests/sharded_model.rs` uses; only
+//! The model and the driver are `testkit`'s, as for the proptest in `tests/sharded_model.rs`; only
 //! the way inputs are generated differs.
 
 #![no_main]
 
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)] // the sharded driver uses its quota specs, quota check and comparison helpers only
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "shared_input.rs"]
-mod shared_input;
-
-#[path = "../../tests/support/sharded_reference.rs"]
-mod sharded_reference;
-
-#[path = "../../tests/support/sharded_driver.rs"]
-mod sharded_driver;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::driver::bucket as bucket_driver;
+use testkit::driver::sharded as sharded_driver;
+use testkit::fuzz_input as shared_input;
 
 use bucket_driver::QuotaSpec;
 use sharded_driver::{run, Caller, ShardOp};

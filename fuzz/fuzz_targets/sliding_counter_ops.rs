@@ -2,32 +2,16 @@
 //! `SlidingWindowCounter` or a `SubWindowCounter`, every answer compared with the exact counter
 //! model to the nanosecond, and every denial's `retry_at` checked to be exact.
 //!
-//! The model and the driver are the same files the proptest in `tests/sliding_counter_model.rs`
-//! uses; only the way inputs are generated differs. Counts and periods come from the generators
+//! The model and the driver are `testkit`'s, as for the proptest in `tests/sliding_counter_model.rs`; only the way inputs are generated differs. Counts and periods come from the generators
 //! the bucket targets share.
 
 #![no_main]
 
-#[allow(dead_code)] // shared_input needs it; this target uses none of it directly
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)] // shared_input needs its types; this target uses none of it directly
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[allow(dead_code)] // this target uses the count and period generators only
-#[path = "shared_input.rs"]
-mod shared_input;
-
-#[path = "../../tests/support/counter_reference.rs"]
-mod counter_reference;
-
-#[path = "../../tests/support/counter_driver.rs"]
-mod counter_driver;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::consts::MAX_USABLE_NS;
+use testkit::driver::counter as counter_driver;
+use testkit::fuzz_input as shared_input;
 
 use counter_driver::{run, Amount, Op, Spec, Step};
 
@@ -54,7 +38,7 @@ fn spec(u: &mut Unstructured<'_>) -> Result<Spec> {
         // A whole number of sub-windows, short or long.
         0 => u.int_in_range(1..=1_000_000u64)?.saturating_mul(k.max(1)),
         1 => u
-            .int_in_range(1..=(1u64 << 62) / 1024)?
+            .int_in_range(1..=MAX_USABLE_NS / 1024)?
             .saturating_mul(k.max(1)),
         // Anything the generators of the other targets produce.
         _ => u64::try_from(shared_input::period(u)?.as_nanos()).unwrap_or(u64::MAX),

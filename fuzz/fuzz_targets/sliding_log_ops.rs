@@ -1,33 +1,17 @@
 //! Arbitrary window quotas and operation sequences on a `SlidingWindowLog`, every answer compared
 //! with the exact reference model (a plain `Vec` of admission times) to the nanosecond.
 //!
-//! The model and the driver are the same files the proptest in `tests/sliding_log_model.rs` uses;
-//! only the way inputs are generated differs. Periods come from `shared_input.rs`, as for the
+//! The model and the driver are `testkit`'s, as for the proptest in `tests/sliding_log_model.rs`;
+//! only the way inputs are generated differs. Periods come from `testkit::fuzz_input`, as for the
 //! bucket targets; counts are mostly small, so that windows fill.
 
 #![no_main]
 
-// `shared_input` names these two; this target uses only its period generator.
-#[allow(dead_code)]
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[allow(dead_code)]
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[allow(dead_code)]
-#[path = "shared_input.rs"]
-mod shared_input;
-
-#[path = "../../tests/support/log_reference.rs"]
-mod log_reference;
-
-#[path = "../../tests/support/log_driver.rs"]
-mod log_driver;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::driver::log as log_driver;
+use testkit::fuzz_input as shared_input;
+use testkit::reference::log as log_reference;
 
 use log_driver::{run, LogAmount, LogOp, LogSpec, LogStep};
 use log_reference::MAX_LOG;

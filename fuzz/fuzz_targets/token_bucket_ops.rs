@@ -1,22 +1,16 @@
 //! Arbitrary quotas and operation sequences on a `TokenBucket`, every answer compared with the
 //! exact reference model to the nanosecond; then the rate bound over a window of readings.
 //!
-//! The model and the driver are the same files the proptest in `tests/token_bucket_model.rs` uses;
+//! The model and the driver are `testkit`'s, as for the proptest in `tests/token_bucket_model.rs`;
 //! only the way inputs are generated differs.
 
 #![no_main]
 
-#[path = "../../tests/support/reference.rs"]
-mod reference;
-
-#[path = "../../tests/support/bucket_driver.rs"]
-mod bucket_driver;
-
-#[path = "shared_input.rs"]
-mod shared_input;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::driver::bucket as bucket_driver;
+use testkit::fuzz_input as shared_input;
+use testkit::reference::bucket as reference;
 
 use bucket_driver::{check_window, run, Amount, Op, QuotaSpec};
 use shared_input::{amount, max_capacity, quota_spec, step};

@@ -10,22 +10,20 @@
 //!   records the floor, not the reading), so from the first such check on the two are no longer
 //!   compared.
 //!
-//! The token bucket has a finer check against exact reference models (`keyed_driver.rs`); this one
-//! needs no model, so it covers every algorithm. Shared by `tests/keyed_model.rs` and the fuzz
-//! crate's `keyed_ops` target, both of which include it beside `keyed_driver.rs`.
+//! The token bucket has a finer check against exact reference models ([`crate::driver::keyed`]); this
+//! one needs no model, so it covers every algorithm. Used by `tests/keyed_model.rs` and the fuzz
+//! crate's `keyed_ops` target.
 
 use tollgate::keyed::{Algorithm, KeyedError, KeyedLimiter};
 use tollgate::{ManualClock, Nanos, Quota};
 
-use crate::keyed_driver::{KeyedOp, MAX_OPS};
-
-/// Readings are clamped here by every limiter.
-const MAX_USABLE_NS: u64 = 1 << 62;
+use crate::consts::MAX_USABLE_NS;
+use crate::driver::keyed::{KeyedOp, MAX_OPS};
 
 /// Runs `ops` (at most [`MAX_OPS`]) from the reading `start` on two limiters of algorithm `A` for
 /// `quota`, asserting the rules in the file's docs. Answers how many keys the evicting one evicted,
 /// or `None` when `A` refuses the quota (for which `with_algorithm` must name a field).
-pub(crate) fn run_pair<A: Algorithm>(quota: Quota, start: u64, ops: &[KeyedOp]) -> Option<u64> {
+pub fn run_pair<A: Algorithm>(quota: Quota, start: u64, ops: &[KeyedOp]) -> Option<u64> {
     let evicting: KeyedLimiter<u8, A, ManualClock> =
         match KeyedLimiter::with_algorithm(quota, ManualClock::new()) {
             Ok(limiter) => limiter,

@@ -1,18 +1,20 @@
-//! The proptest strategies the token bucket's and the leaky meter's model tests share: counts,
+//! The proptest strategies the token bucket's, the leaky meter's and (in part) the sharded bucket's
+//! model tests share: counts,
 //! periods, starting readings, request amounts, clock steps, and whether a call reads the clock.
 //!
-//! Included with `#[path]` as `mod bucket_strategies`, beside `mod bucket_driver`, whose `Amount`
-//! and `Step` these generate.
+//! They generate the bucket driver's [`Amount`] and [`Step`]; the fuzz targets draw the same kinds
+//! of input from bytes instead (`fuzz_input`, feature `arbitrary`).
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::bucket_driver::{Amount, Step, YEAR_NS};
+use crate::consts::{MAX_USABLE_NS, YEAR_NS};
+use crate::driver::bucket::{Amount, Step};
 
 /// Counts from 1 to 10^9, weighted towards the small and the awkward (3, 7: periods that do not
 /// divide evenly).
-pub(crate) fn count() -> impl Strategy<Value = u64> {
+pub fn count() -> impl Strategy<Value = u64> {
     prop_oneof![
         3 => Just(1u64),
         2 => Just(3u64),
@@ -24,7 +26,7 @@ pub(crate) fn count() -> impl Strategy<Value = u64> {
 }
 
 /// Periods for `per_period`: from a few nanoseconds to centuries, and beyond the accepted range.
-pub(crate) fn period() -> impl Strategy<Value = Duration> {
+pub fn period() -> impl Strategy<Value = Duration> {
     prop_oneof![
         2 => (1u64..=10_000).prop_map(Duration::from_nanos),
         2 => (1u64..=10_000_000_000_000).prop_map(Duration::from_nanos),
@@ -35,22 +37,24 @@ pub(crate) fn period() -> impl Strategy<Value = Duration> {
 }
 
 /// `x × a / 65535`, for `a` in `0..=65535`.
-pub(crate) fn fraction(x: u64, a: u16) -> u64 {
+pub fn fraction(x: u64, a: u16) -> u64 {
     u64::try_from(u128::from(x) * u128::from(a) / u128::from(u16::MAX)).expect("at most x")
 }
 
-/// Clock readings to start from: the epoch, ordinary ones, the clamp at 2^62 and beyond.
-pub(crate) fn start() -> impl Strategy<Value = u64> {
+/// Clock readings to start from: the epoch, ordinary ones, the clamp at [`MAX_USABLE_NS`] and
+/// beyond.
+pub fn start() -> impl Strategy<Value = u64> {
     prop_oneof![
         3 => Just(0u64),
         4 => 0u64..=1_000_000_000_000_000,
-        1 => Just(1u64 << 62),
+        1 => Just(MAX_USABLE_NS),
         1 => Just(u64::MAX),
         1 => any::<u64>(),
     ]
 }
 
-pub(crate) fn amount() -> impl Strategy<Value = Amount> {
+/// Request amounts: zero, one, a few, the capacity and one more, fractions of it, and any `u64`.
+pub fn amount() -> impl Strategy<Value = Amount> {
     prop_oneof![
         2 => Just(Amount::Zero),
         6 => Just(Amount::One),
@@ -62,7 +66,8 @@ pub(crate) fn amount() -> impl Strategy<Value = Amount> {
     ]
 }
 
-pub(crate) fn step() -> impl Strategy<Value = Step> {
+/// Clock steps: small and interval-sized moves either way, years, jumps to the end and anywhere.
+pub fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => (0u64..1_000).prop_map(Step::Nanos),
         5 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::Intervals { num, den }),
@@ -77,6 +82,6 @@ pub(crate) fn step() -> impl Strategy<Value = Step> {
 }
 
 /// Mostly the `_at` forms; one call in five reads the clock instead.
-pub(crate) fn via_clock() -> impl Strategy<Value = bool> {
+pub fn via_clock() -> impl Strategy<Value = bool> {
     prop::bool::weighted(0.2)
 }

@@ -10,8 +10,7 @@
 //!   an eviction) it may only be more restrictive, and from the first such difference on the two
 //!   are no longer compared with each other (their states differ), only with their references.
 //!
-//! Shared by `tests/keyed_model.rs` (proptest) and the fuzz crate's `keyed_ops` target: both include
-//! this file next to `reference.rs`, as `mod keyed_driver` and `mod reference` at their crate root.
+//! Used by `tests/keyed_model.rs` (proptest) and the fuzz crate's `keyed_ops` target.
 //!
 //! Runs are capped at [`MAX_OPS`] operations, fewer than the 256 new keys after which a keyed
 //! limiter sweeps on its own, so every eviction in a run is one the driver asked for.
@@ -22,14 +21,16 @@ use std::time::Duration;
 use tollgate::keyed::{KeyedError, KeyedLimiter};
 use tollgate::{Admitted, ManualClock, Nanos, Quota};
 
-use crate::reference::{RefBucket, RefOutcome, RefPolicy, MAX_USABLE_NS};
+use crate::consts::MAX_USABLE_NS;
+use crate::reference::bucket::{RefBucket, RefPolicy};
+use crate::Outcome;
 
 /// The most operations one run applies (below the automatic sweep's 256 new keys).
-pub(crate) const MAX_OPS: usize = 200;
+pub const MAX_OPS: usize = 200;
 
 /// One operation on the keyed limiters.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum KeyedOp {
+pub enum KeyedOp {
     /// `check_key_n_at(key, n)` (`check_key_at` when `n = 1`).
     Check {
         /// The key.
@@ -80,20 +81,20 @@ impl RefKeyed {
         RefBucket::new(self.policy, self.policy.capacity, at).expect("a full bucket is valid")
     }
 
-    fn check(&mut self, key: u8, n: u64, now: u64) -> RefOutcome {
+    fn check(&mut self, key: u8, n: u64, now: u64) -> Outcome {
         if let Some(bucket) = self.keys.get_mut(&key) {
             return bucket.acquire(n, now);
         }
         let mut bucket = self.fresh(now);
         let outcome = bucket.acquire(n, now);
         // Only an admission of at least one token creates the key.
-        if n > 0 && matches!(outcome, RefOutcome::Admitted { .. }) {
+        if n > 0 && matches!(outcome, Outcome::Admitted { .. }) {
             self.keys.insert(key, bucket);
         }
         outcome
     }
 
-    fn peek(&self, key: u8, n: u64, now: u64) -> RefOutcome {
+    fn peek(&self, key: u8, n: u64, now: u64) -> Outcome {
         match self.keys.get(&key) {
             Some(bucket) => bucket.peek(n, now),
             None => self.fresh(now).peek(n, now),
@@ -120,19 +121,19 @@ impl RefKeyed {
 
 /// A keyed limiter's answer in the model's terms. `TooManyKeys` cannot happen here (a handful of
 /// keys against the default bound), and is a failure.
-fn observe(result: Result<Admitted, KeyedError>) -> RefOutcome {
+fn observe(result: Result<Admitted, KeyedError>) -> Outcome {
     match result {
-        Ok(admitted) => RefOutcome::Admitted {
+        Ok(admitted) => Outcome::Admitted {
             remaining: admitted.remaining(),
             reset_after_ns: admitted.reset_after().as_nanos(),
         },
-        Err(KeyedError::Denied(denied)) => RefOutcome::Denied {
+        Err(KeyedError::Denied(denied)) => Outcome::Denied {
             retry_after_ns: denied.retry_after().as_nanos(),
             retry_at_ns: denied.retry_at().as_u64(),
             remaining: denied.remaining(),
             reset_after_ns: denied.reset_after().as_nanos(),
         },
-        Err(KeyedError::InsufficientCapacity(e)) => RefOutcome::InsufficientCapacity {
+        Err(KeyedError::InsufficientCapacity(e)) => Outcome::InsufficientCapacity {
             requested: e.requested,
             capacity: e.capacity,
         },
@@ -140,40 +141,9 @@ fn observe(result: Result<Admitted, KeyedError>) -> RefOutcome {
     }
 }
 
-/// The model's outcome as a `Duration` can report it (at most `Duration::MAX`).
-fn representable(outcome: RefOutcome) -> RefOutcome {
-    let max = Duration::MAX.as_nanos();
-    match outcome {
-        RefOutcome::Admitted {
-            remaining,
-            reset_after_ns,
-        } => RefOutcome::Admitted {
-            remaining,
-            reset_after_ns: reset_after_ns.min(max),
-        },
-        RefOutcome::Denied {
-            retry_after_ns,
-            retry_at_ns,
-            remaining,
-            reset_after_ns,
-        } => RefOutcome::Denied {
-            retry_after_ns: retry_after_ns.min(max),
-            retry_at_ns,
-            remaining,
-            reset_after_ns: reset_after_ns.min(max),
-        },
-        RefOutcome::InsufficientCapacity { .. } => outcome,
-    }
-}
-
-/// Whether `outcome` admitted.
-fn admitted(outcome: &RefOutcome) -> bool {
-    matches!(outcome, RefOutcome::Admitted { .. })
-}
-
 /// Builds the quota for `count` per `period_ns` with `capacity`, and the model's constants; `None`
 /// when the crate refuses the quota (the model must then refuse it too).
-pub(crate) fn quota(count: u64, period_ns: u64, capacity: u64) -> Option<(Quota, RefPolicy)> {
+pub fn quota(count: u64, period_ns: u64, capacity: u64) -> Option<(Quota, RefPolicy)> {
     let built = Quota::per_period(count, Duration::from_nanos(period_ns))
         .and_then(|q| q.with_capacity(capacity));
     // `per_period` starts with a capacity of `count`, which must be valid too, before
@@ -191,7 +161,7 @@ pub(crate) fn quota(count: u64, period_ns: u64, capacity: u64) -> Option<(Quota,
 
 /// Runs `ops` (at most [`MAX_OPS`] of them) from the reading `start`, asserting everything listed
 /// in the file's docs. Answers how many keys the evicting limiter evicted.
-pub(crate) fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) -> u64 {
+pub fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) -> u64 {
     type Limiter = KeyedLimiter<u8, tollgate::keyed::TokenBucketKeys, ManualClock>;
     let evicting: Limiter = KeyedLimiter::with_clock(quota, ManualClock::new());
     let keeping: Limiter = KeyedLimiter::with_clock(quota, ManualClock::new());
@@ -230,13 +200,13 @@ pub(crate) fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) 
                 let (a, b) = (observe(a), observe(b));
                 assert_eq!(
                     a,
-                    representable(ref_evicting.check(key, n, now)),
+                    ref_evicting.check(key, n, now).representable(),
                     "evicting: {}",
                     ctx
                 );
                 assert_eq!(
                     b,
-                    representable(ref_keeping.check(key, n, now)),
+                    ref_keeping.check(key, n, now).representable(),
                     "keeping: {}",
                     ctx
                 );
@@ -247,13 +217,13 @@ pub(crate) fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) 
                 let b = observe(keeping.peek_key_n_at(&key, n, at));
                 assert_eq!(
                     a,
-                    representable(ref_evicting.peek(key, n, now)),
+                    ref_evicting.peek(key, n, now).representable(),
                     "evicting: {}",
                     ctx
                 );
                 assert_eq!(
                     b,
-                    representable(ref_keeping.peek(key, n, now)),
+                    ref_keeping.peek(key, n, now).representable(),
                     "keeping: {}",
                     ctx
                 );
@@ -294,7 +264,11 @@ pub(crate) fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) 
                     "{a:?} vs {b:?}: {}",
                     ctx
                 );
-                assert!(!admitted(&a) || admitted(&b), "{a:?} vs {b:?}: {}", ctx);
+                assert!(
+                    !a.is_admitted() || b.is_admitted(),
+                    "{a:?} vs {b:?}: {}",
+                    ctx
+                );
                 diverged = true;
             }
         }

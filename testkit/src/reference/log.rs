@@ -2,61 +2,31 @@
 //! admission time ever recorded, in a plain `Vec`, and the rule "admit `n` at effective time `t'`
 //! iff the recorded times in `(t' - W, t']` number at most `N - n`".
 //!
-//! Shared by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target,
-//! which include it with `#[path]` as `mod log_reference` next to `log_driver.rs`.
+//! Used by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target,
+//! through [`crate::driver::log`].
 //!
 //! Arithmetic is in `u128`, so nothing here can overflow whatever the crate does.
 
-/// Readings beyond this are taken as this (the crate's `Nanos::MAX_USABLE`, 2^62 ns).
-pub(crate) const MAX_USABLE: u64 = 1 << 62;
+use crate::consts::MAX_USABLE_NS as MAX_USABLE;
+use crate::Outcome;
 
 /// The longest log the crate accepts (`window::sliding_log::MAX_LOG`).
-pub(crate) const MAX_LOG: u64 = 65_536;
-
-/// What the crate answers, in numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LogOutcome {
-    /// Admitted (or a query for nothing).
-    Admitted {
-        /// Admissions left in the window after this one.
-        remaining: u64,
-        /// Nanoseconds from the reading until the newest admission leaves the window.
-        reset_after_ns: u128,
-    },
-    /// Denied for now.
-    Denied {
-        /// Nanoseconds from the reading until the same request would be admitted.
-        retry_after_ns: u128,
-        /// The reading at which it would be.
-        retry_at_ns: u64,
-        /// Admissions left in the window.
-        remaining: u64,
-        /// Nanoseconds from the reading until the newest admission leaves the window.
-        reset_after_ns: u128,
-    },
-    /// More than N asked for.
-    InsufficientCapacity {
-        /// Asked for.
-        requested: u64,
-        /// N.
-        capacity: u64,
-    },
-}
+pub const MAX_LOG: u64 = 65_536;
 
 /// The model: N, W, and every admission time in the order recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RefLog {
+pub struct RefLog {
     /// N, admissions allowed in any window.
-    pub(crate) count: u64,
+    pub count: u64,
     /// W, the window length in nanoseconds.
-    pub(crate) window: u64,
+    pub window: u64,
     /// Every recorded time, oldest first (never decreasing, since each is at least the last).
-    pub(crate) times: Vec<u64>,
+    pub times: Vec<u64>,
 }
 
 impl RefLog {
     /// An empty log of N per W ns.
-    pub(crate) fn new(count: u64, window: u64) -> RefLog {
+    pub fn new(count: u64, window: u64) -> RefLog {
         RefLog {
             count,
             window,
@@ -90,9 +60,9 @@ impl RefLog {
         })
     }
 
-    fn judge(&mut self, n: u64, now: u64, write: bool) -> LogOutcome {
+    fn judge(&mut self, n: u64, now: u64, write: bool) -> Outcome {
         if n > self.count {
-            return LogOutcome::InsufficientCapacity {
+            return Outcome::InsufficientCapacity {
                 requested: n,
                 capacity: self.count,
             };
@@ -102,7 +72,7 @@ impl RefLog {
         let held = self.in_window(t);
         let k = held.len() as u64;
         if n == 0 {
-            return LogOutcome::Admitted {
+            return Outcome::Admitted {
                 remaining: self.count - k,
                 reset_after_ns: self.reset_after(reading),
             };
@@ -111,7 +81,7 @@ impl RefLog {
             if write {
                 self.times.extend(std::iter::repeat(t).take(n as usize));
             }
-            return LogOutcome::Admitted {
+            return Outcome::Admitted {
                 remaining: self.count - k - n,
                 reset_after_ns: u128::from(t) + u128::from(self.window) - u128::from(reading),
             };
@@ -120,7 +90,7 @@ impl RefLog {
         let d = (k + n - self.count) as usize;
         let retry_at = u128::from(held[d - 1]) + u128::from(self.window);
         let retry_after = retry_at - u128::from(reading);
-        LogOutcome::Denied {
+        Outcome::Denied {
             retry_after_ns: retry_after,
             retry_at_ns: u64::try_from(retry_at).expect("below 2^63"),
             remaining: self.count - k,
@@ -129,19 +99,19 @@ impl RefLog {
     }
 
     /// A request for `n` at reading `now`: recorded if admitted.
-    pub(crate) fn acquire(&mut self, n: u64, now: u64) -> LogOutcome {
+    pub fn acquire(&mut self, n: u64, now: u64) -> Outcome {
         let outcome = self.judge(n, now, true);
         self.forget_left(now);
         outcome
     }
 
     /// The answer `acquire` would give, recording nothing.
-    pub(crate) fn peek(&self, n: u64, now: u64) -> LogOutcome {
+    pub fn peek(&self, n: u64, now: u64) -> Outcome {
         self.clone().judge(n, now, false)
     }
 
     /// Admissions left in the window at reading `now`.
-    pub(crate) fn remaining(&self, now: u64) -> u64 {
+    pub fn remaining(&self, now: u64) -> u64 {
         let t = self.effective(RefLog::reading(now));
         self.count - self.in_window(t).len() as u64
     }

@@ -8,8 +8,8 @@
 //! shares no clamp, saturation or wrap-around of the crate's `u64` arithmetic. Its answers must equal
 //! the crate's to the nanosecond.
 //!
-//! It depends on nothing but `std` and `reference.rs` (for the documented time units of a quota:
-//! [`RefPolicy`] and [`Reading`]); the fuzz crate includes it by path.
+//! It depends on nothing but the bucket model (for the documented time units of a quota:
+//! [`RefPolicy`] and [`Reading`]).
 //!
 //! # The semantics modelled (the meter's module docs)
 //!
@@ -23,11 +23,12 @@
 //! - A strict admission of `n` fits when `D <= t`, and occupies `[t_up, t_up + n × I)`.
 //! - `n = 0` is a query; `n > C` is refused for ever.
 
-use crate::reference::{Reading, RefOutcome, RefPolicy};
+use crate::reference::bucket::{Reading, RefPolicy};
+use crate::Outcome;
 
 /// What the model answers to a scheduling: the crate's `Result<Scheduled, AcquireError>`, flattened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RefSchedule {
+pub enum RefSchedule {
     /// Scheduled (or a query for zero places).
     Scheduled {
         /// Nanoseconds from the (clamped) reading to the departure.
@@ -63,16 +64,16 @@ pub(crate) enum RefSchedule {
 
 /// One admitted request: it leaves at `start` and holds the queue for `n` intervals (units).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Departure {
+pub struct Departure {
     /// The departure instant, in units.
-    pub(crate) start: i128,
+    pub start: i128,
     /// Places taken.
-    pub(crate) n: u64,
+    pub n: u64,
 }
 
 /// The model meter: the departure list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RefMeter {
+pub struct RefMeter {
     policy: RefPolicy,
     /// The reading the meter was built at, in units.
     built: i128,
@@ -83,7 +84,7 @@ pub(crate) struct RefMeter {
 impl RefMeter {
     /// A meter with `free` places free as of `now_ns` (the rest taken by requests leaving from the
     /// reading rounded up), or `None` for `free > capacity`.
-    pub(crate) fn new(policy: RefPolicy, free: u64, now_ns: u64) -> Option<RefMeter> {
+    pub fn new(policy: RefPolicy, free: u64, now_ns: u64) -> Option<RefMeter> {
         if free > policy.capacity {
             return None;
         }
@@ -104,8 +105,7 @@ impl RefMeter {
     }
 
     /// The admitted departures so far.
-    #[allow(dead_code)]
-    pub(crate) fn departures(&self) -> &[Departure] {
+    pub fn departures(&self) -> &[Departure] {
         &self.departures
     }
 
@@ -224,11 +224,11 @@ impl RefMeter {
         }
     }
 
-    fn decide_acquire(&self, n: u64, now_ns: u64) -> (RefOutcome, Option<Departure>) {
+    fn decide_acquire(&self, n: u64, now_ns: u64) -> (Outcome, Option<Departure>) {
         let p = &self.policy;
         let at = p.reading(now_ns);
         if n > p.capacity {
-            let outcome = RefOutcome::InsufficientCapacity {
+            let outcome = Outcome::InsufficientCapacity {
                 requested: n,
                 capacity: p.capacity,
             };
@@ -236,7 +236,7 @@ impl RefMeter {
         }
         let drain = self.drain();
         if n == 0 {
-            let outcome = RefOutcome::Admitted {
+            let outcome = Outcome::Admitted {
                 remaining: self.free_at(drain, at.t),
                 reset_after_ns: self.ns_from(drain.max(at.t), at),
             };
@@ -248,7 +248,7 @@ impl RefMeter {
                 n,
             };
             let drain_after = at.t_up() + i128::from(n) * self.interval();
-            let outcome = RefOutcome::Admitted {
+            let outcome = Outcome::Admitted {
                 // n places taken from an empty queue.
                 remaining: p.capacity - n,
                 reset_after_ns: self.ns_from(drain_after, at),
@@ -258,7 +258,7 @@ impl RefMeter {
             // The same request fits exactly when the queue is empty: at the drain time.
             let (retry_after_ns, retry_at_ns, remaining, reset_after_ns) =
                 self.denied(drain, at, drain);
-            let outcome = RefOutcome::Denied {
+            let outcome = Outcome::Denied {
                 retry_after_ns,
                 retry_at_ns,
                 remaining,
@@ -276,31 +276,31 @@ impl RefMeter {
     }
 
     /// Schedules `n` places at `now_ns` if they fit (`n = 0` is a query).
-    pub(crate) fn schedule(&mut self, n: u64, now_ns: u64) -> RefSchedule {
+    pub fn schedule(&mut self, n: u64, now_ns: u64) -> RefSchedule {
         let (outcome, departure) = self.decide_schedule(n, now_ns);
         self.admit(departure);
         outcome
     }
 
     /// What [`RefMeter::schedule`] would answer, admitting nothing.
-    pub(crate) fn peek_schedule(&self, n: u64, now_ns: u64) -> RefSchedule {
+    pub fn peek_schedule(&self, n: u64, now_ns: u64) -> RefSchedule {
         self.decide_schedule(n, now_ns).0
     }
 
     /// Admits `n` to leave at once at `now_ns` if the queue is empty (`n = 0` is a query).
-    pub(crate) fn acquire(&mut self, n: u64, now_ns: u64) -> RefOutcome {
+    pub fn acquire(&mut self, n: u64, now_ns: u64) -> Outcome {
         let (outcome, departure) = self.decide_acquire(n, now_ns);
         self.admit(departure);
         outcome
     }
 
     /// What [`RefMeter::acquire`] would answer, admitting nothing.
-    pub(crate) fn peek(&self, n: u64, now_ns: u64) -> RefOutcome {
+    pub fn peek(&self, n: u64, now_ns: u64) -> Outcome {
         self.decide_acquire(n, now_ns).0
     }
 
     /// Free places at `now_ns`.
-    pub(crate) fn remaining(&self, now_ns: u64) -> u64 {
+    pub fn remaining(&self, now_ns: u64) -> u64 {
         self.free_at(self.drain(), self.policy.reading(now_ns).t)
     }
 }

@@ -5,8 +5,7 @@
 //! computes everything in `i128`/`u128`, so no clamp, saturation or wrap-around of the crate's `u64`
 //! arithmetic is shared with it. Its answers must equal the crate's to the nanosecond.
 //!
-//! It depends on nothing but `std`: the fuzz crate includes this very file with
-//! `#[path = "../../tests/support/reference.rs"] mod reference;`.
+//! It depends on nothing of the crate: it answers in [`Outcome`]s, plain numbers.
 //!
 //! # The semantics modelled
 //!
@@ -18,19 +17,19 @@
 //!   may be negative (a reading earlier than one already applied).
 //! - Durations reported are `(units << k) - sub` nanoseconds, at least zero, exact in `u128`. (The
 //!   crate reports them as `Duration`s, which stop at `Duration::MAX`; the comparison in
-//!   `bucket_driver.rs` caps the model's values there, and only there.)
+//!   [`Outcome::representable`] caps the model's values there, and only there.)
 
 use std::cmp::min;
 
-/// The latest reading distinguished, in nanoseconds: later readings count as this one.
-pub(crate) const MAX_USABLE_NS: u64 = 1 << 62;
+use crate::consts::MAX_USABLE_NS;
+use crate::Outcome;
 
 /// The largest burst window, in time units.
 const MAX_WINDOW: u128 = 1 << 62;
 
 /// The coarsest time-unit exponent allowed for an interval of `interval_ns` nanoseconds:
 /// `floor(log2(interval_ns / 1024))`, or 0 when that quotient is 0.
-pub(crate) fn max_shift(interval_ns: u64) -> u32 {
+pub fn max_shift(interval_ns: u64) -> u32 {
     let ratio = interval_ns / 1024;
     let mut shift = 0;
     while ratio >> (shift + 1) != 0 {
@@ -42,7 +41,7 @@ pub(crate) fn max_shift(interval_ns: u64) -> u32 {
 /// The interval `ceil(period_ns / count)` in nanoseconds, if the rate is representable: `count`
 /// at least 1, `period_ns` at least `count` (at most one token per nanosecond), and the interval at
 /// most 2^62 ns.
-pub(crate) fn interval_ns(count: u64, period_ns: u128) -> Option<u64> {
+pub fn interval_ns(count: u64, period_ns: u128) -> Option<u64> {
     if count == 0 || period_ns == 0 || u128::from(count) > period_ns {
         return None;
     }
@@ -54,31 +53,31 @@ pub(crate) fn interval_ns(count: u64, period_ns: u128) -> Option<u64> {
 }
 
 /// The largest capacity at an interval of `interval_ns`: `2^62 / ceil(interval_ns / 2^max_shift)`.
-pub(crate) fn max_capacity(interval_ns: u64) -> u64 {
+pub fn max_capacity(interval_ns: u64) -> u64 {
     let unit_interval = u128::from(interval_ns).div_ceil(1u128 << max_shift(interval_ns));
     u64::try_from(MAX_WINDOW / unit_interval).expect("2^62 / x fits a u64")
 }
 
 /// The model's constants for one quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RefPolicy {
+pub struct RefPolicy {
     /// The capacity `C`, in tokens.
-    pub(crate) capacity: u64,
+    pub capacity: u64,
     /// The interval `ceil(P / n_q)`, in nanoseconds.
-    pub(crate) interval_ns: u64,
+    pub interval_ns: u64,
     /// The time-unit exponent `k`: one unit is `2^k` ns.
-    pub(crate) shift: u32,
+    pub shift: u32,
     /// The interval `I`, in units.
-    pub(crate) interval: i128,
+    pub interval: i128,
     /// The burst window `B = C × I`, in units.
-    pub(crate) burst: i128,
+    pub burst: i128,
 }
 
 impl RefPolicy {
     /// The constants for `count` tokens per `period_ns` with a capacity of `capacity`, or `None`
     /// where the documented ranges refuse them (a bad rate, or a capacity outside
     /// `1 ..= max_capacity`).
-    pub(crate) fn new(count: u64, period_ns: u128, capacity: u64) -> Option<RefPolicy> {
+    pub fn new(count: u64, period_ns: u128, capacity: u64) -> Option<RefPolicy> {
         let interval_ns = interval_ns(count, period_ns)?;
         if capacity == 0 || capacity > max_capacity(interval_ns) {
             return None;
@@ -108,7 +107,7 @@ impl RefPolicy {
     }
 
     /// A reading as the model uses it.
-    pub(crate) fn reading(&self, now_ns: u64) -> Reading {
+    pub fn reading(&self, now_ns: u64) -> Reading {
         let ns = min(now_ns, MAX_USABLE_NS);
         Reading {
             ns,
@@ -132,55 +131,25 @@ impl RefPolicy {
 
 /// A clock reading in the model's units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reading {
+pub struct Reading {
     /// The reading in nanoseconds, clamped to [`MAX_USABLE_NS`].
-    pub(crate) ns: u64,
+    pub ns: u64,
     /// The reading in whole units.
-    pub(crate) t: i128,
+    pub t: i128,
     /// The nanoseconds below one unit.
-    pub(crate) sub: u128,
+    pub sub: u128,
 }
 
 impl Reading {
     /// The reading rounded up to a whole unit.
-    pub(crate) fn t_up(&self) -> i128 {
+    pub fn t_up(&self) -> i128 {
         self.t + i128::from(self.sub != 0)
     }
 }
 
-/// What the model answers to a request: the crate's `Result<Admitted, AcquireError>`, flattened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RefOutcome {
-    /// Admitted (or a query for zero tokens).
-    Admitted {
-        /// Whole tokens left.
-        remaining: u64,
-        /// Nanoseconds until full.
-        reset_after_ns: u128,
-    },
-    /// Refused for now.
-    Denied {
-        /// Nanoseconds until the same request would be admitted.
-        retry_after_ns: u128,
-        /// The clamped reading plus `retry_after_ns`, saturating at `u64::MAX`.
-        retry_at_ns: u64,
-        /// Whole tokens at the reading.
-        remaining: u64,
-        /// Nanoseconds until full.
-        reset_after_ns: u128,
-    },
-    /// Refused for ever: more than the capacity was asked for.
-    InsufficientCapacity {
-        /// Tokens asked for.
-        requested: u64,
-        /// The capacity.
-        capacity: u64,
-    },
-}
-
 /// The model bucket: `(level, last)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RefBucket {
+pub struct RefBucket {
     policy: RefPolicy,
     /// The level in units as of `last`; may be negative, never above `B`.
     level: i128,
@@ -191,7 +160,7 @@ pub(crate) struct RefBucket {
 impl RefBucket {
     /// A bucket holding `initial` tokens as of the reading `now_ns`, or `None` for
     /// `initial > capacity`.
-    pub(crate) fn new(policy: RefPolicy, initial: u64, now_ns: u64) -> Option<RefBucket> {
+    pub fn new(policy: RefPolicy, initial: u64, now_ns: u64) -> Option<RefBucket> {
         if initial > policy.capacity {
             return None;
         }
@@ -216,11 +185,11 @@ impl RefBucket {
     }
 
     /// The answer to a request for `n` tokens at `now_ns`, and the state to move to on admission.
-    fn decide(&self, n: u64, now_ns: u64) -> (RefOutcome, Option<(i128, i128)>) {
+    fn decide(&self, n: u64, now_ns: u64) -> (Outcome, Option<(i128, i128)>) {
         let p = &self.policy;
         let at = p.reading(now_ns);
         if n > p.capacity {
-            let outcome = RefOutcome::InsufficientCapacity {
+            let outcome = Outcome::InsufficientCapacity {
                 requested: n,
                 capacity: p.capacity,
             };
@@ -228,7 +197,7 @@ impl RefBucket {
         }
         let lvl = self.level_at(at.t);
         if n == 0 {
-            let outcome = RefOutcome::Admitted {
+            let outcome = Outcome::Admitted {
                 remaining: p.tokens(lvl),
                 reset_after_ns: p.span_ns(p.burst - lvl, at),
             };
@@ -237,7 +206,7 @@ impl RefBucket {
         let cost = i128::from(n) * p.interval;
         if lvl >= cost {
             let left = lvl - cost;
-            let outcome = RefOutcome::Admitted {
+            let outcome = Outcome::Admitted {
                 remaining: p.tokens(left),
                 reset_after_ns: p.span_ns(p.burst - left, at),
             };
@@ -248,7 +217,7 @@ impl RefBucket {
         } else {
             let retry_after_ns = p.span_ns(cost - lvl, at);
             let retry_at = u128::from(at.ns) + retry_after_ns;
-            let outcome = RefOutcome::Denied {
+            let outcome = Outcome::Denied {
                 retry_after_ns,
                 retry_at_ns: u64::try_from(retry_at).unwrap_or(u64::MAX),
                 remaining: p.tokens(lvl),
@@ -259,7 +228,7 @@ impl RefBucket {
     }
 
     /// Takes `n` tokens at `now_ns` if they are there (`n = 0` is a query).
-    pub(crate) fn acquire(&mut self, n: u64, now_ns: u64) -> RefOutcome {
+    pub fn acquire(&mut self, n: u64, now_ns: u64) -> Outcome {
         let (outcome, next) = self.decide(n, now_ns);
         if let Some((level, last)) = next {
             self.level = level;
@@ -269,13 +238,13 @@ impl RefBucket {
     }
 
     /// What [`RefBucket::acquire`] would answer, without taking anything.
-    pub(crate) fn peek(&self, n: u64, now_ns: u64) -> RefOutcome {
+    pub fn peek(&self, n: u64, now_ns: u64) -> Outcome {
         self.decide(n, now_ns).0
     }
 
     /// Gives back `min(n, C)` tokens at `now_ns`, never above the capacity; nothing happens for
     /// `n = 0` or a bucket already full at `now_ns`.
-    pub(crate) fn refund(&mut self, n: u64, now_ns: u64) {
+    pub fn refund(&mut self, n: u64, now_ns: u64) {
         let p = self.policy;
         let t = p.reading(now_ns).t;
         let lvl = self.level_at(t);
@@ -288,25 +257,23 @@ impl RefBucket {
     }
 
     /// Whole tokens at `now_ns`.
-    pub(crate) fn remaining(&self, now_ns: u64) -> u64 {
+    pub fn remaining(&self, now_ns: u64) -> u64 {
         let p = &self.policy;
         p.tokens(self.level_at(p.reading(now_ns).t))
     }
 }
 
-/// Read-only views of a model bucket's state, for the sharded model (`sharded_reference.rs`), which
-/// builds one `ShardedBucket` shard from each [`RefBucket`]. Not every crate that includes this file
-/// uses them.
-#[allow(dead_code)]
+/// Read-only views of a model bucket's state, for the sharded model ([`crate::reference::sharded`]), which
+/// builds one `ShardedBucket` shard from each [`RefBucket`].
 impl RefBucket {
     /// The model's constants.
-    pub(crate) fn policy(&self) -> &RefPolicy {
+    pub fn policy(&self) -> &RefPolicy {
         &self.policy
     }
 
     /// The level `f(t)` at the reading `now_ns`, in units (`tokens × I`): at most `B`, negative
     /// for a reading earlier than one already applied.
-    pub(crate) fn level_units(&self, now_ns: u64) -> i128 {
+    pub fn level_units(&self, now_ns: u64) -> i128 {
         self.level_at(self.policy.reading(now_ns).t)
     }
 }

@@ -1,26 +1,24 @@
 //! Drives a [`TokenBucket`] and the reference model through the same operations and asserts that
 //! every answer is identical, to the nanosecond.
 //!
-//! Shared by `tests/token_bucket_model.rs` (proptest) and the fuzz crate's `token_bucket_ops` target
-//! (arbitrary): both include this file next to `reference.rs`, as `mod bucket_driver` and
-//! `mod reference` at their crate root. Each generates [`QuotaSpec`]s and [`Op`]s its own way.
+//! Used by `tests/token_bucket_model.rs` (proptest) and the fuzz crate's `token_bucket_ops` target
+//! (arbitrary); each generates [`QuotaSpec`]s and [`Op`]s its own way. The quota specs, amounts and
+//! clock steps here serve the meter and sharded drivers too; the calls any limiter answers go
+//! through [`crate::driver::limiter`], and refunds are this driver's own.
 
 use std::time::Duration;
 
-use tollgate::{
-    AcquireError, Admitted, Clock, Denied, ManualClock, Nanos, Quota, QuotaError, TokenBucket,
-};
+use tollgate::{Clock, ManualClock, Nanos, Quota, QuotaError, TokenBucket};
 
-use crate::reference::{self, RefBucket, RefOutcome, RefPolicy};
-
-const NANOS_PER_SEC: u64 = 1_000_000_000;
-
-/// Nanoseconds in a year of 365.25 days.
-pub(crate) const YEAR_NS: u64 = 31_557_600 * NANOS_PER_SEC;
+use crate::consts::YEAR_NS;
+use crate::driver::limiter::{check, Call};
+use crate::outcome::observe;
+use crate::reference::bucket::{self as reference, RefBucket, RefPolicy};
+use crate::Outcome;
 
 /// A rate as one of `Quota`'s constructors takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Rate {
+pub enum Rate {
     /// `Quota::per_second(count)`.
     Second(u64),
     /// `Quota::per_minute(count)`.
@@ -35,7 +33,7 @@ pub(crate) enum Rate {
 
 impl Rate {
     /// Tokens per period.
-    pub(crate) fn count(&self) -> u64 {
+    pub fn count(&self) -> u64 {
         match *self {
             Rate::Second(n) | Rate::Minute(n) | Rate::Hour(n) | Rate::Day(n) => n,
             Rate::Period(n, _) => n,
@@ -43,7 +41,7 @@ impl Rate {
     }
 
     /// The period, as the constructor's documentation gives it.
-    pub(crate) fn period(&self) -> Duration {
+    pub fn period(&self) -> Duration {
         match *self {
             Rate::Second(_) => Duration::from_secs(1),
             Rate::Minute(_) => Duration::from_secs(60),
@@ -54,7 +52,7 @@ impl Rate {
     }
 
     /// Calls the constructor.
-    pub(crate) fn build(&self) -> Result<Quota, QuotaError> {
+    pub fn build(&self) -> Result<Quota, QuotaError> {
         match *self {
             Rate::Second(n) => Quota::per_second(n),
             Rate::Minute(n) => Quota::per_minute(n),
@@ -68,20 +66,20 @@ impl Rate {
 /// A quota as built through the public API: a rate, then optionally `with_capacity` and
 /// `with_initial`, in either order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct QuotaSpec {
+pub struct QuotaSpec {
     /// The constructor and its arguments.
-    pub(crate) rate: Rate,
+    pub rate: Rate,
     /// The argument of `with_capacity`, if it is called.
-    pub(crate) capacity: Option<u64>,
+    pub capacity: Option<u64>,
     /// The argument of `with_initial`, if it is called.
-    pub(crate) initial: Option<u64>,
+    pub initial: Option<u64>,
     /// Whether `with_initial` is called before `with_capacity` (when both are).
-    pub(crate) initial_first: bool,
+    pub initial_first: bool,
 }
 
 impl QuotaSpec {
     /// Builds the quota through the crate's API.
-    pub(crate) fn build(&self) -> Result<Quota, QuotaError> {
+    pub fn build(&self) -> Result<Quota, QuotaError> {
         let mut quota = self.rate.build()?;
         if self.initial_first {
             if let Some(tokens) = self.initial {
@@ -101,7 +99,7 @@ impl QuotaSpec {
 
     /// What the documented ranges say `build` returns: the model's constants and the initial fill,
     /// or the field of the first error, following the order of the calls.
-    pub(crate) fn expected(&self) -> Result<(RefPolicy, u64), &'static str> {
+    pub fn expected(&self) -> Result<(RefPolicy, u64), &'static str> {
         let count = self.rate.count();
         let period_ns = self.rate.period().as_nanos();
         if count == 0 {
@@ -151,7 +149,7 @@ impl QuotaSpec {
 
 /// A number of tokens, chosen relative to the capacity `C`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Amount {
+pub enum Amount {
     /// 0: a query.
     Zero,
     /// 1.
@@ -170,7 +168,7 @@ pub(crate) enum Amount {
 
 impl Amount {
     /// The number of tokens for a capacity of `capacity`.
-    pub(crate) fn resolve(self, capacity: u64) -> u64 {
+    pub fn resolve(self, capacity: u64) -> u64 {
         match self {
             Amount::Zero => 0,
             Amount::One => 1,
@@ -188,7 +186,7 @@ impl Amount {
 
 /// A change of the clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
+pub enum Step {
     /// Forward by this many nanoseconds (saturating).
     Nanos(u64),
     /// Forward by `num / den` intervals (den of 0 counts as 1).
@@ -216,6 +214,39 @@ pub(crate) enum Step {
 }
 
 impl Step {
+    /// Applies the step to `clock`, whose reading is `now`, for a quota whose interval is
+    /// `interval_ns`; returns the new reading.
+    ///
+    /// ```
+    /// use testkit::driver::bucket::Step;
+    /// use tollgate::{Clock, ManualClock, Nanos};
+    /// let clock = ManualClock::new();
+    /// assert_eq!(Step::Intervals { num: 3, den: 2 }.apply(&clock, 0, 10), 15);
+    /// assert_eq!(Step::BackNanos(20).apply(&clock, 15, 10), 0);
+    /// assert_eq!(clock.now(), Nanos::new(0));
+    /// ```
+    pub fn apply(self, clock: &ManualClock, now: u64, interval_ns: u64) -> u64 {
+        let forward = |ns: u64| {
+            clock.advance(Duration::from_nanos(ns));
+            now.saturating_add(ns)
+        };
+        let set = |t: u64| {
+            clock.set(Nanos::new(t));
+            t
+        };
+        match self {
+            Step::Nanos(ns) => forward(ns),
+            Step::Intervals { num, den } => forward(Step::intervals(num, den, interval_ns)),
+            Step::Years(y) => forward(u64::from(y).saturating_mul(YEAR_NS)),
+            Step::ToMax => forward(u64::MAX),
+            Step::BackNanos(ns) => set(now.saturating_sub(ns)),
+            Step::BackIntervals { num, den } => {
+                set(now.saturating_sub(Step::intervals(num, den, interval_ns)))
+            }
+            Step::Set(t) => set(t),
+        }
+    }
+
     /// `num / den` intervals of `interval_ns`, in nanoseconds, saturating.
     fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
         let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
@@ -226,7 +257,7 @@ impl Step {
 /// One operation on the bucket. `clock: true` uses the method that reads the bucket's clock,
 /// `false` the `_at` form with the same reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
+pub enum Op {
     /// `try_acquire_n(_at)`.
     Acquire {
         /// Tokens asked for.
@@ -262,66 +293,9 @@ pub(crate) enum Op {
     Time(Step),
 }
 
-/// The crate's answer to `try_acquire_n`, `peek_n` and friends, in the model's terms.
-pub(crate) fn observe(result: Result<Admitted, AcquireError>) -> RefOutcome {
-    match result {
-        Ok(admitted) => observe_one(Ok(admitted)),
-        Err(AcquireError::Denied(denied)) => observe_one(Err(denied)),
-        Err(AcquireError::InsufficientCapacity(e)) => RefOutcome::InsufficientCapacity {
-            requested: e.requested,
-            capacity: e.capacity,
-        },
-        // An in-process limiter refuses only in the two ways above; a new kind is a bug here.
-        Err(other) => panic!("a refusal the model does not know: {other}"),
-    }
-}
-
-/// The crate's answer to `try_acquire`, in the model's terms.
-pub(crate) fn observe_one(result: Result<Admitted, Denied>) -> RefOutcome {
-    match result {
-        Ok(admitted) => RefOutcome::Admitted {
-            remaining: admitted.remaining(),
-            reset_after_ns: admitted.reset_after().as_nanos(),
-        },
-        Err(denied) => RefOutcome::Denied {
-            retry_after_ns: denied.retry_after().as_nanos(),
-            retry_at_ns: denied.retry_at().as_u64(),
-            remaining: denied.remaining(),
-            reset_after_ns: denied.reset_after().as_nanos(),
-        },
-    }
-}
-
-/// The model's outcome as the crate can report it: a `Duration` holds at most `u64::MAX` seconds
-/// and 999_999_999 ns, so a longer span (a burst window past 584 billion years) is that maximum.
-pub(crate) fn representable(outcome: RefOutcome) -> RefOutcome {
-    let max = Duration::MAX.as_nanos();
-    match outcome {
-        RefOutcome::Admitted {
-            remaining,
-            reset_after_ns,
-        } => RefOutcome::Admitted {
-            remaining,
-            reset_after_ns: reset_after_ns.min(max),
-        },
-        RefOutcome::Denied {
-            retry_after_ns,
-            retry_at_ns,
-            remaining,
-            reset_after_ns,
-        } => RefOutcome::Denied {
-            retry_after_ns: retry_after_ns.min(max),
-            retry_at_ns,
-            remaining,
-            reset_after_ns: reset_after_ns.min(max),
-        },
-        RefOutcome::InsufficientCapacity { .. } => outcome,
-    }
-}
-
 /// Builds the quota both ways and checks they agree. Returns the quota and the model's constants
 /// and initial fill when it is valid, `None` when both refuse it.
-pub(crate) fn check_quota(spec: &QuotaSpec) -> Option<(Quota, RefPolicy, u64)> {
+pub fn check_quota(spec: &QuotaSpec) -> Option<(Quota, RefPolicy, u64)> {
     let built = spec.build();
     match (built, spec.expected()) {
         (Ok(quota), Ok((policy, initial))) => {
@@ -354,7 +328,7 @@ pub(crate) fn check_quota(spec: &QuotaSpec) -> Option<(Quota, RefPolicy, u64)> {
 
 /// Runs `ops` on a bucket for `spec` whose clock starts at `start`, comparing every answer, and the
 /// tokens remaining after every operation, with the model.
-pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
+pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
     let Some((quota, policy, initial)) = check_quota(spec) else {
         return;
     };
@@ -375,33 +349,18 @@ pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
             move || format!("op {i} {op:?} at {now} ns, {spec:?} from {start}, model {model:?}");
         match op {
             Op::Acquire { n, clock: read } => {
-                let n = n.resolve(capacity);
-                let got = if read {
-                    bucket.try_acquire_n(n)
-                } else {
-                    bucket.try_acquire_n_at(n, at)
-                };
-                let want = representable(model.acquire(n, now));
-                assert_eq!(observe(got), want, "acquire {n}: {}", context());
+                let call = Call::Acquire(n.resolve(capacity));
+                check(&bucket, &mut model, call, now, read, &context);
             }
             Op::AcquireOne { clock: read } => {
-                let got = if read {
-                    bucket.try_acquire()
-                } else {
-                    bucket.try_acquire_at(at)
-                };
-                let want = representable(model.acquire(1, now));
-                assert_eq!(observe_one(got), want, "acquire one: {}", context());
+                check(&bucket, &mut model, Call::AcquireOne, now, read, &context);
             }
             Op::Peek { n, clock: read } => {
-                let n = n.resolve(capacity);
-                let got = if read {
-                    bucket.peek_n(n)
-                } else {
-                    bucket.peek_n_at(n, at)
-                };
-                let want = representable(model.peek(n, now));
-                assert_eq!(observe(got), want, "peek {n}: {}", context());
+                let call = Call::Peek(n.resolve(capacity));
+                check(&bucket, &mut model, call, now, read, &context);
+            }
+            Op::Remaining { clock: read } => {
+                check(&bucket, &mut model, Call::Remaining, now, read, &context);
             }
             Op::Refund { n, clock: read } => {
                 let n = n.resolve(capacity);
@@ -412,37 +371,8 @@ pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
                 }
                 model.refund(n, now);
             }
-            Op::Remaining { clock: read } => {
-                let got = if read {
-                    bucket.remaining()
-                } else {
-                    bucket.remaining_at(at)
-                };
-                assert_eq!(got, model.remaining(now), "remaining: {}", context());
-            }
             Op::Time(step) => {
-                let before = now;
-                let forward = |ns: u64| {
-                    clock.advance(Duration::from_nanos(ns));
-                    before.saturating_add(ns)
-                };
-                let set = |t: u64| {
-                    clock.set(Nanos::new(t));
-                    t
-                };
-                now = match step {
-                    Step::Nanos(ns) => forward(ns),
-                    Step::Intervals { num, den } => {
-                        forward(Step::intervals(num, den, policy.interval_ns))
-                    }
-                    Step::Years(y) => forward(u64::from(y) * YEAR_NS),
-                    Step::ToMax => forward(u64::MAX),
-                    Step::BackNanos(ns) => set(now.saturating_sub(ns)),
-                    Step::BackIntervals { num, den } => {
-                        set(now.saturating_sub(Step::intervals(num, den, policy.interval_ns)))
-                    }
-                    Step::Set(t) => set(t),
-                };
+                now = step.apply(&clock, now, policy.interval_ns);
                 assert_eq!(
                     bucket.clock().now(),
                     Nanos::new(now),
@@ -468,7 +398,7 @@ pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
 ///
 /// Every answer is also compared with the model. Requests above the capacity are errors and admit
 /// nothing; requests for 0 tokens admit nothing.
-pub(crate) fn check_window(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount)]) {
+pub fn check_window(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount)]) {
     let Some((quota, policy, initial)) = check_quota(spec) else {
         return;
     };
@@ -483,10 +413,10 @@ pub(crate) fn check_window(spec: &QuotaSpec, start: u64, requests: &[(u64, Amoun
         let outcome = observe(bucket.try_acquire_n_at(n, Nanos::new(at)));
         assert_eq!(
             outcome,
-            representable(model.acquire(n, at)),
+            model.acquire(n, at).representable(),
             "acquire {n} at {at}, {spec:?}"
         );
-        if matches!(outcome, RefOutcome::Admitted { .. }) {
+        if matches!(outcome, Outcome::Admitted { .. }) {
             admitted += u128::from(n);
         }
     }

@@ -5,8 +5,8 @@
 //! drained, left over) equals the sequence accepted, and that a `try_recv_at(u64::MAX)` loop
 //! receives every accepted item still waiting, whatever the readings were (issue 11, defect c).
 //!
-//! Shared by `tests/leaky_queue_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
-//! (arbitrary), which include this file as `mod queue_driver` at their crate root and generate
+//! Used by `tests/leaky_queue_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
+//! (arbitrary), which generate
 //! [`QueueSpec`]s and [`QueueOp`]s their own way.
 //!
 //! The model is the documented pacing rule, written independently of the queue's internals: an
@@ -20,25 +20,27 @@ use std::time::Duration;
 use tollgate::leaky::{self, LeakyReceiver, LeakySender, TryRecvError, TrySendError};
 use tollgate::{ManualClock, Nanos, Quota, QuotaError};
 
-/// Readings beyond this are treated as this (`Nanos::MAX_USABLE`).
-const MAX_USABLE: u64 = 1 << 62;
+use crate::consts::MAX_USABLE_NS;
 
 /// The largest capacity a leaky queue accepts (`leaky::MAX_QUEUE_CAPACITY`).
-pub(crate) const MAX_CAPACITY: u64 = 1 << 24;
+pub const MAX_CAPACITY: u64 = 1 << 24;
 
 /// Valid capacities above this are checked for acceptance but not run: the queue allocates a slot
 /// per item up front, and the interesting behaviour needs only a few.
-pub(crate) const RUN_CAPACITY: u64 = 4096;
+pub const RUN_CAPACITY: u64 = 4096;
 
 /// The number of producers (sender clones) a run can use.
-pub(crate) const PRODUCERS: usize = 3;
+pub const PRODUCERS: usize = 3;
 
 /// The queue's quota: `per_period(count, period)`, then `with_capacity(capacity)` if given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct QueueSpec {
-    pub(crate) count: u64,
-    pub(crate) period: Duration,
-    pub(crate) capacity: Option<u64>,
+pub struct QueueSpec {
+    /// Items released per period.
+    pub count: u64,
+    /// The period.
+    pub period: Duration,
+    /// The argument of `with_capacity`, if it is called.
+    pub capacity: Option<u64>,
 }
 
 impl QueueSpec {
@@ -53,17 +55,28 @@ impl QueueSpec {
 
 /// One step of a run. `producer` indices are taken modulo [`PRODUCERS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum QueueOp {
+pub enum QueueOp {
     /// Move the reading forward by this many nanoseconds (saturating).
     Advance(u64),
     /// Set the reading to any value, earlier ones included.
     Set(u64),
     /// A producer offers its next item: `try_send_at(now)`, or `try_send` on the clock set to now.
-    Send { producer: u8, clock: bool },
+    Send {
+        /// Which producer (modulo [`PRODUCERS`]).
+        producer: u8,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
     /// The consumer: `try_recv_at(now)`, or `try_recv` on the clock set to now.
-    Recv { clock: bool },
+    Recv {
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
     /// Close, from the consumer or from a producer's handle.
-    Close { producer: Option<u8> },
+    Close {
+        /// The producer whose handle closes, or `None` for the consumer.
+        producer: Option<u8>,
+    },
     /// `drain_now`: every item at once, and the queue is closed.
     DrainNow,
     /// A producer drops its handle (the last one to go closes the queue).
@@ -88,10 +101,13 @@ impl Model {
         if self.closed || self.items.len() as u64 >= self.capacity {
             return Err(());
         }
-        let now = now.min(MAX_USABLE);
+        let now = now.min(MAX_USABLE_NS);
         let release = match self.last_release {
             None => now,
-            Some(last) => last.saturating_add(self.interval).max(now).min(MAX_USABLE),
+            Some(last) => last
+                .saturating_add(self.interval)
+                .max(now)
+                .min(MAX_USABLE_NS),
         };
         self.last_release = Some(release);
         let position = self.items.len() as u64;
@@ -100,7 +116,7 @@ impl Model {
     }
 
     fn recv(&mut self, now: u64) -> Result<(usize, u64), TryRecvError> {
-        let now = now.min(MAX_USABLE);
+        let now = now.min(MAX_USABLE_NS);
         match self.items.front() {
             None if self.closed => Err(TryRecvError::Closed),
             None => Err(TryRecvError::Empty),
@@ -172,7 +188,7 @@ fn build(
 }
 
 /// Runs `ops` from the reading `start` against the queue and the model; panics on any difference.
-pub(crate) fn run(spec: &QueueSpec, start: u64, ops: &[QueueOp]) {
+pub fn run(spec: &QueueSpec, start: u64, ops: &[QueueOp]) {
     let Some((mut senders, rx, clock, mut model)) = build(spec, start) else {
         return;
     };

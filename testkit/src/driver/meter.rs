@@ -1,24 +1,23 @@
-//! Drives a [`LeakyMeter`] and the reference model (`meter_reference.rs`) through the same
+//! Drives a [`LeakyMeter`] and the reference model ([`crate::reference::meter`]) through the same
 //! operations and asserts that every answer is identical, to the nanosecond.
 //!
-//! Shared by `tests/leaky_meter_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
-//! (arbitrary): both include this file next to `reference.rs`, `bucket_driver.rs` (quota specs,
-//! amounts, clock steps and the comparison helpers) and `meter_reference.rs`, as `mod meter_driver`
-//! etc. at their crate root.
+//! Used by `tests/leaky_meter_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
+//! (arbitrary), with the bucket driver's quota specs, amounts and clock steps. The strict calls go
+//! through [`crate::driver::limiter`]; scheduling is this driver's own.
 
 use std::time::Duration;
 
 use tollgate::{leaky::LeakyMeter, AcquireError, Clock, ManualClock, Nanos, Scheduled};
 
-use crate::bucket_driver::{
-    check_quota, observe, observe_one, representable, Amount, QuotaSpec, Step, YEAR_NS,
-};
-use crate::meter_reference::{RefMeter, RefSchedule};
+use crate::consts::MAX_USABLE_NS;
+use crate::driver::bucket::{check_quota, Amount, QuotaSpec, Step};
+use crate::driver::limiter::{check, Call};
+use crate::reference::meter::{RefMeter, RefSchedule};
 
 /// One operation on the meter. `clock: true` uses the method that reads the meter's clock,
 /// `false` the `_at` form with the same reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MeterOp {
+pub enum MeterOp {
     /// `try_schedule_n(_at)`.
     Schedule {
         /// Places asked for.
@@ -67,7 +66,7 @@ pub(crate) enum MeterOp {
 }
 
 /// The crate's answer to `try_schedule_n` and `peek_schedule_n`, in the model's terms.
-pub(crate) fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSchedule {
+pub fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSchedule {
     match result {
         Ok(s) => RefSchedule::Scheduled {
             delay_ns: s.delay().as_nanos(),
@@ -92,7 +91,7 @@ pub(crate) fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSc
 }
 
 /// The model's answer as the crate can report it: durations stop at `Duration::MAX`.
-pub(crate) fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
+pub fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
     let max = Duration::MAX.as_nanos();
     match outcome {
         RefSchedule::Scheduled {
@@ -125,7 +124,7 @@ pub(crate) fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
 
 /// Runs `ops` on a meter for `spec` whose clock starts at `start`, comparing every answer, and the
 /// free places after every operation, with the model.
-pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
+pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
     let Some((quota, policy, initial)) = check_quota(spec) else {
         return;
     };
@@ -185,65 +184,21 @@ pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
                 );
             }
             MeterOp::Acquire { n, clock: read } => {
-                let n = n.resolve(capacity);
-                let got = if read {
-                    meter.try_acquire_n(n)
-                } else {
-                    meter.try_acquire_n_at(n, at)
-                };
-                let want = representable(model.acquire(n, now));
-                assert_eq!(observe(got), want, "acquire {n}: {}", context());
+                let call = Call::Acquire(n.resolve(capacity));
+                check(&meter, &mut model, call, now, read, &context);
             }
             MeterOp::AcquireOne { clock: read } => {
-                let got = if read {
-                    meter.try_acquire()
-                } else {
-                    meter.try_acquire_at(at)
-                };
-                let want = representable(model.acquire(1, now));
-                assert_eq!(observe_one(got), want, "acquire one: {}", context());
+                check(&meter, &mut model, Call::AcquireOne, now, read, &context);
             }
             MeterOp::Peek { n, clock: read } => {
-                let n = n.resolve(capacity);
-                let got = if read {
-                    meter.peek_n(n)
-                } else {
-                    meter.peek_n_at(n, at)
-                };
-                let want = representable(model.peek(n, now));
-                assert_eq!(observe(got), want, "peek {n}: {}", context());
+                let call = Call::Peek(n.resolve(capacity));
+                check(&meter, &mut model, call, now, read, &context);
             }
             MeterOp::Remaining { clock: read } => {
-                let got = if read {
-                    meter.remaining()
-                } else {
-                    meter.remaining_at(at)
-                };
-                assert_eq!(got, model.remaining(now), "remaining: {}", context());
+                check(&meter, &mut model, Call::Remaining, now, read, &context);
             }
             MeterOp::Time(step) => {
-                let before = now;
-                let forward = |ns: u64| {
-                    clock.advance(Duration::from_nanos(ns));
-                    before.saturating_add(ns)
-                };
-                let set = |t: u64| {
-                    clock.set(Nanos::new(t));
-                    t
-                };
-                now = match step {
-                    Step::Nanos(ns) => forward(ns),
-                    Step::Intervals { num, den } => {
-                        forward(intervals(num, den, policy.interval_ns))
-                    }
-                    Step::Years(y) => forward(u64::from(y) * YEAR_NS),
-                    Step::ToMax => forward(u64::MAX),
-                    Step::BackNanos(ns) => set(now.saturating_sub(ns)),
-                    Step::BackIntervals { num, den } => {
-                        set(now.saturating_sub(intervals(num, den, policy.interval_ns)))
-                    }
-                    Step::Set(t) => set(t),
-                };
+                now = step.apply(&clock, now, policy.interval_ns);
                 assert_eq!(meter.clock().now(), Nanos::new(now), "clock: {}", context());
             }
         }
@@ -256,19 +211,13 @@ pub(crate) fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
     }
 }
 
-/// `num / den` intervals of `interval_ns`, in nanoseconds, saturating (den of 0 counts as 1).
-fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
-    let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
-    u64::try_from(ns).unwrap_or(u64::MAX)
-}
-
 /// Checks the promise callers rely on, independently of the model: requests read at
 /// `start + offset` for each `(offset, amount, strict)`, in any order, scheduled
 /// (`strict == false`) or strictly acquired, are given departure spans `[depart, depart + n × I)`
 /// (`I` in nanoseconds, rounded up to whole units) that never overlap, never start before their
 /// reading, and never end more than `C × I` after it (rounded up to a whole unit), so the virtual
 /// queue never holds more than `C`.
-pub(crate) fn check_departures(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount, bool)]) {
+pub fn check_departures(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount, bool)]) {
     let Some((quota, policy, _)) = check_quota(spec) else {
         return;
     };
@@ -279,7 +228,7 @@ pub(crate) fn check_departures(spec: &QuotaSpec, start: u64, requests: &[(u64, A
     // (departure, places) of every admission.
     let mut spans: Vec<(u128, u64)> = Vec::new();
     for &(offset, amount, strict) in requests {
-        let reading = start.saturating_add(offset).min(1 << 62);
+        let reading = start.saturating_add(offset).min(MAX_USABLE_NS);
         let at = Nanos::new(start.saturating_add(offset));
         let n = amount.resolve(policy.capacity);
         let depart = if strict {

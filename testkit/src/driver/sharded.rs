@@ -1,24 +1,20 @@
-//! Drives a [`ShardedBucket`] from one thread and the sharded model (`sharded_reference.rs`) through
+//! Drives a [`ShardedBucket`] from one thread and the sharded model ([`crate::reference::sharded`]) through
 //! the same operations, each with the caller's home shard chosen per operation, and checks every
 //! answer and the documented bounds.
 //!
-//! Shared by `tests/sharded_model.rs` (proptest) and the fuzz crate's `sharded_ops` target
-//! (arbitrary): both include this file next to `reference.rs`, `bucket_driver.rs` and
-//! `sharded_reference.rs`, as `mod sharded_driver` etc. at their crate root.
-
-use std::time::Duration;
+//! Used by `tests/sharded_model.rs` (proptest) and the fuzz crate's `sharded_ops` target
+//! (arbitrary), with the bucket driver's quota specs, amounts and clock steps.
 
 use tollgate::{sharded, AcquireError, Admitted, Clock, ManualClock, Nanos, ShardedBucket};
 
-use crate::bucket_driver::{
-    check_quota, observe, observe_one, representable, Amount, QuotaSpec, Step, YEAR_NS,
-};
-use crate::reference::{RefOutcome, MAX_USABLE_NS};
-use crate::sharded_reference::ShardedModel;
+use crate::consts::MAX_USABLE_NS;
+use crate::driver::bucket::{check_quota, Amount, QuotaSpec, Step};
+use crate::outcome::{observe, observe_one};
+use crate::reference::sharded::ShardedModel;
 
 /// Who calls: a home chosen by the caller (`_from`), or the calling thread's own slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Caller {
+pub enum Caller {
     /// `try_acquire_n_from` / `refund_from` with this home (any `usize`: it is masked).
     From(usize),
     /// The `_at` form: the thread's home, the reading passed in.
@@ -29,7 +25,7 @@ pub(crate) enum Caller {
 
 /// One operation on the limiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ShardOp {
+pub enum ShardOp {
     /// `try_acquire_n_from`, `try_acquire_n_at` or `try_acquire_n`.
     Acquire {
         /// Tokens asked for.
@@ -77,7 +73,7 @@ pub(crate) enum ShardOp {
 /// A 256-shard limiter with three tokens per shard: the thread takes one token from its home, then
 /// asks each shard in turn, as its home, for two. A full shard admits them from home and reports
 /// what that shard has left (one); the thread's home, holding two, reports none.
-pub(crate) fn thread_home() -> usize {
+pub fn thread_home() -> usize {
     std::thread_local! {
         static HOME: usize = discover_home();
     }
@@ -105,40 +101,6 @@ fn discover_home() -> usize {
         .expect("the thread's home shard is one token short")
 }
 
-/// `num / den` intervals of `interval_ns`, in nanoseconds, saturating (a `den` of 0 counts as 1).
-fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
-    let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
-    u64::try_from(ns).unwrap_or(u64::MAX)
-}
-
-/// Applies `step` to `clock`, whose reading is `now`; returns the new reading.
-pub(crate) fn apply_step(clock: &ManualClock, now: u64, step: Step, interval_ns: u64) -> u64 {
-    let forward = |ns: u64| {
-        clock.advance(Duration::from_nanos(ns));
-        now.saturating_add(ns)
-    };
-    let set = |t: u64| {
-        clock.set(Nanos::new(t));
-        t
-    };
-    match step {
-        Step::Nanos(ns) => forward(ns),
-        Step::Intervals { num, den } => forward(intervals(num, den, interval_ns)),
-        Step::Years(y) => forward(u64::from(y).saturating_mul(YEAR_NS)),
-        Step::ToMax => forward(u64::MAX),
-        Step::BackNanos(ns) => set(now.saturating_sub(ns)),
-        Step::BackIntervals { num, den } => {
-            set(now.saturating_sub(intervals(num, den, interval_ns)))
-        }
-        Step::Set(t) => set(t),
-    }
-}
-
-/// What the limiter answered: admitted or not.
-fn is_admitted(outcome: &RefOutcome) -> bool {
-    matches!(outcome, RefOutcome::Admitted { .. })
-}
-
 /// Runs `ops` on a limiter for `spec` asked for `shards` shards (`None`: the default count) whose
 /// manual clock starts at `start`, from the calling thread, and checks:
 ///
@@ -156,7 +118,7 @@ fn is_admitted(outcome: &RefOutcome) -> bool {
 ///   `R = count / period` exactly and `t` from the construction reading to the latest reading
 ///   (clamped to 2^62 ns; readings behind the construction's only see fewer tokens), checked after
 ///   every operation.
-pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp]) {
+pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp]) {
     let Some((quota, policy, initial)) = check_quota(spec) else {
         return;
     };
@@ -183,7 +145,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
     };
     let period_ns = spec.rate.period().as_nanos();
     let mut model = ShardedModel::new(quota.count(), period_ns, policy, initial, wanted, start);
-    assert_eq!(limiter.shards(), model.len(), "shard count for {spec:?}");
+    assert_eq!(limiter.shards(), model.shards(), "shard count for {spec:?}");
     assert_eq!(limiter.quota(), &quota);
     let capacity = policy.capacity;
     let slot = thread_home();
@@ -212,13 +174,13 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 let got = observe(got);
                 assert_eq!(
                     got,
-                    representable(model.acquire(home, n, now)),
+                    model.acquire(home, n, now).representable(),
                     "acquire {n}: {}",
                     context()
                 );
                 if (1..=capacity).contains(&n) {
-                    assert_eq!(is_admitted(&got), before >= n, "one caller: {}", context());
-                    took = if is_admitted(&got) { n } else { 0 };
+                    assert_eq!(got.is_admitted(), before >= n, "one caller: {}", context());
+                    took = if got.is_admitted() { n } else { 0 };
                 }
             }
             ShardOp::AcquireOne { clock: read } => {
@@ -229,12 +191,12 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 });
                 assert_eq!(
                     got,
-                    representable(model.acquire(slot, 1, now)),
+                    model.acquire(slot, 1, now).representable(),
                     "acquire one: {}",
                     context()
                 );
-                assert_eq!(is_admitted(&got), before >= 1, "one caller: {}", context());
-                took = u64::from(is_admitted(&got));
+                assert_eq!(got.is_admitted(), before >= 1, "one caller: {}", context());
+                took = u64::from(got.is_admitted());
             }
             ShardOp::Peek { n, clock: read } => {
                 let n = n.resolve(capacity);
@@ -245,7 +207,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 };
                 assert_eq!(
                     observe(got),
-                    representable(model.peek(slot, n, now)),
+                    model.peek(slot, n, now).representable(),
                     "peek {n}: {}",
                     context()
                 );
@@ -256,13 +218,13 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 let taken = limiter.try_acquire_n_from(home, n, at);
                 assert_eq!(
                     observe(peeked),
-                    representable(model.peek(slot, n, now)),
+                    model.peek(slot, n, now).representable(),
                     "peek {n}: {}",
                     context()
                 );
                 assert_eq!(
                     observe(taken),
-                    representable(model.acquire(home, n, now)),
+                    model.acquire(home, n, now).representable(),
                     "acquire {n} after the peek: {}",
                     context()
                 );
@@ -299,7 +261,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
                 assert_eq!(got, model.tokens(now), "remaining: {}", context());
             }
             ShardOp::Time(step) => {
-                now = apply_step(&clock, now, step, policy.interval_ns);
+                now = step.apply(&clock, now, policy.interval_ns);
                 assert_eq!(
                     limiter.clock().now(),
                     Nanos::new(now),
@@ -335,7 +297,7 @@ pub(crate) fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[Sh
 /// A peek and an acquisition of the same `n` at the same reading, nothing in between: both admit
 /// or neither, two denials are identical, and what the acquisition leaves is at most what the peek
 /// said would be left.
-pub(crate) fn check_peek_agrees(
+pub fn check_peek_agrees(
     peeked: &Result<Admitted, AcquireError>,
     taken: &Result<Admitted, AcquireError>,
     context: &dyn Fn() -> String,

@@ -1,9 +1,7 @@
 //! An exact model of tollgate's `ShardedBucket`, written from its documented semantics on top of the
-//! single-bucket model in `reference.rs`: one [`RefBucket`] per shard.
+//! single-bucket model in [`crate::reference::bucket`]: one [`RefBucket`] per shard.
 //!
-//! It depends on nothing but `std` and `reference.rs`: the fuzz crate includes this very file with
-//! `#[path = "../../tests/support/sharded_reference.rs"] mod sharded_reference;` next to
-//! `mod reference`.
+//! It depends on nothing but the bucket model.
 //!
 //! # The semantics modelled
 //!
@@ -32,28 +30,30 @@
 //! - **`n = 0`** is a query answered with the shards' whole tokens and the time until all are full;
 //!   **`n > C`** is `InsufficientCapacity` for the whole quota's capacity.
 
-use crate::reference::{self, RefBucket, RefOutcome, RefPolicy, MAX_USABLE_NS};
+use crate::consts::MAX_USABLE_NS;
+use crate::reference::bucket::{self as reference, RefBucket, RefPolicy};
+use crate::Outcome;
 
 /// One shard of the model: its part of the count and its bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ModelShard {
+pub struct ModelShard {
     /// Tokens per period of this part (`n_i`).
-    pub(crate) count: u64,
+    pub count: u64,
     /// The part's bucket.
-    pub(crate) bucket: RefBucket,
+    pub bucket: RefBucket,
 }
 
 /// The sharded model: the shards in index order and the whole quota's capacity.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ShardedModel {
+pub struct ShardedModel {
     /// The shards; their number is a power of two.
-    pub(crate) shards: Vec<ModelShard>,
+    pub shards: Vec<ModelShard>,
     /// The whole quota's capacity `C`.
-    pub(crate) capacity: u64,
+    pub capacity: u64,
 }
 
 /// Part `index` of `parts` of `total`: the quotient, plus one for the lowest `total % parts`.
-pub(crate) fn share(total: u64, parts: u64, index: u64) -> u64 {
+pub fn share(total: u64, parts: u64, index: u64) -> u64 {
     total / parts + u64::from(index < total % parts)
 }
 
@@ -81,7 +81,7 @@ fn part(
 impl ShardedModel {
     /// The model of a limiter for `count` per `period_ns` (the whole quota's constants `whole`, and
     /// its initial fill `initial`) asked for `wanted` shards (a power of two), built at `start_ns`.
-    pub(crate) fn new(
+    pub fn new(
         count: u64,
         period_ns: u128,
         whole: RefPolicy,
@@ -114,7 +114,7 @@ impl ShardedModel {
     }
 
     /// The number of shards.
-    pub(crate) fn len(&self) -> usize {
+    pub fn shards(&self) -> usize {
         self.shards.len()
     }
 
@@ -124,7 +124,7 @@ impl ShardedModel {
     }
 
     /// The shards' whole tokens at `now_ns`, summed.
-    pub(crate) fn tokens(&self, now_ns: u64) -> u64 {
+    pub fn tokens(&self, now_ns: u64) -> u64 {
         self.shards.iter().map(|s| s.bucket.remaining(now_ns)).sum()
     }
 
@@ -134,7 +134,7 @@ impl ShardedModel {
             .shards
             .iter()
             .map(|s| match s.bucket.peek(0, now_ns) {
-                RefOutcome::Admitted { reset_after_ns, .. } => reset_after_ns,
+                Outcome::Admitted { reset_after_ns, .. } => reset_after_ns,
                 other => unreachable!("a query is always admitted, got {other:?}"),
             })
             .max()
@@ -143,23 +143,23 @@ impl ShardedModel {
     }
 
     /// The answer to a request for nothing.
-    fn query(&self, now_ns: u64) -> RefOutcome {
-        RefOutcome::Admitted {
+    fn query(&self, now_ns: u64) -> Outcome {
+        Outcome::Admitted {
             remaining: self.tokens(now_ns),
             reset_after_ns: self.full_ns(now_ns),
         }
     }
 
     /// The refusal of `n` (`1 <= n <= C`) tokens at `now_ns`.
-    fn denied(&self, n: u64, now_ns: u64) -> RefOutcome {
+    fn denied(&self, n: u64, now_ns: u64) -> Outcome {
         let base = now_ns.min(MAX_USABLE_NS);
         let full = self.full_ns(now_ns);
         let wait = if n == 1 {
             self.shards
                 .iter()
                 .map(|s| match s.bucket.peek(1, now_ns) {
-                    RefOutcome::Admitted { .. } => 0,
-                    RefOutcome::Denied { retry_after_ns, .. } => retry_after_ns,
+                    Outcome::Admitted { .. } => 0,
+                    Outcome::Denied { retry_after_ns, .. } => retry_after_ns,
                     other => unreachable!("every shard holds at least one token, got {other:?}"),
                 })
                 .min()
@@ -177,7 +177,7 @@ impl ShardedModel {
             }
             u128::from(lo)
         };
-        RefOutcome::Denied {
+        Outcome::Denied {
             retry_after_ns: wait,
             retry_at_ns: u64::try_from(u128::from(base) + wait).unwrap_or(u64::MAX),
             remaining: self.tokens(now_ns),
@@ -186,9 +186,9 @@ impl ShardedModel {
     }
 
     /// `InsufficientCapacity` for `n > C`, the query for `n = 0`, `None` otherwise.
-    fn check(&self, n: u64, now_ns: u64) -> Option<RefOutcome> {
+    fn check(&self, n: u64, now_ns: u64) -> Option<Outcome> {
         if n > self.capacity {
-            Some(RefOutcome::InsufficientCapacity {
+            Some(Outcome::InsufficientCapacity {
                 requested: n,
                 capacity: self.capacity,
             })
@@ -200,7 +200,7 @@ impl ShardedModel {
     }
 
     /// `try_acquire_n_from(home, n, now)`.
-    pub(crate) fn acquire(&mut self, home: usize, n: u64, now_ns: u64) -> RefOutcome {
+    pub fn acquire(&mut self, home: usize, n: u64, now_ns: u64) -> Outcome {
         if let Some(outcome) = self.check(n, now_ns) {
             return outcome;
         }
@@ -208,7 +208,7 @@ impl ShardedModel {
         let shard = &mut self.shards[home].bucket;
         if n <= shard.policy().capacity {
             let outcome = shard.acquire(n, now_ns);
-            if matches!(outcome, RefOutcome::Admitted { .. }) {
+            if matches!(outcome, Outcome::Admitted { .. }) {
                 return outcome;
             }
         }
@@ -224,7 +224,7 @@ impl ShardedModel {
             if k > 0 {
                 let taken = shard.acquire(k, now_ns);
                 assert!(
-                    matches!(taken, RefOutcome::Admitted { .. }),
+                    matches!(taken, Outcome::Admitted { .. }),
                     "a shard holding {k} whole tokens refused them: {taken:?}"
                 );
                 got += k;
@@ -238,7 +238,7 @@ impl ShardedModel {
     }
 
     /// `peek_n_at(n, now)` by a caller whose home is `home`.
-    pub(crate) fn peek(&self, home: usize, n: u64, now_ns: u64) -> RefOutcome {
+    pub fn peek(&self, home: usize, n: u64, now_ns: u64) -> Outcome {
         if let Some(outcome) = self.check(n, now_ns) {
             return outcome;
         }
@@ -248,7 +248,7 @@ impl ShardedModel {
             // acquisition reports when it gathers.
             let mut after = self.clone();
             let _ = after.acquire(home, n, now_ns);
-            RefOutcome::Admitted {
+            Outcome::Admitted {
                 remaining: total - n,
                 reset_after_ns: after.full_ns(now_ns),
             }
@@ -258,7 +258,7 @@ impl ShardedModel {
     }
 
     /// `refund_from(home, n, now)`.
-    pub(crate) fn refund(&mut self, home: usize, n: u64, now_ns: u64) {
+    pub fn refund(&mut self, home: usize, n: u64, now_ns: u64) {
         let mut left = n;
         for step in 0..self.shards.len() {
             if left == 0 {

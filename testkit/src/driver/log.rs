@@ -1,34 +1,37 @@
-//! Drives a [`SlidingWindowLog`] and the reference model (`log_reference.rs`) through the same
+//! Drives a [`SlidingWindowLog`] and the reference model ([`crate::reference::log`]) through the same
 //! operations and asserts that every answer is identical, to the nanosecond.
 //!
-//! Shared by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target
-//! (arbitrary): both include this file next to `log_reference.rs`, as `mod log_driver` and
-//! `mod log_reference` at their crate root. Each generates [`LogSpec`]s and [`LogOp`]s its own way.
+//! Used by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target
+//! (arbitrary); each generates [`LogSpec`]s and [`LogOp`]s its own way. The calls any limiter
+//! answers go through [`crate::driver::limiter`].
 
 use std::time::Duration;
 
 use tollgate::window::SlidingWindowLog;
-use tollgate::{AcquireError, Admitted, Clock, Denied, ManualClock, Nanos, Quota, QuotaError};
+use tollgate::{Clock, Denied, ManualClock, Nanos, Quota, QuotaError};
 
-use crate::log_reference::{LogOutcome, RefLog, MAX_LOG, MAX_USABLE};
+use crate::consts::MAX_USABLE_NS as MAX_USABLE;
+use crate::driver::limiter::{check, Call};
+use crate::reference::log::{RefLog, MAX_LOG};
+use crate::Outcome;
 
 /// A quota as a window limiter gets it: `per_period(count, period)`, then optionally
 /// `with_capacity` and `with_initial` (both must leave it at `count` for a window limiter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LogSpec {
+pub struct LogSpec {
     /// N.
-    pub(crate) count: u64,
+    pub count: u64,
     /// W.
-    pub(crate) period: Duration,
+    pub period: Duration,
     /// The argument of `with_capacity`, if it is called.
-    pub(crate) capacity: Option<u64>,
+    pub capacity: Option<u64>,
     /// The argument of `with_initial`, if it is called (after `with_capacity`).
-    pub(crate) initial: Option<u64>,
+    pub initial: Option<u64>,
 }
 
 impl LogSpec {
     /// Builds the quota through the crate's API.
-    pub(crate) fn build(&self) -> Result<Quota, QuotaError> {
+    pub fn build(&self) -> Result<Quota, QuotaError> {
         let mut quota = Quota::per_period(self.count, self.period)?;
         if let Some(c) = self.capacity {
             quota = quota.with_capacity(c)?;
@@ -41,7 +44,7 @@ impl LogSpec {
 
     /// What the documented rules say a log does with a quota that built: `(N, W)`, or the field of
     /// the first rule broken (capacity, initial fill, period, then count).
-    pub(crate) fn expected(&self) -> Result<(u64, u64), &'static str> {
+    pub fn expected(&self) -> Result<(u64, u64), &'static str> {
         let capacity = self.capacity.unwrap_or(self.count);
         if capacity != self.count {
             return Err("capacity");
@@ -62,7 +65,7 @@ impl LogSpec {
 
 /// A number of admissions, chosen relative to N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LogAmount {
+pub enum LogAmount {
     /// 0: a query.
     Zero,
     /// 1.
@@ -79,7 +82,7 @@ pub(crate) enum LogAmount {
 
 impl LogAmount {
     /// The number for a log of `count`.
-    pub(crate) fn resolve(self, count: u64) -> u64 {
+    pub fn resolve(self, count: u64) -> u64 {
         match self {
             LogAmount::Zero => 0,
             LogAmount::One => 1,
@@ -93,7 +96,7 @@ impl LogAmount {
 
 /// A change of the clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LogStep {
+pub enum LogStep {
     /// Forward by this many nanoseconds (saturating).
     Nanos(u64),
     /// Forward by `num / den` windows (den 0 counts as 1), saturating: up to millions of windows.
@@ -131,7 +134,7 @@ fn windows(num: u32, den: u8, window: u64) -> u64 {
 
 /// One operation. `clock: true` uses the method that reads the log's clock, `false` the `_at` form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LogOp {
+pub enum LogOp {
     /// `try_acquire_n(_at)`.
     Acquire {
         /// How many.
@@ -160,40 +163,10 @@ pub(crate) enum LogOp {
     Time(LogStep),
 }
 
-/// The crate's answer to `try_acquire_n` and `peek_n`, in the model's terms.
-pub(crate) fn observe(result: Result<Admitted, AcquireError>) -> LogOutcome {
-    match result {
-        Ok(admitted) => observe_one(Ok(admitted)),
-        Err(AcquireError::Denied(denied)) => observe_one(Err(denied)),
-        Err(AcquireError::InsufficientCapacity(e)) => LogOutcome::InsufficientCapacity {
-            requested: e.requested,
-            capacity: e.capacity,
-        },
-        // An in-process limiter refuses only in the two ways above; a new kind is a bug here.
-        Err(other) => panic!("a refusal the model does not know: {other}"),
-    }
-}
-
-/// The crate's answer to `try_acquire`, in the model's terms.
-pub(crate) fn observe_one(result: Result<Admitted, Denied>) -> LogOutcome {
-    match result {
-        Ok(admitted) => LogOutcome::Admitted {
-            remaining: admitted.remaining(),
-            reset_after_ns: admitted.reset_after().as_nanos(),
-        },
-        Err(denied) => LogOutcome::Denied {
-            retry_after_ns: denied.retry_after().as_nanos(),
-            retry_at_ns: denied.retry_at().as_u64(),
-            remaining: denied.remaining(),
-            reset_after_ns: denied.reset_after().as_nanos(),
-        },
-    }
-}
-
 /// Builds the log both ways and checks they agree. Returns the log, its clock and the model when
 /// the quota is one a log accepts; `None` when both refuse it (or the quota itself does not build:
 /// `Quota`'s own validation is tested elsewhere).
-pub(crate) fn check_spec(
+pub fn check_spec(
     spec: &LogSpec,
     start: u64,
 ) -> Option<(SlidingWindowLog<ManualClock>, ManualClock, RefLog)> {
@@ -229,7 +202,7 @@ pub(crate) fn check_spec(
 
 /// Runs `ops` on a log for `spec` whose clock starts at `start`, comparing every answer, and what
 /// is left after every operation, with the model.
-pub(crate) fn run(spec: &LogSpec, start: u64, ops: &[LogOp]) {
+pub fn run(spec: &LogSpec, start: u64, ops: &[LogOp]) {
     let Some((log, clock, mut model)) = check_spec(spec, start) else {
         return;
     };
@@ -237,64 +210,35 @@ pub(crate) fn run(spec: &LogSpec, start: u64, ops: &[LogOp]) {
     let window = model.window;
     let mut now = start;
     let last_retry = std::cell::Cell::new(None::<u64>);
-    let note = |outcome: LogOutcome| {
-        if let LogOutcome::Denied { retry_at_ns, .. } = outcome {
+    let note = |outcome: Outcome| {
+        if let Outcome::Denied { retry_at_ns, .. } = outcome {
             last_retry.set(Some(retry_at_ns));
         }
         outcome
     };
     for (i, &op) in ops.iter().enumerate() {
-        let at = Nanos::new(now);
         let context = move || format!("op {i} {op:?} at {now} ns, {spec:?} from {start}");
         match op {
             LogOp::Acquire { n, clock: read } => {
-                let n = n.resolve(count);
-                let got = if read {
-                    log.try_acquire_n(n)
-                } else {
-                    log.try_acquire_n_at(n, at)
-                };
-                assert_eq!(
-                    note(observe(got)),
-                    model.acquire(n, now),
-                    "acquire {n}: {}",
-                    context()
-                );
+                let call = Call::Acquire(n.resolve(count));
+                note(check(&log, &mut model, call, now, read, &context));
             }
             LogOp::AcquireOne { clock: read } => {
-                let got = if read {
-                    log.try_acquire()
-                } else {
-                    log.try_acquire_at(at)
-                };
-                assert_eq!(
-                    note(observe_one(got)),
-                    model.acquire(1, now),
-                    "acquire one: {}",
-                    context()
-                );
+                note(check(
+                    &log,
+                    &mut model,
+                    Call::AcquireOne,
+                    now,
+                    read,
+                    &context,
+                ));
             }
             LogOp::Peek { n, clock: read } => {
-                let n = n.resolve(count);
-                let got = if read {
-                    log.peek_n(n)
-                } else {
-                    log.peek_n_at(n, at)
-                };
-                assert_eq!(
-                    note(observe(got)),
-                    model.peek(n, now),
-                    "peek {n}: {}",
-                    context()
-                );
+                let call = Call::Peek(n.resolve(count));
+                note(check(&log, &mut model, call, now, read, &context));
             }
             LogOp::Remaining { clock: read } => {
-                let got = if read {
-                    log.remaining()
-                } else {
-                    log.remaining_at(at)
-                };
-                assert_eq!(got, model.remaining(now), "remaining: {}", context());
+                check(&log, &mut model, Call::Remaining, now, read, &context);
             }
             LogOp::Time(step) => {
                 let before = now;
@@ -334,7 +278,7 @@ pub(crate) fn run(spec: &LogSpec, start: u64, ops: &[LogOp]) {
 
 /// Checks a denial's `retry_at` is exact: at that reading the same request is admitted (a peek),
 /// one nanosecond before it is not, unless it lies beyond the readings the crate uses.
-pub(crate) fn check_retry_exact(log: &SlidingWindowLog<ManualClock>, n: u64, denied: &Denied) {
+pub fn check_retry_exact(log: &SlidingWindowLog<ManualClock>, n: u64, denied: &Denied) {
     let at = denied.retry_at();
     if at.as_u64() <= MAX_USABLE {
         assert!(log.peek_n_at(n, at).is_ok(), "{n} not admitted at {at:?}");

@@ -1,5 +1,7 @@
-//! What every group shares: the two loads, the limiters built for them, the `Mutex` baseline, and
-//! the timed loops. The `latency` bench includes this file too, for the same loads.
+//! What every bench group shares: the two loads, the limiters built for them, the `Mutex`
+//! baseline, and the timed loops. The criterion groups (`benches/groups/`) and the `latency` bench
+//! use it for the same loads. Behind the `bench` feature (it needs governor), which only tollgate's
+//! dev-dependency on the kit enables.
 //!
 //! Every sample builds fresh limiters, so each starts in the same state (full for accept-heavy,
 //! drained for reject-heavy), and every timed loop counts its admissions and checks afterwards that
@@ -16,7 +18,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 
 /// A governor direct limiter on clock `C`, as `RateLimiter::direct_with_clock` builds it.
-pub(crate) type Governor<C> = governor::RateLimiter<
+pub type Governor<C> = governor::RateLimiter<
     NotKeyed,
     InMemoryState,
     C,
@@ -39,7 +41,7 @@ const DENY_PERIOD: Duration = Duration::from_secs(3600);
 
 /// Which answer the checks of a bench get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Load {
+pub enum Load {
     /// Every check admitted: each one writes the limiter's state.
     Accept,
     /// Every check refused: tollgate and governor only read; the `Mutex` baseline still locks.
@@ -48,10 +50,10 @@ pub(crate) enum Load {
 
 impl Load {
     /// Both loads, accept-heavy first.
-    pub(crate) const BOTH: [Load; 2] = [Load::Accept, Load::Deny];
+    pub const BOTH: [Load; 2] = [Load::Accept, Load::Deny];
 
     /// The suffix of the group name: `allow` or `deny`.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Load::Accept => "allow",
             Load::Deny => "deny",
@@ -59,7 +61,7 @@ impl Load {
     }
 
     /// Panics unless `admitted` of `checks` is what this load promises.
-    pub(crate) fn verify(self, bench: &str, admitted: u64, checks: u64) {
+    pub fn verify(self, bench: &str, admitted: u64, checks: u64) {
         match self {
             Load::Accept => assert_eq!(
                 admitted,
@@ -75,7 +77,7 @@ impl Load {
     }
 
     /// The tollgate quota of this load.
-    pub(crate) fn tollgate_quota(self) -> tollgate::Quota {
+    pub fn tollgate_quota(self) -> tollgate::Quota {
         let quota = match self {
             Load::Accept => tollgate::Quota::per_second(u64::from(ACCEPT_PER_SECOND))
                 .and_then(|q| q.with_capacity(u64::from(ACCEPT_CAPACITY))),
@@ -87,7 +89,7 @@ impl Load {
     }
 
     /// The governor quota of this load, with the same rate and capacity as the tollgate one.
-    pub(crate) fn governor_quota(self) -> governor::Quota {
+    pub fn governor_quota(self) -> governor::Quota {
         match self {
             Load::Accept => governor::Quota::per_second(nonzero(ACCEPT_PER_SECOND))
                 .allow_burst(nonzero(ACCEPT_CAPACITY)),
@@ -119,7 +121,7 @@ impl Load {
     /// available parallelism rounded up to a power of two), full or empty as this load needs.
     ///
     /// Panics if the quota did not get every one of those shards.
-    pub(crate) fn sharded(self) -> tollgate::ShardedBucket {
+    pub fn sharded(self) -> tollgate::ShardedBucket {
         let limiter = tollgate::ShardedBucket::new(self.sharded_quota());
         assert_eq!(
             limiter.shards(),
@@ -130,22 +132,22 @@ impl Load {
     }
 
     /// A tollgate bucket on the default clock, full or empty as this load needs.
-    pub(crate) fn tollgate(self) -> tollgate::TokenBucket {
+    pub fn tollgate(self) -> tollgate::TokenBucket {
         tollgate::TokenBucket::new(self.tollgate_quota())
     }
 
     /// A tollgate bucket on `clock`, full or empty as this load needs.
-    pub(crate) fn tollgate_with<C: tollgate::Clock>(self, clock: C) -> tollgate::TokenBucket<C> {
+    pub fn tollgate_with<C: tollgate::Clock>(self, clock: C) -> tollgate::TokenBucket<C> {
         tollgate::TokenBucket::with_clock(self.tollgate_quota(), clock)
     }
 
     /// A governor limiter on its default clock, full or drained as this load needs.
-    pub(crate) fn governor(self) -> governor::DefaultDirectRateLimiter {
+    pub fn governor(self) -> governor::DefaultDirectRateLimiter {
         self.governor_with(governor::clock::DefaultClock::default())
     }
 
     /// A governor limiter on `clock`, full or drained as this load needs.
-    pub(crate) fn governor_with<C: GovernorClock>(self, clock: C) -> Governor<C> {
+    pub fn governor_with<C: GovernorClock>(self, clock: C) -> Governor<C> {
         let limiter = governor::RateLimiter::direct_with_clock(self.governor_quota(), clock);
         if self == Load::Deny {
             // governor starts full; its one token goes now.
@@ -162,7 +164,7 @@ impl Load {
     }
 
     /// The `Mutex` baseline, full or empty as this load needs.
-    pub(crate) fn mutex(self) -> MutexBucket {
+    pub fn mutex(self) -> MutexBucket {
         match self {
             Load::Accept => MutexBucket::new(
                 f64::from(ACCEPT_PER_SECOND),
@@ -185,7 +187,7 @@ fn nonzero(n: u32) -> NonZeroU32 {
 /// readings that arrive out of order (they refill nothing). Every check, admitted or refused, takes
 /// the lock and writes.
 #[derive(Debug)]
-pub(crate) struct MutexBucket {
+pub struct MutexBucket {
     /// Tokens, and the instant they were last brought up to date.
     state: Mutex<(f64, Instant)>,
     per_second: f64,
@@ -203,7 +205,7 @@ impl MutexBucket {
 
     /// Takes one token if there is one.
     #[inline]
-    pub(crate) fn try_acquire(&self) -> bool {
+    pub fn try_acquire(&self) -> bool {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (tokens, last) = &mut *state;
@@ -224,23 +226,19 @@ impl MutexBucket {
 /// check every tollgate row times (statically dispatched, as a caller generic over the trait
 /// would be).
 #[inline(always)]
-pub(crate) fn admit<L: tollgate::Limiter>(limiter: &L) -> bool {
+pub fn admit<L: tollgate::Limiter>(limiter: &L) -> bool {
     limiter.try_acquire().is_ok()
 }
 
 /// One check of any tollgate limiter at a reading the caller holds, through [`tollgate::Limiter`].
 #[inline(always)]
-pub(crate) fn admit_at<L: tollgate::Limiter>(limiter: &L, now: tollgate::Nanos) -> bool {
+pub fn admit_at<L: tollgate::Limiter>(limiter: &L, now: tollgate::Nanos) -> bool {
     limiter.try_acquire_at(now).is_ok()
 }
 
 /// Runs `check` `iters` times on this thread; returns the time taken and the number admitted.
 #[inline(never)]
-pub(crate) fn run_single<L>(
-    iters: u64,
-    limiter: &L,
-    check: impl Fn(&L) -> bool,
-) -> (Duration, u64) {
+pub fn run_single<L>(iters: u64, limiter: &L, check: impl Fn(&L) -> bool) -> (Duration, u64) {
     let start = Instant::now();
     let admitted = checks(iters, limiter, &check);
     (start.elapsed(), admitted)
@@ -253,7 +251,7 @@ pub(crate) fn run_single<L>(
 ///
 /// Thread start-up and join are outside the measured span. With more threads than cores, the span
 /// includes the time slices the threads wait for, as a server's would.
-pub(crate) fn run_threads<L: Sync>(
+pub fn run_threads<L: Sync>(
     threads: usize,
     iters: u64,
     limiters: &[L],

@@ -1,15 +1,17 @@
 //! Input generation shared by the fuzz targets that drive limiters with quotas and operations
-//! (`token_bucket_ops`, `sharded_ops`): one way of choosing quotas, amounts and clock steps.
+//! (`token_bucket_ops`, `sharded_ops`, `leaky_ops`, and the periods of `sliding_counter_ops` and
+//! `sliding_log_ops`): one way of choosing quotas, amounts and clock steps from a fuzzer's bytes.
+//! Behind the `arbitrary` feature, which only the fuzz crate enables.
 
 use std::time::Duration;
 
 use arbitrary::{Result, Unstructured};
 
-use crate::bucket_driver::{Amount, QuotaSpec, Rate, Step};
-use crate::reference;
+use crate::driver::bucket::{Amount, QuotaSpec, Rate, Step};
+use crate::reference::bucket as reference;
 
 /// Counts weighted towards the small (fewer tokens than shards), with any `u64` possible.
-pub(crate) fn count(u: &mut Unstructured<'_>) -> Result<u64> {
+pub fn count(u: &mut Unstructured<'_>) -> Result<u64> {
     Ok(match u.int_in_range(0..=5u8)? {
         0 => u.int_in_range(1..=4)?,
         1 => u.int_in_range(1..=300)?,
@@ -21,7 +23,7 @@ pub(crate) fn count(u: &mut Unstructured<'_>) -> Result<u64> {
 }
 
 /// Periods: short, any number of nanoseconds, or any `Duration`.
-pub(crate) fn period(u: &mut Unstructured<'_>) -> Result<Duration> {
+pub fn period(u: &mut Unstructured<'_>) -> Result<Duration> {
     Ok(match u.int_in_range(0..=2u8)? {
         0 => Duration::from_nanos(u.int_in_range(0..=1_000_000)?),
         1 => Duration::from_nanos(u.arbitrary()?),
@@ -30,7 +32,7 @@ pub(crate) fn period(u: &mut Unstructured<'_>) -> Result<Duration> {
 }
 
 /// Any of the constructors, with a count from [`count`].
-pub(crate) fn rate(u: &mut Unstructured<'_>) -> Result<Rate> {
+pub fn rate(u: &mut Unstructured<'_>) -> Result<Rate> {
     Ok(match u.int_in_range(0..=4u8)? {
         0 => Rate::Second(count(u)?),
         1 => Rate::Minute(count(u)?),
@@ -41,19 +43,19 @@ pub(crate) fn rate(u: &mut Unstructured<'_>) -> Result<Rate> {
 }
 
 /// The largest capacity the rate allows (1 for a rate the crate refuses).
-pub(crate) fn max_capacity(rate: &Rate) -> u64 {
+pub fn max_capacity(rate: &Rate) -> u64 {
     reference::interval_ns(rate.count(), rate.period().as_nanos())
         .map_or(1, reference::max_capacity)
 }
 
 /// `x × a / 65535`.
-pub(crate) fn fraction(x: u64, a: u16) -> u64 {
+pub fn fraction(x: u64, a: u16) -> u64 {
     u64::try_from(u128::from(x) * u128::from(a) / u128::from(u16::MAX)).unwrap_or(x)
 }
 
 /// A quota spec: any rate, a capacity from the edges of the accepted range (small ones up to
 /// `small`), any initial fill, in either builder order.
-pub(crate) fn quota_spec(u: &mut Unstructured<'_>, small: u64) -> Result<QuotaSpec> {
+pub fn quota_spec(u: &mut Unstructured<'_>, small: u64) -> Result<QuotaSpec> {
     let rate = rate(u)?;
     let max = max_capacity(&rate);
     let capacity = match u.int_in_range(0..=6u8)? {
@@ -82,7 +84,7 @@ pub(crate) fn quota_spec(u: &mut Unstructured<'_>, small: u64) -> Result<QuotaSp
 }
 
 /// Tokens to ask for, relative to the capacity or raw.
-pub(crate) fn amount(u: &mut Unstructured<'_>) -> Result<Amount> {
+pub fn amount(u: &mut Unstructured<'_>) -> Result<Amount> {
     Ok(match u.int_in_range(0..=6u8)? {
         0 => Amount::Zero,
         1 => Amount::One,
@@ -95,7 +97,7 @@ pub(crate) fn amount(u: &mut Unstructured<'_>) -> Result<Amount> {
 }
 
 /// A clock step: small or huge, forwards or backwards, in nanoseconds or intervals.
-pub(crate) fn step(u: &mut Unstructured<'_>) -> Result<Step> {
+pub fn step(u: &mut Unstructured<'_>) -> Result<Step> {
     Ok(match u.int_in_range(0..=7u8)? {
         0 => Step::Nanos(u.int_in_range(0..=1_000)?),
         1 => Step::Nanos(u.arbitrary()?),

@@ -7,8 +7,7 @@
 //! search over the admission predicate rather than by solving it. Its answers must equal the
 //! crate's to the nanosecond.
 //!
-//! It depends on nothing but `std`: the fuzz crate includes this very file with
-//! `#[path = "../../tests/support/counter_reference.rs"] mod counter_reference;`.
+//! It depends on nothing of the crate: it answers in [`Outcome`]s, plain numbers.
 //!
 //! # The semantics modelled
 //!
@@ -27,14 +26,14 @@
 
 use std::collections::BTreeMap;
 
-/// The latest reading distinguished, in nanoseconds: later readings count as this one.
-pub(crate) const MAX_USABLE_NS: u64 = 1 << 62;
+use crate::consts::MAX_USABLE_NS;
+use crate::Outcome;
 
 /// The most sub-windows.
-pub(crate) const MAX_SUB_WINDOWS: u64 = 1024;
+pub const MAX_SUB_WINDOWS: u64 = 1024;
 
 /// The largest count that fits twice beside the index of windows of `w` ns in 64 bits.
-pub(crate) fn max_count(w: u64) -> u64 {
+pub fn max_count(w: u64) -> u64 {
     let w = u128::from(w.max(1));
     let max_index = (1u128 << 62).div_ceil(w);
     let index_bits = 128 - max_index.leading_zeros();
@@ -44,7 +43,7 @@ pub(crate) fn max_count(w: u64) -> u64 {
 
 /// What the documented ranges say a constructor answers for `count` per `period_ns` in `k`
 /// sub-windows: the sub-window length, or the name of the refused field.
-pub(crate) fn expected(count: u64, period_ns: u128, k: u64) -> Result<u64, &'static str> {
+pub fn expected(count: u64, period_ns: u128, k: u64) -> Result<u64, &'static str> {
     if period_ns > u128::from(MAX_USABLE_NS) {
         return Err("period");
     }
@@ -58,25 +57,9 @@ pub(crate) fn expected(count: u64, period_ns: u128, k: u64) -> Result<u64, &'sta
     Ok(w)
 }
 
-/// A model outcome; durations in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RefOutcome {
-    Admitted {
-        remaining: u64,
-        reset: u128,
-    },
-    Denied {
-        remaining: u64,
-        retry: u128,
-        reset: u128,
-    },
-    /// `n > N`.
-    Insufficient,
-}
-
 /// The model's state.
 #[derive(Debug, Clone)]
-pub(crate) struct RefCounter {
+pub struct RefCounter {
     limit: u64,
     w: u64,
     k: u64,
@@ -87,7 +70,7 @@ pub(crate) struct RefCounter {
 
 impl RefCounter {
     /// `limit` per `k` sub-windows of `w` ns, boundaries shifted by `shift` (`< w`).
-    pub(crate) fn new(limit: u64, w: u64, k: u64, shift: u64) -> RefCounter {
+    pub fn new(limit: u64, w: u64, k: u64, shift: u64) -> RefCounter {
         RefCounter {
             limit,
             w,
@@ -192,15 +175,18 @@ impl RefCounter {
     }
 
     /// Asks for `n` at reading `ns`; records an admission only when `write`.
-    pub(crate) fn acquire(&mut self, ns: u64, n: u64, write: bool) -> RefOutcome {
+    pub fn acquire(&mut self, ns: u64, n: u64, write: bool) -> Outcome {
         if n > self.limit {
-            return RefOutcome::Insufficient;
+            return Outcome::InsufficientCapacity {
+                requested: n,
+                capacity: self.limit,
+            };
         }
         let (m, e, ns) = self.point(ns);
         if n == 0 {
-            return RefOutcome::Admitted {
+            return Outcome::Admitted {
                 remaining: self.remaining(m, e),
-                reset: self.reset(m, ns),
+                reset_after_ns: self.reset(m, ns),
             };
         }
         if self.admits(m, e, n) {
@@ -213,21 +199,22 @@ impl RefCounter {
             // What the counter looks like with this admission counted.
             let mut after = self.clone();
             *after.counts.entry(m).or_insert(0) += if write { 0 } else { n };
-            RefOutcome::Admitted {
+            Outcome::Admitted {
                 remaining: after.remaining(m, e),
-                reset: after.reset(m, ns),
+                reset_after_ns: after.reset(m, ns),
             }
         } else {
-            RefOutcome::Denied {
-                remaining: self.remaining(m, e),
-                retry: self.retry(m, e, ns, n),
-                reset: self.reset(m, ns),
-            }
+            Outcome::denied(
+                ns,
+                self.retry(m, e, ns, n),
+                self.remaining(m, e),
+                self.reset(m, ns),
+            )
         }
     }
 
     /// `⌊N − estimate⌋` at `ns`.
-    pub(crate) fn remaining_at(&self, ns: u64) -> u64 {
+    pub fn remaining_at(&self, ns: u64) -> u64 {
         let (m, e, _) = self.point(ns);
         self.remaining(m, e)
     }

@@ -1,8 +1,8 @@
 //! An exact reference model of the fixed window, and a driver that runs a [`FixedWindow`] and the
 //! model through the same operations and asserts identical answers.
 //!
-//! Shared by `tests/fixed_window_model.rs` (proptest) and the fuzz crate's `fixed_window_ops`
-//! target (arbitrary), which include it as `mod fixed_reference` at their crate root.
+//! Used by `tests/fixed_window_model.rs` (proptest) and the fuzz crate's `fixed_window_ops`
+//! target (arbitrary). The calls any limiter answers go through [`crate::driver::limiter`].
 //!
 //! The model is written from the definition, not from the crate: a map from window number to count,
 //! windows numbered by floor division in `i128` from the alignment offset, and "time only moves
@@ -12,14 +12,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tollgate::window::{Alignment, FixedWindow};
-use tollgate::{AcquireError, Admitted, Clock, Denied, ManualClock, Nanos, Quota, QuotaError};
+use tollgate::{Clock, ManualClock, Nanos, Quota, QuotaError};
 
-/// The limiter's clamp: readings past 2^62 ns count as 2^62.
-const MAX_USABLE: u64 = 1 << 62;
+use crate::consts::MAX_USABLE_NS;
+use crate::driver::limiter::{check, Call, Model};
+use crate::Outcome;
 
 /// The model: `limit` per window of `length` ns, windows starting at `offset + k × length`.
 #[derive(Debug, Clone)]
-pub(crate) struct RefFixed {
+pub struct RefFixed {
     limit: u64,
     length: i128,
     offset: i128,
@@ -28,23 +29,9 @@ pub(crate) struct RefFixed {
     newest: Option<i128>,
 }
 
-/// What the model answers, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RefOutcome {
-    Admitted {
-        remaining: u64,
-        reset_after: u128,
-    },
-    Denied {
-        remaining: u64,
-        retry_after: u128,
-        reset_after: u128,
-    },
-    Insufficient,
-}
-
 impl RefFixed {
-    pub(crate) fn new(limit: u64, length: u64, offset: u64) -> RefFixed {
+    /// A model with no admissions yet: `limit` per window of `length` ns, aligned at `offset`.
+    pub fn new(limit: u64, length: u64, offset: u64) -> RefFixed {
         RefFixed {
             limit,
             length: i128::from(length),
@@ -56,7 +43,7 @@ impl RefFixed {
 
     /// The window a decision at `now` is made in, and `now` clamped.
     fn window(&self, now: u64) -> (i128, i128) {
-        let now = i128::from(now.min(MAX_USABLE));
+        let now = i128::from(now.min(MAX_USABLE_NS));
         let own = (now - self.offset).div_euclid(self.length);
         (self.newest.map_or(own, |newest| own.max(newest)), now)
     }
@@ -66,18 +53,21 @@ impl RefFixed {
     }
 
     /// Takes `n` at `now`, or just answers when `take` is false.
-    pub(crate) fn acquire(&mut self, n: u64, now: u64, take: bool) -> RefOutcome {
+    pub fn acquire(&mut self, n: u64, now: u64, take: bool) -> Outcome {
         if n > self.limit {
-            return RefOutcome::Insufficient;
+            return Outcome::InsufficientCapacity {
+                requested: n,
+                capacity: self.limit,
+            };
         }
         let (window, now) = self.window(now);
         let count = self.counts.get(&window).copied().unwrap_or(0);
         let to_end = u128::try_from(self.end_of(window) - now).expect("the window ends after now");
         if n == 0 {
             let reset_after = if count == 0 { 0 } else { to_end };
-            return RefOutcome::Admitted {
+            return Outcome::Admitted {
                 remaining: self.limit - count,
-                reset_after,
+                reset_after_ns: reset_after,
             };
         }
         if count + n <= self.limit {
@@ -85,47 +75,78 @@ impl RefFixed {
                 self.counts.insert(window, count + n);
                 self.newest = Some(window);
             }
-            RefOutcome::Admitted {
+            Outcome::Admitted {
                 remaining: self.limit - count - n,
-                reset_after: to_end,
+                reset_after_ns: to_end,
             }
         } else {
-            RefOutcome::Denied {
-                remaining: self.limit - count,
-                retry_after: to_end,
-                reset_after: to_end,
-            }
+            let now = u64::try_from(now).expect("a clamped reading");
+            Outcome::denied(now, to_end, self.limit - count, to_end)
         }
     }
 
     /// Admissions in each window, for the boundary-burst and limit checks.
-    pub(crate) fn counts(&self) -> impl Iterator<Item = u64> + '_ {
+    pub fn counts(&self) -> impl Iterator<Item = u64> + '_ {
         self.counts.values().copied()
+    }
+}
+
+impl Model for RefFixed {
+    fn acquire(&mut self, n: u64, now_ns: u64) -> Outcome {
+        RefFixed::acquire(self, n, now_ns, true)
+    }
+    fn peek(&self, n: u64, now_ns: u64) -> Outcome {
+        // Answering without taking changes nothing, but the model's method takes `&mut self`.
+        RefFixed::acquire(&mut self.clone(), n, now_ns, false)
+    }
+    fn remaining(&self, now_ns: u64) -> u64 {
+        match self.peek(0, now_ns) {
+            Outcome::Admitted { remaining, .. } => remaining,
+            other => panic!("a query answered {other:?}"),
+        }
     }
 }
 
 /// How a test builds the limiter.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Spec {
-    pub(crate) count: u64,
-    pub(crate) period_ns: u64,
+pub struct Spec {
+    /// `N`, admissions per window.
+    pub count: u64,
+    /// The window's length, in nanoseconds.
+    pub period_ns: u64,
     /// `Alignment::Offset` in nanoseconds; 0 is the epoch.
-    pub(crate) offset: u64,
+    pub offset: u64,
     /// The clock's reading when the limiter is built and aligned.
-    pub(crate) start: u64,
+    pub start: u64,
 }
 
 /// One operation: move the clock by `step` (wrapping at `u64` bounds is avoided by saturating),
 /// then act.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Op {
-    Acquire { n: u64, step: i64 },
-    Peek { n: u64, step: i64 },
-    Remaining { step: i64 },
+pub enum Op {
+    /// `try_acquire` (for one) or `try_acquire_n`, reading the clock.
+    Acquire {
+        /// How many.
+        n: u64,
+        /// The clock's move first, in nanoseconds.
+        step: i64,
+    },
+    /// `peek_n_at`.
+    Peek {
+        /// How many.
+        n: u64,
+        /// The clock's move first, in nanoseconds.
+        step: i64,
+    },
+    /// `remaining_at`.
+    Remaining {
+        /// The clock's move first, in nanoseconds.
+        step: i64,
+    },
 }
 
 /// Builds the limiter the spec describes, or the error the crate gives.
-pub(crate) fn build(spec: Spec) -> Result<FixedWindow<ManualClock>, QuotaError> {
+pub fn build(spec: Spec) -> Result<FixedWindow<ManualClock>, QuotaError> {
     let quota = Quota::per_period(spec.count, Duration::from_nanos(spec.period_ns))?;
     let clock = ManualClock::starting_at(Nanos::new(spec.start));
     Ok(FixedWindow::with_clock(quota, clock)?
@@ -134,13 +155,13 @@ pub(crate) fn build(spec: Spec) -> Result<FixedWindow<ManualClock>, QuotaError> 
 
 /// Whether a window limiter should accept the spec, given that its quota is valid: the window's
 /// length and the count's room beside the window index.
-pub(crate) fn expected_valid(spec: Spec) -> bool {
-    if spec.period_ns > MAX_USABLE {
+pub fn expected_valid(spec: Spec) -> bool {
+    if spec.period_ns > MAX_USABLE_NS {
         // The window index needs a window of at most 2^62 ns.
         return false;
     }
     let length = u128::from(spec.period_ns);
-    let max_index = u128::from(MAX_USABLE).div_ceil(length);
+    let max_index = u128::from(MAX_USABLE_NS).div_ceil(length);
     let index_bits = 128 - max_index.leading_zeros();
     let max_count = (1u128 << (64 - index_bits)) - 1;
     u128::from(spec.count) <= max_count
@@ -154,34 +175,9 @@ fn moved(now: u64, step: i64) -> u64 {
     }
 }
 
-fn admitted(ok: &Admitted) -> RefOutcome {
-    RefOutcome::Admitted {
-        remaining: ok.remaining(),
-        reset_after: ok.reset_after().as_nanos(),
-    }
-}
-
-fn denied(d: &Denied) -> RefOutcome {
-    RefOutcome::Denied {
-        remaining: d.remaining(),
-        retry_after: d.retry_after().as_nanos(),
-        reset_after: d.reset_after().as_nanos(),
-    }
-}
-
-fn outcome(result: Result<Admitted, AcquireError>) -> RefOutcome {
-    match result {
-        Ok(ok) => admitted(&ok),
-        Err(AcquireError::Denied(d)) => denied(&d),
-        Err(AcquireError::InsufficientCapacity(_)) => RefOutcome::Insufficient,
-        // An in-process limiter refuses only in the two ways above; a new kind is a bug here.
-        Err(other) => panic!("a refusal the model does not know: {other}"),
-    }
-}
-
 /// Runs `ops` on a limiter built from `spec` and on the model; panics at the first difference.
 /// Returns the model, for checks over the whole run.
-pub(crate) fn run(spec: Spec, ops: &[Op]) -> Option<RefFixed> {
+pub fn run(spec: Spec, ops: &[Op]) -> Option<RefFixed> {
     if Quota::per_period(spec.count, Duration::from_nanos(spec.period_ns)).is_err() {
         // The quota's own rules are tested (and fuzzed) on their own.
         return None;
@@ -207,33 +203,23 @@ pub(crate) fn run(spec: Spec, ops: &[Op]) -> Option<RefFixed> {
         };
         let now = moved(clock.now().as_u64(), step);
         clock.set(Nanos::new(now));
-        let expected = model.acquire(n, now, take);
-        let got = match *op {
-            Op::Acquire { n: 1, .. } => match limiter.try_acquire() {
-                Ok(ok) => admitted(&ok),
-                Err(d) => denied(&d),
-            },
-            Op::Acquire { n, .. } => outcome(limiter.try_acquire_n(n)),
-            Op::Peek { n, .. } => outcome(limiter.peek_n_at(n, Nanos::new(now))),
-            Op::Remaining { .. } => {
-                let remaining = limiter.remaining_at(Nanos::new(now));
-                match expected {
-                    RefOutcome::Admitted { remaining: r, .. } => assert_eq!(remaining, r),
-                    other => panic!("a query answered {other:?}"),
-                }
-                continue;
-            }
+        let (call, read) = match *op {
+            Op::Acquire { n: 1, .. } => (Call::AcquireOne, true),
+            Op::Acquire { n, .. } => (Call::Acquire(n), true),
+            Op::Peek { n, .. } => (Call::Peek(n), false),
+            Op::Remaining { .. } => (Call::Remaining, false),
         };
-        assert_eq!(got, expected, "op {i} {op:?} at {now} on {spec:?}");
-        if let (RefOutcome::Denied { retry_after, .. }, true) = (expected, take) {
+        let context = || format!("op {i} {op:?} at {now} on {spec:?}");
+        let expected = check(&limiter, &mut model, call, now, read, &context);
+        if let (Outcome::Denied { retry_after_ns, .. }, true) = (expected, take) {
             // Exact: the same request one nanosecond before the retry instant is refused, at it
             // admitted (checked on a copy of the model, without touching the limiter).
-            let at = now.min(MAX_USABLE) as u128 + retry_after;
+            let at = now.min(MAX_USABLE_NS) as u128 + retry_after_ns;
             if let Ok(at) = u64::try_from(at) {
-                if at <= MAX_USABLE {
+                if at <= MAX_USABLE_NS {
                     let mut copy = model.clone();
                     assert!(
-                        matches!(copy.acquire(n, at, true), RefOutcome::Admitted { .. }),
+                        matches!(copy.acquire(n, at, true), Outcome::Admitted { .. }),
                         "admitted at retry_at"
                     );
                     let peek = limiter.peek_n_at(n, Nanos::new(at));

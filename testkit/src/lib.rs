@@ -1,0 +1,66 @@
+//! tollgate's test kit: exact reference models of every algorithm, drivers that run the crate and a
+//! model through the same operations and compare every answer, and the input generators the
+//! property tests and the fuzz targets share. Not published; a workspace member used by
+//! `tests/` and `benches/` (a dev-dependency of tollgate) and `fuzz/` (an ordinary dependency).
+//!
+//! # Layout
+//!
+//! | module | what | used by |
+//! | --- | --- | --- |
+//! | [`reference`](mod@reference) | one exact model per algorithm: `bucket` (also the leaky meter's and the keyed limiter's time units), `counter`, `fixed` (with its driver), `log`, `meter`, `sharded` | the drivers; a few hand-checked tests |
+//! | [`driver`] | one driver per limiter (`bucket`, `counter`, `keyed`, `keyed_pair`, `log`, `meter`, `queue`, `sharded`), and [`driver::limiter`], the calls every [`tollgate::Limiter`] answers, made and compared once | `tests/*_model.rs`, every fuzz target |
+//! | [`Outcome`] | the one answer type: admitted, denied (with `retry_at`), insufficient capacity | every model and driver |
+//! | [`consts`] | [`consts::MAX_USABLE_NS`] (the crate's `Nanos::MAX_USABLE`), [`consts::YEAR_NS`] | everywhere, instead of `1 << 62` |
+//! | [`strategies`] | proptest strategies: counts, periods, starts, amounts, clock steps | the bucket, meter and sharded proptests |
+//! | `fuzz_input` (feature `arbitrary`) | the same kinds of input drawn from a fuzzer's bytes | the fuzz targets |
+//! | `bench` (feature `bench`) | the benches' two loads, the `Mutex` baseline, the timed loops | `benches/` |
+//!
+//! # Design
+//!
+//! - **Independent models.** A model is written from the documented semantics, never from the
+//!   crate's code: plain `i128`/`u128` numbers, maps and lists where the crate packs a word, and
+//!   searches where the crate solves a formula. A bug would have to be made twice, differently, to
+//!   pass. The models use nothing of the crate but the clamp, `Nanos::MAX_USABLE` (through
+//!   [`consts`]); `reference::fixed` also holds its driver, which does.
+//! - **Exact comparison.** A driver compares whole [`Outcome`]s with `==`, to the nanosecond; the
+//!   only adjustment is [`Outcome::representable`], which caps a model's spans where a `Duration`
+//!   stops. `remaining` is compared after every operation, not only when asked.
+//! - **Written once.** The calls every limiter answers (`try_acquire(_n)`, `peek_n`, `remaining`,
+//!   each in the clock-reading and the `_at` form) go through [`driver::limiter::check`], generic
+//!   over [`tollgate::Limiter`] and [`driver::limiter::Model`]. What only one limiter has stays in
+//!   its driver: the bucket's refunds, the meter's scheduling, the sharded bucket's homes and
+//!   give-backs, the queue's producers, keyed eviction.
+//! - **Inputs apart.** A driver takes a specification and a list of operations; the proptests
+//!   ([`strategies`]) and the fuzz targets (`fuzz_input`) only generate them, each their own way, so
+//!   a failing fuzz input can be replayed as a unit test by writing its operations out.
+//! - **Adding a limiter.** Write its model under `reference/`, implement
+//!   [`driver::limiter::Model`] for it, and write a driver whose common operations call
+//!   [`driver::limiter::check`]; then a proptest in `tests/` and a fuzz target in `fuzz/`.
+//!
+//! # Example
+//!
+//! ```
+//! use testkit::driver::bucket::{self, Amount, Op, QuotaSpec, Rate, Step};
+//!
+//! let spec = QuotaSpec { rate: Rate::Second(3), capacity: None, initial: None, initial_first: false };
+//! let ops = [
+//!     Op::Acquire { n: Amount::Capacity, clock: false },
+//!     Op::AcquireOne { clock: false },
+//!     Op::Time(Step::Intervals { num: 1, den: 1 }),
+//!     Op::AcquireOne { clock: true },
+//! ];
+//! // Panics at the first answer that differs from the model's.
+//! bucket::run(&spec, 0, &ops);
+//! ```
+
+#[cfg(feature = "bench")]
+pub mod bench;
+pub mod consts;
+pub mod driver;
+#[cfg(feature = "arbitrary")]
+pub mod fuzz_input;
+pub mod outcome;
+pub mod reference;
+pub mod strategies;
+
+pub use outcome::Outcome;
