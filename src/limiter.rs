@@ -113,6 +113,7 @@ pub trait Limiter: Send + Sync {
     fn quota(&self) -> &Quota;
 
     /// Admits one request now, or says when it could be.
+    #[inline]
     fn try_acquire(&self) -> Result<Admitted, Denied> {
         self.try_acquire_at(self.now())
     }
@@ -122,6 +123,7 @@ pub trait Limiter: Send + Sync {
     /// # Errors
     ///
     /// As [`Limiter::try_acquire_n_at`].
+    #[inline]
     fn try_acquire_n(&self, n: u64) -> Result<Admitted, AcquireError> {
         self.try_acquire_n_at(n, self.now())
     }
@@ -131,11 +133,13 @@ pub trait Limiter: Send + Sync {
     /// # Errors
     ///
     /// As [`Limiter::try_acquire_n_at`].
+    #[inline]
     fn peek_n(&self, n: u64) -> Result<Admitted, AcquireError> {
         self.peek_n_at(n, self.now())
     }
 
     /// Whole requests that would be admitted now.
+    #[inline]
     fn remaining(&self) -> u64 {
         self.remaining_at(self.now())
     }
@@ -193,6 +197,7 @@ pub trait KeyedLimit<Q: ?Sized>: Send + Sync {
     /// # Errors
     ///
     /// As [`KeyedLimit::check_key_n_at`].
+    #[inline]
     fn check_key(&self, key: &Q) -> Result<Admitted, KeyedError> {
         self.check_key_n_at(key, 1, self.now())
     }
@@ -202,6 +207,7 @@ pub trait KeyedLimit<Q: ?Sized>: Send + Sync {
     /// # Errors
     ///
     /// As [`KeyedLimit::check_key_n_at`].
+    #[inline]
     fn check_key_n(&self, key: &Q, n: u64) -> Result<Admitted, KeyedError> {
         self.check_key_n_at(key, n, self.now())
     }

@@ -512,7 +512,7 @@ impl<C: Clock> ShardedBucket<C> {
         // One read of the shards answers the whole peek, so its figures describe one state.
         let mut snapshot = self.snapshot();
         let words = snapshot.words_mut();
-        let survey = self.survey(words, now);
+        let survey = self.survey(now, |i| words[i]);
         if survey.tokens < n {
             return Err(AcquireError::Denied(self.denied(words, n, now, &survey)));
         }
@@ -522,7 +522,7 @@ impl<C: Clock> ShardedBucket<C> {
         // reading rounded up to its time unit, which can cost a coarse-unit shard a fraction that
         // the request did not take.)
         self.take_from_copy(words, thread_slot() & self.mask, n, now);
-        let after = self.survey(words, now);
+        let after = self.survey(now, |i| words[i]);
         Ok(Admitted::new(
             survey.tokens - n,
             1,
@@ -669,10 +669,17 @@ impl<C: Clock> ShardedBucket<C> {
     /// what each shard has, from home on, and give it all back if it does not add up to `n`.
     #[cold]
     fn gather(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
-        {
+        if n <= 1 {
+            // The common denial: one read of each shard, no copy (a denial of one needs only the
+            // survey, which reads each word once, so its figures still describe one state).
+            let survey = self.survey(now, |i| cas::read(&self.shards[i].word));
+            if survey.tokens < n {
+                return Err(self.denied(&[], n, now, &survey));
+            }
+        } else {
             let snapshot = self.snapshot();
             let words = snapshot.words();
-            let survey = self.survey(words, now);
+            let survey = self.survey(now, |i| words[i]);
             if survey.tokens < n {
                 return Err(self.denied(words, n, now, &survey));
             }
@@ -711,7 +718,7 @@ impl<C: Clock> ShardedBucket<C> {
             if got == n {
                 // Report the shards as they are after the admission.
                 let after = self.snapshot();
-                let after = self.survey(after.words(), now);
+                let after = self.survey(now, |i| after.words()[i]);
                 return Ok(Admitted::new(
                     after.tokens,
                     1,
@@ -729,7 +736,7 @@ impl<C: Clock> ShardedBucket<C> {
         }
         let snapshot = self.snapshot();
         let words = snapshot.words();
-        let survey = self.survey(words, now);
+        let survey = self.survey(now, |i| words[i]);
         Err(self.denied(words, n, now, &survey))
     }
 
@@ -755,7 +762,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// The answer to a request for nothing: what all the shards hold at `now`.
     fn query(&self, now: Nanos) -> Admitted {
         let snapshot = self.snapshot();
-        let survey = self.survey(snapshot.words(), now);
+        let survey = self.survey(now, |i| snapshot.words()[i]);
         Admitted::new(survey.tokens, 1, Span::from_nanos(survey.full_in))
     }
 
@@ -773,15 +780,16 @@ impl<C: Clock> ShardedBucket<C> {
         snapshot
     }
 
-    /// What the shards' `words` hold at `now`: whole tokens in all, the wait for the first whole
-    /// token in any, and the wait until all are full.
-    fn survey(&self, words: &[u64], now: Nanos) -> Survey {
+    /// What the shards' words (`words(i)` for shard `i`, each read once) hold at `now`: whole
+    /// tokens in all, the wait for the first whole token in any, and the wait until all are full.
+    fn survey(&self, now: Nanos, words: impl Fn(usize) -> u64) -> Survey {
         let mut survey = Survey {
             tokens: 0,
             first_token_in: u128::MAX,
             full_in: 0,
         };
-        for (shard, &word) in self.shards.iter().zip(words) {
+        for (i, shard) in self.shards.iter().enumerate() {
+            let word = words(i);
             let t = shard.policy.time(now);
             survey.tokens += shard.policy.remaining(word, t);
             survey.first_token_in = survey
@@ -793,7 +801,7 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// A denial of `n` tokens at `now`, computed from the shards' `words` alone and `survey`, their
-    /// survey at `now`: the earliest instant at which the shards, left alone, hold `n` whole tokens.
+    /// survey at `now` (for `n <= 1` the survey alone: `words` may be empty): the earliest instant at which the shards, left alone, hold `n` whole tokens.
     /// Every figure describes the one state in `words`, so `retry_after` is zero exactly when
     /// `remaining >= n` (which only a gather that lost a race can report).
     #[cold]
