@@ -316,7 +316,8 @@ pub(crate) use clock_reading_forms;
 ///
 /// The state sits on a cache line of its own, so threads admitting here do not slow down
 /// neighbouring data, nor it them. One compare-and-swap per admission for the one-word algorithms
-/// (the log claims one ring slot per admission); denials, peeks and queries only read.
+/// (the log claims a ring slot per admission, and a request for several all of its slots with one
+/// compare-and-swap); denials, peeks and queries only read.
 ///
 /// # Memory ordering
 ///
