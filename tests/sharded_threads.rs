@@ -182,6 +182,17 @@ fn in_rounds(
     });
 }
 
+/// `count` tokens per second over four shards, on a manual clock that stands still unless moved.
+fn four_shards_on_a_frozen_clock(count: u64) -> (ShardedBucket<ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    let limiter = ShardedBucket::builder(Quota::per_second(count).unwrap())
+        .shards(4)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (limiter, clock)
+}
+
 /// Gathers racing on a frozen clock: four threads at once ask for more than any shard holds (5 and
 /// 3 of 8 tokens over four shards of 2), so their gathers collide, fail and give back. In every
 /// round, tokens admitted plus tokens left never exceed the 8 the limiter held: give-backs never
@@ -194,13 +205,7 @@ fn in_rounds(
 #[test]
 fn racing_gathers_give_back_exactly_on_a_frozen_clock() {
     let _serial = one_at_a_time();
-    let quota = Quota::per_second(8).unwrap();
-    let clock = ManualClock::new();
-    let limiter = ShardedBucket::builder(quota)
-        .shards(4)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (limiter, clock) = four_shards_on_a_frozen_clock(8);
     let sizes = [5u64, 5, 3, 3];
     let admitted = AtomicU64::new(0);
     // Per round: the most the round's denials may keep, `n - 1` each.
@@ -290,13 +295,7 @@ fn racing_gathers_give_back_exactly_on_a_frozen_clock() {
 #[test]
 fn refunds_racing_gathers_on_a_frozen_clock_keep_at_most_n_minus_1_per_denial() {
     let _serial = one_at_a_time();
-    let quota = Quota::per_second(64).unwrap();
-    let clock = ManualClock::new();
-    let limiter = ShardedBucket::builder(quota)
-        .shards(4)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (limiter, clock) = four_shards_on_a_frozen_clock(64);
     const ROUNDS: u64 = 20;
     const ATTEMPTS: u64 = 10_000;
     let sizes = [40u64, 30, 20, 10];
