@@ -45,6 +45,12 @@
 //!   (`tests/sharded_threads.rs`); the loom model of one refund racing one gather reaches the
 //!   `n - 1` of a single race exactly.
 //!
+//! A refund can fall short too. It fills whichever shard is short, starting at the caller's home,
+//! not the shards its tokens came from: a take on a shard the refund has already passed, while
+//! another refund fills the shard it was heading for, moves the hole it was looking for behind it.
+//! [`ShardedBucket::refund`] answers how many tokens went back; the rest is kept as above,
+//! refilled at the shards' rate.
+//!
 //! None of this ever admits beyond the limit.
 //!
 //! # Exactness
@@ -531,7 +537,15 @@ impl<C: Clock> ShardedBucket<C> {
     }
 
     /// Gives back `n` tokens taken earlier and not used, starting at the calling thread's home shard
-    /// and never filling any shard above its capacity.
+    /// and never filling any shard above its capacity; answers how many went back (counted per shard
+    /// as the whole tokens it was short, so a shard read at an earlier reading than one already
+    /// applied to it, and so shorter than its capacity allows, may count more than it took).
+    ///
+    /// Fewer than `n` go back only when every shard was full where the refund looked: a refund of
+    /// tokens never taken, or, under contention, a take on a shard the refund had already passed
+    /// while another refund filled the shard it was heading for (a refund fills whichever shard is
+    /// short). What it cannot place is a shortfall that the refill makes up, never an admission
+    /// beyond the quota.
     ///
     /// # Examples
     ///
@@ -539,17 +553,18 @@ impl<C: Clock> ShardedBucket<C> {
     /// use tollgate::{ManualClock, Quota, ShardedBucket};
     /// let limiter = ShardedBucket::with_clock(Quota::per_second(8)?, ManualClock::new());
     /// limiter.try_acquire_n(5)?;
-    /// limiter.refund(5);
+    /// assert_eq!(limiter.refund(5), 5);
     /// assert_eq!(limiter.remaining(), 8);
-    /// limiter.refund(u64::MAX); // already full: nothing changes
+    /// assert_eq!(limiter.refund(u64::MAX), 0); // already full: nothing changes
     /// assert_eq!(limiter.remaining(), 8);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn refund(&self, n: u64) {
-        self.refund_from(thread_slot(), n, self.clock.now());
+    pub fn refund(&self, n: u64) -> u64 {
+        self.refund_from(thread_slot(), n, self.clock.now())
     }
 
-    /// Gives back `n` tokens as of `now`, starting at the calling thread's home shard.
+    /// Gives back `n` tokens as of `now`, starting at the calling thread's home shard; answers how
+    /// many went back (see [`ShardedBucket::refund`]).
     ///
     /// # Examples
     ///
@@ -561,11 +576,12 @@ impl<C: Clock> ShardedBucket<C> {
     /// assert_eq!(limiter.remaining_at(Nanos::new(0)), 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn refund_at(&self, n: u64, now: Nanos) {
-        self.refund_from(thread_slot(), n, now);
+    pub fn refund_at(&self, n: u64, now: Nanos) -> u64 {
+        self.refund_from(thread_slot(), n, now)
     }
 
-    /// Gives back `n` tokens as of `now`, starting at shard `home` (modulo the shard count).
+    /// Gives back `n` tokens as of `now`, starting at shard `home` (modulo the shard count); answers
+    /// how many went back (see [`ShardedBucket::refund`]).
     ///
     /// # Examples
     ///
@@ -578,11 +594,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// assert_eq!(limiter.remaining_at(t), 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn refund_from(&self, home: usize, n: u64, now: Nanos) {
+    pub fn refund_from(&self, home: usize, n: u64, now: Nanos) -> u64 {
         let mut left = n;
         for step in 0..self.shards.len() {
             if left == 0 {
-                return;
+                break;
             }
             let shard = &self.shards[(home.wrapping_add(step)) & self.mask];
             let t = shard.policy.time(now);
@@ -590,6 +606,7 @@ impl<C: Clock> ShardedBucket<C> {
                 cas::update(&shard.word, |w| shard.policy.refund_up_to(w, t, left)).unwrap_or(0);
             left -= given.min(left);
         }
+        n - left
     }
 
     /// Whole tokens in all shards as of `now` (each shard's whole tokens, summed: fractions of a

@@ -286,8 +286,9 @@ fn racing_gathers_give_back_exactly_on_a_frozen_clock() {
 /// Refunds racing gathers on a frozen clock, the case where give-backs keep tokens: four threads
 /// take 40, 30, 20 and 10 of 64 tokens over four shards of 16 and give each admission straight
 /// back with `refund`, so with the clock frozen nothing but a give-back that found its shard
-/// written since can leave the limiter short. The documented bound is `n - 1` kept per denied
-/// request (reached exactly by a loom model in `loom-tests/tests/sharded.rs`); each of 20 rounds of
+/// written since, or a refund that found every shard full where it looked (it answers how many
+/// tokens it placed), can leave the limiter short. The documented bound is `n - 1` kept per denied
+/// request plus what the refunds report unplaced (reached exactly by a loom model in `loom-tests/tests/sharded.rs`); each of 20 rounds of
 /// 10 000 requests a thread (the clock moved on between rounds, so every round starts full) checks
 /// it. With the clock frozen nothing refills what was kept, so kept tokens add up within a round:
 /// up to 26 of 64 in a release build and 42 in a debug build were seen on the 2-core machine,
@@ -307,7 +308,11 @@ fn refunds_racing_gathers_on_a_frozen_clock_keep_at_most_n_minus_1_per_denial() 
             let n = sizes[i];
             for _ in 0..ATTEMPTS {
                 match limiter.try_acquire_n(n) {
-                    Ok(_) => limiter.refund(n),
+                    Ok(_) => {
+                        // What a refund could not place (it says so) is kept too.
+                        let back = limiter.refund(n);
+                        may_keep.fetch_add(n - back, Ordering::Relaxed);
+                    }
                     Err(AcquireError::Denied(_)) => {
                         may_keep.fetch_add(n - 1, Ordering::Relaxed);
                     }
@@ -328,7 +333,7 @@ fn refunds_racing_gathers_on_a_frozen_clock_keep_at_most_n_minus_1_per_denial() 
             let bound = may_keep.load(Ordering::Relaxed);
             assert!(
                 lost <= bound,
-                "round {round}: {lost} of 64 tokens kept, more than n - 1 per denial ({bound})"
+                "round {round}: {lost} of 64 tokens kept, more than n - 1 per denial plus what refunds reported unplaced ({bound})"
             );
             kept += lost;
             short_rounds += u64::from(lost > 0);
