@@ -69,9 +69,7 @@ use crate::sync::AtomicU64;
 /// The internals of [`Algorithm`]. Public in a private module so that they can appear in the
 /// public trait's bounds without being nameable, or implementable, outside the crate.
 pub(crate) mod sealed {
-    use super::{
-        AcquireError, Admitted, Denied, InsufficientCapacity, Nanos, Quota, QuotaError, Step,
-    };
+    use super::{AcquireError, Admitted, Denied, Nanos, Quota, QuotaError, Step};
 
     /// A state as a decision sees it: one that is held, or one that is not (a key the keyed
     /// limiter does not hold: fresh as of `at`, in tier `tier`, and not built unless a decision
@@ -102,7 +100,7 @@ pub(crate) mod sealed {
     }
 
     /// What every algorithm provides. A request for `n` may ask for any `n`: 0 is a query that
-    /// always succeeds, more than the capacity is [`InsufficientCapacity`].
+    /// always succeeds, more than the capacity is [`InsufficientCapacity`](crate::InsufficientCapacity).
     pub trait Contract: Send + Sync + 'static {
         /// The constants derived from the quota, shared by every state.
         type Policy: Send + Sync + std::fmt::Debug;
@@ -179,8 +177,8 @@ pub(crate) mod sealed {
         fn policy(quota: &Quota) -> Result<Self::Policy, QuotaError>;
         /// A reading in the policy's units.
         fn time(policy: &Self::Policy, now: Nanos) -> Self::Time;
-        /// As [`Contract::check_n`].
-        fn check_n(policy: &Self::Policy, n: u64) -> Result<bool, InsufficientCapacity>;
+        /// The most one request may ask for: a larger one is [`InsufficientCapacity`](crate::InsufficientCapacity).
+        fn capacity(policy: &Self::Policy) -> u64;
         /// The word of a direct limiter with the quota's initial fill at `now`.
         fn initial_word(policy: &Self::Policy, quota: &Quota, now: Self::Time) -> u64;
         /// The word of a key created afresh, fresh as of `at` (see [`Contract::fresh`]).
@@ -266,7 +264,7 @@ impl<T: OneWord> Contract for T {
         n: u64,
     ) -> Result<Admitted, AcquireError> {
         let now = T::time(policy, now);
-        if T::check_n(policy, n)? {
+        if InsufficientCapacity::check(n, T::capacity(policy))? {
             cas::update(state, |word| T::decide(policy, word, now, n)).map_err(AcquireError::Denied)
         } else {
             Ok(T::query(policy, cas::read(state), now))
@@ -282,7 +280,7 @@ impl<T: OneWord> Contract for T {
     ) -> Result<Admitted, AcquireError> {
         let word = one_word::<T>(policy, state);
         let now = T::time(policy, now);
-        if !T::check_n(policy, n)? {
+        if !InsufficientCapacity::check(n, T::capacity(policy))? {
             return Ok(T::query(policy, word, now));
         }
         match T::decide(policy, word, now, n) {
@@ -305,7 +303,7 @@ impl<T: OneWord> Contract for T {
         // Decided on the fresh word without building the state: only a write inserts the key.
         let word = T::fresh_word(policy, fresh);
         let now = T::time(policy, now);
-        match T::check_n(policy, n) {
+        match InsufficientCapacity::check(n, T::capacity(policy)) {
             Err(e) => (None, Err(e.into())),
             Ok(false) => (None, Ok(T::query(policy, word, now))),
             Ok(true) => match T::decide(policy, word, now, n) {

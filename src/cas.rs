@@ -48,6 +48,27 @@ pub enum Step<T, E> {
     Refuse(E),
 }
 
+#[cfg(all(test, not(tollgate_loom)))]
+impl<T: std::fmt::Debug, E: std::fmt::Debug> Step<T, E> {
+    /// The word and answer of a `Write`; panics on any other step (tests only).
+    #[track_caller]
+    pub(crate) fn written(self) -> (u64, T) {
+        match self {
+            Step::Write(word, answer) => (word, answer),
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
+    /// The refusal of a `Refuse`; panics on any other step (tests only).
+    #[track_caller]
+    pub(crate) fn refused(self) -> E {
+        match self {
+            Step::Refuse(refusal) => refusal,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
+
 /// Runs `decide` against `word` until its answer is applied to the value it was computed from.
 ///
 /// `decide` may run several times (once per lost race); it must be a pure function of its argument.
@@ -138,49 +159,83 @@ pub(crate) fn read(word: &AtomicU64) -> u64 {
     word.load(Ordering::Relaxed)
 }
 
-/// A per-thread count of lost CAS races, kept only in the crate's own unit tests so that stress
-/// tests can prove contention happened; it compiles to nothing elsewhere.
-pub(crate) mod retries {
-    #[cfg(all(test, not(tollgate_loom)))]
-    std::thread_local! {
-        static RETRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    }
+/// Defines a module holding a per-thread count, kept only in the crate's own unit tests (it
+/// compiles to nothing elsewhere): `record()` adds one on this thread, `on_this_thread()` answers
+/// the count so far.
+macro_rules! per_thread_count {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        pub(crate) mod $name {
+            #[cfg(all(test, not(tollgate_loom)))]
+            std::thread_local! {
+                static COUNT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+            }
 
-    /// Notes one lost race on this thread.
-    #[inline(always)]
-    pub(crate) fn record() {
-        #[cfg(all(test, not(tollgate_loom)))]
-        RETRIES.with(|r| r.set(r.get() + 1));
-    }
+            /// Adds one on this thread.
+            #[inline(always)]
+            pub(crate) fn record() {
+                #[cfg(all(test, not(tollgate_loom)))]
+                COUNT.with(|c| c.set(c.get() + 1));
+            }
 
-    /// Lost races on this thread so far.
-    #[cfg(all(test, not(tollgate_loom)))]
-    pub(crate) fn on_this_thread() -> u64 {
-        RETRIES.with(std::cell::Cell::get)
-    }
+            /// The count on this thread so far.
+            #[cfg(all(test, not(tollgate_loom)))]
+            pub(crate) fn on_this_thread() -> u64 {
+                COUNT.with(std::cell::Cell::get)
+            }
+        }
+    };
 }
 
-/// A per-thread count of attempted writes to limiter state (every compare-and-swap, successful or
-/// not: a same-value compare-and-swap still takes the cache line exclusive), kept only in the
-/// crate's own unit tests so that they can prove denials and peeks write nothing; it compiles to
-/// nothing elsewhere. Every write site of a limiter's state calls [`writes::record`] before it
-/// writes.
-pub(crate) mod writes {
-    #[cfg(all(test, not(tollgate_loom)))]
-    std::thread_local! {
-        static WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    }
+per_thread_count!(
+    /// Lost CAS races, so that stress tests can prove contention happened.
+    retries
+);
 
-    /// Notes one attempted write on this thread.
-    #[inline(always)]
-    pub(crate) fn record() {
-        #[cfg(all(test, not(tollgate_loom)))]
-        WRITES.with(|w| w.set(w.get() + 1));
-    }
+per_thread_count!(
+    /// Attempted writes to limiter state (every compare-and-swap, successful or not: a same-value
+    /// compare-and-swap still takes the cache line exclusive), so that the tests can prove denials
+    /// and peeks write nothing. Every write site of a limiter's state records before it writes.
+    writes
+);
 
-    /// Attempted writes on this thread so far.
-    #[cfg(all(test, not(tollgate_loom)))]
-    pub(crate) fn on_this_thread() -> u64 {
-        WRITES.with(std::cell::Cell::get)
+/// The stress tests' search for contention: runs `attempt(per_thread)`, with `per_thread` from
+/// 20 000 doubling up to 8 times, until an attempt answers that its threads lost a race (a lost
+/// race is what proves the threads overlapped). Each attempt checks its own results. Panics when no
+/// attempt ever lost a race: the stress test then proved nothing.
+#[cfg(all(test, not(tollgate_loom)))]
+#[track_caller]
+pub(crate) fn until_contended(mut attempt: impl FnMut(u64) -> u64) {
+    let mut per_thread = 20_000;
+    for _ in 0..8 {
+        if attempt(per_thread) > 0 {
+            return;
+        }
+        per_thread *= 2;
     }
+    panic!("no lost compare-and-swap race observed: the stress test proved nothing");
+}
+
+/// Runs `work(t)` for `t` in `0..threads`, each on its own thread, all released together by a
+/// barrier; answers each thread's result beside the CAS races it lost, in thread order. A panic
+/// on any thread fails the caller (the scope re-raises it once every thread has ended).
+#[cfg(all(test, not(tollgate_loom)))]
+pub(crate) fn race<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<(T, u64)> {
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, work) = (&barrier, &work);
+                scope.spawn(move || {
+                    barrier.wait();
+                    let result = work(t);
+                    (result, retries::on_this_thread())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }

@@ -37,6 +37,28 @@ pub trait GcraWord: Send + Sync + 'static {
     fn decide(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied>;
 }
 
+/// The two constructors of a GCRA limiter (the token bucket and the leaky meter), written once:
+/// `new` on the default clock and `with_clock`, each infallible (every valid [`Quota`] can be
+/// enforced) and each with the docs its type passes in.
+macro_rules! gcra_constructors {
+    ($limiter:ident, $(#[$new:meta])* new, $(#[$with_clock:meta])* with_clock) => {
+        impl $limiter<$crate::clock::MonotonicClock> {
+            $(#[$new])*
+            pub fn new(quota: $crate::quota::Quota) -> $limiter<$crate::clock::MonotonicClock> {
+                $limiter::with_clock(quota, $crate::clock::MonotonicClock::new())
+            }
+        }
+
+        impl<C: $crate::clock::Clock> $limiter<C> {
+            $(#[$with_clock])*
+            pub fn with_clock(quota: $crate::quota::Quota, clock: C) -> $limiter<C> {
+                $crate::limiter::Direct::from_policy($crate::gcra::Gcra::new(&quota), quota, clock)
+            }
+        }
+    };
+}
+pub(crate) use gcra_constructors;
+
 impl<T: GcraWord> OneWord for T {
     type Policy = Gcra;
     type Time = Time;
@@ -54,8 +76,8 @@ impl<T: GcraWord> OneWord for T {
     }
 
     #[inline]
-    fn check_n(policy: &Gcra, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.check_n(n)
+    fn capacity(policy: &Gcra) -> u64 {
+        policy.capacity
     }
 
     fn initial_word(policy: &Gcra, quota: &Quota, now: Time) -> u64 {
@@ -250,14 +272,7 @@ impl Gcra {
     /// Checks `n` against the capacity, answering `n = 0` as a query.
     #[inline]
     pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
-        if n > self.capacity {
-            Err(InsufficientCapacity {
-                requested: n,
-                capacity: self.capacity,
-            })
-        } else {
-            Ok(n != 0)
-        }
+        InsufficientCapacity::check(n, self.capacity)
     }
 
     /// The conformance test for `n` (`1 <= n <= capacity`) on `word` at `now`: what a conforming
@@ -383,7 +398,7 @@ impl Gcra {
 }
 
 #[cfg(all(test, not(tollgate_loom)))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const SEC: u64 = 1_000_000_000;
@@ -392,26 +407,24 @@ mod tests {
         Gcra::new(&quota)
     }
 
-    fn at(p: &Gcra, ns: u64) -> Time {
+    /// `ns` in `p`'s units (also for the leaky meter's tests).
+    pub(crate) fn at(p: &Gcra, ns: u64) -> Time {
         p.time(Nanos::new(ns))
     }
 
-    /// 10 per second, capacity 10: interval 100 ms, burst window 1 s.
-    fn ten_per_second() -> Gcra {
+    /// 10 per second, capacity 10: interval 100 ms, burst window 1 s (also for the leaky meter's
+    /// tests).
+    pub(crate) fn ten_per_second() -> Gcra {
         policy(Quota::per_second(10).unwrap())
     }
 
     #[test]
     fn full_bucket_admits_and_moves_tat_by_one_interval() {
         let p = ten_per_second();
-        match p.decide(0, at(&p, 5 * SEC), 1) {
-            Step::Write(new, ok) => {
-                assert_eq!(new, 5 * SEC + SEC / 10);
-                assert_eq!(ok.remaining(), 9);
-                assert_eq!(ok.reset_after().as_nanos(), u128::from(SEC / 10));
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, ok) = p.decide(0, at(&p, 5 * SEC), 1).written();
+        assert_eq!(new, 5 * SEC + SEC / 10);
+        assert_eq!(ok.remaining(), 9);
+        assert_eq!(ok.reset_after().as_nanos(), u128::from(SEC / 10));
     }
 
     #[test]
@@ -419,22 +432,14 @@ mod tests {
         let p = ten_per_second();
         // tat = now + burst: empty.
         let now = 3 * SEC;
-        match p.decide(now + SEC, at(&p, now), 1) {
-            Step::Refuse(d) => {
-                assert_eq!(d.retry_after().as_nanos(), u128::from(SEC / 10));
-                assert_eq!(d.retry_at(), Nanos::new(now + SEC / 10));
-                assert_eq!(d.remaining(), 0);
-                assert_eq!(d.reset_after().as_nanos(), u128::from(SEC));
-            }
-            other => panic!("{other:?}"),
-        }
+        let d = p.decide(now + SEC, at(&p, now), 1).refused();
+        assert_eq!(d.retry_after().as_nanos(), u128::from(SEC / 10));
+        assert_eq!(d.retry_at(), Nanos::new(now + SEC / 10));
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.reset_after().as_nanos(), u128::from(SEC));
         // n tokens wait n intervals, minus the fraction already refilled.
-        match p.decide(now + SEC - 30, at(&p, now), 3) {
-            Step::Refuse(d) => {
-                assert_eq!(d.retry_after().as_nanos(), u128::from(3 * SEC / 10 - 30))
-            }
-            other => panic!("{other:?}"),
-        }
+        let d = p.decide(now + SEC - 30, at(&p, now), 3).refused();
+        assert_eq!(d.retry_after().as_nanos(), u128::from(3 * SEC / 10 - 30));
     }
 
     #[test]
@@ -444,13 +449,9 @@ mod tests {
         // 0.5 token in the bucket: denied now, admitted 50 ms later, then empty again.
         let word = now + SEC - SEC / 20;
         assert!(matches!(p.decide(word, at(&p, now), 1), Step::Refuse(_)));
-        match p.decide(word, at(&p, now + SEC / 20), 1) {
-            Step::Write(new, ok) => {
-                assert_eq!(ok.remaining(), 0);
-                assert_eq!(new, now + SEC / 20 + SEC);
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, ok) = p.decide(word, at(&p, now + SEC / 20), 1).written();
+        assert_eq!(ok.remaining(), 0);
+        assert_eq!(new, now + SEC / 20 + SEC);
     }
 
     #[test]
@@ -458,10 +459,8 @@ mod tests {
         let p = ten_per_second();
         for now in [SEC, 1 << 40, 1 << 62, u64::MAX] {
             assert_eq!(p.remaining(0, at(&p, now)), 10);
-            match p.decide(0, at(&p, now), 10) {
-                Step::Write(_, ok) => assert_eq!(ok.remaining(), 0),
-                other => panic!("{other:?}"),
-            }
+            let (_, ok) = p.decide(0, at(&p, now), 10).written();
+            assert_eq!(ok.remaining(), 0);
             assert!(matches!(p.decide(0, at(&p, now), 11), Step::Refuse(_)));
         }
     }
@@ -477,13 +476,9 @@ mod tests {
         }
         assert_eq!(p.remaining(word, at(&p, 4 * SEC)), 0);
         // An admission with an earlier reading is judged at that reading and only moves tat forward.
-        match p.decide(word, at(&p, 5 * SEC - SEC / 2), 1) {
-            Step::Write(new, ok) => {
-                assert!(new > word);
-                assert_eq!(ok.remaining(), 3);
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, ok) = p.decide(word, at(&p, 5 * SEC - SEC / 2), 1).written();
+        assert!(new > word);
+        assert_eq!(ok.remaining(), 3);
     }
 
     #[test]
@@ -491,17 +486,11 @@ mod tests {
         let p = ten_per_second();
         let now = 2 * SEC;
         let word = now + SEC; // empty
-        match p.refund(word, at(&p, now), 3) {
-            Step::Write(new, ()) => assert_eq!(p.remaining(new, at(&p, now)), 3),
-            other => panic!("{other:?}"),
-        }
-        match p.refund(word, at(&p, now), u64::MAX) {
-            Step::Write(new, ()) => {
-                assert_eq!(new, now);
-                assert_eq!(p.remaining(new, at(&p, now)), 10);
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, ()) = p.refund(word, at(&p, now), 3).written();
+        assert_eq!(p.remaining(new, at(&p, now)), 3);
+        let (new, ()) = p.refund(word, at(&p, now), u64::MAX).written();
+        assert_eq!(new, now);
+        assert_eq!(p.remaining(new, at(&p, now)), 10);
         // A full bucket, or a refund of nothing, writes nothing.
         assert!(matches!(p.refund(now, at(&p, now), 5), Step::Keep(())));
         assert!(matches!(p.refund(word, at(&p, now), 0), Step::Keep(())));
@@ -536,36 +525,37 @@ mod tests {
         let start = at(&p, 12_345);
         let word = p.initial_word(0, start);
         let day = 86_400 * SEC;
-        match p.decide(word, at(&p, 12_345 + 1000), 1) {
-            Step::Refuse(d) => {
-                let retry = d.retry_at().as_u64();
-                // Never earlier than one day after the start; within one unit of it.
-                assert!(retry >= 12_345 + day, "{retry}");
-                assert!(retry - (12_345 + day) < (1 << p.shift) + (day >> 10));
-                assert!(matches!(
-                    p.decide(word, at(&p, retry - 1), 1),
-                    Step::Refuse(_)
-                ));
-                assert!(matches!(p.decide(word, at(&p, retry), 1), Step::Write(..)));
-            }
-            other => panic!("{other:?}"),
-        }
+        let d = p.decide(word, at(&p, 12_345 + 1000), 1).refused();
+        let retry = d.retry_at().as_u64();
+        // Never earlier than one day after the start; within one unit of it.
+        assert!(retry >= 12_345 + day, "{retry}");
+        assert!(retry - (12_345 + day) < (1 << p.shift) + (day >> 10));
+        assert!(matches!(
+            p.decide(word, at(&p, retry - 1), 1),
+            Step::Refuse(_)
+        ));
+        assert!(matches!(p.decide(word, at(&p, retry), 1), Step::Write(..)));
+    }
+
+    /// The widest policy: 1 per nanosecond with a burst of 2^62, whose burst window is 2^62 ns (also
+    /// for the leaky meter's tests).
+    pub(crate) fn widest() -> Gcra {
+        policy(
+            Quota::per_second(1_000_000_000)
+                .unwrap()
+                .with_capacity(1 << 62)
+                .unwrap(),
+        )
     }
 
     #[test]
     fn the_word_cannot_overflow_at_the_extremes() {
-        let q = Quota::per_second(1_000_000_000)
-            .unwrap()
-            .with_capacity(1 << 62)
-            .unwrap();
-        let p = policy(q);
+        let p = widest();
         let now = at(&p, u64::MAX);
         // Worst case: a word already a full burst window ahead of the latest reading.
         let word = now.units + p.burst;
         assert!(matches!(p.decide(word, now, 1 << 62), Step::Refuse(_)));
-        match p.decide(0, now, 1 << 62) {
-            Step::Write(new, _) => assert_eq!(new, (1 << 62) + (1 << 62)),
-            other => panic!("{other:?}"),
-        }
+        let (new, _) = p.decide(0, now, 1 << 62).written();
+        assert_eq!(new, (1 << 62) + (1 << 62));
     }
 }

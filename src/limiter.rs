@@ -762,10 +762,13 @@ mod tests {
         let meter = LeakyMeter::with_clock(Quota::per_second(4).unwrap(), clock);
         meter.try_schedule_n(4).unwrap();
         let before = writes::on_this_thread();
-        for n in 0..=5 {
-            let _ = meter.try_schedule_n(n);
-            let _ = meter.peek_schedule_n(n);
+        // Full: every scheduling is refused (5 can never be), a request for nothing answers.
+        for n in 1..=5 {
+            assert!(meter.try_schedule_n(n).is_err(), "n = {n}");
+            assert!(meter.peek_schedule_n(n).is_err(), "n = {n}");
         }
+        assert!(meter.try_schedule_n(0).is_ok());
+        assert!(meter.peek_schedule_n(0).is_ok());
         assert!(meter.try_schedule().is_err());
         assert_eq!(writes::on_this_thread(), before);
     }

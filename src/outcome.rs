@@ -438,6 +438,22 @@ pub struct InsufficientCapacity {
     pub capacity: u64,
 }
 
+impl InsufficientCapacity {
+    /// Checks a request for `n` against `capacity`: `Ok(false)` for a query (`n = 0`, which always
+    /// succeeds), `Ok(true)` for a request to decide, and the error for one no state can admit.
+    #[inline]
+    pub(crate) fn check(n: u64, capacity: u64) -> Result<bool, InsufficientCapacity> {
+        if n > capacity {
+            Err(InsufficientCapacity {
+                requested: n,
+                capacity,
+            })
+        } else {
+            Ok(n != 0)
+        }
+    }
+}
+
 impl fmt::Display for InsufficientCapacity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

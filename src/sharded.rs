@@ -467,15 +467,8 @@ impl<C: Clock> ShardedBucket<C> {
         n: u64,
         now: Nanos,
     ) -> Result<Admitted, AcquireError> {
-        if n == 0 {
+        if !InsufficientCapacity::check(n, self.quota.capacity())? {
             return Ok(self.query(now));
-        }
-        let capacity = self.quota.capacity();
-        if n > capacity {
-            return Err(AcquireError::InsufficientCapacity(InsufficientCapacity {
-                requested: n,
-                capacity,
-            }));
         }
         self.take(home, n, now).map_err(AcquireError::Denied)
     }
@@ -508,13 +501,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let capacity = self.quota.capacity();
-        if n > capacity {
-            return Err(AcquireError::InsufficientCapacity(InsufficientCapacity {
-                requested: n,
-                capacity,
-            }));
-        }
+        InsufficientCapacity::check(n, self.quota.capacity())?;
         // One read of the shards answers the whole peek, so its figures describe one state.
         let mut snapshot = self.snapshot();
         let words = snapshot.words_mut();

@@ -52,7 +52,7 @@
 
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::gcra::{Gcra, GcraWord, Time};
+use crate::gcra::{gcra_constructors, Gcra, GcraWord, Time};
 use crate::limiter::Direct;
 use crate::outcome::{Admitted, Denied};
 use crate::quota::Quota;
@@ -121,7 +121,8 @@ impl GcraWord for TokenBucketAlgorithm {
 /// ```
 pub type TokenBucket<C = MonotonicClock> = Direct<TokenBucketAlgorithm, C>;
 
-impl TokenBucket<MonotonicClock> {
+gcra_constructors!(
+    TokenBucket,
     /// A bucket for `quota` on the default clock, filled as the quota says (full by default).
     ///
     /// # Examples
@@ -131,12 +132,7 @@ impl TokenBucket<MonotonicClock> {
     /// assert_eq!(bucket.remaining(), 60);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn new(quota: Quota) -> TokenBucket<MonotonicClock> {
-        TokenBucket::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> TokenBucket<C> {
+    new,
     /// A bucket for `quota` reading time from `clock`, filled as the quota says as of `clock.now()`.
     ///
     /// # Examples
@@ -147,10 +143,10 @@ impl<C: Clock> TokenBucket<C> {
     /// assert_eq!(bucket.remaining(), 2);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn with_clock(quota: Quota, clock: C) -> TokenBucket<C> {
-        Direct::from_policy(Gcra::new(&quota), quota, clock)
-    }
+    with_clock
+);
 
+impl<C: Clock> TokenBucket<C> {
     /// Gives back `n` tokens taken earlier and not used, never filling above the capacity.
     ///
     /// Refund only what an admission took: refunding tokens never taken raises the rate above the
@@ -207,57 +203,25 @@ mod tests {
         assert_eq!(bucket.try_acquire_n(0).unwrap().remaining(), 0);
     }
 
-    #[test]
-    fn denials_and_peeks_never_write() {
-        let bucket = TokenBucket::with_clock(Quota::per_second(2).unwrap(), ManualClock::new());
-        bucket.try_acquire_n(2).unwrap();
-        let before = cas::read(&bucket.state);
-        for _ in 0..100 {
-            assert!(bucket.try_acquire().is_err());
-            assert!(bucket.peek_n(1).is_err());
-            assert!(bucket.try_acquire_n(2).is_err());
-            assert!(bucket.try_acquire_n(3).is_err());
-        }
-        assert_eq!(cas::read(&bucket.state), before);
-    }
-
     /// Real threads on one bucket: admissions never exceed `C + R × t` measured on the bucket's own
     /// clock, and compare-and-swap retries really happened (the work per thread grows until they do).
     #[test]
     fn stress_real_threads_conserve_tokens_and_do_contend() {
-        use std::sync::Arc;
-        use std::sync::Barrier;
-
         let threads = 4;
-        let mut per_thread = 20_000u64;
-        for _attempt in 0..8 {
+        cas::until_contended(|per_thread| {
             let clock = MonotonicClock::new();
             let quota = Quota::per_second(2_000_000)
                 .unwrap()
                 .with_capacity(1_000)
                 .unwrap();
             let start = clock.now();
-            let bucket = Arc::new(TokenBucket::with_clock(quota, clock));
-            let barrier = Arc::new(Barrier::new(threads));
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    let bucket = Arc::clone(&bucket);
-                    let barrier = Arc::clone(&barrier);
-                    std::thread::spawn(move || {
-                        barrier.wait();
-                        let mut admitted = 0u64;
-                        for _ in 0..per_thread {
-                            if bucket.try_acquire().is_ok() {
-                                admitted += 1;
-                            }
-                        }
-                        (admitted, cas::retries::on_this_thread())
-                    })
-                })
-                .collect();
+            let bucket = TokenBucket::with_clock(quota, clock);
             let (mut admitted, mut retries) = (0, 0);
-            for h in handles {
-                let (a, r) = h.join().unwrap();
+            for (a, r) in cas::race(threads, |_| {
+                (0..per_thread)
+                    .filter(|_| bucket.try_acquire().is_ok())
+                    .count() as u64
+            }) {
                 admitted += a;
                 retries += r;
             }
@@ -266,12 +230,8 @@ mod tests {
             let bound = quota.capacity() + elapsed / interval;
             assert!(admitted <= bound, "admitted {admitted} > C + R*t = {bound}");
             assert!(admitted > 0);
-            if retries > 0 {
-                return;
-            }
-            per_thread *= 2;
-        }
-        panic!("no compare-and-swap retry observed: the stress test proved nothing");
+            retries
+        });
     }
 
     /// Refunds racing admissions on real threads: with the clock frozen, what is admitted minus what

@@ -34,11 +34,11 @@
 //!
 //! # Decisions
 //!
-//! - **Quota.** R is the quota's count per period; the interval is [`Quota::interval`], the period
+//! - **Quota.** R is the quota's count per period; the interval is [`Quota::interval`](crate::Quota::interval), the period
 //!   divided by the count and rounded **up** to a whole nanosecond, so departures are never closer
-//!   than configured. C is [`Quota::capacity`]: the most requests the virtual queue holds,
+//!   than configured. C is [`Quota::capacity`](crate::Quota::capacity): the most requests the virtual queue holds,
 //!   including the one leaving now. A capacity of 1 allows no waiting at all.
-//! - **Initial fill** ([`Quota::with_initial`]) is the number of *free places* at construction, as
+//! - **Initial fill** ([`Quota::with_initial`](crate::Quota::with_initial)) is the number of *free places* at construction, as
 //!   it is the number of tokens of a token bucket (the same number, read from the other side). By
 //!   default the queue starts empty; `with_initial(k)` starts it as if `C - k` requests had just
 //!   been scheduled, so that a restarted process cannot open with a full burst of zero delays.
@@ -75,7 +75,7 @@
 //!
 //! # Ranges and time units
 //!
-//! The meter accepts every [`Quota`], with the token bucket's bounds: the drain time is at most
+//! The meter accepts every [`Quota`](crate::Quota), with the token bucket's bounds: the drain time is at most
 //! `C × I` ahead of a reading, and the quota's validation keeps that window within 2^62 time units.
 //! Units are nanoseconds unless `C × I` exceeds 2^62 ns (146 years of queue), where they become
 //! `2^k` ns with `2^k <= I / 1024` (see [`Quota`](crate::quota#very-long-burst-windows)). With
@@ -95,10 +95,9 @@
 
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::gcra::{Gcra, GcraWord, Tat, Time};
+use crate::gcra::{gcra_constructors, Gcra, GcraWord, Tat, Time};
 use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, Scheduled};
-use crate::quota::Quota;
 
 /// The leaky bucket as a meter, with strict admission, as an [`Algorithm`](crate::Algorithm): the
 /// marker of [`LeakyMeter`] and, per key, of [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys). The
@@ -216,7 +215,8 @@ fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
 /// ```
 pub type LeakyMeter<C = MonotonicClock> = Direct<LeakyMeterAlgorithm, C>;
 
-impl LeakyMeter<MonotonicClock> {
+gcra_constructors!(
+    LeakyMeter,
     /// A meter for `quota` on the default clock, with the quota's initial fill free (all of the
     /// capacity by default: an empty queue).
     ///
@@ -227,13 +227,8 @@ impl LeakyMeter<MonotonicClock> {
     /// assert_eq!(meter.remaining(), 50);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn new(quota: Quota) -> LeakyMeter<MonotonicClock> {
-        LeakyMeter::with_clock(quota, MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> LeakyMeter<C> {
-    /// A meter for `quota` reading time from `clock`, with [`Quota::initial`] places free as of
+    new,
+    /// A meter for `quota` reading time from `clock`, with [`Quota::initial`](crate::Quota::initial) places free as of
     /// `clock.now()`: the queue starts holding the rest of the capacity.
     ///
     /// # Examples
@@ -247,10 +242,10 @@ impl<C: Clock> LeakyMeter<C> {
     /// assert_eq!(meter.try_schedule()?.delay(), Duration::from_millis(600));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_clock(quota: Quota, clock: C) -> LeakyMeter<C> {
-        Direct::from_policy(Gcra::new(&quota), quota, clock)
-    }
+    with_clock
+);
 
+impl<C: Clock> LeakyMeter<C> {
     /// Takes a place in the virtual queue now: the answer says how long to wait before acting, or
     /// when the queue will have room.
     ///
@@ -399,32 +394,20 @@ impl<C: Clock> LeakyMeter<C> {
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::gcra::tests::{at, ten_per_second, widest};
+    use crate::quota::Quota;
 
     const SEC: u64 = 1_000_000_000;
-
-    fn at(p: &Gcra, ns: u64) -> Time {
-        p.time(Nanos::new(ns))
-    }
-
-    /// 10 per second, capacity 10: interval 100 ms, window 1 s.
-    fn ten_per_second() -> Gcra {
-        Gcra::new(&Quota::per_second(10).unwrap())
-    }
 
     #[test]
     fn an_empty_queue_schedules_at_once_and_drains_one_interval_later() {
         let p = ten_per_second();
-        match schedule(&p, 0, at(&p, 5 * SEC), 1) {
-            Step::Write(new, s) => {
-                assert_eq!(new, 5 * SEC + SEC / 10);
-                assert!(s.delay().is_zero());
-                assert_eq!(s.depart_at(), Nanos::new(5 * SEC));
-                assert_eq!((s.queued(), s.remaining()), (1, 9));
-                assert_eq!(s.reset_after().as_nanos(), u128::from(SEC / 10));
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, s) = schedule(&p, 0, at(&p, 5 * SEC), 1).written();
+        assert_eq!(new, 5 * SEC + SEC / 10);
+        assert!(s.delay().is_zero());
+        assert_eq!(s.depart_at(), Nanos::new(5 * SEC));
+        assert_eq!((s.queued(), s.remaining()), (1, 9));
+        assert_eq!(s.reset_after().as_nanos(), u128::from(SEC / 10));
     }
 
     #[test]
@@ -433,14 +416,10 @@ mod tests {
         let now = 3 * SEC;
         // 4.5 requests' worth of backlog: the new one leaves 450 ms from now and counts as the 6th.
         let word = now + 450_000_000;
-        match schedule(&p, word, at(&p, now), 2) {
-            Step::Write(new, s) => {
-                assert_eq!(new, word + 2 * SEC / 10);
-                assert_eq!(s.delay().as_nanos(), 450_000_000);
-                assert_eq!((s.queued(), s.remaining()), (7, 3));
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, s) = schedule(&p, word, at(&p, now), 2).written();
+        assert_eq!(new, word + 2 * SEC / 10);
+        assert_eq!(s.delay().as_nanos(), 450_000_000);
+        assert_eq!((s.queued(), s.remaining()), (7, 3));
     }
 
     #[test]
@@ -448,22 +427,22 @@ mod tests {
         let p = ten_per_second();
         let now = 3 * SEC;
         let full = now + SEC;
-        match schedule(&p, full, at(&p, now), 3) {
-            Step::Refuse(d) => {
-                assert_eq!(d.retry_after().as_nanos(), u128::from(3 * SEC / 10));
-                assert_eq!(d.remaining(), 0);
-                assert_eq!(d.reset_after().as_nanos(), u128::from(SEC));
-            }
-            other => panic!("{other:?}"),
-        }
-        // The retry reading fits, one nanosecond earlier does not.
-        let retry = now + 3 * SEC / 10;
+        let d = schedule(&p, full, at(&p, now), 3).refused();
+        assert_eq!(d.retry_after().as_nanos(), u128::from(3 * SEC / 10));
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.reset_after().as_nanos(), u128::from(SEC));
+        retry_is_exact(&p, full, now + 3 * SEC / 10, 3);
+    }
+
+    /// Scheduling `n` on `word` fits at the reading `retry` and not one nanosecond earlier.
+    #[track_caller]
+    fn retry_is_exact(p: &Gcra, word: u64, retry: u64, n: u64) {
         assert!(matches!(
-            schedule(&p, full, at(&p, retry - 1), 3),
+            schedule(p, word, at(p, retry - 1), n),
             Step::Refuse(_)
         ));
         assert!(matches!(
-            schedule(&p, full, at(&p, retry), 3),
+            schedule(p, word, at(p, retry), n),
             Step::Write(..)
         ));
     }
@@ -472,30 +451,21 @@ mod tests {
     fn strict_acquisition_needs_an_empty_queue() {
         let p = ten_per_second();
         let now = 7 * SEC;
-        match strict(&p, now, at(&p, now), 2) {
-            Step::Write(new, ok) => {
-                assert_eq!(new, now + 2 * SEC / 10);
-                assert_eq!(ok.remaining(), 8);
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, ok) = strict(&p, now, at(&p, now), 2).written();
+        assert_eq!(new, now + 2 * SEC / 10);
+        assert_eq!(ok.remaining(), 8);
         // One nanosecond of backlog is enough to refuse, and the wait is exactly it.
-        match strict(&p, now + 1, at(&p, now), 1) {
-            Step::Refuse(d) => {
-                assert_eq!(d.retry_after().as_nanos(), 1);
-                assert_eq!(d.remaining(), 9);
-            }
-            other => panic!("{other:?}"),
-        }
+        let d = strict(&p, now + 1, at(&p, now), 1).refused();
+        assert_eq!(d.retry_after().as_nanos(), 1);
+        assert_eq!(d.remaining(), 9);
     }
 
     #[test]
-    fn an_earlier_reading_never_frees_places_nor_departs_before_the_drain_time() {
+    fn an_earlier_reading_never_departs_before_the_drain_time() {
+        // (That it never frees places either is the shared core's `remaining`, tested in `gcra`.)
         let p = ten_per_second();
         let word = 5 * SEC + SEC / 10;
-        let later = p.remaining(word, at(&p, 5 * SEC));
         for earlier in [0, SEC, 4 * SEC, 5 * SEC - 1] {
-            assert!(p.remaining(word, at(&p, earlier)) <= later);
             if let Step::Write(new, s) = schedule(&p, word, at(&p, earlier), 1) {
                 assert_eq!(s.depart_at(), Nanos::new(word));
                 assert_eq!(new, word + SEC / 10);
@@ -505,27 +475,18 @@ mod tests {
                 Step::Refuse(_)
             ));
         }
-        assert_eq!(p.remaining(word, at(&p, 4 * SEC)), 0);
     }
 
     #[test]
     fn the_word_cannot_overflow_at_the_extremes() {
-        let q = Quota::per_second(1_000_000_000)
-            .unwrap()
-            .with_capacity(1 << 62)
-            .unwrap();
-        let p = Gcra::new(&q);
+        let p = widest();
         let now = at(&p, u64::MAX);
         let word = now.units + p.burst + 1;
         assert!(matches!(schedule(&p, word, now, 1 << 62), Step::Refuse(_)));
         assert!(matches!(strict(&p, word, now, 1 << 62), Step::Refuse(_)));
-        match schedule(&p, 0, now, 1 << 62) {
-            Step::Write(new, s) => {
-                assert_eq!(new, (1 << 62) + (1 << 62));
-                assert_eq!(s.queued(), 1 << 62);
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, s) = schedule(&p, 0, now, 1 << 62).written();
+        assert_eq!(new, (1 << 62) + (1 << 62));
+        assert_eq!(s.queued(), 1 << 62);
         let _ = query_schedule(&p, u64::MAX, now);
         let _ = p.query(u64::MAX, now);
         assert_eq!(p.remaining(u64::MAX, now), 0);
@@ -538,48 +499,15 @@ mod tests {
         let p = Gcra::new(&q);
         assert!(p.shift > 0);
         let reading = (1 << 40) + 12_345;
-        match schedule(&p, 0, at(&p, reading), 1) {
-            Step::Write(new, s) => {
-                let depart = s.depart_at().as_u64();
-                assert!(depart >= reading && depart - reading < 1 << p.shift);
-                assert_eq!(s.delay().as_nanos(), u128::from(depart - reading));
-                assert_eq!(new << p.shift, depart + (p.interval << p.shift));
-            }
-            other => panic!("{other:?}"),
-        }
+        let (new, s) = schedule(&p, 0, at(&p, reading), 1).written();
+        let depart = s.depart_at().as_u64();
+        assert!(depart >= reading && depart - reading < 1 << p.shift);
+        assert_eq!(s.delay().as_nanos(), u128::from(depart - reading));
+        assert_eq!(new << p.shift, depart + (p.interval << p.shift));
         // A full queue: retry_at fits and one nanosecond earlier does not.
         let full = at(&p, reading).units + p.burst;
-        match schedule(&p, full, at(&p, reading), 5) {
-            Step::Refuse(d) => {
-                let retry = d.retry_at().as_u64();
-                assert!(matches!(
-                    schedule(&p, full, at(&p, retry - 1), 5),
-                    Step::Refuse(_)
-                ));
-                assert!(matches!(
-                    schedule(&p, full, at(&p, retry), 5),
-                    Step::Write(..)
-                ));
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn denials_peeks_and_queries_never_write() {
-        let meter = LeakyMeter::with_clock(Quota::per_second(2).unwrap(), ManualClock::new());
-        meter.try_schedule_n(2).unwrap();
-        let before = cas::read(&meter.state);
-        for _ in 0..100 {
-            assert!(meter.try_schedule().is_err());
-            assert!(meter.try_acquire().is_err());
-            assert!(meter.peek_n(1).is_err());
-            assert!(meter.peek_schedule_n(1).is_err());
-            assert!(meter.try_schedule_n(0).is_ok());
-            assert!(meter.try_acquire_n(0).is_ok());
-            assert!(meter.try_schedule_n(3).is_err());
-        }
-        assert_eq!(cas::read(&meter.state), before);
+        let d = schedule(&p, full, at(&p, reading), 5).refused();
+        retry_is_exact(&p, full, d.retry_at().as_u64(), 5);
     }
 
     /// Real threads on one meter, scheduling and strictly acquiring with their own readings of a
@@ -588,12 +516,9 @@ mod tests {
     /// retries really happened (the work per thread grows until they do).
     #[test]
     fn stress_real_threads_never_share_a_slot_and_do_contend() {
-        use std::sync::{Arc, Barrier};
-
         let threads = 4;
         let capacity = 64;
-        let mut per_thread = 20_000u64;
-        for _attempt in 0..8 {
+        cas::until_contended(|per_thread| {
             let clock = MonotonicClock::new();
             // A fast rate keeps the queue moving, so both refusals and admissions happen.
             let quota = Quota::per_second(4_000_000)
@@ -601,39 +526,30 @@ mod tests {
                 .with_capacity(capacity)
                 .unwrap();
             let interval = quota.interval().as_nanos() as u64;
-            let meter = Arc::new(LeakyMeter::with_clock(quota, clock));
-            let barrier = Arc::new(Barrier::new(threads));
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let meter = Arc::clone(&meter);
-                    let barrier = Arc::clone(&barrier);
-                    std::thread::spawn(move || {
-                        barrier.wait();
-                        // (departure, places) of every admission.
-                        let mut spans = Vec::new();
-                        for i in 0..per_thread {
-                            let now = meter.clock().now();
-                            let n = 1 + (i + t as u64) % 3;
-                            if (i + t as u64) % 5 == 0 {
-                                if let Ok(ok) = meter.try_acquire_n_at(n, now) {
-                                    assert!(ok.remaining() <= capacity - n);
-                                    spans.push((now.as_u64(), n));
-                                }
-                            } else if let Ok(s) = meter.try_schedule_n_at(n, now) {
-                                assert!(s.queued() <= capacity, "{s:?}");
-                                let wait = s.depart_at().as_u64() - now.as_u64();
-                                assert!(wait <= (capacity - n) * interval, "{s:?}");
-                                spans.push((s.depart_at().as_u64(), n));
-                            }
+            let meter = LeakyMeter::with_clock(quota, clock);
+            let results = cas::race(threads, |t| {
+                // (departure, places) of every admission.
+                let mut spans = Vec::new();
+                for i in 0..per_thread {
+                    let now = meter.clock().now();
+                    let n = 1 + (i + t as u64) % 3;
+                    if (i + t as u64) % 5 == 0 {
+                        if let Ok(ok) = meter.try_acquire_n_at(n, now) {
+                            assert!(ok.remaining() <= capacity - n);
+                            spans.push((now.as_u64(), n));
                         }
-                        (spans, cas::retries::on_this_thread())
-                    })
-                })
-                .collect();
+                    } else if let Ok(s) = meter.try_schedule_n_at(n, now) {
+                        assert!(s.queued() <= capacity, "{s:?}");
+                        let wait = s.depart_at().as_u64() - now.as_u64();
+                        assert!(wait <= (capacity - n) * interval, "{s:?}");
+                        spans.push((s.depart_at().as_u64(), n));
+                    }
+                }
+                spans
+            });
             let mut spans = Vec::new();
             let mut retries = 0;
-            for h in handles {
-                let (s, r) = h.join().unwrap();
+            for (s, r) in results {
                 spans.extend(s);
                 retries += r;
             }
@@ -646,11 +562,7 @@ mod tests {
                     "departures {d0} (x{n0}) and {d1} closer than {interval} ns per place"
                 );
             }
-            if retries > 0 {
-                return;
-            }
-            per_thread *= 2;
-        }
-        panic!("no compare-and-swap retry observed: the stress test proved nothing");
+            retries
+        });
     }
 }

@@ -58,7 +58,7 @@ use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::limiter::Direct;
-use crate::outcome::{Admitted, Denied, InsufficientCapacity, Span};
+use crate::outcome::{Admitted, Denied, Span};
 use crate::quota::{Quota, QuotaError};
 
 /// The fixed window's constants, derived once from a [`Quota`].
@@ -204,16 +204,9 @@ impl OneWord for FixedWindowAlgorithm {
         now
     }
 
-    /// `Ok(true)` for a request to decide, `Ok(false)` for a query (`n = 0`).
-    fn check_n(policy: &Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        if n > policy.limit {
-            Err(InsufficientCapacity {
-                requested: n,
-                capacity: policy.limit,
-            })
-        } else {
-            Ok(n > 0)
-        }
+    #[inline]
+    fn capacity(policy: &Policy) -> u64 {
+        policy.limit
     }
 
     fn initial_word(_: &Policy, _: &Quota, _: Nanos) -> u64 {
@@ -377,13 +370,9 @@ mod tests {
         let w = admit(&p, 0, 250, 2).expect("fits");
         // Window 1's reading after window 2 was counted: still window 2, full.
         assert_eq!(admit(&p, w, 150, 1), None);
-        match FixedWindowAlgorithm::decide(&p, w, Nanos::new(150), 1) {
-            Step::Refuse(denied) => {
-                // Window 2 ends at 300.
-                assert_eq!(denied.retry_at(), Nanos::new(300));
-            }
-            other => panic!("{other:?}"),
-        }
+        let denied = FixedWindowAlgorithm::decide(&p, w, Nanos::new(150), 1).refused();
+        // Window 2 ends at 300.
+        assert_eq!(denied.retry_at(), Nanos::new(300));
     }
 
     /// The count field holds at least W, so the quota's limit of W per W ns always fits.
@@ -429,47 +418,34 @@ mod tests {
     #[test]
     fn stress_real_threads_never_overfill_a_window_and_do_contend() {
         use std::collections::HashMap;
-        use std::sync::{Arc, Barrier};
 
         const LIMIT: u64 = 50;
         // 20 µs windows, rolled over by thread 0 (see above).
         let quota = Quota::per_period(LIMIT, std::time::Duration::from_micros(20)).unwrap();
         let threads = 4;
-        let mut per_thread = 20_000u64;
-        for _attempt in 0..8 {
+        cas::until_contended(|per_thread| {
             let clock = ManualClock::new();
-            let limiter = Arc::new(FixedWindow::with_clock(quota, clock.clone()).unwrap());
-            let barrier = Arc::new(Barrier::new(threads));
-            let handles: Vec<_> = (0..threads)
-                .map(|thread| {
-                    let limiter = Arc::clone(&limiter);
-                    let barrier = Arc::clone(&barrier);
-                    let clock = clock.clone();
-                    std::thread::spawn(move || {
-                        barrier.wait();
-                        let mut windows = HashMap::<u64, u64>::new();
-                        for i in 0..per_thread {
-                            if thread == 0 && i % 100 == 99 {
-                                clock.advance(std::time::Duration::from_micros(20));
-                            }
-                            let now = limiter.clock().now();
-                            if let Ok(ok) = limiter.try_acquire_at(now) {
-                                // The window it was counted in ends `reset_after` from the
-                                // reading (a reading older than the word's window counts there).
-                                let end = now.saturating_add(ok.reset_after());
-                                let (index, _) =
-                                    limiter.policy.grid.locate(Nanos::new(end.as_u64() - 1));
-                                *windows.entry(index).or_default() += 1;
-                            }
-                        }
-                        (windows, cas::retries::on_this_thread())
-                    })
-                })
-                .collect();
+            let limiter = FixedWindow::with_clock(quota, clock.clone()).unwrap();
+            let results = cas::race(threads, |thread| {
+                let mut windows = HashMap::<u64, u64>::new();
+                for i in 0..per_thread {
+                    if thread == 0 && i % 100 == 99 {
+                        clock.advance(std::time::Duration::from_micros(20));
+                    }
+                    let now = limiter.clock().now();
+                    if let Ok(ok) = limiter.try_acquire_at(now) {
+                        // The window it was counted in ends `reset_after` from the reading (a
+                        // reading older than the word's window counts there).
+                        let end = now.saturating_add(ok.reset_after());
+                        let (index, _) = limiter.policy.grid.locate(Nanos::new(end.as_u64() - 1));
+                        *windows.entry(index).or_default() += 1;
+                    }
+                }
+                windows
+            });
             let mut windows = HashMap::<u64, u64>::new();
             let mut retries = 0;
-            for handle in handles {
-                let (w, r) = handle.join().unwrap();
+            for (w, r) in results {
                 for (index, count) in w {
                     *windows.entry(index).or_default() += count;
                 }
@@ -483,11 +459,7 @@ mod tests {
                 windows.values().any(|&c| c == LIMIT),
                 "some window filled up"
             );
-            if retries > 0 {
-                return;
-            }
-            per_thread *= 2;
-        }
-        panic!("no compare-and-swap retry observed: the stress test proved nothing");
+            retries
+        });
     }
 }

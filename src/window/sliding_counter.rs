@@ -428,14 +428,7 @@ impl Policy {
     /// Checks `n` against `N`, answering `n = 0` as a query.
     #[inline]
     pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
-        if n > self.limit {
-            Err(InsufficientCapacity {
-                requested: n,
-                capacity: self.limit,
-            })
-        } else {
-            Ok(n != 0)
-        }
+        InsufficientCapacity::check(n, self.limit)
     }
 
     // --- the one-word counter ----------------------------------------------------------------
@@ -479,8 +472,8 @@ impl OneWord for SlidingWindowCounterAlgorithm {
     }
 
     #[inline]
-    fn check_n(policy: &Policy, n: u64) -> Result<bool, InsufficientCapacity> {
-        policy.check_n(n)
+    fn capacity(policy: &Policy) -> u64 {
+        policy.limit
     }
 
     fn initial_word(_: &Policy, _: &Quota, _: Reading) -> u64 {
@@ -648,14 +641,15 @@ impl<C: Clock> SlidingWindowCounter<C> {
 }
 
 #[cfg(all(test, not(tollgate_loom)))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cas;
     use crate::clock::ManualClock;
 
     const SEC: u64 = 1_000_000_000;
 
-    fn policy(n: u64, k: u64) -> Policy {
+    /// The policy of `n` per second over `k` sub-windows (also for the sub-window counter's tests).
+    pub(crate) fn policy(n: u64, k: u64) -> Policy {
         Policy::new(&Quota::per_second(n).unwrap(), k).unwrap()
     }
 

@@ -217,14 +217,7 @@ impl Policy {
     /// Checks `n` against N, answering `n = 0` as a query.
     #[inline]
     pub(crate) fn check_n(&self, n: u64) -> Result<bool, InsufficientCapacity> {
-        if n > self.count {
-            Err(InsufficientCapacity {
-                requested: n,
-                capacity: self.count,
-            })
-        } else {
-            Ok(n != 0)
-        }
+        InsufficientCapacity::check(n, self.count)
     }
 
     /// The first position in `lo..hi` whose entry is still in the window at `at` (`hi` if none):
@@ -1218,41 +1211,28 @@ mod tests {
     /// really raced (the work per thread grows until a lost claim is observed).
     #[test]
     fn stress_real_threads_never_exceed_the_limit_and_do_contend() {
-        use std::sync::{Arc, Barrier};
-
         let (count, window) = (4u64, 20_000u64);
         let threads = 4;
-        let mut per_thread = 20_000u64;
-        for _attempt in 0..8 {
+        cas::until_contended(|per_thread| {
             let quota = Quota::per_period(count, std::time::Duration::from_nanos(window)).unwrap();
-            let log = Arc::new(SlidingWindowLog::with_clock(quota, MonotonicClock::new()).unwrap());
-            let barrier = Arc::new(Barrier::new(threads));
-            let handles: Vec<_> = (0..threads)
-                .map(|i| {
-                    let log = Arc::clone(&log);
-                    let barrier = Arc::clone(&barrier);
-                    std::thread::spawn(move || {
-                        barrier.wait();
-                        let mut admitted = 0u64;
-                        for k in 0..per_thread {
-                            // Mostly single requests; some pairs, and some peeks racing them.
-                            let ok = match (k + i as u64) % 8 {
-                                0 => log.try_acquire_n(2).map(|_| 2).unwrap_or(0),
-                                1 => {
-                                    let _ = log.peek_n(1);
-                                    0
-                                }
-                                _ => u64::from(log.try_acquire().is_ok()),
-                            };
-                            admitted += ok;
+            let log = SlidingWindowLog::with_clock(quota, MonotonicClock::new()).unwrap();
+            let results = cas::race(threads, |i| {
+                let mut admitted = 0u64;
+                for k in 0..per_thread {
+                    // Mostly single requests; some pairs, and some peeks racing them.
+                    admitted += match (k + i as u64) % 8 {
+                        0 => log.try_acquire_n(2).map(|_| 2).unwrap_or(0),
+                        1 => {
+                            let _ = log.peek_n(1);
+                            0
                         }
-                        (admitted, retries::on_this_thread(), claims::take())
-                    })
-                })
-                .collect();
+                        _ => u64::from(log.try_acquire().is_ok()),
+                    };
+                }
+                (admitted, claims::take())
+            });
             let (mut admitted, mut lost, mut all) = (0, 0, Vec::new());
-            for h in handles {
-                let (a, r, c) = h.join().unwrap();
+            for ((a, c), r) in results {
                 admitted += a;
                 lost += r;
                 all.extend(c);
@@ -1265,11 +1245,7 @@ mod tests {
             );
             assert_eq!(all.len() as u64, log.state.head());
             check_full_log(all, count, window);
-            if lost > 0 {
-                return;
-            }
-            per_thread *= 2;
-        }
-        panic!("no lost claim observed: the stress test proved nothing");
+            lost
+        });
     }
 }

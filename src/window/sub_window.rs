@@ -564,13 +564,10 @@ impl<C> fmt::Debug for SubWindowCounter<C> {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::window::sliding_counter::tests::policy;
     use crate::window::SlidingWindowCounter;
 
     const SEC: u64 = 1_000_000_000;
-
-    fn policy(n: u64, k: u64) -> Policy {
-        Policy::new(&Quota::per_second(n).unwrap(), k).unwrap()
-    }
 
     #[test]
     fn history_slots_round_trip_at_the_widest_fields() {
@@ -643,35 +640,21 @@ mod tests {
     /// walking forward from 0 by `step` ns (so that rollovers race admissions in older windows);
     /// answers the admissions and the compare-and-swap retries.
     fn race(
-        threads: u64,
+        threads: usize,
         per_thread: u64,
         step: u64,
-        acquire: impl Fn(Nanos) -> bool + Send + Sync + 'static,
+        acquire: impl Fn(Nanos) -> bool + Sync,
     ) -> (u64, u64) {
-        use std::sync::{Arc, Barrier};
-        let acquire = Arc::new(acquire);
-        let barrier = Arc::new(Barrier::new(usize::try_from(threads).unwrap()));
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let acquire = Arc::clone(&acquire);
-                let barrier = Arc::clone(&barrier);
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    let mut admitted = 0;
-                    for i in 0..per_thread {
-                        // Threads are offset a little, so readings also arrive out of order.
-                        if acquire(Nanos::new(i * step + t * step / 3)) {
-                            admitted += 1;
-                        }
-                    }
-                    (admitted, cas::retries::on_this_thread())
-                })
-            })
-            .collect();
-        handles.into_iter().fold((0, 0), |(a, r), h| {
-            let (a2, r2) = h.join().unwrap();
-            (a + a2, r + r2)
-        })
+        let results = cas::race(threads, |t| {
+            // Threads are offset a little, so readings also arrive out of order.
+            let offset = t as u64 * step / 3;
+            (0..per_thread)
+                .filter(|i| acquire(Nanos::new(i * step + offset)))
+                .count() as u64
+        });
+        results
+            .into_iter()
+            .fold((0, 0), |(a, r), (a2, r2)| (a + a2, r + r2))
     }
 
     /// Real threads, frozen time: exactly N admitted (none lost, none doubled), with contention
@@ -688,18 +671,12 @@ mod tests {
             for _attempt in 0..6 {
                 // An hour's window holds every count tried (up to 512 000).
                 let quota = Quota::per_hour(n).unwrap();
-                let one = std::sync::Arc::new(
-                    SlidingWindowCounter::with_clock(quota, ManualClock::new()).unwrap(),
-                );
-                let sub = std::sync::Arc::new(
-                    SubWindowCounter::with_clock(quota, k, ManualClock::new()).unwrap(),
-                );
                 let (admitted, retries) = if k == 1 {
-                    let c = std::sync::Arc::clone(&one);
-                    race(4, per_thread, 0, move |t| c.try_acquire_at(t).is_ok())
+                    let c = SlidingWindowCounter::with_clock(quota, ManualClock::new()).unwrap();
+                    race(4, per_thread, 0, |t| c.try_acquire_at(t).is_ok())
                 } else {
-                    let c = std::sync::Arc::clone(&sub);
-                    race(4, per_thread, 0, move |t| c.try_acquire_at(t).is_ok())
+                    let c = SubWindowCounter::with_clock(quota, k, ManualClock::new()).unwrap();
+                    race(4, per_thread, 0, |t| c.try_acquire_at(t).is_ok())
                 };
                 assert_eq!(admitted, n, "k = {k}");
                 if retries > 0 {
@@ -718,16 +695,13 @@ mod tests {
             // 20 000, so about 1 window; the estimate never lets more than N into one window.
             let step = 50_000;
             let per_thread = 20_000;
-            let sub = std::sync::Arc::new(
-                SubWindowCounter::with_clock(
-                    Quota::per_second(500).unwrap(),
-                    k,
-                    ManualClock::new(),
-                )
-                .unwrap(),
-            );
-            let c = std::sync::Arc::clone(&sub);
-            let (admitted, _) = race(4, per_thread, step, move |t| c.try_acquire_at(t).is_ok());
+            let c = SubWindowCounter::with_clock(
+                Quota::per_second(500).unwrap(),
+                k,
+                ManualClock::new(),
+            )
+            .unwrap();
+            let (admitted, _) = race(4, per_thread, step, |t| c.try_acquire_at(t).is_ok());
             let windows = (per_thread * step + step).div_ceil(SEC) + 1;
             assert!(admitted <= 500 * windows, "{admitted} > 500 × {windows}");
             assert!(admitted >= 500);
