@@ -41,12 +41,13 @@ use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use rate_guard_core::cores::{
     ApproximateSlidingWindowCore, FixedWindowCounterCore, SlidingWindowCounterCore,
 };
+use rate_guard_core::rate_limit::RateLimitCore;
 use rate_guard_core::{SimpleRateLimitError, SimpleRateLimitResult};
 use rate_limiters::sliding_window_log::{SlidingWindowLogConfig, SlidingWindowLogShared};
 use rate_limiters::RateLimiterShared;
 use testkit::bench::{admit, admit_at};
 use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, SubWindowCounter};
-use tollgate::{ManualClock, MonotonicClock, Nanos, Quota, TokenBucket};
+use tollgate::{Limiter, ManualClock, MonotonicClock, Nanos, Quota, TokenBucket};
 
 use super::contended::shared_limiter;
 
@@ -183,124 +184,80 @@ pub(crate) fn bench(c: &mut Criterion) {
     }
 }
 
-/// Fills `n` at the reject-heavy reading when reject-heavy.
-fn filled<L>(load: Load, limiter: L, fill: impl FnOnce(&L) -> bool) -> L {
-    if load == Load::Deny {
-        assert!(fill(&limiter), "the bench limiter takes its fill");
-    }
-    limiter
+/// A tollgate limiter's row: `make` builds it fresh every sample (filled with N at the reject-heavy
+/// reading when reject-heavy), and every check is `try_acquire_at` through the `Limiter` trait, on
+/// the concrete type (no dynamic dispatch is timed).
+fn tollgate_row<L: Limiter + Sync>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    load: Load,
+    threads: usize,
+    name: &str,
+    make: impl Fn() -> L,
+) {
+    let make = || {
+        let limiter = make();
+        if load == Load::Deny {
+            let fill = limiter.try_acquire_n_at(N, Nanos::new(DENY_AT));
+            assert!(fill.is_ok(), "the bench limiter takes its fill");
+        }
+        limiter
+    };
+    measure(group, load, threads, name, true, make, |l| {
+        admit_at(l, Nanos::new(load.reading()))
+    });
+}
+
+/// A rate-guard-core limiter's row, built and checked as [`tollgate_row`] does (its answer is not
+/// asserted when accept-heavy: see the module docs).
+fn rg_row<L: RateLimitCore>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    load: Load,
+    threads: usize,
+    name: &str,
+    make: impl Fn() -> L,
+) {
+    let make = || {
+        let limiter = make();
+        if load == Load::Deny {
+            let fill = limiter.try_acquire_at(DENY_AT, N);
+            assert!(fill.is_ok(), "the bench limiter takes its fill");
+        }
+        limiter
+    };
+    measure(group, load, threads, name, false, make, |l| {
+        rg(|| l.try_acquire_at(load.reading(), 1))
+    });
 }
 
 fn one_key(group: &mut BenchmarkGroup<'_, WallTime>, load: Load, threads: usize) {
     let quota = load.quota();
-    let at = Nanos::new(DENY_AT);
-    let clock = ManualClock::new;
-
-    measure(
-        group,
-        load,
-        threads,
-        "fixed",
-        true,
-        || {
-            let l = FixedWindow::with_clock(quota, clock()).expect("a valid window quota");
-            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
-        },
-        |l| admit_at(l, Nanos::new(load.reading())),
-    );
-
-    measure(
-        group,
-        load,
-        threads,
-        "sliding_counter",
-        true,
-        || {
-            let l = SlidingWindowCounter::with_clock(quota, clock()).expect("a valid window quota");
-            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
-        },
-        |l| admit_at(l, Nanos::new(load.reading())),
-    );
-
-    measure(
-        group,
-        load,
-        threads,
-        "sub_window_10",
-        true,
-        || {
-            let l = SubWindowCounter::with_clock(quota, SUB_WINDOWS, clock())
-                .expect("a valid window quota");
-            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
-        },
-        |l| admit_at(l, Nanos::new(load.reading())),
-    );
-
-    measure(
-        group,
-        load,
-        threads,
-        "sliding_log",
-        true,
-        || {
-            let l = SlidingWindowLog::with_clock(quota, clock()).expect("a valid log quota");
-            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
-        },
-        |l| admit_at(l, Nanos::new(load.reading())),
-    );
-
-    measure(
-        group,
-        load,
-        threads,
-        "token_bucket",
-        true,
-        || {
-            let l = TokenBucket::with_clock(quota, clock());
-            filled(load, l, |l| l.try_acquire_n_at(N, at).is_ok())
-        },
-        |l| admit_at(l, Nanos::new(load.reading())),
-    );
+    tollgate_row(group, load, threads, "fixed", || {
+        FixedWindow::with_clock(quota, ManualClock::new()).expect("a valid window quota")
+    });
+    tollgate_row(group, load, threads, "sliding_counter", || {
+        SlidingWindowCounter::with_clock(quota, ManualClock::new()).expect("a valid window quota")
+    });
+    tollgate_row(group, load, threads, "sub_window_10", || {
+        SubWindowCounter::with_clock(quota, SUB_WINDOWS, ManualClock::new())
+            .expect("a valid window quota")
+    });
+    tollgate_row(group, load, threads, "sliding_log", || {
+        SlidingWindowLog::with_clock(quota, ManualClock::new()).expect("a valid log quota")
+    });
+    tollgate_row(group, load, threads, "token_bucket", || {
+        TokenBucket::with_clock(quota, ManualClock::new())
+    });
 
     let window = load.window_ns();
-    measure(
-        group,
-        load,
-        threads,
-        "rg_fixed",
-        false,
-        || {
-            let l = FixedWindowCounterCore::new(N, window);
-            filled(load, l, |l| l.try_acquire_at(DENY_AT, N).is_ok())
-        },
-        |l| rg(|| l.try_acquire_at(load.reading(), 1)),
-    );
-
-    measure(
-        group,
-        load,
-        threads,
-        "rg_approx_sliding",
-        false,
-        || {
-            let l = ApproximateSlidingWindowCore::new(N, window);
-            filled(load, l, |l| l.try_acquire_at(DENY_AT, N).is_ok())
-        },
-        |l| rg(|| l.try_acquire_at(load.reading(), 1)),
-    );
-
-    measure(
-        group,
-        load,
-        threads,
-        "rg_sliding_10",
-        false,
-        || {
-            let l = SlidingWindowCounterCore::new(N, window / SUB_WINDOWS, SUB_WINDOWS);
-            filled(load, l, |l| l.try_acquire_at(DENY_AT, N).is_ok())
-        },
-        |l| rg(|| l.try_acquire_at(load.reading(), 1)),
-    );
+    rg_row(group, load, threads, "rg_fixed", || {
+        FixedWindowCounterCore::new(N, window)
+    });
+    rg_row(group, load, threads, "rg_approx_sliding", || {
+        ApproximateSlidingWindowCore::new(N, window)
+    });
+    rg_row(group, load, threads, "rg_sliding_10", || {
+        SlidingWindowCounterCore::new(N, window / SUB_WINDOWS, SUB_WINDOWS)
+    });
 
     if load == Load::Deny {
         measure(
