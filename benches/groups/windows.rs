@@ -184,6 +184,17 @@ pub(crate) fn bench(c: &mut Criterion) {
     }
 }
 
+/// `make`, followed when reject-heavy by `fill` (which must succeed).
+fn filled<L>(load: Load, make: impl Fn() -> L, fill: impl Fn(&L) -> bool) -> impl Fn() -> L {
+    move || {
+        let limiter = make();
+        if load == Load::Deny {
+            assert!(fill(&limiter), "the bench limiter takes its fill");
+        }
+        limiter
+    }
+}
+
 /// A tollgate limiter's row: `make` builds it fresh every sample (filled with N at the reject-heavy
 /// reading when reject-heavy), and every check is `try_acquire_at` through the `Limiter` trait, on
 /// the concrete type (no dynamic dispatch is timed).
@@ -194,14 +205,9 @@ fn tollgate_row<L: Limiter + Sync>(
     name: &str,
     make: impl Fn() -> L,
 ) {
-    let make = || {
-        let limiter = make();
-        if load == Load::Deny {
-            let fill = limiter.try_acquire_n_at(N, Nanos::new(DENY_AT));
-            assert!(fill.is_ok(), "the bench limiter takes its fill");
-        }
-        limiter
-    };
+    let make = filled(load, make, |l| {
+        l.try_acquire_n_at(N, Nanos::new(DENY_AT)).is_ok()
+    });
     measure(group, load, threads, name, true, make, |l| {
         admit_at(l, Nanos::new(load.reading()))
     });
@@ -216,14 +222,7 @@ fn rg_row<L: RateLimitCore>(
     name: &str,
     make: impl Fn() -> L,
 ) {
-    let make = || {
-        let limiter = make();
-        if load == Load::Deny {
-            let fill = limiter.try_acquire_at(DENY_AT, N);
-            assert!(fill.is_ok(), "the bench limiter takes its fill");
-        }
-        limiter
-    };
+    let make = filled(load, make, |l| l.try_acquire_at(DENY_AT, N).is_ok());
     measure(group, load, threads, name, false, make, |l| {
         rg(|| l.try_acquire_at(load.reading(), 1))
     });
