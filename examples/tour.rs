@@ -1110,23 +1110,17 @@ const THREADS: [usize; 3] = [1, 2, 4];
 /// Checks between two looks at the stop flag.
 const BATCH: u64 = 256;
 
-/// A limiter checked from many threads at once on its own clock.
+/// A limiter checked from many threads at once on its own clock: any of tollgate's, through its
+/// `Limiter` trait, or the mutex baseline below.
 trait Check: Sync {
     /// One request, now: `true` if admitted.
     fn check(&self) -> bool;
 }
 
-impl<C: Clock> Check for TokenBucket<C> {
+impl<L: Limiter + Sync> Check for L {
     #[inline]
     fn check(&self) -> bool {
-        self.try_acquire().is_ok()
-    }
-}
-
-impl<C: Clock + Sync> Check for ShardedBucket<C> {
-    #[inline]
-    fn check(&self) -> bool {
-        // Each thread starts at its own home shard, assigned on its first call.
+        // A sharded bucket starts each thread at its own home shard, assigned on its first call.
         self.try_acquire().is_ok()
     }
 }

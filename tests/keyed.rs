@@ -12,9 +12,11 @@ use tollgate::keyed::{
     Algorithm, FixedWindowKeys, KeyedError, KeyedLimiter, LeakyMeterKeys, Overflow,
     SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered, TokenBucketKeys, TooManyKeys,
 };
-use tollgate::leaky::LeakyMeter;
-use tollgate::window::{FixedWindow, SlidingWindowCounter, SlidingWindowLog};
-use tollgate::{AcquireError, Admitted, Clock, ManualClock, Nanos, Quota, QuotaError, TokenBucket};
+use tollgate::{
+    AcquireError, Admitted, Clock, Direct, FixedWindowAlgorithm, LeakyMeterAlgorithm, ManualClock,
+    Nanos, Quota, QuotaError, SlidingWindowCounterAlgorithm, SlidingWindowLogAlgorithm,
+    TokenBucketAlgorithm,
+};
 
 type Limiter<K> = KeyedLimiter<K, TokenBucketKeys, ManualClock>;
 
@@ -89,80 +91,22 @@ impl Rng {
     }
 }
 
-/// The direct limiter a keyed one is compared with, one per key.
-trait Direct {
-    /// A fresh one on a manual clock reading `at`.
-    fn fresh(quota: Quota, at: Nanos) -> Self;
-    fn acquire_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError>;
-    fn peek_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError>;
-    fn remaining_at(&self, at: Nanos) -> u64;
+/// A direct limiter of algorithm `D` for `quota`, on a manual clock reading `at`: what a keyed
+/// limiter's key is compared with.
+fn fresh_direct<D: Algorithm>(quota: Quota, at: Nanos) -> Direct<D, ManualClock> {
+    Direct::with_algorithm(quota, ManualClock::starting_at(at))
+        .expect("a quota the keyed limiter took")
 }
-
-impl Direct for TokenBucket<ManualClock> {
-    fn fresh(quota: Quota, at: Nanos) -> Self {
-        TokenBucket::with_clock(quota, ManualClock::starting_at(at))
-    }
-    fn acquire_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, at)
-    }
-    fn peek_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
-        TokenBucket::peek_n_at(self, n, at)
-    }
-    fn remaining_at(&self, at: Nanos) -> u64 {
-        TokenBucket::remaining_at(self, at)
-    }
-}
-
-impl Direct for LeakyMeter<ManualClock> {
-    fn fresh(quota: Quota, at: Nanos) -> Self {
-        LeakyMeter::with_clock(quota, ManualClock::starting_at(at))
-    }
-    fn acquire_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, at)
-    }
-    fn peek_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
-        LeakyMeter::peek_n_at(self, n, at)
-    }
-    fn remaining_at(&self, at: Nanos) -> u64 {
-        LeakyMeter::remaining_at(self, at)
-    }
-}
-
-/// The direct window limiters, each one `impl` of the same four calls.
-macro_rules! direct_window {
-    ($($t:ident),*) => {$(
-        impl Direct for $t<ManualClock> {
-            fn fresh(quota: Quota, at: Nanos) -> Self {
-                $t::with_clock(quota, ManualClock::starting_at(at)).expect("a valid window quota")
-            }
-            fn acquire_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
-                self.try_acquire_n_at(n, at)
-            }
-            fn peek_n_at(&self, n: u64, at: Nanos) -> Result<Admitted, AcquireError> {
-                $t::peek_n_at(self, n, at)
-            }
-            fn remaining_at(&self, at: Nanos) -> u64 {
-                $t::remaining_at(self, at)
-            }
-        }
-    )*};
-}
-
-direct_window!(FixedWindow, SlidingWindowCounter, SlidingWindowLog);
 
 /// Runs 20 000 random operations (12 keys, clock steps both ways) on `keyed` and on a map of
-/// direct limiters `D`, one per key, created fresh at the key's first admission, and asserts
+/// direct limiters of algorithm `D`, one per key, created fresh at the key's first admission, and asserts
 /// identical answers throughout. Returns the direct map, for the caller's checks.
-fn answers_as_direct<A, D>(
+fn answers_as_direct<A: Algorithm, D: Algorithm>(
     keyed: &KeyedLimiter<u32, A, ManualClock>,
     quota: Quota,
     seed: u64,
-) -> HashMap<u32, D>
-where
-    A: tollgate::keyed::Algorithm,
-    D: Direct,
-{
-    let mut direct: HashMap<u32, D> = HashMap::new();
+) -> HashMap<u32, Direct<D, ManualClock>> {
+    let mut direct: HashMap<u32, Direct<D, ManualClock>> = HashMap::new();
     let mut rng = Rng(seed);
     let mut now = 10 * SEC;
     for _ in 0..20_000 {
@@ -178,11 +122,11 @@ where
             0 | 1 => {
                 let got = as_direct(keyed.check_key_n_at(&key, n, at));
                 let want = match direct.get(&key) {
-                    Some(limiter) => limiter.acquire_n_at(n, at),
+                    Some(limiter) => limiter.try_acquire_n_at(n, at),
                     None => {
                         // A key's limiter starts fresh with its first admission.
-                        let limiter = D::fresh(quota, at);
-                        let outcome = limiter.acquire_n_at(n, at);
+                        let limiter = fresh_direct::<D>(quota, at);
+                        let outcome = limiter.try_acquire_n_at(n, at);
                         if n > 0 && outcome.is_ok() {
                             direct.insert(key, limiter);
                         }
@@ -195,7 +139,7 @@ where
                 let got = as_direct(keyed.peek_key_n_at(&key, n, at));
                 let want = match direct.get(&key) {
                     Some(limiter) => limiter.peek_n_at(n, at),
-                    None => D::fresh(quota, at).peek_n_at(n, at),
+                    None => fresh_direct::<D>(quota, at).peek_n_at(n, at),
                 };
                 assert_eq!(got, want, "peek key {key} n {n} at {now}");
             }
@@ -221,7 +165,7 @@ where
 fn each_key_answers_as_its_own_direct_bucket() {
     let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
     let keyed: Limiter<u32> = limiter(quota);
-    answers_as_direct::<_, TokenBucket<ManualClock>>(&keyed, quota, 0x9e37_79b9_7f4a_7c15);
+    answers_as_direct::<_, TokenBucketAlgorithm>(&keyed, quota, 0x9e37_79b9_7f4a_7c15);
     assert_eq!(keyed.evictions(), 0);
 }
 
@@ -232,7 +176,7 @@ fn each_meter_key_answers_as_its_own_direct_meter() {
     let quota = Quota::per_second(7).unwrap().with_capacity(5).unwrap();
     let keyed: KeyedLimiter<u32, LeakyMeterKeys, ManualClock> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
-    answers_as_direct::<_, LeakyMeter<ManualClock>>(&keyed, quota, 0x2545_f491_4f6c_dd1d);
+    answers_as_direct::<_, LeakyMeterAlgorithm>(&keyed, quota, 0x2545_f491_4f6c_dd1d);
 }
 
 /// The window algorithms: every key answers exactly as its own direct window limiter, created at
@@ -243,17 +187,13 @@ fn each_window_key_answers_as_its_own_direct_window_limiter() {
     let quota = Quota::per_second(5).unwrap();
     let fixed: KeyedLimiter<u32, FixedWindowKeys, ManualClock> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
-    answers_as_direct::<_, FixedWindow<ManualClock>>(&fixed, quota, 0x1234_5678_9abc_def1);
+    answers_as_direct::<_, FixedWindowAlgorithm>(&fixed, quota, 0x1234_5678_9abc_def1);
     let counter: KeyedLimiter<u32, SlidingWindowCounterKeys, ManualClock> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
-    answers_as_direct::<_, SlidingWindowCounter<ManualClock>>(
-        &counter,
-        quota,
-        0x0f0f_1e1e_2d2d_3c3c,
-    );
+    answers_as_direct::<_, SlidingWindowCounterAlgorithm>(&counter, quota, 0x0f0f_1e1e_2d2d_3c3c);
     let log: KeyedLimiter<u32, SlidingWindowLogKeys, ManualClock> =
         KeyedLimiter::with_algorithm(quota, ManualClock::new()).unwrap();
-    answers_as_direct::<_, SlidingWindowLog<ManualClock>>(&log, quota, 0x5555_aaaa_3333_cccc);
+    answers_as_direct::<_, SlidingWindowLogAlgorithm>(&log, quota, 0x5555_aaaa_3333_cccc);
 }
 
 /// A quota a window limiter cannot enforce is refused by the keyed limiter with the direct
@@ -408,7 +348,7 @@ fn each_tier_answers_as_its_own_direct_limiter() {
     for (tier, quota) in tiers.iter().enumerate() {
         let keyed: KeyedLimiter<u32, Tiered<FixedWindowKeys>, ManualClock> =
             KeyedLimiter::with_tiers(&tiers, move |_: &u32| tier, ManualClock::new()).unwrap();
-        answers_as_direct::<_, FixedWindow<ManualClock>>(&keyed, *quota, 77 + tier as u64);
+        answers_as_direct::<_, FixedWindowAlgorithm>(&keyed, *quota, 77 + tier as u64);
     }
 }
 

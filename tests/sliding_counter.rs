@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tollgate::window::{Alignment, SlidingWindowCounter, SubWindowCounter};
 use tollgate::{
-    AcquireError, Admitted, InsufficientCapacity, ManualClock, Nanos, Quota, QuotaError,
+    AcquireError, Admitted, InsufficientCapacity, Limiter, ManualClock, Nanos, Quota, QuotaError,
 };
 
 const MS: u64 = 1_000_000;
@@ -29,39 +29,8 @@ fn per_second(n: u64) -> Quota {
     Quota::per_second(n).unwrap()
 }
 
-/// Both counters behind one face, so each behaviour is checked on both.
-trait Counter {
-    fn acquire_n(&self, n: u64, now: u64) -> Result<Admitted, AcquireError>;
-    fn peek(&self, n: u64, now: u64) -> Result<Admitted, AcquireError>;
-    fn left(&self, now: u64) -> u64;
-}
-
-impl Counter for SlidingWindowCounter<ManualClock> {
-    fn acquire_n(&self, n: u64, now: u64) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, at(now))
-    }
-    fn peek(&self, n: u64, now: u64) -> Result<Admitted, AcquireError> {
-        self.peek_n_at(n, at(now))
-    }
-    fn left(&self, now: u64) -> u64 {
-        self.remaining_at(at(now))
-    }
-}
-
-impl Counter for SubWindowCounter<ManualClock> {
-    fn acquire_n(&self, n: u64, now: u64) -> Result<Admitted, AcquireError> {
-        self.try_acquire_n_at(n, at(now))
-    }
-    fn peek(&self, n: u64, now: u64) -> Result<Admitted, AcquireError> {
-        self.peek_n_at(n, at(now))
-    }
-    fn left(&self, now: u64) -> u64 {
-        self.remaining_at(at(now))
-    }
-}
-
 /// A one-word counter and 1-, 2- and 5-sub-window counters for `quota`.
-fn all(quota: Quota) -> Vec<Box<dyn Counter>> {
+fn all(quota: Quota) -> Vec<Box<dyn Limiter>> {
     vec![
         Box::new(one(quota)),
         Box::new(sub(quota, 1)),
@@ -83,46 +52,54 @@ fn retry_at(outcome: Result<Admitted, AcquireError>) -> u64 {
 fn a_fresh_counter_admits_n_then_denies() {
     for c in all(per_second(10)) {
         for i in 0..10 {
-            assert_eq!(c.acquire_n(1, 5 * MS).unwrap().remaining(), 9 - i);
+            assert_eq!(
+                c.try_acquire_n_at(1, at(5 * MS)).unwrap().remaining(),
+                9 - i
+            );
         }
-        assert!(c.acquire_n(1, 5 * MS).is_err());
-        assert_eq!(c.left(5 * MS), 0);
+        assert!(c.try_acquire_n_at(1, at(5 * MS)).is_err());
+        assert_eq!(c.remaining_at(at(5 * MS)), 0);
     }
 }
 
 #[test]
 fn the_previous_window_is_weighted_by_what_is_left_of_it() {
     let c = one(per_second(10));
-    c.acquire_n(10, 0).unwrap();
+    c.try_acquire_n_at(10, at(0)).unwrap();
     // 10 × (1 − e/W) of the previous window still counts.
-    assert_eq!(c.left(SEC), 0);
-    assert_eq!(c.left(SEC + SEC / 2), 5);
-    assert_eq!(c.left(SEC + 9 * SEC / 10), 9);
-    assert_eq!(c.left(SEC + 9 * SEC / 10 - 1), 8);
-    assert_eq!(c.left(2 * SEC), 10);
+    assert_eq!(c.remaining_at(at(SEC)), 0);
+    assert_eq!(c.remaining_at(at(SEC + SEC / 2)), 5);
+    assert_eq!(c.remaining_at(at(SEC + 9 * SEC / 10)), 9);
+    assert_eq!(c.remaining_at(at(SEC + 9 * SEC / 10 - 1)), 8);
+    assert_eq!(c.remaining_at(at(2 * SEC)), 10);
     // Admitting in the new window: 5 fit at 1.5 s, not 6.
-    assert!(c.acquire_n(6, SEC + SEC / 2).is_err());
-    assert_eq!(c.acquire_n(5, SEC + SEC / 2).unwrap().remaining(), 0);
+    assert!(c.try_acquire_n_at(6, at(SEC + SEC / 2)).is_err());
+    assert_eq!(
+        c.try_acquire_n_at(5, at(SEC + SEC / 2))
+            .unwrap()
+            .remaining(),
+        0
+    );
     // The next window sees these 5 as its previous window, and no longer the first 10.
-    assert_eq!(c.left(2 * SEC + SEC / 5), 6);
+    assert_eq!(c.remaining_at(at(2 * SEC + SEC / 5)), 6);
 }
 
 #[test]
 fn sub_windows_count_all_but_the_oldest_in_full() {
     // 8 per second in 4 sub-windows of 250 ms.
     let c = sub(per_second(8), 4);
-    c.acquire_n(2, 0).unwrap(); // sub-window 0
-    c.acquire_n(3, 300 * MS).unwrap(); // sub-window 1
-    c.acquire_n(1, 800 * MS).unwrap(); // sub-window 3
-    assert_eq!(c.left(999 * MS), 2);
+    c.try_acquire_n_at(2, at(0)).unwrap(); // sub-window 0
+    c.try_acquire_n_at(3, at(300 * MS)).unwrap(); // sub-window 1
+    c.try_acquire_n_at(1, at(800 * MS)).unwrap(); // sub-window 3
+    assert_eq!(c.remaining_at(at(999 * MS)), 2);
     // At 1.0 s (sub-window 4) sub-window 0 is the oldest, still fully weighted; at 1.125 s half.
-    assert_eq!(c.left(SEC), 2);
-    assert_eq!(c.left(SEC + 125 * MS), 3);
+    assert_eq!(c.remaining_at(at(SEC)), 2);
+    assert_eq!(c.remaining_at(at(SEC + 125 * MS)), 3);
     // At 1.25 s sub-window 0 is out and sub-window 1 (3) is the oldest.
-    assert_eq!(c.left(SEC + 250 * MS), 4);
-    assert_eq!(c.left(SEC + 375 * MS), 5); // 3 × 1/2 = 1.5 of it: ⌊8 − 2.5⌋
-    assert_eq!(c.left(SEC + 750 * MS), 7); // only sub-window 3 (1), as the oldest at full weight
-    assert_eq!(c.left(2 * SEC), 8);
+    assert_eq!(c.remaining_at(at(SEC + 250 * MS)), 4);
+    assert_eq!(c.remaining_at(at(SEC + 375 * MS)), 5); // 3 × 1/2 = 1.5 of it: ⌊8 − 2.5⌋
+    assert_eq!(c.remaining_at(at(SEC + 750 * MS)), 7); // only sub-window 3 (1), as the oldest at full weight
+    assert_eq!(c.remaining_at(at(2 * SEC)), 8);
 }
 
 /// (N per second, k, admissions as (n, reading), request, reading).
@@ -148,7 +125,7 @@ fn retry_at_is_exact() {
             if one_word && k != 1 {
                 continue;
             }
-            let build = || -> Box<dyn Counter> {
+            let build = || -> Box<dyn Limiter> {
                 if one_word {
                     Box::new(one(per_second(n_q)))
                 } else {
@@ -157,12 +134,15 @@ fn retry_at_is_exact() {
             };
             let c = build();
             for &(m, t) in admissions {
-                c.acquire_n(m, t).unwrap();
+                c.try_acquire_n_at(m, at(t)).unwrap();
             }
-            let retry = retry_at(c.acquire_n(n, now));
+            let retry = retry_at(c.try_acquire_n_at(n, at(now)));
             assert!(retry > now);
-            assert!(c.peek(n, retry - 1).is_err(), "{n_q}/{k}: {retry}");
-            assert!(c.acquire_n(n, retry).is_ok(), "{n_q}/{k}: {retry}");
+            assert!(c.peek_n_at(n, at(retry - 1)).is_err(), "{n_q}/{k}: {retry}");
+            assert!(
+                c.try_acquire_n_at(n, at(retry)).is_ok(),
+                "{n_q}/{k}: {retry}"
+            );
         }
     }
 }
@@ -170,9 +150,9 @@ fn retry_at_is_exact() {
 #[test]
 fn retry_after_when_the_previous_window_must_drain_first() {
     let c = one(per_second(10));
-    c.acquire_n(10, 0).unwrap();
+    c.try_acquire_n_at(10, at(0)).unwrap();
     // 10 of the previous window at weight (W − e)/W leave room for 4 at e = 0.4 s.
-    let d = c.acquire_n(4, SEC / 2 - 1).unwrap_err();
+    let d = c.try_acquire_n_at(4, at(SEC / 2 - 1)).unwrap_err();
     let d = d.denied().unwrap();
     assert_eq!(d.retry_at(), at(SEC + 400 * MS));
     assert_eq!(
@@ -190,25 +170,25 @@ fn retry_after_when_the_previous_window_must_drain_first() {
 fn a_clock_stepping_back_never_admits_more() {
     for c in all(per_second(4)) {
         // Two admissions late in window 3, then the reading steps back to window 1 and 2.9 s.
-        c.acquire_n(2, 3 * SEC + 900 * MS).unwrap();
-        let forward = c.left(3 * SEC + 900 * MS);
+        c.try_acquire_n_at(2, at(3 * SEC + 900 * MS)).unwrap();
+        let forward = c.remaining_at(at(3 * SEC + 900 * MS));
         for back in [0, SEC, 2 * SEC + 900 * MS, 3 * SEC] {
-            assert!(c.left(back) <= forward);
+            assert!(c.remaining_at(at(back)) <= forward);
         }
         // Judged at the start of window 3: the admissions count in full there.
-        assert_eq!(c.left(SEC), 2);
-        c.acquire_n(2, SEC).unwrap();
-        assert!(c.acquire_n(1, SEC).is_err());
-        assert!(c.acquire_n(1, 3 * SEC + 999 * MS).is_err());
+        assert_eq!(c.remaining_at(at(SEC)), 2);
+        c.try_acquire_n_at(2, at(SEC)).unwrap();
+        assert!(c.try_acquire_n_at(1, at(SEC)).is_err());
+        assert!(c.try_acquire_n_at(1, at(3 * SEC + 999 * MS)).is_err());
     }
     // The clamped estimate uses the previous window at full weight.
     let c = one(per_second(10));
-    c.acquire_n(6, 500 * MS).unwrap();
-    c.acquire_n(2, SEC + 900 * MS).unwrap();
+    c.try_acquire_n_at(6, at(500 * MS)).unwrap();
+    c.try_acquire_n_at(2, at(SEC + 900 * MS)).unwrap();
     // At 1.9 s: 6 × 0.1 + 2 = 2.6 → 7 left; from a reading in window 0: 6 + 2 → 2 left.
-    assert_eq!(c.left(SEC + 900 * MS), 7);
-    assert_eq!(c.left(900 * MS), 2);
-    let d = c.acquire_n(3, 900 * MS).unwrap_err();
+    assert_eq!(c.remaining_at(at(SEC + 900 * MS)), 7);
+    assert_eq!(c.remaining_at(at(900 * MS)), 2);
+    let d = c.try_acquire_n_at(3, at(900 * MS)).unwrap_err();
     let d = d.denied().unwrap();
     // Judged from the start of window 1, measured from the actual reading: 3 more fit once
     // 6 × (W − e) <= (10 − 2 − 3) × W, at e = W − ⌊5W/6⌋.
@@ -219,46 +199,46 @@ fn a_clock_stepping_back_never_admits_more() {
 #[test]
 fn idle_periods_of_any_length_read_as_empty() {
     for c in all(per_second(5)) {
-        c.acquire_n(5, 0).unwrap();
-        assert_eq!(c.left(SEC), 0); // one window later: the previous, at full weight
-        assert_eq!(c.left(2 * SEC), 5); // two windows: empty
+        c.try_acquire_n_at(5, at(0)).unwrap();
+        assert_eq!(c.remaining_at(at(SEC)), 0); // one window later: the previous, at full weight
+        assert_eq!(c.remaining_at(at(2 * SEC)), 5); // two windows: empty
         for idle in [3 * SEC, 1 << 40, 1 << 62, u64::MAX - 1] {
-            assert_eq!(c.left(idle), 5);
+            assert_eq!(c.remaining_at(at(idle)), 5);
         }
         // A window boundary years later.
         let later = (1 << 50) / SEC * SEC;
-        assert_eq!(c.acquire_n(5, later).unwrap().remaining(), 0);
-        assert_eq!(c.left(later + SEC), 0);
-        assert_eq!(c.left(later + 2 * SEC), 5);
+        assert_eq!(c.try_acquire_n_at(5, at(later)).unwrap().remaining(), 0);
+        assert_eq!(c.remaining_at(at(later + SEC)), 0);
+        assert_eq!(c.remaining_at(at(later + 2 * SEC)), 5);
     }
 }
 
 #[test]
 fn zero_is_a_query_and_more_than_n_is_impossible() {
     for c in all(per_second(4)) {
-        c.acquire_n(4, 0).unwrap();
-        let q = c.acquire_n(0, 0).unwrap();
+        c.try_acquire_n_at(4, at(0)).unwrap();
+        let q = c.try_acquire_n_at(0, at(0)).unwrap();
         assert_eq!(q.remaining(), 0);
         // Empty again when the first sub-window leaves: W plus one sub-window.
         assert!(q.reset_after() > Duration::from_secs(1));
         assert!(q.reset_after() <= Duration::from_secs(2));
-        assert_eq!(c.peek(0, 0).unwrap().remaining(), 0);
+        assert_eq!(c.peek_n_at(0, at(0)).unwrap().remaining(), 0);
         for n in [5, u64::MAX] {
             assert_eq!(
-                c.acquire_n(n, 0).unwrap_err(),
+                c.try_acquire_n_at(n, at(0)).unwrap_err(),
                 AcquireError::InsufficientCapacity(InsufficientCapacity {
                     requested: n,
                     capacity: 4
                 })
             );
-            assert!(c.peek(n, 0).unwrap_err().denied().is_none());
+            assert!(c.peek_n_at(n, at(0)).unwrap_err().denied().is_none());
         }
         // A query writes nothing: a fresh window later still reads empty.
         assert_eq!(
-            c.acquire_n(0, 2 * SEC).unwrap().reset_after(),
+            c.try_acquire_n_at(0, at(2 * SEC)).unwrap().reset_after(),
             Duration::ZERO
         );
-        assert_eq!(c.left(2 * SEC), 4);
+        assert_eq!(c.remaining_at(at(2 * SEC)), 4);
     }
 }
 
@@ -377,14 +357,14 @@ fn an_offset_moves_the_window_boundaries() {
 #[test]
 fn readings_at_the_end_of_time_are_clamped() {
     for c in all(per_second(3)) {
-        assert_eq!(c.acquire_n(3, u64::MAX).unwrap().remaining(), 0);
+        assert_eq!(c.try_acquire_n_at(3, at(u64::MAX)).unwrap().remaining(), 0);
         // Time stands still at 2^62 ns: still full, at any later reading.
-        assert!(c.acquire_n(1, u64::MAX).is_err());
-        assert!(c.acquire_n(1, 1 << 62).is_err());
-        let d = c.acquire_n(1, u64::MAX).unwrap_err();
+        assert!(c.try_acquire_n_at(1, at(u64::MAX)).is_err());
+        assert!(c.try_acquire_n_at(1, at(1 << 62)).is_err());
+        let d = c.try_acquire_n_at(1, at(u64::MAX)).unwrap_err();
         let d = d.denied().unwrap();
         assert!(d.retry_after() > Duration::ZERO);
-        assert_eq!(c.left(u64::MAX), 0);
+        assert_eq!(c.remaining_at(at(u64::MAX)), 0);
     }
     // The largest window, the largest count.
     let big = Quota::per_period(1 << 31, Duration::from_nanos(1 << 62)).unwrap();
@@ -406,7 +386,7 @@ fn the_worst_case_admits_nearly_2n_within_one_window_length() {
     let n = 100;
     let w = 1_000 * MS / 1_000; // 1 ms windows
     let quota = Quota::per_period(n, Duration::from_nanos(w)).unwrap();
-    let counters: [(u64, Box<dyn Counter>); 3] = [
+    let counters: [(u64, Box<dyn Limiter>); 3] = [
         (1, Box::new(one(quota))),
         (1, Box::new(sub(quota, 1))),
         (10, Box::new(sub(quota, 10))),
@@ -416,11 +396,11 @@ fn the_worst_case_admits_nearly_2n_within_one_window_length() {
         let mut log = Vec::new();
         // N at the last nanosecond of sub-window k − 1 (the window's last sub-window).
         let first = k * sub_w - 1;
-        c.acquire_n(n, first).unwrap();
+        c.try_acquire_n_at(n, at(first)).unwrap();
         log.extend(std::iter::repeat(first).take(n as usize));
         // Then, one by one, as late in the next window as possible, until refused.
         let late = first + w - 1;
-        while c.acquire_n(1, late).is_ok() {
+        while c.try_acquire_n_at(1, at(late)).is_ok() {
             log.push(late);
         }
         // Exact: the most admissions in any (t − W, t].
