@@ -8,6 +8,8 @@ use testkit::reference::fixed as fixed_reference;
 
 use fixed_reference::{run, Op, Spec};
 use testkit::consts::MAX_USABLE_NS;
+use testkit::driver::limiter::{Call, Request};
+use testkit::driver::step::Step;
 use testkit::strategies::{request, step};
 
 /// Counts weighted to the small (where windows fill up) with some up to the word's budget.
@@ -62,4 +64,21 @@ proptest! {
             prop_assert!(model.counts().all(|c| c <= spec.count));
         }
     }
+}
+
+/// The case `fixed_window_model.proptest-regressions` holds, in the operations of today: one
+/// admission per nanosecond, taken at 0, then asked for again at a reading stepped back below 0
+/// (clamped to 0), which is denied until 1 exactly.
+#[test]
+fn a_step_back_below_zero_is_denied_until_the_next_window() {
+    let spec = Spec {
+        count: 1,
+        period_ns: 1,
+        offset: 0,
+        start: 0,
+    };
+    let take = Op::Call(Request::via_clock(Call::AcquireOne));
+    let ops = [take, Op::Time(Step::BackNanos(2)), take];
+    let model = run(spec, &ops).expect("a valid spec");
+    assert_eq!(model.counts().sum::<u64>(), 1, "the second take is refused");
 }

@@ -136,3 +136,18 @@ fn forward_only_clock_with_eviction_after_every_operation() {
     }
     assert!(run(quota, policy, 0, &ops) > 0);
 }
+
+/// The case `keyed_model.proptest-regressions` holds, in the operations of today: one per
+/// nanosecond, capacity 1; an eviction at 1 ns, then a take for key 0 at 0 ns, before the
+/// eviction's floor, where a key created afresh is full as of the floor.
+#[test]
+fn a_take_before_the_floor_on_an_evicted_key() {
+    let (quota, policy) = quota(1, 1, 1).expect("a valid quota");
+    let ops = [
+        KeyedOp::Time(Step::Nanos(1)),
+        KeyedOp::Evict,
+        KeyedOp::Time(Step::BackNanos(1)),
+        check(0, Call::AcquireOne),
+    ];
+    assert_eq!(run(quota, policy, 0, &ops), 0);
+}
