@@ -12,26 +12,18 @@ use testkit::reference::meter as meter_reference;
 use testkit::strategies as bucket_strategies;
 use testkit::Outcome;
 
-use bucket_strategies::{amount, count, fraction, period, start, step, via_clock};
+use bucket_strategies::{amount, fraction, rate, request, spread, start, step, via_clock};
 use tollgate::{leaky::LeakyMeter, AcquireError, ManualClock, Nanos, Quota};
 
-use bucket_driver::{check_quota, Amount, QuotaSpec, Rate};
+use bucket_driver::{check_quota, QuotaSpec};
 use meter_driver::{check_departures, observe_schedule, run, MeterOp};
 use meter_reference::{RefMeter, RefSchedule};
 use reference::RefPolicy;
+use testkit::driver::limiter::Amount;
 
 // ---------------------------------------------------------------------------------------------
-// Strategies (as in token_bucket_model.rs)
+// Strategies
 // ---------------------------------------------------------------------------------------------
-
-fn rate() -> impl Strategy<Value = Rate> {
-    prop_oneof![
-        4 => count().prop_map(Rate::Second),
-        1 => count().prop_map(Rate::Minute),
-        3 => count().prop_map(Rate::Day),
-        3 => (count(), period()).prop_map(|(n, p)| Rate::Period(n, p)),
-    ]
-}
 
 /// Mostly valid quotas: small capacities (where refusals happen often), huge ones (coarse time
 /// units), the maximum, and any; initial fills empty, full, partial or anything.
@@ -45,8 +37,7 @@ fn quota_spec() -> impl Strategy<Value = QuotaSpec> {
         any::<bool>(),
     )
         .prop_map(|(rate, cap, x, init, y, initial_first)| {
-            let max = reference::interval_ns(rate.count(), rate.period().as_nanos())
-                .map_or(1, reference::max_capacity);
+            let max = rate.max_capacity();
             let capacity = match cap {
                 0 => None,
                 1 => Some(1),
@@ -73,15 +64,13 @@ fn quota_spec() -> impl Strategy<Value = QuotaSpec> {
         })
 }
 
+/// Scheduling calls, the strict calls every limiter answers, and clock steps in intervals.
 fn op() -> impl Strategy<Value = MeterOp> {
     prop_oneof![
         6 => (amount(), via_clock()).prop_map(|(n, clock)| MeterOp::Schedule { n, clock }),
         4 => via_clock().prop_map(|clock| MeterOp::ScheduleOne { clock }),
         2 => (amount(), via_clock()).prop_map(|(n, clock)| MeterOp::PeekSchedule { n, clock }),
-        3 => (amount(), via_clock()).prop_map(|(n, clock)| MeterOp::Acquire { n, clock }),
-        3 => via_clock().prop_map(|clock| MeterOp::AcquireOne { clock }),
-        2 => (amount(), via_clock()).prop_map(|(n, clock)| MeterOp::Peek { n, clock }),
-        1 => via_clock().prop_map(|clock| MeterOp::Remaining { clock }),
+        9 => request().prop_map(MeterOp::Call),
         7 => step().prop_map(MeterOp::Time),
     ]
 }
@@ -114,19 +103,12 @@ proptest! {
     fn departures_never_overlap_nor_overfill(
         spec in quota_spec(),
         start in start(),
-        requests in prop::collection::vec(
-            (0u32..128, 1u8..=8, prop_oneof![4 => Just(Amount::One), 1 => amount()], prop::bool::weighted(0.3)),
-            0..=128,
-        ),
+        requests in prop::collection::vec((spread(), prop::bool::weighted(0.3)), 0..=128),
     ) {
-        let interval_ns = reference::interval_ns(spec.rate.count(), spec.rate.period().as_nanos())
-            .unwrap_or(1);
+        let interval_ns = spec.rate.interval_ns().unwrap_or(1);
         let requests: Vec<(u64, Amount, bool)> = requests
             .into_iter()
-            .map(|(num, den, n, strict)| {
-                let offset = u128::from(num) * u128::from(interval_ns) / u128::from(den);
-                (u64::try_from(offset).unwrap_or(u64::MAX), n, strict)
-            })
+            .map(|((offset, n), strict)| (offset.next(0, interval_ns), n, strict))
             .collect();
         check_departures(&spec, start, &requests);
     }

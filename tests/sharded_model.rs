@@ -31,50 +31,19 @@ use testkit::Outcome;
 use proptest::prelude::*;
 use tollgate::{ManualClock, Nanos, Quota, ShardedBucket, TokenBucket};
 
-use bucket_driver::{Amount, QuotaSpec, Rate, Step};
+use bucket_driver::{QuotaSpec, Rate};
 use reference::{RefBucket, RefPolicy};
 use sharded_driver::{run, Caller, ShardOp};
 use sharded_reference::ShardedModel;
-use testkit::consts::YEAR_NS;
-use testkit::strategies::{fraction, start};
+use testkit::driver::limiter::{Amount, Call, Request};
+use testkit::driver::step::Step;
+use testkit::strategies::{amount, fraction, rate, request, start, step};
 
 const SEC: u64 = 1_000_000_000;
 
 // ---------------------------------------------------------------------------------------------
 // Strategies
 // ---------------------------------------------------------------------------------------------
-
-/// Counts from 1 to 10^9, weighted towards the small (fewer tokens than shards) and the awkward.
-fn count() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        2 => Just(1u64),
-        2 => Just(3u64),
-        1 => Just(7u64),
-        4 => 1u64..=16,
-        3 => 1u64..=10_000,
-        2 => 1u64..=1_000_000_000,
-    ]
-}
-
-/// Periods from nanoseconds to centuries, and beyond the accepted range.
-fn period() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        2 => (1u64..=10_000).prop_map(Duration::from_nanos),
-        2 => (1u64..=10_000_000_000_000).prop_map(Duration::from_nanos),
-        1 => (1u64..=200 * YEAR_NS / SEC, 0u32..1_000_000_000)
-            .prop_map(|(s, n)| Duration::new(s, n)),
-        1 => (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-    ]
-}
-
-fn rate() -> impl Strategy<Value = Rate> {
-    prop_oneof![
-        5 => count().prop_map(Rate::Second),
-        1 => count().prop_map(Rate::Minute),
-        2 => count().prop_map(Rate::Day),
-        3 => (count(), period()).prop_map(|(n, p)| Rate::Period(n, p)),
-    ]
-}
 
 /// Mostly valid quotas: capacities from 1 (fewer than the shards) to the largest the rate allows
 /// (huge ones need time units above 1 ns), initial fills from empty to full.
@@ -88,8 +57,7 @@ fn quota_spec() -> impl Strategy<Value = QuotaSpec> {
         any::<bool>(),
     )
         .prop_map(|(rate, cap, cap_frac, init, init_frac, initial_first)| {
-            let max = reference::interval_ns(rate.count(), rate.period().as_nanos())
-                .map_or(1, reference::max_capacity);
+            let max = rate.max_capacity();
             let capacity = match cap {
                 0 | 1 => None,
                 2 => Some(1),
@@ -127,32 +95,6 @@ fn shards() -> impl Strategy<Value = Option<usize>> {
     ]
 }
 
-fn amount() -> impl Strategy<Value = Amount> {
-    prop_oneof![
-        2 => Just(Amount::Zero),
-        6 => Just(Amount::One),
-        5 => any::<u8>().prop_map(Amount::Few),
-        2 => Just(Amount::Capacity),
-        1 => Just(Amount::AboveCapacity),
-        3 => any::<u16>().prop_map(Amount::Fraction),
-        1 => any::<u64>().prop_map(Amount::Raw),
-    ]
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        3 => (0u64..1_000).prop_map(Step::Nanos),
-        6 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::Intervals { num, den }),
-        1 => any::<u64>().prop_map(Step::Nanos),
-        1 => any::<u8>().prop_map(Step::Years),
-        1 => Just(Step::ToMax),
-        2 => (0u64..1_000).prop_map(Step::BackNanos),
-        2 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::BackIntervals { num, den }),
-        1 => any::<u64>().prop_map(Step::BackNanos),
-        1 => any::<u64>().prop_map(Step::Set),
-    ]
-}
-
 /// Homes: mostly the first few shards, sometimes anything (it is masked).
 fn home() -> impl Strategy<Value = usize> {
     prop_oneof![6 => 0usize..8, 1 => any::<usize>()]
@@ -166,15 +108,15 @@ fn caller() -> impl Strategy<Value = Caller> {
     ]
 }
 
+/// The calls every limiter answers from the thread's home, takes from a chosen home, peeks then
+/// takes, refunds (or none), and clock steps in intervals.
 fn op(refunds: bool) -> impl Strategy<Value = ShardOp> {
     let refund_weight = if refunds { 2 } else { 0 };
     prop_oneof![
-        8 => (amount(), caller()).prop_map(|(n, caller)| ShardOp::Acquire { n, caller }),
-        2 => any::<bool>().prop_map(|clock| ShardOp::AcquireOne { clock }),
-        1 => (amount(), any::<bool>()).prop_map(|(n, clock)| ShardOp::Peek { n, clock }),
+        6 => request().prop_map(ShardOp::Call),
+        6 => (amount(), home()).prop_map(|(n, home)| ShardOp::AcquireFrom { n, home }),
         2 => (amount(), home()).prop_map(|(n, home)| ShardOp::PeekThenAcquire { n, home }),
         refund_weight => (amount(), caller()).prop_map(|(n, caller)| ShardOp::Refund { n, caller }),
-        1 => any::<bool>().prop_map(|clock| ShardOp::Remaining { clock }),
         6 => step().prop_map(ShardOp::Time),
     ]
 }
@@ -208,8 +150,7 @@ proptest! {
         start in start(),
         ops in prop::collection::vec(op(false), 0..=96),
     ) {
-        let max = reference::interval_ns(rate.count(), rate.period().as_nanos())
-            .map_or(1, reference::max_capacity);
+        let max = rate.max_capacity();
         let spec = QuotaSpec {
             rate,
             capacity: Some(capacity.min(max)),
@@ -549,12 +490,12 @@ fn driver_smoke() {
         initial_first: false,
     };
     let ops = [
-        ShardOp::Acquire {
-            n: Amount::Capacity,
-            caller: Caller::From(usize::MAX),
+        ShardOp::AcquireFrom {
+            n: Amount::Limit,
+            home: usize::MAX,
         },
-        ShardOp::AcquireOne { clock: false },
-        ShardOp::Time(Step::Intervals { num: 5, den: 2 }),
+        ShardOp::Call(Request::at(Call::AcquireOne)),
+        ShardOp::Time(Step::Units { num: 5, den: 2 }),
         ShardOp::PeekThenAcquire {
             n: Amount::Few(2),
             home: 3,
@@ -564,12 +505,9 @@ fn driver_smoke() {
             caller: Caller::Clock,
         },
         ShardOp::Time(Step::ToMax),
-        ShardOp::Acquire {
-            n: Amount::AboveCapacity,
-            caller: Caller::At,
-        },
+        ShardOp::Call(Request::at(Call::Acquire(Amount::AboveLimit))),
         ShardOp::Time(Step::BackNanos(u64::MAX)),
-        ShardOp::Remaining { clock: true },
+        ShardOp::Call(Request::via_clock(Call::Remaining)),
     ];
     for shards in [
         None,

@@ -10,7 +10,8 @@ use testkit::driver::counter as counter_driver;
 use testkit::reference::counter as counter_reference;
 use testkit::Outcome;
 
-use counter_driver::{run, Amount, Op, Spec, Step};
+use counter_driver::{run, Op, Spec};
+use testkit::strategies::{request, start, step};
 
 /// Counts from 1 up to beyond the largest accepted, weighted towards the small.
 fn count() -> impl Strategy<Value = u64> {
@@ -53,41 +54,12 @@ fn spec() -> impl Strategy<Value = Spec> {
         })
 }
 
-fn amount() -> impl Strategy<Value = Amount> {
-    prop_oneof![
-        1 => Just(Amount::Zero),
-        4 => Just(Amount::One),
-        3 => any::<u8>().prop_map(Amount::Few),
-        1 => Just(Amount::Limit),
-        1 => Just(Amount::AboveLimit),
-        1 => any::<u64>().prop_map(Amount::Raw),
-    ]
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        2 => (0u64..=1_000).prop_map(Step::Nanos),
-        4 => (0u16..=24, 1u8..=8).prop_map(|(num, den)| Step::Subs { num, den }),
-        2 => (0u16..=24, 1u8..=8).prop_map(|(num, den)| Step::BackSubs { num, den }),
-        1 => (0u64..=1_000).prop_map(Step::BackNanos),
-        1 => any::<u32>().prop_map(Step::Windows),
-        1 => any::<u64>().prop_map(Step::Set),
-        1 => Just(Step::ToMax),
-    ]
-}
-
+/// The calls every limiter answers, and clock steps in sub-windows.
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (amount(), any::<bool>()).prop_map(|(n, clock)| Op::Acquire { n, clock }),
-        4 => any::<bool>().prop_map(|clock| Op::AcquireOne { clock }),
-        2 => (amount(), any::<bool>()).prop_map(|(n, clock)| Op::Peek { n, clock }),
-        1 => any::<bool>().prop_map(|clock| Op::Remaining { clock }),
+        13 => request().prop_map(Op::Call),
         6 => step().prop_map(Op::Time),
     ]
-}
-
-fn start() -> impl Strategy<Value = u64> {
-    prop_oneof![3 => Just(0u64), 2 => 0u64..=1 << 40, 1 => any::<u64>()]
 }
 
 proptest! {

@@ -12,9 +12,10 @@ use proptest::prelude::*;
 use tollgate::window::SlidingWindowLog;
 use tollgate::{AcquireError, ManualClock, Nanos, Quota};
 
-use log_driver::{check_retry_exact, run, LogAmount, LogOp, LogSpec, LogStep};
+use log_driver::{check_retry_exact, run, LogOp, LogSpec};
 use log_reference::{RefLog, MAX_LOG};
 use testkit::consts::MAX_USABLE_NS as MAX_USABLE;
+use testkit::strategies::{request, start, step};
 
 // ---------------------------------------------------------------------------------------------
 // Strategies
@@ -65,54 +66,13 @@ fn spec() -> impl Strategy<Value = LogSpec> {
     })
 }
 
-fn start() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(0u64),
-        4 => 0u64..=1_000_000_000_000_000,
-        1 => Just(MAX_USABLE),
-        1 => Just(u64::MAX),
-        1 => any::<u64>(),
-    ]
-}
-
-fn amount() -> impl Strategy<Value = LogAmount> {
-    prop_oneof![
-        2 => Just(LogAmount::Zero),
-        6 => Just(LogAmount::One),
-        4 => any::<u8>().prop_map(LogAmount::Few),
-        2 => Just(LogAmount::Count),
-        1 => Just(LogAmount::AboveCount),
-        1 => any::<u64>().prop_map(LogAmount::Raw),
-    ]
-}
-
-fn step() -> impl Strategy<Value = LogStep> {
-    prop_oneof![
-        3 => (0u64..1_000).prop_map(LogStep::Nanos),
-        5 => (0u32..64, 1u8..=16).prop_map(|(num, den)| LogStep::Windows { num, den }),
-        1 => (0u32..=2_000_000).prop_map(|num| LogStep::Windows { num, den: 1 }),
-        1 => any::<u64>().prop_map(LogStep::Nanos),
-        1 => Just(LogStep::ToMax),
-        2 => (0u64..1_000).prop_map(LogStep::BackNanos),
-        2 => (0u32..64, 1u8..=16).prop_map(|(num, den)| LogStep::BackWindows { num, den }),
-        1 => any::<u64>().prop_map(LogStep::BackNanos),
-        1 => any::<u64>().prop_map(LogStep::Set),
-        3 => any::<bool>().prop_map(|early| LogStep::LastRetry { early }),
-        1 => Just(LogStep::Windows { num: 1, den: 1 }),
-    ]
-}
-
-fn via_clock() -> impl Strategy<Value = bool> {
-    prop::bool::weighted(0.2)
-}
-
+/// The calls every limiter answers, clock steps in windows, and jumps to (or just before) the
+/// latest denial's `retry_at`, where an admission leaves the window.
 fn op() -> impl Strategy<Value = LogOp> {
     prop_oneof![
-        6 => (amount(), via_clock()).prop_map(|(n, clock)| LogOp::Acquire { n, clock }),
-        5 => via_clock().prop_map(|clock| LogOp::AcquireOne { clock }),
-        2 => (amount(), via_clock()).prop_map(|(n, clock)| LogOp::Peek { n, clock }),
-        1 => via_clock().prop_map(|clock| LogOp::Remaining { clock }),
-        6 => step().prop_map(LogOp::Time),
+        14 => request().prop_map(LogOp::Call),
+        5 => step().prop_map(LogOp::Time),
+        1 => any::<bool>().prop_map(|early| LogOp::LastRetry { early }),
     ]
 }
 

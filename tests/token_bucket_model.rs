@@ -11,26 +11,18 @@ use testkit::Outcome;
 
 use proptest::prelude::*;
 
-use bucket_strategies::{amount, count, fraction, period, start, step, via_clock};
+use bucket_strategies::{amount, fraction, rate, request, spread, start, step, via_clock};
 use tollgate::{AcquireError, InsufficientCapacity, ManualClock, Nanos, Quota, TokenBucket};
 
-use bucket_driver::{check_quota, check_window, run, Amount, Op, QuotaSpec, Rate, Step};
+use bucket_driver::{check_quota, check_window, run, Op, QuotaSpec, Rate};
 use reference::{RefBucket, RefPolicy};
 use testkit::consts::{MAX_USABLE_NS, YEAR_NS};
+use testkit::driver::limiter::{Amount, Call, Request};
+use testkit::driver::step::Step;
 
 // ---------------------------------------------------------------------------------------------
 // Strategies
 // ---------------------------------------------------------------------------------------------
-
-fn rate() -> impl Strategy<Value = Rate> {
-    prop_oneof![
-        4 => count().prop_map(Rate::Second),
-        1 => count().prop_map(Rate::Minute),
-        1 => count().prop_map(Rate::Hour),
-        3 => count().prop_map(Rate::Day),
-        3 => (count(), period()).prop_map(|(n, p)| Rate::Period(n, p)),
-    ]
-}
 
 /// How `with_capacity` is called, relative to the largest capacity the rate allows.
 #[derive(Debug, Clone, Copy)]
@@ -84,8 +76,7 @@ fn quota_spec_with(
 ) -> impl Strategy<Value = QuotaSpec> {
     (rate(), capacity, initial_choice(), any::<bool>()).prop_map(
         |(rate, cap, init, initial_first)| {
-            let max = reference::interval_ns(rate.count(), rate.period().as_nanos())
-                .map_or(1, reference::max_capacity);
+            let max = rate.max_capacity();
             let capacity = match cap {
                 CapacityChoice::Default => None,
                 CapacityChoice::One => Some(1),
@@ -117,13 +108,11 @@ fn quota_spec() -> impl Strategy<Value = QuotaSpec> {
     quota_spec_with(capacity_choice())
 }
 
+/// The calls every limiter answers, refunds, and clock steps in intervals.
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (amount(), via_clock()).prop_map(|(n, clock)| Op::Acquire { n, clock }),
-        4 => via_clock().prop_map(|clock| Op::AcquireOne { clock }),
-        2 => (amount(), via_clock()).prop_map(|(n, clock)| Op::Peek { n, clock }),
+        13 => request().prop_map(Op::Call),
         2 => (amount(), via_clock()).prop_map(|(n, clock)| Op::Refund { n, clock }),
-        1 => via_clock().prop_map(|clock| Op::Remaining { clock }),
         6 => step().prop_map(Op::Time),
     ]
 }
@@ -176,19 +165,12 @@ proptest! {
             Just(CapacityChoice::Default),
         ]),
         start in start(),
-        requests in prop::collection::vec(
-            (0u32..128, 1u8..=8, prop_oneof![4 => Just(Amount::One), 1 => amount()]),
-            0..=128,
-        ),
+        requests in prop::collection::vec(spread(), 0..=128),
     ) {
-        let interval_ns = reference::interval_ns(spec.rate.count(), spec.rate.period().as_nanos())
-            .unwrap_or(1);
+        let interval_ns = spec.rate.interval_ns().unwrap_or(1);
         let requests: Vec<(u64, Amount)> = requests
             .into_iter()
-            .map(|(num, den, n)| {
-                let offset = u128::from(num) * u128::from(interval_ns) / u128::from(den);
-                (u64::try_from(offset).unwrap_or(u64::MAX), n)
-            })
+            .map(|(offset, n)| (offset.next(0, interval_ns), n))
             .collect();
         check_window(&spec, start, &requests);
     }
@@ -520,23 +502,17 @@ fn driver_smoke() {
         initial_first: true,
     };
     let ops = [
-        Op::Acquire {
-            n: Amount::Capacity,
-            clock: false,
-        },
-        Op::AcquireOne { clock: true },
-        Op::Time(Step::Intervals { num: 3, den: 2 }),
-        Op::Peek {
-            n: Amount::Few(2),
-            clock: false,
-        },
+        Op::Call(Request::at(Call::Acquire(Amount::Limit))),
+        Op::Call(Request::via_clock(Call::AcquireOne)),
+        Op::Time(Step::Units { num: 3, den: 2 }),
+        Op::Call(Request::at(Call::Peek(Amount::Few(2)))),
         Op::Time(Step::BackNanos(100)),
         Op::Refund {
             n: Amount::Raw(u64::MAX),
             clock: true,
         },
         Op::Time(Step::ToMax),
-        Op::Remaining { clock: true },
+        Op::Call(Request::via_clock(Call::Remaining)),
     ];
     run(&spec, 12_345, &ops);
 }

@@ -6,9 +6,11 @@
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use testkit::fuzz_input as shared_input;
 use testkit::reference::fixed as fixed_reference;
 
 use fixed_reference::{run, Op, Spec};
+use shared_input::{list, request, start, step};
 use testkit::consts::MAX_USABLE_NS;
 
 /// The most operations one input runs.
@@ -39,22 +41,11 @@ fn period_ns(u: &mut Unstructured<'_>) -> Result<u64> {
     })
 }
 
-/// Clock steps: small, around a window, backwards, and anything.
-fn step(u: &mut Unstructured<'_>) -> Result<i64> {
-    Ok(match u.int_in_range(0..=4u8)? {
-        0 => 0,
-        1 => u.int_in_range(0..=1_000)?,
-        2 => u.int_in_range(0..=100_000_000_000)?,
-        3 => u.int_in_range(-100_000_000_000..=0)?,
-        _ => u.arbitrary()?,
-    })
-}
-
-fn amount(u: &mut Unstructured<'_>) -> Result<u64> {
-    Ok(match u.int_in_range(0..=3u8)? {
-        0 | 1 => 1,
-        2 => u.int_in_range(0..=5)?,
-        _ => u.arbitrary()?,
+/// The calls every limiter answers (two in three), clock steps in windows.
+fn op(u: &mut Unstructured<'_>) -> Result<Op> {
+    Ok(match u.int_in_range(0..=2u8)? {
+        0 | 1 => Op::Call(request(u)?),
+        _ => Op::Time(step(u)?),
     })
 }
 
@@ -64,28 +55,12 @@ impl<'a> Arbitrary<'a> for Input {
             count: count(u)?,
             period_ns: period_ns(u)?,
             offset: u.arbitrary()?,
-            start: match u.int_in_range(0..=2u8)? {
-                0 => 0,
-                1 => u.int_in_range(0..=1 << 50)?,
-                _ => u.arbitrary()?,
-            },
+            start: start(u)?,
         };
-        let len = u.int_in_range(0..=MAX_OPS)?;
-        let mut ops = Vec::with_capacity(len);
-        for _ in 0..len {
-            ops.push(match u.int_in_range(0..=3u8)? {
-                0 | 1 => Op::Acquire {
-                    n: amount(u)?,
-                    step: step(u)?,
-                },
-                2 => Op::Peek {
-                    n: amount(u)?,
-                    step: step(u)?,
-                },
-                _ => Op::Remaining { step: step(u)? },
-            });
-        }
-        Ok(Input { spec, ops })
+        Ok(Input {
+            spec,
+            ops: list(u, MAX_OPS, op)?,
+        })
     }
 }
 

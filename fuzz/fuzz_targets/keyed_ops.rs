@@ -22,6 +22,8 @@ use tollgate::Quota;
 
 use keyed_driver::{quota, run, KeyedOp, MAX_OPS};
 use keyed_pair::run_pair;
+use shared_input::{call, list, start, step};
+use testkit::fuzz_input as shared_input;
 
 /// One fuzz input: an algorithm, a quota, a starting reading and the operations.
 #[derive(Debug)]
@@ -35,34 +37,17 @@ struct Input {
     ops: Vec<KeyedOp>,
 }
 
-/// Token counts: mostly small, sometimes any.
-fn n(u: &mut Unstructured<'_>) -> Result<u64> {
-    Ok(match u.int_in_range(0..=3u8)? {
-        0 | 1 => 1,
-        2 => u.int_in_range(0..=10)?,
-        _ => u.arbitrary()?,
-    })
-}
-
-/// Clock steps: up to a few seconds, or any distance.
-fn step(u: &mut Unstructured<'_>) -> Result<u64> {
-    Ok(match u.int_in_range(0..=2u8)? {
-        0 => u.int_in_range(0..=1_000_000_000)?,
-        1 => u.int_in_range(0..=20_000_000_000)?,
-        _ => u.arbitrary()?,
-    })
-}
-
+/// The calls every limiter answers on one of eight keys (reused, evicted and created again),
+/// evictions, clock steps in intervals.
 fn op(u: &mut Unstructured<'_>) -> Result<KeyedOp> {
-    // Eight keys: reused, evicted and created again.
     let key = u.int_in_range(0..=7u8)?;
     Ok(match u.int_in_range(0..=9u8)? {
-        0..=3 => KeyedOp::Check { key, n: n(u)? },
-        4 => KeyedOp::Peek { key, n: n(u)? },
-        5 => KeyedOp::Remaining { key },
+        0..=5 => KeyedOp::Call {
+            key,
+            call: call(u)?,
+        },
         6 => KeyedOp::Evict,
-        7 | 8 => KeyedOp::Forward(step(u)?),
-        _ => KeyedOp::Back(step(u)?),
+        _ => KeyedOp::Time(step(u)?),
     })
 }
 
@@ -83,16 +68,8 @@ impl<'a> Arbitrary<'a> for Input {
             0 | 1 => u.int_in_range(1..=8)?,
             _ => u.arbitrary()?,
         };
-        let start = match u.int_in_range(0..=2u8)? {
-            0 => 0,
-            1 => u.int_in_range(0..=1 << 50)?,
-            _ => u.arbitrary()?,
-        };
-        let len = u.int_in_range(0..=MAX_OPS)?;
-        let mut ops = Vec::with_capacity(len);
-        for _ in 0..len {
-            ops.push(op(u)?);
-        }
+        let start = start(u)?;
+        let ops = list(u, MAX_OPS, op)?;
         Ok(Input {
             algorithm,
             count,

@@ -12,18 +12,19 @@
 
 use std::time::Duration;
 use testkit::driver::bucket as bucket_driver;
+use testkit::driver::limiter::Amount;
 use testkit::driver::meter as meter_driver;
 use testkit::driver::queue as queue_driver;
+use testkit::driver::step::Step;
 use testkit::fuzz_input as shared_input;
-use testkit::reference::bucket as reference;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 
-use bucket_driver::{Amount, QuotaSpec};
+use bucket_driver::QuotaSpec;
 use meter_driver::{check_departures, run, MeterOp};
 use queue_driver::{QueueOp, QueueSpec};
-use shared_input::{amount, max_capacity, quota_spec, step};
+use shared_input::{amount, list, quota_spec, request, spread, start, step, via_clock};
 
 /// The most operations one sequence runs.
 const MAX_OPS: usize = 256;
@@ -52,15 +53,12 @@ enum Sequence {
     },
 }
 
+/// Clock steps (mostly a few microseconds forwards, where releases are paced), sends from three
+/// producers, receives, closes from either side, drains, dropped senders and leftovers.
 fn queue_op(u: &mut Unstructured<'_>) -> Result<QueueOp> {
     Ok(match u.int_in_range(0..=25u8)? {
-        0..=3 => QueueOp::Advance(u.int_in_range(0..=3_000)?),
-        4 => QueueOp::Advance(u.arbitrary()?),
-        5 => QueueOp::Set(match u.int_in_range(0..=2u8)? {
-            0 => 0,
-            1 => u64::MAX,
-            _ => u.int_in_range(0..=20_000)?,
-        }),
+        0..=3 => QueueOp::Time(Step::Nanos(u.int_in_range(0..=3_000)?)),
+        4 | 5 => QueueOp::Time(step(u)?),
         6..=13 => QueueOp::Send {
             producer: u.arbitrary()?,
             clock: u.arbitrary()?,
@@ -99,11 +97,7 @@ fn queue_sequence(u: &mut Unstructured<'_>) -> Result<Sequence> {
         1 => u.int_in_range(0..=1_000_000)?,
         _ => u64::MAX,
     };
-    let len = u.int_in_range(0..=MAX_OPS)?;
-    let mut ops = Vec::with_capacity(len);
-    for _ in 0..len {
-        ops.push(queue_op(u)?);
-    }
+    let ops = list(u, MAX_OPS, queue_op)?;
     Ok(Sequence::Queue {
         spec: QueueSpec {
             count,
@@ -115,66 +109,39 @@ fn queue_sequence(u: &mut Unstructured<'_>) -> Result<Sequence> {
     })
 }
 
+/// The strict calls every limiter answers (four in eight), scheduling calls, clock steps.
 fn meter_op(u: &mut Unstructured<'_>) -> Result<MeterOp> {
-    // One call in four reads the meter's clock instead of passing the reading.
-    let clock = u.ratio(1u8, 4u8)?;
     Ok(match u.int_in_range(0..=7u8)? {
-        0 => MeterOp::Schedule {
+        0..=3 => MeterOp::Call(request(u)?),
+        4 => MeterOp::Schedule {
+            clock: via_clock(u)?,
             n: amount(u)?,
-            clock,
         },
-        1 => MeterOp::ScheduleOne { clock },
-        2 => MeterOp::PeekSchedule {
+        5 => MeterOp::ScheduleOne {
+            clock: via_clock(u)?,
+        },
+        6 => MeterOp::PeekSchedule {
+            clock: via_clock(u)?,
             n: amount(u)?,
-            clock,
         },
-        3 => MeterOp::Acquire {
-            n: amount(u)?,
-            clock,
-        },
-        4 => MeterOp::AcquireOne { clock },
-        5 => MeterOp::Peek {
-            n: amount(u)?,
-            clock,
-        },
-        6 => MeterOp::Remaining { clock },
         _ => MeterOp::Time(step(u)?),
     })
 }
 
 fn meter_sequence(u: &mut Unstructured<'_>) -> Result<Sequence> {
     let spec = quota_spec(u, 8)?;
-    let start = match u.int_in_range(0..=2u8)? {
-        0 => 0,
-        1 => u.int_in_range(0..=1 << 50)?,
-        _ => u.arbitrary()?,
-    };
-    let ops_len = u.int_in_range(0..=MAX_OPS)?;
-    let mut ops = Vec::with_capacity(ops_len);
-    for _ in 0..ops_len {
-        ops.push(meter_op(u)?);
-    }
+    let start = start(u)?;
+    let ops = list(u, MAX_OPS, meter_op)?;
     let small = u.int_in_range(1..=8)?;
     let spacing_spec = QuotaSpec {
-        capacity: Some(max_capacity(&spec.rate).min(small)),
+        capacity: Some(spec.rate.max_capacity().min(small)),
         ..spec
     };
-    let interval_ns =
-        reference::interval_ns(spec.rate.count(), spec.rate.period().as_nanos()).unwrap_or(1);
-    let spacing_len = u.int_in_range(0..=MAX_OPS)?;
-    let mut spacing = Vec::with_capacity(spacing_len);
-    for _ in 0..spacing_len {
-        let num: u8 = u.arbitrary()?;
-        let den: u8 = u.int_in_range(1..=8)?;
-        let offset = u128::from(num) * u128::from(interval_ns) / u128::from(den);
-        let n = if u.ratio(3u8, 4u8)? {
-            Amount::One
-        } else {
-            amount(u)?
-        };
-        let strict = u.ratio(1u8, 4u8)?;
-        spacing.push((u64::try_from(offset).unwrap_or(u64::MAX), n, strict));
-    }
+    let interval_ns = spec.rate.interval_ns().unwrap_or(1);
+    let spacing = list(u, MAX_OPS, |u| {
+        let (offset, n) = spread(u, interval_ns)?;
+        Ok((offset, n, u.ratio(1u8, 4u8)?))
+    })?;
     Ok(Sequence::Meter {
         spec,
         start,

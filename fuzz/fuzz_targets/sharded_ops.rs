@@ -15,7 +15,7 @@ use testkit::fuzz_input as shared_input;
 
 use bucket_driver::QuotaSpec;
 use sharded_driver::{run, Caller, ShardOp};
-use shared_input::{amount, quota_spec, step};
+use shared_input::{amount, list, quota_spec, request, start, step};
 
 /// The most operations one input runs.
 const MAX_OPS: usize = 256;
@@ -49,6 +49,7 @@ fn home(u: &mut Unstructured<'_>) -> Result<usize> {
     })
 }
 
+/// Who gives tokens back: mostly a chosen home, sometimes the thread's own.
 fn caller(u: &mut Unstructured<'_>) -> Result<Caller> {
     Ok(match u.int_in_range(0..=7u8)? {
         0 => Caller::At,
@@ -57,29 +58,22 @@ fn caller(u: &mut Unstructured<'_>) -> Result<Caller> {
     })
 }
 
+/// The calls every limiter answers from the thread's home (seven in sixteen), takes from a chosen
+/// home, peeks then takes, refunds, clock steps.
 fn op(u: &mut Unstructured<'_>) -> Result<ShardOp> {
-    Ok(match u.int_in_range(0..=7u8)? {
-        0 | 1 => ShardOp::Acquire {
-            n: amount(u)?,
-            caller: caller(u)?,
-        },
-        2 => ShardOp::AcquireOne {
-            clock: u.arbitrary()?,
-        },
-        3 => ShardOp::Peek {
-            n: amount(u)?,
-            clock: u.arbitrary()?,
-        },
-        4 => ShardOp::PeekThenAcquire {
+    Ok(match u.int_in_range(0..=15u8)? {
+        0..=6 => ShardOp::Call(request(u)?),
+        7..=9 => ShardOp::AcquireFrom {
             n: amount(u)?,
             home: home(u)?,
         },
-        5 => ShardOp::Refund {
+        10 | 11 => ShardOp::PeekThenAcquire {
+            n: amount(u)?,
+            home: home(u)?,
+        },
+        12 | 13 => ShardOp::Refund {
             n: amount(u)?,
             caller: caller(u)?,
-        },
-        6 => ShardOp::Remaining {
-            clock: u.arbitrary()?,
         },
         _ => ShardOp::Time(step(u)?),
     })
@@ -87,23 +81,11 @@ fn op(u: &mut Unstructured<'_>) -> Result<ShardOp> {
 
 impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        let spec = quota_spec(u, 300)?;
-        let shards = shards(u)?;
-        let start = match u.int_in_range(0..=2u8)? {
-            0 => 0,
-            1 => u.int_in_range(0..=1 << 50)?,
-            _ => u.arbitrary()?,
-        };
-        let ops_len = u.int_in_range(0..=MAX_OPS)?;
-        let mut ops = Vec::with_capacity(ops_len);
-        for _ in 0..ops_len {
-            ops.push(op(u)?);
-        }
         Ok(Input {
-            spec,
-            shards,
-            start,
-            ops,
+            spec: quota_spec(u, 300)?,
+            shards: shards(u)?,
+            start: start(u)?,
+            ops: list(u, MAX_OPS, op)?,
         })
     }
 }

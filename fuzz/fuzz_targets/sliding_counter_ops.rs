@@ -2,8 +2,10 @@
 //! `SlidingWindowCounter` or a `SubWindowCounter`, every answer compared with the exact counter
 //! model to the nanosecond, and every denial's `retry_at` checked to be exact.
 //!
-//! The model and the driver are `testkit`'s, as for the proptest in `tests/sliding_counter_model.rs`; only the way inputs are generated differs. Counts and periods come from the generators
-//! the bucket targets share.
+//! The model and the driver are `testkit`'s, as for the proptest in
+//! `tests/sliding_counter_model.rs`; only the way inputs are generated differs. Counts and periods
+//! come from the generators the bucket targets share, the operations every driver has in common
+//! from `testkit::fuzz_input`.
 
 #![no_main]
 
@@ -13,7 +15,8 @@ use testkit::consts::MAX_USABLE_NS;
 use testkit::driver::counter as counter_driver;
 use testkit::fuzz_input as shared_input;
 
-use counter_driver::{run, Amount, Op, Spec, Step};
+use counter_driver::{run, Op, Spec};
+use shared_input::{list, request, start, step};
 
 /// The most operations one input runs.
 const MAX_OPS: usize = 256;
@@ -57,66 +60,21 @@ fn spec(u: &mut Unstructured<'_>) -> Result<Spec> {
     })
 }
 
-fn amount(u: &mut Unstructured<'_>) -> Result<Amount> {
-    Ok(match u.int_in_range(0..=5u8)? {
-        0 => Amount::Zero,
-        1 => Amount::One,
-        2 => Amount::Few(u.arbitrary()?),
-        3 => Amount::Limit,
-        4 => Amount::AboveLimit,
-        _ => Amount::Raw(u.arbitrary()?),
-    })
-}
-
-fn step(u: &mut Unstructured<'_>) -> Result<Step> {
-    Ok(match u.int_in_range(0..=6u8)? {
-        0 => Step::Nanos(u.int_in_range(0..=1_000)?),
-        1 => Step::Subs {
-            num: u.int_in_range(0..=40)?,
-            den: u.int_in_range(1..=8)?,
-        },
-        2 => Step::BackSubs {
-            num: u.int_in_range(0..=40)?,
-            den: u.int_in_range(1..=8)?,
-        },
-        3 => Step::BackNanos(u.arbitrary()?),
-        4 => Step::Windows(u.arbitrary()?),
-        5 => Step::Set(u.arbitrary()?),
-        _ => Step::ToMax,
-    })
-}
-
+/// The calls every limiter answers (four in five), clock steps in sub-windows.
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    let clock = u.ratio(1u8, 4u8)?;
     Ok(match u.int_in_range(0..=4u8)? {
-        0 => Op::Acquire {
-            n: amount(u)?,
-            clock,
-        },
-        1 => Op::AcquireOne { clock },
-        2 => Op::Peek {
-            n: amount(u)?,
-            clock,
-        },
-        3 => Op::Remaining { clock },
+        0..=3 => Op::Call(request(u)?),
         _ => Op::Time(step(u)?),
     })
 }
 
 impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        let spec = spec(u)?;
-        let start = match u.int_in_range(0..=2u8)? {
-            0 => 0,
-            1 => u.int_in_range(0..=1 << 50)?,
-            _ => u.arbitrary()?,
-        };
-        let len = u.int_in_range(0..=MAX_OPS)?;
-        let mut ops = Vec::with_capacity(len);
-        for _ in 0..len {
-            ops.push(op(u)?);
-        }
-        Ok(Input { spec, start, ops })
+        Ok(Input {
+            spec: spec(u)?,
+            start: start(u)?,
+            ops: list(u, MAX_OPS, op)?,
+        })
     }
 }
 

@@ -13,8 +13,9 @@ use testkit::driver::log as log_driver;
 use testkit::fuzz_input as shared_input;
 use testkit::reference::log as log_reference;
 
-use log_driver::{run, LogAmount, LogOp, LogSpec, LogStep};
+use log_driver::{run, LogOp, LogSpec};
 use log_reference::MAX_LOG;
+use shared_input::{list, request, start, step};
 
 /// The most operations one input runs.
 const MAX_OPS: usize = 256;
@@ -59,70 +60,25 @@ fn spec(u: &mut Unstructured<'_>) -> Result<LogSpec> {
     })
 }
 
-fn amount(u: &mut Unstructured<'_>) -> Result<LogAmount> {
-    Ok(match u.int_in_range(0..=5u8)? {
-        0 => LogAmount::Zero,
-        1 => LogAmount::One,
-        2 => LogAmount::Few(u.arbitrary()?),
-        3 => LogAmount::Count,
-        4 => LogAmount::AboveCount,
-        _ => LogAmount::Raw(u.arbitrary()?),
-    })
-}
-
-fn step(u: &mut Unstructured<'_>) -> Result<LogStep> {
-    Ok(match u.int_in_range(0..=8u8)? {
-        0 => LogStep::Nanos(u.int_in_range(0..=1_000)?),
-        1 => LogStep::Nanos(u.arbitrary()?),
-        2 => LogStep::Windows {
-            num: u.arbitrary()?,
-            den: u.int_in_range(1..=16)?,
-        },
-        3 => LogStep::ToMax,
-        4 => LogStep::BackNanos(u.arbitrary()?),
-        5 => LogStep::BackWindows {
-            num: u.int_in_range(0..=64)?,
-            den: u.int_in_range(1..=16)?,
-        },
-        6 => LogStep::Set(u.arbitrary()?),
-        _ => LogStep::LastRetry {
+/// The calls every limiter answers (two in three), clock steps in windows, and jumps to (or just
+/// before) the latest denial's `retry_at`.
+fn op(u: &mut Unstructured<'_>) -> Result<LogOp> {
+    Ok(match u.int_in_range(0..=11u8)? {
+        0..=7 => LogOp::Call(request(u)?),
+        8..=10 => LogOp::Time(step(u)?),
+        _ => LogOp::LastRetry {
             early: u.arbitrary()?,
         },
     })
 }
 
-fn op(u: &mut Unstructured<'_>) -> Result<LogOp> {
-    // One call in four reads the log's clock instead of passing the reading.
-    let clock = u.ratio(1u8, 4u8)?;
-    Ok(match u.int_in_range(0..=5u8)? {
-        0 => LogOp::Acquire {
-            n: amount(u)?,
-            clock,
-        },
-        1 => LogOp::AcquireOne { clock },
-        2 => LogOp::Peek {
-            n: amount(u)?,
-            clock,
-        },
-        3 => LogOp::Remaining { clock },
-        _ => LogOp::Time(step(u)?),
-    })
-}
-
 impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        let spec = spec(u)?;
-        let start = match u.int_in_range(0..=2u8)? {
-            0 => 0,
-            1 => u.int_in_range(0..=1 << 50)?,
-            _ => u.arbitrary()?,
-        };
-        let ops_len = u.int_in_range(0..=MAX_OPS)?;
-        let mut ops = Vec::with_capacity(ops_len);
-        for _ in 0..ops_len {
-            ops.push(op(u)?);
-        }
-        Ok(Input { spec, start, ops })
+        Ok(Input {
+            spec: spec(u)?,
+            start: start(u)?,
+            ops: list(u, MAX_OPS, op)?,
+        })
     }
 }
 

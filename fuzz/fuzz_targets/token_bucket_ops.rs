@@ -9,11 +9,11 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use testkit::driver::bucket as bucket_driver;
+use testkit::driver::limiter::Amount;
 use testkit::fuzz_input as shared_input;
-use testkit::reference::bucket as reference;
 
-use bucket_driver::{check_window, run, Amount, Op, QuotaSpec};
-use shared_input::{amount, max_capacity, quota_spec, step};
+use bucket_driver::{check_window, run, Op, QuotaSpec};
+use shared_input::{amount, list, quota_spec, request, spread, start, step, via_clock};
 
 /// The most operations one input runs.
 const MAX_OPS: usize = 256;
@@ -30,24 +30,14 @@ struct Input {
     window: Vec<(u64, Amount)>,
 }
 
+/// The calls every limiter answers (four in six), refunds, clock steps.
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    // One call in four reads the bucket's clock instead of passing the reading.
-    let clock = u.ratio(1u8, 4u8)?;
     Ok(match u.int_in_range(0..=5u8)? {
-        0 => Op::Acquire {
+        0..=3 => Op::Call(request(u)?),
+        4 => Op::Refund {
+            clock: via_clock(u)?,
             n: amount(u)?,
-            clock,
         },
-        1 => Op::AcquireOne { clock },
-        2 => Op::Peek {
-            n: amount(u)?,
-            clock,
-        },
-        3 => Op::Refund {
-            n: amount(u)?,
-            clock,
-        },
-        4 => Op::Remaining { clock },
         _ => Op::Time(step(u)?),
     })
 }
@@ -55,37 +45,16 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
 impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
         let spec = quota_spec(u, 8)?;
-        let start = match u.int_in_range(0..=2u8)? {
-            0 => 0,
-            1 => u.int_in_range(0..=1 << 50)?,
-            _ => u.arbitrary()?,
-        };
-        let ops_len = u.int_in_range(0..=MAX_OPS)?;
-        let mut ops = Vec::with_capacity(ops_len);
-        for _ in 0..ops_len {
-            ops.push(op(u)?);
-        }
+        let start = start(u)?;
+        let ops = list(u, MAX_OPS, op)?;
         let small = u.int_in_range(1..=8)?;
         let window_spec = QuotaSpec {
-            capacity: Some(max_capacity(&spec.rate).min(small)),
+            capacity: Some(spec.rate.max_capacity().min(small)),
             initial: None,
             ..spec
         };
-        let interval_ns =
-            reference::interval_ns(spec.rate.count(), spec.rate.period().as_nanos()).unwrap_or(1);
-        let window_len = u.int_in_range(0..=MAX_OPS)?;
-        let mut window = Vec::with_capacity(window_len);
-        for _ in 0..window_len {
-            let num: u8 = u.arbitrary()?;
-            let den: u8 = u.int_in_range(1..=8)?;
-            let offset = u128::from(num) * u128::from(interval_ns) / u128::from(den);
-            let n = if u.ratio(3u8, 4u8)? {
-                Amount::One
-            } else {
-                amount(u)?
-            };
-            window.push((u64::try_from(offset).unwrap_or(u64::MAX), n));
-        }
+        let interval_ns = spec.rate.interval_ns().unwrap_or(1);
+        let window = list(u, MAX_OPS, |u| spread(u, interval_ns))?;
         Ok(Input {
             spec,
             start,

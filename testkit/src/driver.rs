@@ -1,5 +1,9 @@
 //! Drivers: each runs one of the crate's limiters and its reference model through the same
 //! operations and asserts that every answer is identical, to the nanosecond.
+//!
+//! Their operations share one vocabulary: [`limiter::Request`] for the calls every limiter
+//! answers (with [`limiter::Amount`], relative to the limit) and [`step::Step`] for the clock;
+//! each driver's own `Op` adds only what is its own.
 
 pub mod bucket;
 pub mod counter;
@@ -10,3 +14,4 @@ pub mod log;
 pub mod meter;
 pub mod queue;
 pub mod sharded;
+pub mod step;

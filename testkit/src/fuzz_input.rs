@@ -1,14 +1,18 @@
-//! Input generation shared by the fuzz targets that drive limiters with quotas and operations
-//! (`token_bucket_ops`, `sharded_ops`, `leaky_ops`, and the periods of `sliding_counter_ops` and
-//! `sliding_log_ops`): one way of choosing quotas, amounts and clock steps from a fuzzer's bytes.
+//! Input generation shared by the fuzz targets: one way of choosing, from a fuzzer's bytes, the
+//! operations every driver has in common (the calls every limiter answers, [`request`] and
+//! [`call`], with [`amount`]s; clock [`step`]s), starting readings, [`list`]s of operations, the
+//! requests of the rate checks ([`spread`]), and the quotas of the bucket-like targets
+//! (`token_bucket_ops`, `sharded_ops`, `leaky_ops`; the counts and periods of
+//! `sliding_counter_ops` and `sliding_log_ops`). Each target draws only its own operations itself.
 //! Behind the `arbitrary` feature, which only the fuzz crate enables.
 
 use std::time::Duration;
 
 use arbitrary::{Result, Unstructured};
 
-use crate::driver::bucket::{Amount, QuotaSpec, Rate, Step};
-use crate::reference::bucket as reference;
+use crate::driver::bucket::{QuotaSpec, Rate};
+use crate::driver::limiter::{Amount, Call, Request};
+use crate::driver::step::Step;
 
 /// Counts weighted towards the small (fewer tokens than shards), with any `u64` possible.
 pub fn count(u: &mut Unstructured<'_>) -> Result<u64> {
@@ -42,10 +46,23 @@ pub fn rate(u: &mut Unstructured<'_>) -> Result<Rate> {
     })
 }
 
-/// The largest capacity the rate allows (1 for a rate the crate refuses).
-pub fn max_capacity(rate: &Rate) -> u64 {
-    reference::interval_ns(rate.count(), rate.period().as_nanos())
-        .map_or(1, reference::max_capacity)
+/// A request of the rate checks (`check_window`, `check_departures`): its offset from the start,
+/// any `u8` of eighths (or halves, thirds...) of the interval `interval_ns`, and one token three
+/// times in four, an [`amount`] otherwise.
+pub fn spread(u: &mut Unstructured<'_>, interval_ns: u64) -> Result<(u64, Amount)> {
+    let num: u8 = u.arbitrary()?;
+    let den: u8 = u.int_in_range(1..=8)?;
+    let offset = Step::Units {
+        num: num.into(),
+        den,
+    }
+    .next(0, interval_ns);
+    let n = if u.ratio(3u8, 4u8)? {
+        Amount::One
+    } else {
+        amount(u)?
+    };
+    Ok((offset, n))
 }
 
 /// `x × a / 65535`.
@@ -57,7 +74,7 @@ pub fn fraction(x: u64, a: u16) -> u64 {
 /// `small`), any initial fill, in either builder order.
 pub fn quota_spec(u: &mut Unstructured<'_>, small: u64) -> Result<QuotaSpec> {
     let rate = rate(u)?;
-    let max = max_capacity(&rate);
+    let max = rate.max_capacity();
     let capacity = match u.int_in_range(0..=6u8)? {
         0 => None,
         1 => Some(1),
@@ -83,34 +100,86 @@ pub fn quota_spec(u: &mut Unstructured<'_>, small: u64) -> Result<QuotaSpec> {
     })
 }
 
-/// Tokens to ask for, relative to the capacity or raw.
+/// Starting readings: the epoch, ordinary ones, and anywhere up to `u64::MAX`.
+pub fn start(u: &mut Unstructured<'_>) -> Result<u64> {
+    Ok(match u.int_in_range(0..=2u8)? {
+        0 => 0,
+        1 => u.int_in_range(0..=1 << 50)?,
+        _ => u.arbitrary()?,
+    })
+}
+
+/// Up to `max` items (operations, requests), each drawn by `item`.
+pub fn list<'a, T>(
+    u: &mut Unstructured<'a>,
+    max: usize,
+    mut item: impl FnMut(&mut Unstructured<'a>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let len = u.int_in_range(0..=max)?;
+    let mut items = Vec::with_capacity(len);
+    for _ in 0..len {
+        items.push(item(u)?);
+    }
+    Ok(items)
+}
+
+/// Amounts relative to the limit, or raw.
 pub fn amount(u: &mut Unstructured<'_>) -> Result<Amount> {
     Ok(match u.int_in_range(0..=6u8)? {
         0 => Amount::Zero,
         1 => Amount::One,
         2 => Amount::Few(u.arbitrary()?),
-        3 => Amount::Capacity,
-        4 => Amount::AboveCapacity,
+        3 => Amount::Limit,
+        4 => Amount::AboveLimit,
         5 => Amount::Fraction(u.arbitrary()?),
         _ => Amount::Raw(u.arbitrary()?),
     })
 }
 
-/// A clock step: small or huge, forwards or backwards, in nanoseconds or intervals.
+/// One of the calls every limiter answers, each as likely, with an [`amount`].
+pub fn call(u: &mut Unstructured<'_>) -> Result<Call<Amount>> {
+    Ok(match u.int_in_range(0..=3u8)? {
+        0 => Call::Acquire(amount(u)?),
+        1 => Call::AcquireOne,
+        2 => Call::Peek(amount(u)?),
+        _ => Call::Remaining,
+    })
+}
+
+/// Whether a call reads the limiter's clock instead of passing the reading: one in four.
+pub fn via_clock(u: &mut Unstructured<'_>) -> Result<bool> {
+    u.ratio(1u8, 4u8)
+}
+
+/// A [`call`], in the `_at` form or ([`via_clock`]) the one reading the limiter's clock.
+pub fn request(u: &mut Unstructured<'_>) -> Result<Request> {
+    let clock = via_clock(u)?;
+    Ok(Request {
+        call: call(u)?,
+        clock,
+    })
+}
+
+/// A clock step: small or huge, forwards or backwards, in nanoseconds or in the driver's units (a
+/// few, or any number of whole ones).
 pub fn step(u: &mut Unstructured<'_>) -> Result<Step> {
-    Ok(match u.int_in_range(0..=7u8)? {
+    Ok(match u.int_in_range(0..=8u8)? {
         0 => Step::Nanos(u.int_in_range(0..=1_000)?),
         1 => Step::Nanos(u.arbitrary()?),
-        2 => Step::Intervals {
+        2 => Step::Units {
             num: u.int_in_range(0..=64)?,
             den: u.int_in_range(1..=16)?,
         },
         3 => Step::Years(u.arbitrary()?),
         4 => Step::ToMax,
         5 => Step::BackNanos(u.arbitrary()?),
-        6 => Step::BackIntervals {
+        6 => Step::BackUnits {
             num: u.int_in_range(0..=64)?,
             den: u.int_in_range(1..=16)?,
+        },
+        7 => Step::Units {
+            num: u.arbitrary()?,
+            den: 1,
         },
         _ => Step::Set(u.arbitrary()?),
     })

@@ -1,16 +1,20 @@
-//! The proptest strategies the token bucket's, the leaky meter's and (in part) the sharded bucket's
-//! model tests share: counts,
-//! periods, starting readings, request amounts, clock steps, and whether a call reads the clock.
+//! The proptest strategies the model tests share: the operations every driver has in common (the
+//! calls every limiter answers, [`request`] and [`call`], with [`amount`]s; clock [`step`]s), the
+//! requests of the rate checks ([`spread`]), and the counts, periods, rates and starting readings
+//! of the bucket-like tests (the token bucket's, the leaky meter's, the sharded bucket's). Each
+//! test generates only its own operations itself.
 //!
-//! They generate the bucket driver's [`Amount`] and [`Step`]; the fuzz targets draw the same kinds
-//! of input from bytes instead (`fuzz_input`, feature `arbitrary`).
+//! The fuzz targets draw the same kinds of input from bytes instead (`fuzz_input`, feature
+//! `arbitrary`).
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 
 use crate::consts::{MAX_USABLE_NS, YEAR_NS};
-use crate::driver::bucket::{Amount, Step};
+use crate::driver::bucket::Rate;
+use crate::driver::limiter::{Amount, Call, Request};
+use crate::driver::step::Step;
 
 /// Counts from 1 to 10^9, weighted towards the small and the awkward (3, 7: periods that do not
 /// divide evenly).
@@ -53,29 +57,58 @@ pub fn start() -> impl Strategy<Value = u64> {
     ]
 }
 
-/// Request amounts: zero, one, a few, the capacity and one more, fractions of it, and any `u64`.
+/// Rates through every constructor, with [`count`]s and [`period`]s.
+pub fn rate() -> impl Strategy<Value = Rate> {
+    prop_oneof![
+        4 => count().prop_map(Rate::Second),
+        1 => count().prop_map(Rate::Minute),
+        1 => count().prop_map(Rate::Hour),
+        3 => count().prop_map(Rate::Day),
+        3 => (count(), period()).prop_map(|(n, p)| Rate::Period(n, p)),
+    ]
+}
+
+/// Request amounts: zero, one, a few, the limit and one more, fractions of it, and any `u64`.
 pub fn amount() -> impl Strategy<Value = Amount> {
     prop_oneof![
         2 => Just(Amount::Zero),
         6 => Just(Amount::One),
         4 => any::<u8>().prop_map(Amount::Few),
-        2 => Just(Amount::Capacity),
-        1 => Just(Amount::AboveCapacity),
+        2 => Just(Amount::Limit),
+        1 => Just(Amount::AboveLimit),
         3 => any::<u16>().prop_map(Amount::Fraction),
         1 => any::<u64>().prop_map(Amount::Raw),
     ]
 }
 
-/// Clock steps: small and interval-sized moves either way, years, jumps to the end and anywhere.
+/// The calls every limiter answers, mostly acquisitions, with an [`amount`].
+pub fn call() -> impl Strategy<Value = Call<Amount>> {
+    prop_oneof![
+        6 => amount().prop_map(Call::Acquire),
+        4 => Just(Call::AcquireOne),
+        2 => amount().prop_map(Call::Peek),
+        1 => Just(Call::Remaining),
+    ]
+}
+
+/// A [`call`], in the `_at` form or ([`via_clock`]) the one reading the limiter's clock.
+pub fn request() -> impl Strategy<Value = Request> {
+    (call(), via_clock()).prop_map(|(call, clock)| Request { call, clock })
+}
+
+/// Clock steps: small and unit-sized moves either way, exactly one unit, up to millions of whole
+/// units, years, jumps to the end and anywhere.
 pub fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => (0u64..1_000).prop_map(Step::Nanos),
-        5 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::Intervals { num, den }),
+        5 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::Units { num, den }),
+        1 => Just(Step::Units { num: 1, den: 1 }),
+        1 => (0u32..=2_000_000).prop_map(|num| Step::Units { num, den: 1 }),
         1 => any::<u64>().prop_map(Step::Nanos),
         1 => any::<u8>().prop_map(Step::Years),
         1 => Just(Step::ToMax),
         2 => (0u64..1_000).prop_map(Step::BackNanos),
-        2 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::BackIntervals { num, den }),
+        2 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::BackUnits { num, den }),
         1 => any::<u64>().prop_map(Step::BackNanos),
         1 => any::<u64>().prop_map(Step::Set),
     ]
@@ -84,4 +117,16 @@ pub fn step() -> impl Strategy<Value = Step> {
 /// Mostly the `_at` forms; one call in five reads the clock instead.
 pub fn via_clock() -> impl Strategy<Value = bool> {
     prop::bool::weighted(0.2)
+}
+
+/// A request of the rate checks (`check_window`, `check_departures`) before its quota is drawn:
+/// read `num / den` units after the start (the step's [`Step::next`] from 0 in the quota's
+/// interval gives the offset), for one token four times in five, an [`amount`] otherwise.
+pub fn spread() -> impl Strategy<Value = (Step, Amount)> {
+    (
+        0u32..128,
+        1u8..=8,
+        prop_oneof![4 => Just(Amount::One), 1 => amount()],
+    )
+        .prop_map(|(num, den, n)| (Step::Units { num, den }, n))
 }

@@ -2,16 +2,16 @@
 //! every answer is identical, to the nanosecond.
 //!
 //! Used by `tests/token_bucket_model.rs` (proptest) and the fuzz crate's `token_bucket_ops` target
-//! (arbitrary); each generates [`QuotaSpec`]s and [`Op`]s its own way. The quota specs, amounts and
-//! clock steps here serve the meter and sharded drivers too; the calls any limiter answers go
-//! through [`crate::driver::limiter`], and refunds are this driver's own.
+//! (arbitrary); each generates [`QuotaSpec`]s and [`Op`]s its own way. The quota specs here serve
+//! the meter and sharded drivers too; the calls any limiter answers go through
+//! [`crate::driver::limiter`], the clock moves by [`Step`]s, and refunds are this driver's own.
 
 use std::time::Duration;
 
 use tollgate::{Clock, ManualClock, Nanos, Quota, QuotaError, TokenBucket};
 
-use crate::consts::YEAR_NS;
-use crate::driver::limiter::{check, Call};
+use crate::driver::limiter::{Amount, Request};
+use crate::driver::step::Step;
 use crate::outcome::observe;
 use crate::reference::bucket::{self as reference, RefBucket, RefPolicy};
 use crate::Outcome;
@@ -49,6 +49,29 @@ impl Rate {
             Rate::Day(_) => Duration::from_secs(86_400),
             Rate::Period(_, period) => period,
         }
+    }
+
+    /// The quota's interval in nanoseconds, `period / count` rounded up, as the model computes it
+    /// (`None` for a rate the crate refuses).
+    ///
+    /// ```
+    /// use testkit::driver::bucket::Rate;
+    /// assert_eq!(Rate::Second(3).interval_ns(), Some(333_333_334));
+    /// assert_eq!(Rate::Second(0).interval_ns(), None);
+    /// ```
+    pub fn interval_ns(&self) -> Option<u64> {
+        reference::interval_ns(self.count(), self.period().as_nanos())
+    }
+
+    /// The largest capacity the rate allows (1 for a rate the crate refuses).
+    ///
+    /// ```
+    /// use testkit::driver::bucket::Rate;
+    /// assert_eq!(Rate::Second(0).max_capacity(), 1);
+    /// assert!(Rate::Second(3).max_capacity() > 3);
+    /// ```
+    pub fn max_capacity(&self) -> u64 {
+        self.interval_ns().map_or(1, reference::max_capacity)
     }
 
     /// Calls the constructor.
@@ -147,145 +170,16 @@ impl QuotaSpec {
     }
 }
 
-/// A number of tokens, chosen relative to the capacity `C`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Amount {
-    /// 0: a query.
-    Zero,
-    /// 1.
-    One,
-    /// A few: `min(C, x)`.
-    Few(u8),
-    /// `C`.
-    Capacity,
-    /// `C + 1`: never possible.
-    AboveCapacity,
-    /// `max(1, C × x / 65535)`.
-    Fraction(u16),
-    /// Exactly this many.
-    Raw(u64),
-}
-
-impl Amount {
-    /// The number of tokens for a capacity of `capacity`.
-    pub fn resolve(self, capacity: u64) -> u64 {
-        match self {
-            Amount::Zero => 0,
-            Amount::One => 1,
-            Amount::Few(x) => capacity.min(u64::from(x)),
-            Amount::Capacity => capacity,
-            Amount::AboveCapacity => capacity.saturating_add(1),
-            Amount::Fraction(x) => {
-                let part = u128::from(capacity) * u128::from(x) / u128::from(u16::MAX);
-                u64::try_from(part).unwrap_or(u64::MAX).max(1)
-            }
-            Amount::Raw(n) => n,
-        }
-    }
-}
-
-/// A change of the clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// Forward by this many nanoseconds (saturating).
-    Nanos(u64),
-    /// Forward by `num / den` intervals (den of 0 counts as 1).
-    Intervals {
-        /// Numerator.
-        num: u32,
-        /// Denominator.
-        den: u8,
-    },
-    /// Forward by this many years (saturating).
-    Years(u8),
-    /// To `u64::MAX`.
-    ToMax,
-    /// Back by this many nanoseconds (to at least 0).
-    BackNanos(u64),
-    /// Back by `num / den` intervals.
-    BackIntervals {
-        /// Numerator.
-        num: u32,
-        /// Denominator.
-        den: u8,
-    },
-    /// To exactly this reading, forwards or backwards.
-    Set(u64),
-}
-
-impl Step {
-    /// Applies the step to `clock`, whose reading is `now`, for a quota whose interval is
-    /// `interval_ns`; returns the new reading.
-    ///
-    /// ```
-    /// use testkit::driver::bucket::Step;
-    /// use tollgate::{Clock, ManualClock, Nanos};
-    /// let clock = ManualClock::new();
-    /// assert_eq!(Step::Intervals { num: 3, den: 2 }.apply(&clock, 0, 10), 15);
-    /// assert_eq!(Step::BackNanos(20).apply(&clock, 15, 10), 0);
-    /// assert_eq!(clock.now(), Nanos::new(0));
-    /// ```
-    pub fn apply(self, clock: &ManualClock, now: u64, interval_ns: u64) -> u64 {
-        let forward = |ns: u64| {
-            clock.advance(Duration::from_nanos(ns));
-            now.saturating_add(ns)
-        };
-        let set = |t: u64| {
-            clock.set(Nanos::new(t));
-            t
-        };
-        match self {
-            Step::Nanos(ns) => forward(ns),
-            Step::Intervals { num, den } => forward(Step::intervals(num, den, interval_ns)),
-            Step::Years(y) => forward(u64::from(y).saturating_mul(YEAR_NS)),
-            Step::ToMax => forward(u64::MAX),
-            Step::BackNanos(ns) => set(now.saturating_sub(ns)),
-            Step::BackIntervals { num, den } => {
-                set(now.saturating_sub(Step::intervals(num, den, interval_ns)))
-            }
-            Step::Set(t) => set(t),
-        }
-    }
-
-    /// `num / den` intervals of `interval_ns`, in nanoseconds, saturating.
-    fn intervals(num: u32, den: u8, interval_ns: u64) -> u64 {
-        let ns = u128::from(num) * u128::from(interval_ns) / u128::from(den.max(1));
-        u64::try_from(ns).unwrap_or(u64::MAX)
-    }
-}
-
-/// One operation on the bucket. `clock: true` uses the method that reads the bucket's clock,
-/// `false` the `_at` form with the same reading.
+/// One operation on the bucket: a call every limiter answers, a refund, or a step of the clock
+/// (in the quota's intervals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// `try_acquire_n(_at)`.
-    Acquire {
-        /// Tokens asked for.
-        n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `try_acquire(_at)`: one token.
-    AcquireOne {
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `peek_n(_at)`.
-    Peek {
-        /// Tokens asked about.
-        n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
+    /// `try_acquire(_n)`, `peek_n` or `remaining`, through [`crate::driver::limiter::check`].
+    Call(Request),
     /// `refund(_at)`.
     Refund {
         /// Tokens given back.
         n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `remaining(_at)`.
-    Remaining {
         /// Read the clock instead of passing the reading.
         clock: bool,
     },
@@ -348,19 +242,8 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
         let context =
             move || format!("op {i} {op:?} at {now} ns, {spec:?} from {start}, model {model:?}");
         match op {
-            Op::Acquire { n, clock: read } => {
-                let call = Call::Acquire(n.resolve(capacity));
-                check(&bucket, &mut model, call, now, read, &context);
-            }
-            Op::AcquireOne { clock: read } => {
-                check(&bucket, &mut model, Call::AcquireOne, now, read, &context);
-            }
-            Op::Peek { n, clock: read } => {
-                let call = Call::Peek(n.resolve(capacity));
-                check(&bucket, &mut model, call, now, read, &context);
-            }
-            Op::Remaining { clock: read } => {
-                check(&bucket, &mut model, Call::Remaining, now, read, &context);
+            Op::Call(request) => {
+                request.check(&bucket, &mut model, capacity, now, &context);
             }
             Op::Refund { n, clock: read } => {
                 let n = n.resolve(capacity);

@@ -4,7 +4,7 @@
 //!
 //! Used by `tests/sliding_counter_model.rs` (proptest) and the fuzz crate's `sliding_counter_ops`
 //! target (arbitrary). Both counters are driven as one `Box<dyn Limiter>`, through
-//! [`crate::driver::limiter`].
+//! [`crate::driver::limiter`]; the clock moves by [`Step`]s measured in sub-windows.
 
 use std::time::Duration;
 
@@ -12,7 +12,8 @@ use tollgate::window::{Alignment, SlidingWindowCounter, SubWindowCounter};
 use tollgate::{Limiter, ManualClock, Nanos, Quota};
 
 use crate::consts::MAX_USABLE_NS;
-use crate::driver::limiter::{check, Call};
+use crate::driver::limiter::Request;
+use crate::driver::step::Step;
 use crate::reference::counter::{self as counter_reference, RefCounter};
 use crate::Outcome;
 
@@ -31,94 +32,13 @@ pub struct Spec {
     pub one_word: bool,
 }
 
-/// Requests to make, relative to `N` or raw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Amount {
-    /// Nothing: a query.
-    Zero,
-    /// One.
-    One,
-    /// `n % 8`.
-    Few(u8),
-    /// `N`.
-    Limit,
-    /// `N + 1` (saturating): never admitted.
-    AboveLimit,
-    /// Exactly this.
-    Raw(u64),
-}
-
-impl Amount {
-    /// The amount for a limit of `limit`.
-    pub fn of(self, limit: u64) -> u64 {
-        match self {
-            Amount::Zero => 0,
-            Amount::One => 1,
-            Amount::Few(n) => u64::from(n % 8),
-            Amount::Limit => limit,
-            Amount::AboveLimit => limit.saturating_add(1),
-            Amount::Raw(n) => n,
-        }
-    }
-}
-
-/// A clock step: forwards or backwards, by nanoseconds or fractions of a sub-window, or a jump.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// Forwards by this many nanoseconds (saturating).
-    Nanos(u64),
-    /// Backwards by this many nanoseconds (to at least 0).
-    BackNanos(u64),
-    /// `num / den` sub-windows forwards.
-    Subs {
-        /// Numerator.
-        num: u16,
-        /// Denominator (0 counts as 1).
-        den: u8,
-    },
-    /// `num / den` sub-windows backwards.
-    BackSubs {
-        /// Numerator.
-        num: u16,
-        /// Denominator (0 counts as 1).
-        den: u8,
-    },
-    /// Whole windows forwards (an idle period of any length).
-    Windows(u32),
-    /// To exactly this reading.
-    Set(u64),
-    /// To `u64::MAX`.
-    ToMax,
-}
-
-/// One operation. `clock: true` calls the method that reads the counter's clock instead of the
-/// `_at` form (the clock always holds the same reading).
+/// One operation: a call every limiter answers, or a step of the clock in sub-windows (windows for
+/// the one-word counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// `try_acquire_n(_at)`.
-    Acquire {
-        /// How many.
-        n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `try_acquire(_at)`.
-    AcquireOne {
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `peek_n(_at)`.
-    Peek {
-        /// How many.
-        n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `remaining(_at)`.
-    Remaining {
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
+    /// `try_acquire(_n)`, `peek_n` or `remaining`, through [`crate::driver::limiter::check`]; a
+    /// denied acquisition's `retry_at` is then checked to be exact.
+    Call(Request),
     /// Moves the clock.
     Time(Step),
 }
@@ -207,44 +127,17 @@ pub fn run(spec: &Spec, start: u64, ops: &[Op]) {
     let limit = spec.count;
     let sub_ns = model_sub(spec);
     let mut now = start;
-    for (step, op) in ops.iter().enumerate() {
-        let context = || format!("{spec:?}, start {start}, op {step} {op:?} at {now}");
-        let (call, read) = match *op {
-            Op::Acquire { n, clock } => (Call::Acquire(n.of(limit)), clock),
-            Op::AcquireOne { clock } => (Call::AcquireOne, clock),
-            Op::Peek { n, clock } => (Call::Peek(n.of(limit)), clock),
-            Op::Remaining { clock } => (Call::Remaining, clock),
-            Op::Time(_) => (Call::Remaining, false),
-        };
+    for (i, op) in ops.iter().enumerate() {
+        let context = || format!("{spec:?}, start {start}, op {i} {op:?} at {now}");
         match *op {
-            Op::Acquire { .. } | Op::AcquireOne { .. } => {
-                let n = match call {
-                    Call::Acquire(n) => n,
-                    _ => 1,
-                };
-                let got = check(limiter.as_ref(), &mut model, call, now, read, &context);
-                if let Outcome::Denied { retry_at_ns, .. } = got {
+            Op::Call(request) => {
+                let (call, got) = request.check(limiter.as_ref(), &mut model, limit, now, &context);
+                if let (true, Outcome::Denied { retry_at_ns, .. }) = (call.takes(), got) {
                     let retry_at = Nanos::new(retry_at_ns);
-                    check_retry_at(&context, limiter.as_ref(), &mut model, n, retry_at);
+                    check_retry_at(&context, limiter.as_ref(), &mut model, call.n(), retry_at);
                 }
             }
-            Op::Peek { .. } | Op::Remaining { .. } => {
-                check(limiter.as_ref(), &mut model, call, now, read, &context);
-            }
-            Op::Time(step) => {
-                now = match step {
-                    Step::Nanos(d) => now.saturating_add(d),
-                    Step::BackNanos(d) => now.saturating_sub(d),
-                    Step::Subs { num, den } => now.saturating_add(fraction(sub_ns, num, den)),
-                    Step::BackSubs { num, den } => now.saturating_sub(fraction(sub_ns, num, den)),
-                    Step::Windows(m) => {
-                        now.saturating_add(spec.period_ns.saturating_mul(u64::from(m)))
-                    }
-                    Step::Set(t) => t,
-                    Step::ToMax => u64::MAX,
-                };
-                clock.set(Nanos::new(now));
-            }
+            Op::Time(step) => now = step.apply(&clock, now, sub_ns),
         }
     }
 }
@@ -253,9 +146,4 @@ pub fn run(spec: &Spec, start: u64, ops: &[Op]) {
 fn model_sub(spec: &Spec) -> u64 {
     let k = if spec.one_word { 1 } else { spec.k.max(1) };
     (spec.period_ns / k).max(1)
-}
-
-fn fraction(x: u64, num: u16, den: u8) -> u64 {
-    let f = u128::from(x) * u128::from(num) / u128::from(den.max(1));
-    u64::try_from(f).unwrap_or(u64::MAX)
 }

@@ -18,44 +18,84 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tollgate::keyed::{KeyedError, KeyedLimiter};
-use tollgate::{Admitted, ManualClock, Nanos, Quota};
+use tollgate::keyed::{Algorithm, KeyedError, KeyedLimiter};
+use tollgate::{Admitted, Clock, ManualClock, Nanos, Quota};
 
 use crate::consts::MAX_USABLE_NS;
+use crate::driver::limiter::{Amount, Call};
+use crate::driver::step::Step;
 use crate::reference::bucket::{RefBucket, RefPolicy};
 use crate::Outcome;
 
 /// The most operations one run applies (below the automatic sweep's 256 new keys).
 pub const MAX_OPS: usize = 200;
 
-/// One operation on the keyed limiters.
-#[derive(Debug, Clone, Copy)]
+/// One operation on the keyed limiters: a call every limiter answers, in its keyed `_at` form, an
+/// eviction, or a step of the clock (in the quota's intervals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyedOp {
-    /// `check_key_n_at(key, n)` (`check_key_at` when `n = 1`).
-    Check {
+    /// [`call_key`]: `check_key(_n)_at`, `peek_key_n_at` or `remaining_key_at` on `key`, the
+    /// amount relative to the capacity (which may exceed it, or be 0).
+    Call {
         /// The key.
         key: u8,
-        /// Tokens asked for (may exceed the capacity, or be 0).
-        n: u64,
-    },
-    /// `peek_key_n_at(key, n)`.
-    Peek {
-        /// The key.
-        key: u8,
-        /// Tokens asked for.
-        n: u64,
-    },
-    /// `remaining_key_at(key)`.
-    Remaining {
-        /// The key.
-        key: u8,
+        /// What is asked.
+        call: Call<Amount>,
     },
     /// `retain_recent_at(now)` on the evicting limiter only.
     Evict,
-    /// The clock moves forward by this many nanoseconds (saturating).
-    Forward(u64),
-    /// The clock steps back by this many nanoseconds (saturating at 0).
-    Back(u64),
+    /// Moves the reading.
+    Time(Step),
+}
+
+/// The keyed limiter's answer to `call` on `key` at the reading `now`, in the `_at` forms, as
+/// [`crate::driver::limiter::call`] answers for a direct limiter: an [`Outcome`], or for
+/// [`Call::Remaining`] an admission of that many with no reset. `TooManyKeys` cannot happen in
+/// these runs (a handful of keys against the default bound), and is a failure.
+///
+/// ```
+/// use testkit::driver::keyed::call_key;
+/// use testkit::driver::limiter::Call;
+/// use testkit::Outcome;
+/// use tollgate::{keyed::KeyedLimiter, ManualClock, Quota};
+/// let limiter = KeyedLimiter::with_clock(Quota::per_second(2)?, ManualClock::new());
+/// assert!(call_key(&limiter, 7, Call::Acquire(2), 0).is_admitted());
+/// assert!(!call_key(&limiter, 7, Call::AcquireOne, 0).is_admitted());
+/// assert_eq!(call_key(&limiter, 8, Call::Remaining, 0), Outcome::Admitted { remaining: 2, reset_after_ns: 0 });
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub fn call_key<A: Algorithm, C: Clock>(
+    limiter: &KeyedLimiter<u8, A, C>,
+    key: u8,
+    call: Call,
+    now: u64,
+) -> Outcome {
+    let at = Nanos::new(now);
+    observe(match call {
+        Call::Acquire(n) => limiter.check_key_n_at(&key, n, at),
+        Call::AcquireOne => limiter.check_key_at(&key, at),
+        Call::Peek(n) => limiter.peek_key_n_at(&key, n, at),
+        Call::Remaining => {
+            return Outcome::Admitted {
+                remaining: limiter.remaining_key_at(&key, at),
+                reset_after_ns: 0,
+            }
+        }
+    })
+}
+
+/// Whether `evicting`'s answer to `call` is no looser than `keeping`'s: it admits only what the
+/// other admits, and reports no more remaining. What eviction allows at a reading before its
+/// floor.
+pub fn no_looser(call: Call, evicting: &Outcome, keeping: &Outcome) -> bool {
+    match (call, evicting, keeping) {
+        (
+            Call::Remaining,
+            Outcome::Admitted { remaining: a, .. },
+            Outcome::Admitted { remaining: b, .. },
+        ) => a <= b,
+        _ => !evicting.is_admitted() || keeping.is_admitted(),
+    }
 }
 
 /// The reference of a keyed limiter: a map of reference buckets and the eviction floor.
@@ -81,7 +121,7 @@ impl RefKeyed {
         RefBucket::new(self.policy, self.policy.capacity, at).expect("a full bucket is valid")
     }
 
-    fn check(&mut self, key: u8, n: u64, now: u64) -> Outcome {
+    fn acquire(&mut self, key: u8, n: u64, now: u64) -> Outcome {
         if let Some(bucket) = self.keys.get_mut(&key) {
             return bucket.acquire(n, now);
         }
@@ -94,17 +134,21 @@ impl RefKeyed {
         outcome
     }
 
-    fn peek(&self, key: u8, n: u64, now: u64) -> Outcome {
-        match self.keys.get(&key) {
-            Some(bucket) => bucket.peek(n, now),
-            None => self.fresh(now).peek(n, now),
-        }
-    }
-
-    fn remaining(&self, key: u8, now: u64) -> u64 {
-        match self.keys.get(&key) {
-            Some(bucket) => bucket.remaining(now),
-            None => self.fresh(now).remaining(now),
+    /// What the limiter should answer to `call` on `key` at `now`, as [`call_key`] reports it.
+    fn expect(&mut self, key: u8, call: Call, now: u64) -> Outcome {
+        // A key not in the map answers as a full bucket would, and stays out of it.
+        let bucket = |this: &RefKeyed| match this.keys.get(&key) {
+            Some(&bucket) => bucket,
+            None => this.fresh(now),
+        };
+        match call {
+            Call::Acquire(n) => self.acquire(key, n, now).representable(),
+            Call::AcquireOne => self.acquire(key, 1, now).representable(),
+            Call::Peek(n) => bucket(self).peek(n, now).representable(),
+            Call::Remaining => Outcome::Admitted {
+                remaining: bucket(self).remaining(now),
+                reset_after_ns: 0,
+            },
         }
     }
 
@@ -119,8 +163,7 @@ impl RefKeyed {
     }
 }
 
-/// A keyed limiter's answer in the model's terms. `TooManyKeys` cannot happen here (a handful of
-/// keys against the default bound), and is a failure.
+/// A keyed limiter's answer in the model's terms (see [`call_key`]).
 fn observe(result: Result<Admitted, KeyedError>) -> Outcome {
     match result {
         Ok(admitted) => Outcome::Admitted {
@@ -174,6 +217,7 @@ pub fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) -> u64 
     // lags the clock, as a timestamp taken a while ago does (an eviction never judges ahead of
     // the clock, so with the clock here it judges at its own reading, as the model does).
     let mut latest = start;
+    let capacity = policy.capacity;
 
     for (i, op) in ops.iter().take(MAX_OPS).enumerate() {
         let at = Nanos::new(now);
@@ -183,94 +227,29 @@ pub fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) -> u64 
             "op {i} {op:?} at {now} (floor before it {})",
             ref_evicting.floor
         );
-        // (evicting's answer, keeping's answer), as outcomes, for the comparison between them.
-        let pair = match *op {
-            KeyedOp::Check { key, n } => {
-                let (a, b) = if n == 1 {
-                    (
-                        evicting.check_key_at(&key, at),
-                        keeping.check_key_at(&key, at),
-                    )
-                } else {
-                    (
-                        evicting.check_key_n_at(&key, n, at),
-                        keeping.check_key_n_at(&key, n, at),
-                    )
-                };
-                let (a, b) = (observe(a), observe(b));
-                assert_eq!(
-                    a,
-                    ref_evicting.check(key, n, now).representable(),
-                    "evicting: {}",
-                    ctx
-                );
-                assert_eq!(
-                    b,
-                    ref_keeping.check(key, n, now).representable(),
-                    "keeping: {}",
-                    ctx
-                );
-                Some((a, b))
-            }
-            KeyedOp::Peek { key, n } => {
-                let a = observe(evicting.peek_key_n_at(&key, n, at));
-                let b = observe(keeping.peek_key_n_at(&key, n, at));
-                assert_eq!(
-                    a,
-                    ref_evicting.peek(key, n, now).representable(),
-                    "evicting: {}",
-                    ctx
-                );
-                assert_eq!(
-                    b,
-                    ref_keeping.peek(key, n, now).representable(),
-                    "keeping: {}",
-                    ctx
-                );
-                Some((a, b))
-            }
-            KeyedOp::Remaining { key } => {
-                let a = evicting.remaining_key_at(&key, at);
-                let b = keeping.remaining_key_at(&key, at);
-                assert_eq!(a, ref_evicting.remaining(key, now), "evicting: {}", ctx);
-                assert_eq!(b, ref_keeping.remaining(key, now), "keeping: {}", ctx);
+        match *op {
+            KeyedOp::Call { key, call } => {
+                let call = call.resolve(capacity);
+                let a = call_key(&evicting, key, call, now);
+                let b = call_key(&keeping, key, call, now);
+                let want = ref_evicting.expect(key, call, now);
+                assert_eq!(a, want, "evicting: {}", ctx);
+                let want = ref_keeping.expect(key, call, now);
+                assert_eq!(b, want, "keeping: {}", ctx);
                 if !diverged && a != b {
-                    assert!(now.min(MAX_USABLE_NS) < ref_evicting.floor, "{}", ctx);
-                    assert!(a <= b, "eviction created tokens: {}", ctx);
+                    // Only a reading before the floor may differ, and only towards refusing.
+                    let before_floor = now.min(MAX_USABLE_NS) < ref_evicting.floor;
+                    assert!(before_floor, "{a:?} vs {b:?}: {}", ctx);
+                    assert!(no_looser(call, &a, &b), "{a:?} vs {b:?}: {}", ctx);
                     diverged = true;
                 }
-                None
             }
             KeyedOp::Evict => {
                 let removed = evicting.retain_recent_at(at);
                 assert_eq!(removed, ref_evicting.evict(now), "evicted: {}", ctx);
                 evicted += removed as u64;
-                None
             }
-            KeyedOp::Forward(d) => {
-                now = now.saturating_add(d);
-                None
-            }
-            KeyedOp::Back(d) => {
-                now = now.saturating_sub(d);
-                None
-            }
-        };
-        if let Some((a, b)) = pair {
-            if !diverged && a != b {
-                // Only a reading before the floor may differ, and only towards refusing.
-                assert!(
-                    now.min(MAX_USABLE_NS) < ref_evicting.floor,
-                    "{a:?} vs {b:?}: {}",
-                    ctx
-                );
-                assert!(
-                    !a.is_admitted() || b.is_admitted(),
-                    "{a:?} vs {b:?}: {}",
-                    ctx
-                );
-                diverged = true;
-            }
+            KeyedOp::Time(step) => now = step.next(now, policy.interval_ns),
         }
         assert_eq!(evicting.len(), ref_evicting.keys.len(), "len: {}", ctx);
         assert_eq!(keeping.len(), ref_keeping.keys.len(), "len: {}", ctx);

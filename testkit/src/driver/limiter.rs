@@ -3,6 +3,11 @@
 //! either reading the limiter's clock or given the reading), made on the limiter and on its
 //! [`Model`], and compared.
 //!
+//! The operations are written once too: a [`Call`] names the call, over an [`Amount`] relative to
+//! the limit while a run is generated (`Call<Amount>`) and over a number of tokens once resolved
+//! against it (`Call<u64>`, the default); a [`Request`] is the operation every driver's own `Op`
+//! embeds, the call and the form that makes it. The keyed drivers embed a `Call<Amount>` per key.
+//!
 //! Algorithm-specific operations (the bucket's refunds, the meter's scheduling, the sharded
 //! bucket's homes, keyed eviction) stay in their own drivers.
 
@@ -85,17 +90,169 @@ impl Model for RefCounter {
     }
 }
 
-/// One call every [`Limiter`] answers.
+/// A number of tokens (or places, or admissions), chosen relative to the limit `L`: the capacity
+/// of a bucket, a meter or a sharded bucket, the count `N` of a window or a log.
+///
+/// One type for every driver. The log's and the counter's amounts differed from the bucket's in
+/// names (`Count`, `Limit` for `Capacity`) and in lacking [`Amount::Fraction`], which they now get;
+/// the counter's `Few(x)` was `x % 8`, whose requests above a small limit are now
+/// [`Amount::AboveLimit`]'s and [`Amount::Raw`]'s to make. The keyed drivers' raw counts became
+/// these too, against the capacity.
+///
+/// ```
+/// use testkit::driver::limiter::Amount;
+/// assert_eq!(Amount::Few(200).resolve(8), 8);
+/// assert_eq!(Amount::AboveLimit.resolve(u64::MAX), u64::MAX);
+/// assert_eq!(Amount::Fraction(u16::MAX / 2).resolve(10), 4);
+/// assert_eq!(Amount::Fraction(0).resolve(10), 1);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Call {
+pub enum Amount {
+    /// 0: a query.
+    Zero,
+    /// 1.
+    One,
+    /// A few: `min(L, x)`.
+    Few(u8),
+    /// `L`.
+    Limit,
+    /// `L + 1` (saturating): never possible.
+    AboveLimit,
+    /// `max(1, L × x / 65535)`.
+    Fraction(u16),
+    /// Exactly this many.
+    Raw(u64),
+}
+
+impl Amount {
+    /// The number for a limit of `limit`.
+    pub fn resolve(self, limit: u64) -> u64 {
+        match self {
+            Amount::Zero => 0,
+            Amount::One => 1,
+            Amount::Few(x) => limit.min(u64::from(x)),
+            Amount::Limit => limit,
+            Amount::AboveLimit => limit.saturating_add(1),
+            Amount::Fraction(x) => {
+                let part = u128::from(limit) * u128::from(x) / u128::from(u16::MAX);
+                u64::try_from(part).unwrap_or(u64::MAX).max(1)
+            }
+            Amount::Raw(n) => n,
+        }
+    }
+}
+
+/// One call every [`Limiter`] answers, over `N`: an [`Amount`] while a run is generated, a number
+/// of tokens (the default) once resolved against the limit.
+///
+/// ```
+/// use testkit::driver::limiter::{Amount, Call};
+/// let call: Call<Amount> = Call::Peek(Amount::Limit);
+/// assert_eq!(call.resolve(5), Call::Peek(5));
+/// assert_eq!(Call::<u64>::AcquireOne.n(), 1);
+/// assert!(Call::<u64>::Acquire(0).takes() && !Call::<u64>::Peek(1).takes());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call<N = u64> {
     /// `try_acquire_n(_at)`.
-    Acquire(u64),
+    Acquire(N),
     /// `try_acquire(_at)`: one.
     AcquireOne,
     /// `peek_n(_at)`.
-    Peek(u64),
+    Peek(N),
     /// `remaining(_at)`.
     Remaining,
+}
+
+impl Call<Amount> {
+    /// The call with its amount resolved against `limit`.
+    pub fn resolve(self, limit: u64) -> Call {
+        match self {
+            Call::Acquire(n) => Call::Acquire(n.resolve(limit)),
+            Call::AcquireOne => Call::AcquireOne,
+            Call::Peek(n) => Call::Peek(n.resolve(limit)),
+            Call::Remaining => Call::Remaining,
+        }
+    }
+}
+
+impl Call {
+    /// The tokens the call asks for or about: 1 for [`Call::AcquireOne`], 0 for
+    /// [`Call::Remaining`].
+    pub fn n(self) -> u64 {
+        match self {
+            Call::Acquire(n) | Call::Peek(n) => n,
+            Call::AcquireOne => 1,
+            Call::Remaining => 0,
+        }
+    }
+
+    /// Whether the call takes what it is granted ([`Call::Acquire`], [`Call::AcquireOne`]).
+    pub fn takes(self) -> bool {
+        matches!(self, Call::Acquire(_) | Call::AcquireOne)
+    }
+}
+
+/// The operation every direct driver's `Op` embeds for the calls any [`Limiter`] answers: the
+/// call, its amount relative to the limit, and whether it reads the limiter's clock (`clock:
+/// true`) or is given the reading (the `_at` form; the driver keeps the clock at the same
+/// reading either way).
+///
+/// ```
+/// use testkit::driver::limiter::{Amount, Call, Request};
+/// let request = Request::at(Call::Acquire(Amount::Limit));
+/// assert_eq!(request, Request { call: Call::Acquire(Amount::Limit), clock: false });
+/// assert!(Request::via_clock(Call::Remaining).clock);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// What is asked.
+    pub call: Call<Amount>,
+    /// Read the clock instead of passing the reading.
+    pub clock: bool,
+}
+
+impl Request {
+    /// `call` in its `_at` form.
+    pub fn at(call: Call<Amount>) -> Request {
+        Request { call, clock: false }
+    }
+
+    /// `call` in the form that reads the limiter's clock.
+    pub fn via_clock(call: Call<Amount>) -> Request {
+        Request { call, clock: true }
+    }
+
+    /// Resolves the amount against `limit` and makes the call on the limiter and on the model at
+    /// the reading `now` ([`check`]). Returns the resolved call and the answer.
+    ///
+    /// # Panics
+    ///
+    /// When the answers differ.
+    ///
+    /// ```
+    /// use testkit::driver::limiter::{Amount, Call, Request};
+    /// use testkit::reference::log::RefLog;
+    /// use tollgate::{window::SlidingWindowLog, ManualClock, Quota};
+    /// let log = SlidingWindowLog::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+    /// let mut model = RefLog::new(2, 1_000_000_000);
+    /// let request = Request::at(Call::Acquire(Amount::AboveLimit));
+    /// let (call, answer) = request.check(&log, &mut model, 2, 0, &|| "a doc example".to_string());
+    /// assert_eq!(call, Call::Acquire(3));
+    /// assert!(!answer.is_admitted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check<L: Limiter + ?Sized, M: Model + ?Sized>(
+        self,
+        limiter: &L,
+        model: &mut M,
+        limit: u64,
+        now: u64,
+        context: &dyn Fn() -> String,
+    ) -> (Call, Outcome) {
+        let call = self.call.resolve(limit);
+        (call, check(limiter, model, call, now, self.clock, context))
+    }
 }
 
 /// The limiter's answer to `call` at the reading `now` (with the `_at` form, or with the form that

@@ -3,7 +3,7 @@
 //!
 //! Used by `tests/sliding_log_model.rs` (proptest) and the fuzz crate's `sliding_log_ops` target
 //! (arbitrary); each generates [`LogSpec`]s and [`LogOp`]s its own way. The calls any limiter
-//! answers go through [`crate::driver::limiter`].
+//! answers go through [`crate::driver::limiter`]; the clock moves by [`Step`]s measured in windows.
 
 use std::time::Duration;
 
@@ -11,7 +11,8 @@ use tollgate::window::SlidingWindowLog;
 use tollgate::{Clock, Denied, ManualClock, Nanos, Quota, QuotaError};
 
 use crate::consts::MAX_USABLE_NS as MAX_USABLE;
-use crate::driver::limiter::{check, Call};
+use crate::driver::limiter::Request;
+use crate::driver::step::Step;
 use crate::reference::log::{RefLog, MAX_LOG};
 use crate::Outcome;
 
@@ -63,104 +64,21 @@ impl LogSpec {
     }
 }
 
-/// A number of admissions, chosen relative to N.
+/// One operation: a call every limiter answers, a step of the clock in windows, or the log's own
+/// jump to where an admission leaves the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogAmount {
-    /// 0: a query.
-    Zero,
-    /// 1.
-    One,
-    /// `min(N, x)`.
-    Few(u8),
-    /// N.
-    Count,
-    /// N + 1: never possible.
-    AboveCount,
-    /// Exactly this many.
-    Raw(u64),
-}
-
-impl LogAmount {
-    /// The number for a log of `count`.
-    pub fn resolve(self, count: u64) -> u64 {
-        match self {
-            LogAmount::Zero => 0,
-            LogAmount::One => 1,
-            LogAmount::Few(x) => count.min(u64::from(x)),
-            LogAmount::Count => count,
-            LogAmount::AboveCount => count + 1,
-            LogAmount::Raw(n) => n,
-        }
-    }
-}
-
-/// A change of the clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogStep {
-    /// Forward by this many nanoseconds (saturating).
-    Nanos(u64),
-    /// Forward by `num / den` windows (den 0 counts as 1), saturating: up to millions of windows.
-    Windows {
-        /// Numerator.
-        num: u32,
-        /// Denominator.
-        den: u8,
-    },
-    /// To `u64::MAX`.
-    ToMax,
-    /// Back by this many nanoseconds (to at least 0).
-    BackNanos(u64),
-    /// Back by `num / den` windows.
-    BackWindows {
-        /// Numerator.
-        num: u32,
-        /// Denominator.
-        den: u8,
-    },
-    /// To exactly this reading.
-    Set(u64),
-    /// To the `retry_at` of the latest denial (one nanosecond before it when `early`), or nowhere
-    /// when there was none: the boundary where an admission leaves the window.
+pub enum LogOp {
+    /// `try_acquire(_n)`, `peek_n` or `remaining`, through [`crate::driver::limiter::check`].
+    Call(Request),
+    /// Moves the clock.
+    Time(Step),
+    /// Sets the clock to the `retry_at` of the latest denial (one nanosecond before it when
+    /// `early`), or leaves it when there was none: the boundary where an admission leaves the
+    /// window.
     LastRetry {
         /// One nanosecond early.
         early: bool,
     },
-}
-
-fn windows(num: u32, den: u8, window: u64) -> u64 {
-    let ns = u128::from(num) * u128::from(window) / u128::from(den.max(1));
-    u64::try_from(ns).unwrap_or(u64::MAX)
-}
-
-/// One operation. `clock: true` uses the method that reads the log's clock, `false` the `_at` form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogOp {
-    /// `try_acquire_n(_at)`.
-    Acquire {
-        /// How many.
-        n: LogAmount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `try_acquire(_at)`.
-    AcquireOne {
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `peek_n(_at)`.
-    Peek {
-        /// How many.
-        n: LogAmount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `remaining(_at)`.
-    Remaining {
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// Moves the clock.
-    Time(LogStep),
 }
 
 /// Builds the log both ways and checks they agree. Returns the log, its clock and the model when
@@ -209,64 +127,26 @@ pub fn run(spec: &LogSpec, start: u64, ops: &[LogOp]) {
     let count = model.count;
     let window = model.window;
     let mut now = start;
-    let last_retry = std::cell::Cell::new(None::<u64>);
-    let note = |outcome: Outcome| {
-        if let Outcome::Denied { retry_at_ns, .. } = outcome {
-            last_retry.set(Some(retry_at_ns));
-        }
-        outcome
-    };
+    // The `retry_at` of the latest denial, for `LastRetry`.
+    let mut last_retry = None::<u64>;
     for (i, &op) in ops.iter().enumerate() {
         let context = move || format!("op {i} {op:?} at {now} ns, {spec:?} from {start}");
         match op {
-            LogOp::Acquire { n, clock: read } => {
-                let call = Call::Acquire(n.resolve(count));
-                note(check(&log, &mut model, call, now, read, &context));
+            LogOp::Call(request) => {
+                let (_, got) = request.check(&log, &mut model, count, now, &context);
+                if let Outcome::Denied { retry_at_ns, .. } = got {
+                    last_retry = Some(retry_at_ns);
+                }
             }
-            LogOp::AcquireOne { clock: read } => {
-                note(check(
-                    &log,
-                    &mut model,
-                    Call::AcquireOne,
-                    now,
-                    read,
-                    &context,
-                ));
-            }
-            LogOp::Peek { n, clock: read } => {
-                let call = Call::Peek(n.resolve(count));
-                note(check(&log, &mut model, call, now, read, &context));
-            }
-            LogOp::Remaining { clock: read } => {
-                check(&log, &mut model, Call::Remaining, now, read, &context);
-            }
-            LogOp::Time(step) => {
-                let before = now;
-                let forward = |ns: u64| {
-                    clock.advance(Duration::from_nanos(ns));
-                    before.saturating_add(ns)
-                };
-                let set = |t: u64| {
-                    clock.set(Nanos::new(t));
-                    t
-                };
-                now = match step {
-                    LogStep::Nanos(ns) => forward(ns),
-                    LogStep::Windows { num, den } => forward(windows(num, den, window)),
-                    LogStep::ToMax => forward(u64::MAX),
-                    LogStep::BackNanos(ns) => set(now.saturating_sub(ns)),
-                    LogStep::BackWindows { num, den } => {
-                        set(now.saturating_sub(windows(num, den, window)))
-                    }
-                    LogStep::Set(t) => set(t),
-                    LogStep::LastRetry { early } => match last_retry.get() {
-                        Some(t) => set(t.saturating_sub(u64::from(early))),
-                        None => now,
-                    },
-                };
-                assert_eq!(log.clock().now(), Nanos::new(now), "clock: {}", context());
+            LogOp::Time(step) => now = step.apply(&clock, now, window),
+            LogOp::LastRetry { early } => {
+                if let Some(t) = last_retry {
+                    now = t.saturating_sub(u64::from(early));
+                    clock.set(Nanos::new(now));
+                }
             }
         }
+        assert_eq!(log.clock().now(), Nanos::new(now), "clock: {}", context());
         assert_eq!(
             log.remaining_at(Nanos::new(now)),
             model.remaining(now),

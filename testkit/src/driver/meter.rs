@@ -2,22 +2,27 @@
 //! operations and asserts that every answer is identical, to the nanosecond.
 //!
 //! Used by `tests/leaky_meter_model.rs` (proptest) and the fuzz crate's `leaky_ops` target
-//! (arbitrary), with the bucket driver's quota specs, amounts and clock steps. The strict calls go
-//! through [`crate::driver::limiter`]; scheduling is this driver's own.
+//! (arbitrary), with the bucket driver's quota specs. The strict calls go through
+//! [`crate::driver::limiter`], the clock moves by [`Step`]s; scheduling is this driver's own.
 
 use std::time::Duration;
 
 use tollgate::{leaky::LeakyMeter, AcquireError, Clock, ManualClock, Nanos, Scheduled};
 
 use crate::consts::MAX_USABLE_NS;
-use crate::driver::bucket::{check_quota, Amount, QuotaSpec, Step};
-use crate::driver::limiter::{check, Call};
+use crate::driver::bucket::{check_quota, QuotaSpec};
+use crate::driver::limiter::{Amount, Request};
+use crate::driver::step::Step;
 use crate::reference::meter::{RefMeter, RefSchedule};
 
-/// One operation on the meter. `clock: true` uses the method that reads the meter's clock,
-/// `false` the `_at` form with the same reading.
+/// One operation on the meter: a (strict) call every limiter answers, a scheduling call, or a
+/// step of the clock (in the quota's intervals). `clock: true` uses the method that reads the
+/// meter's clock, `false` the `_at` form with the same reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MeterOp {
+    /// Strict `try_acquire(_n)`, `peek_n` or `remaining`, through
+    /// [`crate::driver::limiter::check`].
+    Call(Request),
     /// `try_schedule_n(_at)`.
     Schedule {
         /// Places asked for.
@@ -34,30 +39,6 @@ pub enum MeterOp {
     PeekSchedule {
         /// Places asked about.
         n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `try_acquire_n(_at)`: strict.
-    Acquire {
-        /// Places asked for.
-        n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `try_acquire(_at)`: strict, one place.
-    AcquireOne {
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `peek_n(_at)`: strict.
-    Peek {
-        /// Places asked about.
-        n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `remaining(_at)`.
-    Remaining {
         /// Read the clock instead of passing the reading.
         clock: bool,
     },
@@ -151,8 +132,7 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
                 } else {
                     meter.try_schedule_n_at(n, at)
                 };
-                let want = representable_schedule(model.schedule(n, now));
-                assert_eq!(observe_schedule(got), want, "schedule {n}: {}", context());
+                check_schedule(got, model.schedule(n, now), &context);
             }
             MeterOp::ScheduleOne { clock: read } => {
                 let got = if read {
@@ -160,13 +140,8 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
                 } else {
                     meter.try_schedule_at(at)
                 };
-                let want = representable_schedule(model.schedule(1, now));
-                assert_eq!(
-                    observe_schedule(got.map_err(AcquireError::Denied)),
-                    want,
-                    "schedule one: {}",
-                    context()
-                );
+                let got = got.map_err(AcquireError::Denied);
+                check_schedule(got, model.schedule(1, now), &context);
             }
             MeterOp::PeekSchedule { n, clock: read } => {
                 let n = n.resolve(capacity);
@@ -175,27 +150,10 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
                 } else {
                     meter.peek_schedule_n_at(n, at)
                 };
-                let want = representable_schedule(model.peek_schedule(n, now));
-                assert_eq!(
-                    observe_schedule(got),
-                    want,
-                    "peek schedule {n}: {}",
-                    context()
-                );
+                check_schedule(got, model.peek_schedule(n, now), &context);
             }
-            MeterOp::Acquire { n, clock: read } => {
-                let call = Call::Acquire(n.resolve(capacity));
-                check(&meter, &mut model, call, now, read, &context);
-            }
-            MeterOp::AcquireOne { clock: read } => {
-                check(&meter, &mut model, Call::AcquireOne, now, read, &context);
-            }
-            MeterOp::Peek { n, clock: read } => {
-                let call = Call::Peek(n.resolve(capacity));
-                check(&meter, &mut model, call, now, read, &context);
-            }
-            MeterOp::Remaining { clock: read } => {
-                check(&meter, &mut model, Call::Remaining, now, read, &context);
+            MeterOp::Call(request) => {
+                request.check(&meter, &mut model, capacity, now, &context);
             }
             MeterOp::Time(step) => {
                 now = step.apply(&clock, now, policy.interval_ns);
@@ -209,6 +167,16 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
             context()
         );
     }
+}
+
+/// Asserts that the meter's answer to a scheduling call is the model's, as the crate can report it.
+fn check_schedule(
+    got: Result<Scheduled, AcquireError>,
+    want: RefSchedule,
+    context: &dyn Fn() -> String,
+) {
+    let want = representable_schedule(want);
+    assert_eq!(observe_schedule(got), want, "{}", context());
 }
 
 /// Checks the promise callers rely on, independently of the model: requests read at

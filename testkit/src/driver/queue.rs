@@ -21,6 +21,7 @@ use tollgate::leaky::{self, LeakyReceiver, LeakySender, TryRecvError, TrySendErr
 use tollgate::{ManualClock, Nanos, Quota, QuotaError};
 
 use crate::consts::MAX_USABLE_NS;
+use crate::driver::step::Step;
 
 /// The largest capacity a leaky queue accepts (`leaky::MAX_QUEUE_CAPACITY`).
 pub const MAX_CAPACITY: u64 = 1 << 24;
@@ -56,10 +57,8 @@ impl QueueSpec {
 /// One step of a run. `producer` indices are taken modulo [`PRODUCERS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueOp {
-    /// Move the reading forward by this many nanoseconds (saturating).
-    Advance(u64),
-    /// Set the reading to any value, earlier ones included.
-    Set(u64),
+    /// Moves the reading (in the queue's intervals), earlier ones included.
+    Time(Step),
     /// A producer offers its next item: `try_send_at(now)`, or `try_send` on the clock set to now.
     Send {
         /// Which producer (modulo [`PRODUCERS`]).
@@ -202,8 +201,7 @@ pub fn run(spec: &QueueSpec, start: u64, ops: &[QueueOp]) {
         let context = move || format!("op {i} {op:?} at {at} ns, {spec:?} from {start}");
         let Some(queue) = rx.as_mut() else { break };
         match op {
-            QueueOp::Advance(d) => now = now.saturating_add(d),
-            QueueOp::Set(t) => now = t,
+            QueueOp::Time(step) => now = step.next(now, model.interval),
             QueueOp::Send {
                 producer,
                 clock: read,

@@ -3,47 +3,46 @@
 //! answer and the documented bounds.
 //!
 //! Used by `tests/sharded_model.rs` (proptest) and the fuzz crate's `sharded_ops` target
-//! (arbitrary), with the bucket driver's quota specs, amounts and clock steps.
+//! (arbitrary), with the bucket driver's quota specs. The calls any limiter answers go through
+//! [`crate::driver::limiter`] from the thread's home, the clock moves by [`Step`]s; homes chosen
+//! per call, peeks then takes, and refunds are this driver's own.
 
 use tollgate::{sharded, AcquireError, Admitted, Clock, ManualClock, Nanos, ShardedBucket};
 
 use crate::consts::MAX_USABLE_NS;
-use crate::driver::bucket::{check_quota, Amount, QuotaSpec, Step};
-use crate::outcome::{observe, observe_one};
+use crate::driver::bucket::{check_quota, QuotaSpec};
+use crate::driver::limiter::{Amount, Model, Request};
+use crate::driver::step::Step;
+use crate::outcome::observe;
 use crate::reference::sharded::ShardedModel;
+use crate::Outcome;
 
-/// Who calls: a home chosen by the caller (`_from`), or the calling thread's own slot.
+/// Who gives tokens back: a home chosen by the caller (`refund_from`), or the calling thread's own
+/// slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller {
-    /// `try_acquire_n_from` / `refund_from` with this home (any `usize`: it is masked).
+    /// `refund_from` with this home (any `usize`: it is masked).
     From(usize),
-    /// The `_at` form: the thread's home, the reading passed in.
+    /// `refund_at`: the thread's home, the reading passed in.
     At,
-    /// The form that reads the limiter's clock: the thread's home.
+    /// `refund`, which reads the limiter's clock: the thread's home.
     Clock,
 }
 
-/// One operation on the limiter.
+/// One operation on the limiter: a call every limiter answers (from the calling thread's home),
+/// one of the sharded bucket's own (a caller's chosen home, a peek then a take, a refund), or a
+/// step of the clock (in the quota's intervals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShardOp {
-    /// `try_acquire_n_from`, `try_acquire_n_at` or `try_acquire_n`.
-    Acquire {
+    /// `try_acquire(_n)(_at)`, `peek_n(_at)` or `remaining(_at)` from the thread's home, through
+    /// [`crate::driver::limiter::check`] against the model seen from that home.
+    Call(Request),
+    /// `try_acquire_n_from(home, n, t)`.
+    AcquireFrom {
         /// Tokens asked for.
         n: Amount,
-        /// Who asks.
-        caller: Caller,
-    },
-    /// `try_acquire_at` or `try_acquire`: one token, the thread's home.
-    AcquireOne {
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
-    /// `peek_n_at` or `peek_n`.
-    Peek {
-        /// Tokens asked about.
-        n: Amount,
-        /// Read the clock instead of passing the reading.
-        clock: bool,
+        /// The caller's home (any `usize`: it is masked).
+        home: usize,
     },
     /// `peek_n_at(n, t)` then at once `try_acquire_n_from(home, n, t)`: they must agree.
     PeekThenAcquire {
@@ -59,13 +58,26 @@ pub enum ShardOp {
         /// Who gives them back.
         caller: Caller,
     },
-    /// `remaining_at` or `remaining`.
-    Remaining {
-        /// Read the clock instead of passing the reading.
-        clock: bool,
-    },
     /// Moves the clock.
     Time(Step),
+}
+
+/// The sharded model as one caller sees it: every call from `home`, `remaining` over all shards.
+struct FromHome<'a> {
+    model: &'a mut ShardedModel,
+    home: usize,
+}
+
+impl Model for FromHome<'_> {
+    fn acquire(&mut self, n: u64, now_ns: u64) -> Outcome {
+        self.model.acquire(self.home, n, now_ns)
+    }
+    fn peek(&self, n: u64, now_ns: u64) -> Outcome {
+        self.model.peek(self.home, n, now_ns)
+    }
+    fn remaining(&self, now_ns: u64) -> u64 {
+        self.model.tokens(now_ns)
+    }
 }
 
 /// The calling thread's home shard, modulo [`sharded::MAX_SHARDS`], found through the public API.
@@ -163,54 +175,36 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
             format!("op {i} {op:?} at {reading} ns, {spec:?}, shards {shards:?} from {start}")
         };
         let mut took = 0u64;
+        // One caller alone is denied `1 <= n <= C` exactly when fewer than `n` whole tokens are
+        // there; answers how many were taken.
+        let one_caller = |n: u64, got: &Outcome| {
+            if !(1..=capacity).contains(&n) {
+                return 0;
+            }
+            assert_eq!(got.is_admitted(), before >= n, "one caller: {}", context());
+            if got.is_admitted() {
+                n
+            } else {
+                0
+            }
+        };
         match op {
-            ShardOp::Acquire { n, caller } => {
-                let n = n.resolve(capacity);
-                let (got, home) = match caller {
-                    Caller::From(home) => (limiter.try_acquire_n_from(home, n, at), home),
-                    Caller::At => (limiter.try_acquire_n_at(n, at), slot),
-                    Caller::Clock => (limiter.try_acquire_n(n), slot),
+            ShardOp::Call(request) => {
+                let mut seen = FromHome {
+                    model: &mut model,
+                    home: slot,
                 };
-                let got = observe(got);
-                assert_eq!(
-                    got,
-                    model.acquire(home, n, now).representable(),
-                    "acquire {n}: {}",
-                    context()
-                );
-                if (1..=capacity).contains(&n) {
-                    assert_eq!(got.is_admitted(), before >= n, "one caller: {}", context());
-                    took = if got.is_admitted() { n } else { 0 };
+                let (call, got) = request.check(&limiter, &mut seen, capacity, now, &context);
+                if call.takes() {
+                    took = one_caller(call.n(), &got);
                 }
             }
-            ShardOp::AcquireOne { clock: read } => {
-                let got = observe_one(if read {
-                    limiter.try_acquire()
-                } else {
-                    limiter.try_acquire_at(at)
-                });
-                assert_eq!(
-                    got,
-                    model.acquire(slot, 1, now).representable(),
-                    "acquire one: {}",
-                    context()
-                );
-                assert_eq!(got.is_admitted(), before >= 1, "one caller: {}", context());
-                took = u64::from(got.is_admitted());
-            }
-            ShardOp::Peek { n, clock: read } => {
+            ShardOp::AcquireFrom { n, home } => {
                 let n = n.resolve(capacity);
-                let got = if read {
-                    limiter.peek_n(n)
-                } else {
-                    limiter.peek_n_at(n, at)
-                };
-                assert_eq!(
-                    observe(got),
-                    model.peek(slot, n, now).representable(),
-                    "peek {n}: {}",
-                    context()
-                );
+                let got = observe(limiter.try_acquire_n_from(home, n, at));
+                let want = model.acquire(home, n, now).representable();
+                assert_eq!(got, want, "acquire {n} from {home}: {}", context());
+                took = one_caller(n, &got);
             }
             ShardOp::PeekThenAcquire { n, home } => {
                 let n = n.resolve(capacity);
@@ -251,14 +245,6 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
                 };
                 model.refund(home, n, now);
                 refunded += u128::from(n);
-            }
-            ShardOp::Remaining { clock: read } => {
-                let got = if read {
-                    limiter.remaining()
-                } else {
-                    limiter.remaining_at(at)
-                };
-                assert_eq!(got, model.tokens(now), "remaining: {}", context());
             }
             ShardOp::Time(step) => {
                 now = step.apply(&clock, now, policy.interval_ns);

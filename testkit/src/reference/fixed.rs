@@ -2,7 +2,8 @@
 //! model through the same operations and asserts identical answers.
 //!
 //! Used by `tests/fixed_window_model.rs` (proptest) and the fuzz crate's `fixed_window_ops`
-//! target (arbitrary). The calls any limiter answers go through [`crate::driver::limiter`].
+//! target (arbitrary). The calls any limiter answers go through [`crate::driver::limiter`]; the
+//! clock moves by [`Step`]s measured in windows.
 //!
 //! The model is written from the definition, not from the crate: a map from window number to count,
 //! windows numbered by floor division in `i128` from the alignment offset, and "time only moves
@@ -12,10 +13,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tollgate::window::{Alignment, FixedWindow};
-use tollgate::{Clock, ManualClock, Nanos, Quota, QuotaError};
+use tollgate::{ManualClock, Nanos, Quota, QuotaError};
 
 use crate::consts::MAX_USABLE_NS;
-use crate::driver::limiter::{check, Call, Model};
+use crate::driver::limiter::{Model, Request};
+use crate::driver::step::Step;
 use crate::Outcome;
 
 /// The model: `limit` per window of `length` ns, windows starting at `offset + k × length`.
@@ -120,29 +122,14 @@ pub struct Spec {
     pub start: u64,
 }
 
-/// One operation: move the clock by `step` (wrapping at `u64` bounds is avoided by saturating),
-/// then act.
-#[derive(Debug, Clone, Copy)]
+/// One operation: a call every limiter answers, or a step of the clock (in windows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// `try_acquire` (for one) or `try_acquire_n`, reading the clock.
-    Acquire {
-        /// How many.
-        n: u64,
-        /// The clock's move first, in nanoseconds.
-        step: i64,
-    },
-    /// `peek_n_at`.
-    Peek {
-        /// How many.
-        n: u64,
-        /// The clock's move first, in nanoseconds.
-        step: i64,
-    },
-    /// `remaining_at`.
-    Remaining {
-        /// The clock's move first, in nanoseconds.
-        step: i64,
-    },
+    /// `try_acquire(_n)`, `peek_n` or `remaining`, through [`crate::driver::limiter::check`]; a
+    /// denied acquisition's `retry_at` is then checked to be exact.
+    Call(Request),
+    /// Moves the clock.
+    Time(Step),
 }
 
 /// Builds the limiter the spec describes, or the error the crate gives.
@@ -167,14 +154,6 @@ pub fn expected_valid(spec: Spec) -> bool {
     u128::from(spec.count) <= max_count
 }
 
-fn moved(now: u64, step: i64) -> u64 {
-    if step >= 0 {
-        now.saturating_add(step.unsigned_abs())
-    } else {
-        now.saturating_sub(step.unsigned_abs())
-    }
-}
-
 /// Runs `ops` on a limiter built from `spec` and on the model; panics at the first difference.
 /// Returns the model, for checks over the whole run.
 pub fn run(spec: Spec, ops: &[Op]) -> Option<RefFixed> {
@@ -195,25 +174,21 @@ pub fn run(spec: Spec, ops: &[Op]) -> Option<RefFixed> {
     let length = spec.period_ns;
     let mut model = RefFixed::new(spec.count, length, spec.offset % length);
     let clock = limiter.clock().clone();
+    let mut now = spec.start;
     for (i, op) in ops.iter().enumerate() {
-        let (n, step, take) = match *op {
-            Op::Acquire { n, step } => (n, step, true),
-            Op::Peek { n, step } => (n, step, false),
-            Op::Remaining { step } => (0, step, false),
-        };
-        let now = moved(clock.now().as_u64(), step);
-        clock.set(Nanos::new(now));
-        let (call, read) = match *op {
-            Op::Acquire { n: 1, .. } => (Call::AcquireOne, true),
-            Op::Acquire { n, .. } => (Call::Acquire(n), true),
-            Op::Peek { n, .. } => (Call::Peek(n), false),
-            Op::Remaining { .. } => (Call::Remaining, false),
-        };
         let context = || format!("op {i} {op:?} at {now} on {spec:?}");
-        let expected = check(&limiter, &mut model, call, now, read, &context);
-        if let (Outcome::Denied { retry_after_ns, .. }, true) = (expected, take) {
+        let request = match *op {
+            Op::Call(request) => request,
+            Op::Time(step) => {
+                now = step.apply(&clock, now, length);
+                continue;
+            }
+        };
+        let (call, got) = request.check(&limiter, &mut model, spec.count, now, &context);
+        if let (true, Outcome::Denied { retry_after_ns, .. }) = (call.takes(), got) {
             // Exact: the same request one nanosecond before the retry instant is refused, at it
             // admitted (checked on a copy of the model, without touching the limiter).
+            let n = call.n();
             let at = now.min(MAX_USABLE_NS) as u128 + retry_after_ns;
             if let Ok(at) = u64::try_from(at) {
                 if at <= MAX_USABLE_NS {
