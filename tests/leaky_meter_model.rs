@@ -19,7 +19,7 @@ use bucket_driver::{check_quota, QuotaSpec};
 use meter_driver::{check_departures, observe_schedule, run, MeterOp};
 use meter_reference::{RefMeter, RefSchedule};
 use reference::RefPolicy;
-use testkit::driver::limiter::Amount;
+use testkit::driver::limiter::{check_retry_exact, Amount};
 
 // ---------------------------------------------------------------------------------------------
 // Strategies
@@ -138,11 +138,7 @@ proptest! {
             }
         }
         if let Err(AcquireError::Denied(denied)) = meter.peek_n_at(n, Nanos::new(now)) {
-            let at = denied.retry_at();
-            if at < Nanos::MAX_USABLE {
-                prop_assert!(meter.peek_n_at(n, at).is_ok(), "not admitted at {:?}", at);
-                prop_assert!(meter.peek_n_at(n, Nanos::new(at.as_u64() - 1)).is_err());
-            }
+            check_retry_exact(&meter, n, denied.retry_at(), &|| format!("strict {n} at {now}"));
         }
     }
 }

@@ -12,9 +12,10 @@ use proptest::prelude::*;
 use tollgate::window::SlidingWindowLog;
 use tollgate::{AcquireError, ManualClock, Nanos, Quota};
 
-use log_driver::{check_retry_exact, run, LogOp, LogSpec};
+use log_driver::{run, LogOp, LogSpec};
 use log_reference::{RefLog, MAX_LOG};
 use testkit::consts::MAX_USABLE_NS as MAX_USABLE;
+use testkit::driver::limiter::check_retry_exact;
 use testkit::strategies::{request, start, step};
 
 // ---------------------------------------------------------------------------------------------
@@ -120,7 +121,7 @@ proptest! {
         if let Err(AcquireError::Denied(denied)) = log.try_acquire_n_at(n, Nanos::new(now)) {
             let sum = u128::from(now) + denied.retry_after().as_nanos();
             prop_assert_eq!(u128::from(denied.retry_at().as_u64()), sum);
-            check_retry_exact(&log, n, &denied);
+            check_retry_exact(&log, n, denied.retry_at(), &|| format!("{n} at {now}"));
         }
     }
 }
@@ -129,22 +130,6 @@ proptest! {
 // Hand-computed cases: these pin the model (and the crate) to numbers worked out on paper.
 // ---------------------------------------------------------------------------------------------
 
-fn admitted(remaining: u64, reset_after_ns: u128) -> Outcome {
-    Outcome::Admitted {
-        remaining,
-        reset_after_ns,
-    }
-}
-
-fn denied(retry_after_ns: u128, retry_at_ns: u64, remaining: u64, reset_after_ns: u128) -> Outcome {
-    Outcome::Denied {
-        retry_after_ns,
-        retry_at_ns,
-        remaining,
-        reset_after_ns,
-    }
-}
-
 /// Three per 100 ns, admissions at 0, 30 and 60: the model and the crate agree with the paper.
 #[test]
 fn three_per_hundred_nanoseconds() {
@@ -152,16 +137,16 @@ fn three_per_hundred_nanoseconds() {
     let quota = Quota::per_period(3, Duration::from_nanos(100)).unwrap();
     let log = SlidingWindowLog::with_clock(quota, ManualClock::new()).unwrap();
     let steps: [(u64, u64, Outcome); 7] = [
-        (1, 0, admitted(2, 100)),
-        (1, 30, admitted(1, 100)),
-        (1, 60, admitted(0, 100)),
+        (1, 0, Outcome::admitted(2, 100)),
+        (1, 30, Outcome::admitted(1, 100)),
+        (1, 60, Outcome::admitted(0, 100)),
         // Full: 0 leaves at 100.
-        (1, 70, denied(30, 100, 0, 90)),
+        (1, 70, Outcome::denied_until(30, 100, 0, 90)),
         // Two need 30 gone too.
-        (2, 100, denied(30, 130, 1, 60)),
-        (1, 100, admitted(0, 100)),
+        (2, 100, Outcome::denied_until(30, 130, 1, 60)),
+        (1, 100, Outcome::admitted(0, 100)),
         // A backward reading is judged at 100: 30 leaves at 130, 130 - 20 = 110 to wait.
-        (1, 20, denied(110, 130, 0, 180)),
+        (1, 20, Outcome::denied_until(110, 130, 0, 180)),
     ];
     for (n, at, want) in steps {
         assert_eq!(model.acquire(n, at), want, "model: {n} at {at}");
@@ -191,7 +176,7 @@ fn idle_periods_of_any_length() {
         );
     }
     // Readings are clamped at 2^62: the log is full there for good, and says when it would not be.
-    let want = denied(1_000, MAX_USABLE + 1_000, 0, 1_000);
+    let want = Outcome::denied_until(1_000, MAX_USABLE + 1_000, 0, 1_000);
     assert_eq!(model.acquire(1, u64::MAX), want);
     assert_eq!(
         testkit::outcome::observe_one(log.try_acquire_at(Nanos::new(u64::MAX))),

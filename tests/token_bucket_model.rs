@@ -17,7 +17,7 @@ use tollgate::{AcquireError, InsufficientCapacity, ManualClock, Nanos, Quota, To
 use bucket_driver::{check_quota, check_window, run, Op, QuotaSpec, Rate};
 use reference::{RefBucket, RefPolicy};
 use testkit::consts::{MAX_USABLE_NS, YEAR_NS};
-use testkit::driver::limiter::{Amount, Call, Request};
+use testkit::driver::limiter::{check_retry_exact, Amount, Call, Request};
 use testkit::driver::step::Step;
 
 // ---------------------------------------------------------------------------------------------
@@ -196,10 +196,7 @@ proptest! {
             let at = denied.retry_at();
             let sum = u128::from(now) + denied.retry_after().as_nanos();
             prop_assert_eq!(at.as_u64(), u64::try_from(sum).unwrap_or(u64::MAX));
-            if at < Nanos::MAX_USABLE {
-                prop_assert!(bucket.peek_n_at(n, at).is_ok(), "not admitted at {:?}", at);
-                prop_assert!(bucket.peek_n_at(n, Nanos::new(at.as_u64() - 1)).is_err());
-            }
+            check_retry_exact(&bucket, n, at, &|| format!("{n} at {now}"));
         }
     }
 }
@@ -210,22 +207,6 @@ proptest! {
 
 fn policy(count: u64, period: Duration, capacity: u64) -> RefPolicy {
     RefPolicy::new(count, period.as_nanos(), capacity).expect("a valid quota")
-}
-
-fn admitted(remaining: u64, reset_after_ns: u128) -> Outcome {
-    Outcome::Admitted {
-        remaining,
-        reset_after_ns,
-    }
-}
-
-fn denied(retry_after_ns: u128, retry_at_ns: u64, remaining: u64, reset_after_ns: u128) -> Outcome {
-    Outcome::Denied {
-        retry_after_ns,
-        retry_at_ns,
-        remaining,
-        reset_after_ns,
-    }
 }
 
 /// Three per second: the interval 1 s / 3 rounds up to 333_333_334 ns, so three tokens take
@@ -241,10 +222,10 @@ fn three_per_second() {
     let mut model = RefBucket::new(p, 3, 0).unwrap();
     let bucket = TokenBucket::with_clock(Quota::per_second(3).unwrap(), ManualClock::new());
     let expect = [
-        admitted(2, 333_333_334),
-        admitted(1, 666_666_668),
-        admitted(0, 1_000_000_002),
-        denied(333_333_334, 333_333_334, 0, 1_000_000_002),
+        Outcome::admitted(2, 333_333_334),
+        Outcome::admitted(1, 666_666_668),
+        Outcome::admitted(0, 1_000_000_002),
+        Outcome::denied_until(333_333_334, 333_333_334, 0, 1_000_000_002),
     ];
     for want in expect {
         assert_eq!(model.acquire(1, 0), want);
@@ -254,7 +235,7 @@ fn three_per_second() {
         );
     }
     // 100 ns later everything is 100 ns shorter.
-    let want = denied(333_333_234, 333_333_334, 0, 999_999_902);
+    let want = Outcome::denied_until(333_333_234, 333_333_334, 0, 999_999_902);
     assert_eq!(model.peek(1, 100), want);
     assert_eq!(
         testkit::outcome::observe(bucket.peek_n_at(1, Nanos::new(100))),
@@ -269,7 +250,7 @@ fn three_per_second() {
         }
     ));
     assert!(bucket.try_acquire_at(Nanos::new(333_333_333)).is_err());
-    let want = admitted(0, 1_000_000_002);
+    let want = Outcome::admitted(0, 1_000_000_002);
     assert_eq!(model.acquire(1, 333_333_334), want);
     assert_eq!(
         testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(333_333_334))),
@@ -302,7 +283,7 @@ fn one_per_day_with_huge_capacity_uses_coarse_units() {
     let bucket = TokenBucket::with_clock(quota, ManualClock::new());
     let full_ns: u128 = (1u128 << 40) * u128::from(UNIT_INTERVAL_NS);
     // At 1000 ns (inside the first unit) the wait is measured from the reading, not the unit.
-    let want = denied(
+    let want = Outcome::denied_until(
         u128::from(UNIT_INTERVAL_NS) - 1_000,
         UNIT_INTERVAL_NS,
         0,
@@ -314,7 +295,7 @@ fn one_per_day_with_huge_capacity_uses_coarse_units() {
         want
     );
     // The last nanosecond of the unit before: still one nanosecond to wait.
-    let want = denied(
+    let want = Outcome::denied_until(
         1,
         UNIT_INTERVAL_NS,
         0,
@@ -325,7 +306,7 @@ fn one_per_day_with_huge_capacity_uses_coarse_units() {
         testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS - 1))),
         want
     );
-    let want = admitted(0, full_ns);
+    let want = Outcome::admitted(0, full_ns);
     assert_eq!(model.acquire(1, UNIT_INTERVAL_NS), want);
     assert_eq!(
         testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS))),
@@ -343,10 +324,13 @@ fn backwards_reading_sees_less() {
         Quota::per_second(1).unwrap(),
         ManualClock::starting_at(Nanos::new(10 * S)),
     );
-    assert_eq!(model.acquire(1, 10 * S), admitted(0, u128::from(S)));
+    assert_eq!(
+        model.acquire(1, 10 * S),
+        Outcome::admitted(0, u128::from(S))
+    );
     assert!(bucket.try_acquire_at(Nanos::new(10 * S)).is_ok());
     // Five seconds earlier the bucket was 5 s in debt: six seconds to the next token.
-    let want = denied(6 * u128::from(S), 11 * S, 0, 6 * u128::from(S));
+    let want = Outcome::denied_until(6 * u128::from(S), 11 * S, 0, 6 * u128::from(S));
     assert_eq!(model.acquire(1, 5 * S), want);
     assert_eq!(
         testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(5 * S))),
@@ -355,7 +339,7 @@ fn backwards_reading_sees_less() {
     // A refund at that earlier reading pays back one token of the debt only.
     model.refund(1, 5 * S);
     bucket.refund_at(1, Nanos::new(5 * S));
-    let want = denied(5 * u128::from(S), 10 * S, 0, 5 * u128::from(S));
+    let want = Outcome::denied_until(5 * u128::from(S), 10 * S, 0, 5 * u128::from(S));
     assert_eq!(model.peek(1, 5 * S), want);
     assert_eq!(
         testkit::outcome::observe(bucket.peek_n_at(1, Nanos::new(5 * S))),
@@ -375,7 +359,7 @@ fn readings_beyond_max_usable_are_clamped() {
         Quota::per_second(10).unwrap().with_initial(0).unwrap(),
         ManualClock::starting_at(Nanos::new(u64::MAX)),
     );
-    let want = denied(100_000_000, MAX_USABLE_NS + 100_000_000, 0, 1_000_000_000);
+    let want = Outcome::denied_until(100_000_000, MAX_USABLE_NS + 100_000_000, 0, 1_000_000_000);
     assert_eq!(model.acquire(1, u64::MAX), want);
     assert_eq!(testkit::outcome::observe_one(bucket.try_acquire()), want);
     assert_eq!(bucket.remaining_at(Nanos::new(u64::MAX)), 0);
@@ -390,10 +374,10 @@ fn idle_refund_and_capacity_edges() {
     let mut model = RefBucket::new(p, 5, 0).unwrap();
     let bucket = TokenBucket::with_clock(Quota::per_second(5).unwrap(), ManualClock::new());
     let at = Nanos::new(0);
-    assert_eq!(model.acquire(5, 0), admitted(0, 1_000_000_000));
+    assert_eq!(model.acquire(5, 0), Outcome::admitted(0, 1_000_000_000));
     assert_eq!(
         testkit::outcome::observe(bucket.try_acquire_n_at(5, at)),
-        admitted(0, 1_000_000_000)
+        Outcome::admitted(0, 1_000_000_000)
     );
     model.refund(u64::MAX, 0);
     bucket.refund_at(u64::MAX, at);
@@ -401,10 +385,10 @@ fn idle_refund_and_capacity_edges() {
     // Full: a refund changes nothing, and a query reports no time to full.
     model.refund(3, 0);
     bucket.refund_at(3, at);
-    assert_eq!(model.acquire(0, 0), admitted(5, 0));
+    assert_eq!(model.acquire(0, 0), Outcome::admitted(5, 0));
     assert_eq!(
         testkit::outcome::observe(bucket.try_acquire_n_at(0, at)),
-        admitted(5, 0)
+        Outcome::admitted(5, 0)
     );
     let never = InsufficientCapacity {
         requested: 6,
@@ -450,7 +434,7 @@ fn spans_beyond_duration_max_saturate_to_duration_max() {
     let mut model = RefBucket::new(p, 0, 0).unwrap();
     let full_ns: u128 = 10_059 << 81;
     assert_eq!(full_ns, 24_321_169_639_007_109_736_738_848_768);
-    assert_eq!(model.acquire(0, 0), admitted(0, full_ns));
+    assert_eq!(model.acquire(0, 0), Outcome::admitted(0, full_ns));
 
     let quota = Quota::per_day(1)
         .unwrap()

@@ -54,6 +54,40 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// An admission leaving `remaining`, full again after `reset_after_ns`.
+    ///
+    /// ```
+    /// use testkit::Outcome;
+    /// assert!(Outcome::admitted(2, 100).is_admitted());
+    /// ```
+    pub fn admitted(remaining: u64, reset_after_ns: u128) -> Outcome {
+        Outcome::Admitted {
+            remaining,
+            reset_after_ns,
+        }
+    }
+
+    /// A denial with every figure given, `retry_at_ns` included (for outcomes worked out on paper;
+    /// [`Outcome::denied`] computes `retry_at_ns` from the reading).
+    ///
+    /// ```
+    /// use testkit::Outcome;
+    /// assert_eq!(Outcome::denied_until(5, 12, 0, 5), Outcome::denied(7, 5, 0, 5));
+    /// ```
+    pub fn denied_until(
+        retry_after_ns: u128,
+        retry_at_ns: u64,
+        remaining: u64,
+        reset_after_ns: u128,
+    ) -> Outcome {
+        Outcome::Denied {
+            retry_after_ns,
+            retry_at_ns,
+            remaining,
+            reset_after_ns,
+        }
+    }
+
     /// A denial at the reading `now_ns`, its `retry_at_ns` computed as the crate documents it:
     /// the reading clamped to [`MAX_USABLE_NS`], plus `retry_after_ns`, saturating at `u64::MAX`.
     ///

@@ -13,6 +13,8 @@
 
 use tollgate::{AcquireError, Limiter, Nanos};
 
+use crate::consts::MAX_USABLE_NS;
+
 use crate::outcome::{observe, observe_one};
 use crate::reference::bucket::RefBucket;
 use crate::reference::counter::RefCounter;
@@ -345,4 +347,48 @@ pub fn check<L: Limiter + ?Sized, M: Model + ?Sized>(
     let want = expect(model, call, now);
     assert_eq!(got, want, "{call:?} at {now}: {}", context());
     got
+}
+
+/// Checks that `retry_at`, a denial's for `n`, is the exact earliest reading at which `limiter`
+/// admits `n`: a peek for `n` there succeeds, and a peek one nanosecond earlier does not. Peeks
+/// only, so the limiter is left as it was. A `retry_at` past the readings the crate uses
+/// ([`MAX_USABLE_NS`]; later readings are clamped to it) is not checked.
+///
+/// # Panics
+///
+/// When either peek answers otherwise, naming `context()`.
+///
+/// ```
+/// use testkit::driver::limiter::check_retry_exact;
+/// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+/// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+/// bucket.try_acquire_n_at(2, Nanos::new(0))?;
+/// let denied = bucket.try_acquire_at(Nanos::new(0)).unwrap_err();
+/// check_retry_exact(&bucket, 1, denied.retry_at(), &|| "a doc example".to_string());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn check_retry_exact<L: Limiter + ?Sized>(
+    limiter: &L,
+    n: u64,
+    retry_at: Nanos,
+    context: &dyn Fn() -> String,
+) {
+    let at = retry_at.as_u64();
+    if at > MAX_USABLE_NS {
+        return;
+    }
+    let on = limiter.peek_n_at(n, retry_at);
+    assert!(
+        on.is_ok(),
+        "{n} refused at retry_at {at}: {on:?}: {}",
+        context()
+    );
+    if let Some(before) = at.checked_sub(1) {
+        let early = limiter.peek_n_at(n, Nanos::new(before));
+        assert!(
+            early.is_err(),
+            "{n} admitted before retry_at {at}: {early:?}: {}",
+            context()
+        );
+    }
 }

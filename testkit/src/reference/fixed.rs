@@ -16,7 +16,7 @@ use tollgate::window::{Alignment, FixedWindow};
 use tollgate::{ManualClock, Nanos, Quota, QuotaError};
 
 use crate::consts::MAX_USABLE_NS;
-use crate::driver::limiter::{Model, Request};
+use crate::driver::limiter::{check_retry_exact, Model, Request};
 use crate::driver::step::Step;
 use crate::Outcome;
 
@@ -197,10 +197,7 @@ pub fn run(spec: Spec, ops: &[Op]) -> Option<RefFixed> {
                         matches!(copy.acquire(n, at, true), Outcome::Admitted { .. }),
                         "admitted at retry_at"
                     );
-                    let peek = limiter.peek_n_at(n, Nanos::new(at));
-                    assert!(peek.is_ok(), "the limiter admits at retry_at: {peek:?}");
-                    let before = limiter.peek_n_at(n, Nanos::new(at - 1));
-                    assert!(before.is_err(), "refused just before retry_at: {before:?}");
+                    check_retry_exact(&limiter, n, Nanos::new(at), &context);
                 }
             }
         }
