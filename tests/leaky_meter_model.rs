@@ -80,12 +80,7 @@ fn op() -> impl Strategy<Value = MeterOp> {
 // ---------------------------------------------------------------------------------------------
 
 proptest! {
-    // No regression files: a failure prints the minimal case, which belongs in a unit test here.
-    #![proptest_config(ProptestConfig {
-        cases: 1024,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(testkit::strategies::unpersisted(1024))]
 
     /// Every answer of every operation equals the model's, to the nanosecond.
     #[test]

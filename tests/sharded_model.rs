@@ -122,12 +122,7 @@ fn op(refunds: bool) -> impl Strategy<Value = ShardOp> {
 }
 
 proptest! {
-    // No regression files: a failure prints the minimal case, which belongs in a unit test.
-    #![proptest_config(ProptestConfig {
-        cases: 2048,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(testkit::strategies::unpersisted(2048))]
 
     /// Every answer equals the sharded model's, and the limit `C + R × t` (plus refunds) holds.
     #[test]
@@ -241,11 +236,7 @@ impl Scale {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 1024,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(testkit::strategies::unpersisted(1024))]
 
     /// The documented shortfall, exactly (see the file's docs): quotas of `count` per
     /// `count × k` ns, so that the one bucket's interval `k` is exact and its rate is `R`.

@@ -82,12 +82,7 @@ fn op() -> impl Strategy<Value = LogOp> {
 // ---------------------------------------------------------------------------------------------
 
 proptest! {
-    // No regression files: a failure prints the minimal case, which belongs in a unit test here.
-    #![proptest_config(ProptestConfig {
-        cases: 2048,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(testkit::strategies::unpersisted(2048))]
 
     /// Every answer of every operation equals the model's, to the nanosecond.
     #[test]

@@ -122,12 +122,7 @@ fn op() -> impl Strategy<Value = Op> {
 // ---------------------------------------------------------------------------------------------
 
 proptest! {
-    // No regression files: a failure prints the minimal case, which belongs in a unit test here.
-    #![proptest_config(ProptestConfig {
-        cases: 2048,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(testkit::strategies::unpersisted(2048))]
 
     /// Every answer of every operation equals the model's, to the nanosecond.
     #[test]
@@ -142,11 +137,7 @@ proptest! {
 
 proptest! {
     // As above.
-    #![proptest_config(ProptestConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(testkit::strategies::unpersisted(512))]
 
     /// Quota validation agrees with the documented ranges, field for field.
     #[test]

@@ -130,3 +130,20 @@ pub fn spread() -> impl Strategy<Value = (Step, Amount)> {
     )
         .prop_map(|(num, den, n)| (Step::Units { num, den }, n))
 }
+
+/// A proptest configuration of `cases` cases that writes no regression file: a failure prints its
+/// minimal case, which belongs in a unit test beside the property (a saved seed stops meaning the
+/// same case as soon as a strategy changes).
+///
+/// ```
+/// let config = testkit::strategies::unpersisted(64);
+/// assert_eq!(config.cases, 64);
+/// assert!(config.failure_persistence.is_none());
+/// ```
+pub fn unpersisted(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
