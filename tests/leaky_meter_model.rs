@@ -169,12 +169,12 @@ fn three_per_second_burst_is_spaced_and_the_fourth_refused() {
         scheduled(0, 0, 1, 2, u128::from(I)),
         scheduled(u128::from(I), I, 2, 1, u128::from(2 * I)),
         scheduled(u128::from(2 * I), 2 * I, 3, 0, u128::from(3 * I)),
-        RefSchedule::Denied {
-            retry_after_ns: u128::from(I),
-            retry_at_ns: I,
-            remaining: 0,
-            reset_after_ns: u128::from(3 * I),
-        },
+        RefSchedule::Refused(Outcome::denied_until(
+            u128::from(I),
+            I,
+            0,
+            u128::from(3 * I),
+        )),
     ];
     for want in expect {
         assert_eq!(model.schedule(1, 0), want);

@@ -13,6 +13,7 @@ use crate::consts::MAX_USABLE_NS;
 use crate::driver::bucket::{check_quota, QuotaSpec};
 use crate::driver::limiter::{Amount, Request};
 use crate::driver::step::Step;
+use crate::outcome::observe;
 use crate::reference::meter::{RefMeter, RefSchedule};
 
 /// One operation on the meter: a (strict) call every limiter answers, a scheduling call, or a
@@ -56,18 +57,8 @@ pub fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSchedule 
             remaining: s.remaining(),
             reset_after_ns: s.reset_after().as_nanos(),
         },
-        Err(AcquireError::Denied(d)) => RefSchedule::Denied {
-            retry_after_ns: d.retry_after().as_nanos(),
-            retry_at_ns: d.retry_at().as_u64(),
-            remaining: d.remaining(),
-            reset_after_ns: d.reset_after().as_nanos(),
-        },
-        Err(AcquireError::InsufficientCapacity(e)) => RefSchedule::InsufficientCapacity {
-            requested: e.requested,
-            capacity: e.capacity,
-        },
-        // An in-process limiter refuses only in the two ways above; a new kind is a bug here.
-        Err(other) => panic!("a refusal the model does not know: {other}"),
+        // Refused as every limiter refuses (`observe` panics on a kind the model does not know).
+        Err(e) => RefSchedule::Refused(observe(Err(e))),
     }
 }
 
@@ -88,18 +79,7 @@ pub fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
             remaining,
             reset_after_ns: reset_after_ns.min(max),
         },
-        RefSchedule::Denied {
-            retry_after_ns,
-            retry_at_ns,
-            remaining,
-            reset_after_ns,
-        } => RefSchedule::Denied {
-            retry_after_ns: retry_after_ns.min(max),
-            retry_at_ns,
-            remaining,
-            reset_after_ns: reset_after_ns.min(max),
-        },
-        RefSchedule::InsufficientCapacity { .. } => outcome,
+        RefSchedule::Refused(refusal) => RefSchedule::Refused(refusal.representable()),
     }
 }
 

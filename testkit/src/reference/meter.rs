@@ -42,24 +42,10 @@ pub enum RefSchedule {
         /// Nanoseconds until the queue is empty.
         reset_after_ns: u128,
     },
-    /// Refused for now.
-    Denied {
-        /// Nanoseconds until the same request would fit.
-        retry_after_ns: u128,
-        /// The clamped reading plus `retry_after_ns`, saturating at `u64::MAX`.
-        retry_at_ns: u64,
-        /// Free places at the reading.
-        remaining: u64,
-        /// Nanoseconds until the queue is empty.
-        reset_after_ns: u128,
-    },
-    /// Refused for ever.
-    InsufficientCapacity {
-        /// Places asked for.
-        requested: u64,
-        /// The capacity.
-        capacity: u64,
-    },
+    /// Refused, as every limiter refuses: [`Outcome::Denied`] for now (its `remaining` the free
+    /// places at the reading, its reset the time until the queue is empty), or
+    /// [`Outcome::InsufficientCapacity`] for ever.
+    Refused(Outcome),
 }
 
 /// One admitted request: it leaves at `start` and holds the queue for `n` intervals (units).
@@ -163,10 +149,11 @@ impl RefMeter {
         hi
     }
 
-    fn denied(&self, drain: i128, at: Reading, retry_at_units: i128) -> (u128, u64, u64, u128) {
+    /// The denial at `at` of a request that first fits at `retry_at_units`.
+    fn denied(&self, drain: i128, at: Reading, retry_at_units: i128) -> Outcome {
         let retry_after_ns = self.ns_from(retry_at_units, at);
         let retry_at = u128::from(at.ns) + retry_after_ns;
-        (
+        Outcome::denied_until(
             retry_after_ns,
             u64::try_from(retry_at).unwrap_or(u64::MAX),
             self.free_at(drain, at.t),
@@ -178,11 +165,11 @@ impl RefMeter {
         let p = &self.policy;
         let at = p.reading(now_ns);
         if n > p.capacity {
-            let outcome = RefSchedule::InsufficientCapacity {
+            let outcome = Outcome::InsufficientCapacity {
                 requested: n,
                 capacity: p.capacity,
             };
-            return (outcome, None);
+            return (RefSchedule::Refused(outcome), None);
         }
         let drain = self.drain();
         let start = drain.max(at.t_up());
@@ -212,15 +199,7 @@ impl RefMeter {
             (outcome, Some(departure))
         } else {
             let retry = self.earliest_fit(drain, at.t, n);
-            let (retry_after_ns, retry_at_ns, remaining, reset_after_ns) =
-                self.denied(drain, at, retry);
-            let outcome = RefSchedule::Denied {
-                retry_after_ns,
-                retry_at_ns,
-                remaining,
-                reset_after_ns,
-            };
-            (outcome, None)
+            (RefSchedule::Refused(self.denied(drain, at, retry)), None)
         }
     }
 
@@ -256,15 +235,7 @@ impl RefMeter {
             (outcome, Some(departure))
         } else {
             // The same request fits exactly when the queue is empty: at the drain time.
-            let (retry_after_ns, retry_at_ns, remaining, reset_after_ns) =
-                self.denied(drain, at, drain);
-            let outcome = Outcome::Denied {
-                retry_after_ns,
-                retry_at_ns,
-                remaining,
-                reset_after_ns,
-            };
-            (outcome, None)
+            (self.denied(drain, at, drain), None)
         }
     }
 
