@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tollgate::{Clock, ManualClock, Nanos, Quota, QuotaError, TokenBucket};
 
-use crate::driver::limiter::{Amount, Request};
+use crate::driver::limiter::{check, Amount, Call, Request};
 use crate::driver::step::Step;
 use crate::outcome::observe;
 use crate::reference::bucket::{self as reference, RefBucket, RefPolicy};
@@ -231,11 +231,8 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
     let mut model = RefBucket::new(policy, initial, start).expect("an initial fill in range");
     let capacity = policy.capacity;
     let mut now = start;
-    assert_eq!(
-        bucket.remaining_at(Nanos::new(now)),
-        model.remaining(now),
-        "remaining at the start, {spec:?} from {start}"
-    );
+    let at_start = || format!("at the start, {spec:?} from {start}");
+    check(&bucket, &mut model, Call::Remaining, now, false, &at_start);
     for (i, &op) in ops.iter().enumerate() {
         let at = Nanos::new(now);
         // Copies of the state before the operation, for the messages.
@@ -264,12 +261,8 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
                 );
             }
         }
-        assert_eq!(
-            bucket.remaining_at(Nanos::new(now)),
-            model.remaining(now),
-            "remaining after {}",
-            context()
-        );
+        let after = || format!("after {}", context());
+        check(&bucket, &mut model, Call::Remaining, now, false, &after);
     }
 }
 

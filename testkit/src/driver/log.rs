@@ -11,7 +11,7 @@ use tollgate::window::SlidingWindowLog;
 use tollgate::{Clock, ManualClock, Nanos, Quota, QuotaError};
 
 use crate::consts::MAX_USABLE_NS as MAX_USABLE;
-use crate::driver::limiter::Request;
+use crate::driver::limiter::{check, Call, Request};
 use crate::driver::step::Step;
 use crate::reference::log::{RefLog, MAX_LOG};
 use crate::Outcome;
@@ -147,11 +147,7 @@ pub fn run(spec: &LogSpec, start: u64, ops: &[LogOp]) {
             }
         }
         assert_eq!(log.clock().now(), Nanos::new(now), "clock: {}", context());
-        assert_eq!(
-            log.remaining_at(Nanos::new(now)),
-            model.remaining(now),
-            "remaining after {}",
-            context()
-        );
+        let after = || format!("after {}", context());
+        check(&log, &mut model, Call::Remaining, now, false, &after);
     }
 }

@@ -11,7 +11,7 @@ use tollgate::{leaky::LeakyMeter, AcquireError, Clock, ManualClock, Nanos, Sched
 
 use crate::consts::MAX_USABLE_NS;
 use crate::driver::bucket::{check_quota, QuotaSpec};
-use crate::driver::limiter::{Amount, Request};
+use crate::driver::limiter::{check, Amount, Call, Request};
 use crate::driver::step::Step;
 use crate::outcome::observe;
 use crate::reference::meter::{RefMeter, RefSchedule};
@@ -94,11 +94,8 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
     let mut model = RefMeter::new(policy, initial, start).expect("an initial fill in range");
     let capacity = policy.capacity;
     let mut now = start;
-    assert_eq!(
-        meter.remaining_at(Nanos::new(now)),
-        model.remaining(now),
-        "remaining at the start, {spec:?} from {start}"
-    );
+    let at_start = || format!("at the start, {spec:?} from {start}");
+    check(&meter, &mut model, Call::Remaining, now, false, &at_start);
     for (i, &op) in ops.iter().enumerate() {
         let at = Nanos::new(now);
         // The reading and the state before the operation, for the messages.
@@ -140,12 +137,8 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
                 assert_eq!(meter.clock().now(), Nanos::new(now), "clock: {}", context());
             }
         }
-        assert_eq!(
-            meter.remaining_at(Nanos::new(now)),
-            model.remaining(now),
-            "remaining after {}",
-            context()
-        );
+        let after = || format!("after {}", context());
+        check(&meter, &mut model, Call::Remaining, now, false, &after);
     }
 }
 
