@@ -19,11 +19,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tollgate::keyed::{Algorithm, KeyedError, KeyedLimiter};
-use tollgate::{Admitted, Clock, ManualClock, Nanos, Quota};
+use tollgate::{AcquireError, Admitted, Clock, ManualClock, Nanos, Quota};
 
 use crate::consts::MAX_USABLE_NS;
 use crate::driver::limiter::{Amount, Call};
 use crate::driver::step::Step;
+use crate::outcome;
 use crate::reference::bucket::{RefBucket, RefPolicy};
 use crate::Outcome;
 
@@ -163,25 +164,14 @@ impl RefKeyed {
     }
 }
 
-/// A keyed limiter's answer in the model's terms (see [`call_key`]).
+/// A keyed limiter's answer in the model's terms (see [`call_key`]): a direct limiter's, since the
+/// driver never fills the map.
 fn observe(result: Result<Admitted, KeyedError>) -> Outcome {
-    match result {
-        Ok(admitted) => Outcome::Admitted {
-            remaining: admitted.remaining(),
-            reset_after_ns: admitted.reset_after().as_nanos(),
-        },
-        Err(KeyedError::Denied(denied)) => Outcome::Denied {
-            retry_after_ns: denied.retry_after().as_nanos(),
-            retry_at_ns: denied.retry_at().as_u64(),
-            remaining: denied.remaining(),
-            reset_after_ns: denied.reset_after().as_nanos(),
-        },
-        Err(KeyedError::InsufficientCapacity(e)) => Outcome::InsufficientCapacity {
-            requested: e.requested,
-            capacity: e.capacity,
-        },
-        Err(e) => panic!("{e}: the driver never fills the map"),
-    }
+    outcome::observe(result.map_err(|e| match e {
+        KeyedError::Denied(denied) => AcquireError::Denied(denied),
+        KeyedError::InsufficientCapacity(e) => AcquireError::InsufficientCapacity(e),
+        e => panic!("{e}: the driver never fills the map"),
+    }))
 }
 
 /// Builds the quota for `count` per `period_ns` with `capacity`, and the model's constants; `None`
