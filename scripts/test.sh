@@ -4,19 +4,21 @@
 #   bash scripts/test.sh              all steps (about 15 minutes from a cold build on 2 cores)
 #   bash scripts/test.sh loom fuzz    only the named steps, in the order given
 #
-# Steps: fmt clippy doc test loom fuzz bench (see the step_* functions below).
+# Steps: fmt clippy doc test redis loom fuzz bench (see the step_* functions below).
 #
 # Environment:
 #   FUZZ_SECONDS   seconds each fuzz target runs (default 60); e.g. FUZZ_SECONDS=10 for a quick pass
 #
 # Works from any directory. Needs rustup with a stable toolchain (rustfmt and clippy are added when
-# missing) and a nightly toolchain for the fuzz step; installs cargo-fuzz when it is missing.
+# missing) and a nightly toolchain for the fuzz step; installs cargo-fuzz when it is missing. The
+# redis step starts its own Redis servers with scripts/redis.sh, which installs Debian's
+# redis-server and redis-tools with apt-get when they are missing.
 # Exits non-zero on any failure; the output of each tool (including cargo test's "test result:"
 # lines) is passed through unchanged.
 #
-# Adding a step (e.g. starting Redis for the integration tests): write a step_<name> function,
-# add <name> to STEPS where it must run, and undo anything it starts in `cleanup`, which runs on
-# every exit, success or failure.
+# Adding a step: write a step_<name> function, add <name> to STEPS where it must run, add its line
+# to `describe`, and undo anything it starts in `cleanup`, which runs on every exit, success or
+# failure (as the redis step's servers are stopped there).
 
 set -euo pipefail
 
@@ -24,7 +26,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-STEPS=(fmt clippy doc test loom fuzz bench)
+STEPS=(fmt clippy doc test redis loom fuzz bench)
+
+# The redis step's directory (servers' data, logs, PIDs and env file); cleanup stops and removes it.
+REDIS_DIR=""
 
 # --- steps -----------------------------------------------------------------------------------------
 
@@ -57,6 +62,17 @@ step_test() {
     # The sharded bucket's saturation measurement (>= 95 % of C + R*t under uneven load), which a
     # debug build skips: it is about speed under contention.
     cargo test --release --test sharded_threads
+}
+
+step_redis() {
+    # A standalone server and a 3-primary, 3-replica cluster on free loopback ports, started fresh
+    # for this run; scripts/redis.sh describes them and the TOLLGATE_REDIS_* variables it exports.
+    REDIS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-redis.XXXXXX")
+    bash scripts/redis.sh start "$REDIS_DIR"
+    # shellcheck source=/dev/null
+    source "$REDIS_DIR/env"
+    # TOLLGATE_REQUIRE_REDIS makes the tests fail, rather than skip, when a server is unreachable.
+    TOLLGATE_REQUIRE_REDIS=1 cargo test --features redis --test redis
 }
 
 step_loom() {
@@ -114,6 +130,7 @@ describe() {
         clippy) echo "cargo clippy, all targets and features, warnings denied" ;;
         doc) echo "cargo doc, warnings denied" ;;
         test) echo "cargo test: unit, integration and doc tests" ;;
+        redis) echo "the Redis integration tests against a standalone server and a cluster started here" ;;
         loom) echo "loom models (release, LOOM_MAX_PREEMPTIONS=2)" ;;
         fuzz) echo "fuzz every target for ${FUZZ_SECONDS}s (nightly)" ;;
         bench) echo "cargo bench --no-run" ;;
@@ -121,9 +138,13 @@ describe() {
     esac
 }
 
-# Undoes anything a step started. Nothing yet.
+# Undoes anything a step started: the redis step's servers and their directory.
 cleanup() {
-    :
+    if [[ -n $REDIS_DIR ]]; then
+        bash scripts/redis.sh stop "$REDIS_DIR"
+        rm -rf "$REDIS_DIR"
+        REDIS_DIR=""
+    fi
 }
 
 # --- driver ----------------------------------------------------------------------------------------
