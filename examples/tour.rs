@@ -498,7 +498,7 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
     }
     departures.sort_unstable();
     let closest = departures.windows(2).map(|w| w[1] - w[0]).min();
-    let spaced = closest.map_or(true, |gap| gap >= interval);
+    let spaced = closest.is_none_or(|gap| gap >= interval);
     let bounded = most_queued <= capacity;
     println!();
     let shown: u64 = meter_out.iter().sum();
@@ -522,7 +522,7 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
     );
     releases.sort_unstable();
     let queue_closest = releases.windows(2).map(|w| w[1] - w[0]).min();
-    let queue_spaced = queue_closest.map_or(true, |gap| gap >= interval);
+    let queue_spaced = queue_closest.is_none_or(|gap| gap >= interval);
     println!(
         "leaky queue: {accepted} accepted, {} handed back Full (the meter keeps a place until its",
         offered.iter().sum::<u64>() - accepted
@@ -865,7 +865,7 @@ fn run_gateway(quota: Quota, bound: usize) -> GatewayRun {
             let key = sprayed_ip(step - spray_from);
             record(Class::Sprayed, gateway.check_key_at(&key, now), None);
         }
-        if t % ABUSER_EVERY_NS == 0 {
+        if t.is_multiple_of(ABUSER_EVERY_NS) {
             record(
                 Class::Abusive,
                 gateway.check_key_at(&ABUSER, now),
@@ -873,7 +873,7 @@ fn run_gateway(quota: Quota, bound: usize) -> GatewayRun {
             );
             run.abuser_last_ns = t;
         }
-        if t % client_gap == 0 {
+        if t.is_multiple_of(client_gap) {
             let c = (t % CLIENT_EVERY_NS) / client_gap;
             record(
                 Class::WellBehaved,

@@ -397,7 +397,7 @@ fn the_worst_case_admits_nearly_2n_within_one_window_length() {
         // N at the last nanosecond of sub-window k − 1 (the window's last sub-window).
         let first = k * sub_w - 1;
         c.try_acquire_n_at(n, at(first)).unwrap();
-        log.extend(std::iter::repeat(first).take(n as usize));
+        log.extend(std::iter::repeat_n(first, n as usize));
         // Then, one by one, as late in the next window as possible, until refused.
         let late = first + w - 1;
         while c.try_acquire_n_at(1, at(late)).is_ok() {

@@ -172,7 +172,7 @@ impl Sweeper {
     pub fn is_finished(&self) -> bool {
         self.thread
             .as_ref()
-            .map_or(true, thread::JoinHandle::is_finished)
+            .is_none_or(thread::JoinHandle::is_finished)
     }
 
     fn end(&mut self) {

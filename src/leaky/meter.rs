@@ -533,7 +533,7 @@ mod tests {
                 for i in 0..per_thread {
                     let now = meter.clock().now();
                     let n = 1 + (i + t as u64) % 3;
-                    if (i + t as u64) % 5 == 0 {
+                    if (i + t as u64).is_multiple_of(5) {
                         if let Ok(ok) = meter.try_acquire_n_at(n, now) {
                             assert!(ok.remaining() <= capacity - n);
                             spans.push((now.as_u64(), n));

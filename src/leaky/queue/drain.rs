@@ -135,7 +135,7 @@ impl<T, C: Clock> DrainHandle<T, C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().map_or(true, JoinHandle::is_finished)
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
     fn request_stop(&self) {

@@ -47,7 +47,7 @@ pub fn expected(count: u64, period_ns: u128, k: u64) -> Result<u64, &'static str
     if period_ns > u128::from(MAX_USABLE_NS) {
         return Err("period");
     }
-    if k == 0 || k > MAX_SUB_WINDOWS || period_ns % u128::from(k) != 0 {
+    if k == 0 || k > MAX_SUB_WINDOWS || !period_ns.is_multiple_of(u128::from(k)) {
         return Err("sub_windows");
     }
     let w = u64::try_from(period_ns / u128::from(k)).map_err(|_| "period")?;

@@ -79,7 +79,7 @@ impl RefLog {
         }
         if k + n <= self.count {
             if write {
-                self.times.extend(std::iter::repeat(t).take(n as usize));
+                self.times.extend(std::iter::repeat_n(t, n as usize));
             }
             return Outcome::Admitted {
                 remaining: self.count - k - n,
