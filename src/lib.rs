@@ -95,6 +95,8 @@ pub mod leaky;
 pub mod limiter;
 pub mod outcome;
 pub mod quota;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod sharded;
 mod sync;
 pub mod token_bucket;

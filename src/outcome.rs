@@ -197,6 +197,20 @@ impl Scheduled {
         }
     }
 
+    /// An admission taken as a departure at once, at `now`: what a limiter that can only admit
+    /// (the Redis meter's local fallback) answers for a scheduling.
+    #[cfg(feature = "redis")]
+    pub(crate) fn at_once(now: u64, a: Admitted) -> Scheduled {
+        Scheduled {
+            now,
+            delay: Span::from_nanos(0),
+            backlog: a.reset.units,
+            level: a.level,
+            unit: a.unit,
+            reset: a.reset,
+        }
+    }
+
     /// How long to wait, from the reading the decision used, before acting on this request: zero
     /// when the virtual queue was empty.
     ///
@@ -249,7 +263,7 @@ impl Scheduled {
     pub fn queued(&self) -> u64 {
         // `unit` is at least 1 by construction; `checked_div` keeps even a broken invariant panic-free.
         match self.backlog.checked_div(self.unit) {
-            Some(whole) => whole + u64::from(self.backlog % self.unit != 0),
+            Some(whole) => whole + u64::from(!self.backlog.is_multiple_of(self.unit)),
             None => 0,
         }
     }

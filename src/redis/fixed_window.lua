@@ -1,0 +1,64 @@
+-- The fixed window (src/window/fixed.rs): at most `limit` admissions per window of `window`
+-- microseconds, windows aligned to the Unix epoch.
+--
+-- State: one hash {i = window index, c = admissions in it, w = window, n = limit}, written by an
+-- admission, expiring when the window ends (rounded up to the millisecond).
+--
+-- ARGV: mode (take | peek), n, limit, window (us), client time (tests only; '' for TIME).
+-- Reply: {admitted 1 | denied 0, now_us, level, 1, reset, wait, 0}, spans in microseconds.
+
+local MAXD = 4503599627370496
+
+local mode = ARGV[1]
+local n, limit, window = whole(ARGV[2]), whole(ARGV[3]), whole(ARGV[4])
+if (mode ~= 'take' and mode ~= 'peek') or not n or not limit or not window or limit < 1
+    or n > limit or window < 1 or window > MAXD then
+  return bad('arguments')
+end
+local now = reading(5)
+if not now then return bad('reading') end
+
+-- Microseconds from now to the end of window `index` of length w (index at least now's window),
+-- clamped to MAXD.
+local function until_end(index, w)
+  local ahead = index - div(now, w) + 1
+  if ahead > div(MAXD, w) then return MAXD end
+  return ahead * w - now % w
+end
+
+local j = div(now, window)
+local index, count = j, 0
+local stored = redis.call('HMGET', KEYS[1], 'i', 'c', 'w', 'n')
+if stored[1] or stored[2] or stored[3] or stored[4] then
+  local i0, c0, w0, n0 = whole(stored[1]), whole(stored[2]), whole(stored[3]), whole(stored[4])
+  if not i0 or not c0 or not w0 or not n0 or w0 < 1 or w0 > MAXD or c0 > n0 then
+    return foreign()
+  end
+  if w0 == window and n0 == limit then
+    -- A reading older than the state's window counts in that window (it never resets a count).
+    if i0 >= j then
+      index, count = i0, c0
+    end
+  elseif i0 >= div(now, w0) then
+    -- Written under another quota, in a window that has not ended: its admissions count in full
+    -- in this reading's window, and so do the places the old limit did not have, so that neither
+    -- quota's remaining is exceeded.
+    count = math.min(limit, c0 + math.max(0, limit - n0))
+  end
+end
+
+local reset = until_end(index, window)
+if n == 0 then
+  if count == 0 then reset = 0 end
+  return { 1, now, limit - count, 1, reset, 0, 0 }
+end
+if count + n > limit then
+  -- It fits at the next window's start, since n <= limit.
+  return { 0, now, limit - count, 1, reset, reset, 0 }
+end
+if mode == 'take' then
+  redis.call('HSET', KEYS[1], 'i', string.format('%d', index), 'c', string.format('%d', count + n),
+    'w', string.format('%d', window), 'n', string.format('%d', limit))
+  expire(div_up(reset, 1000))
+end
+return { 1, now, limit - count - n, 1, reset, 0, 0 }

@@ -1,0 +1,645 @@
+//! [`RedisLimiter`] and its builder: a call is checked on the client, sent as one `EVALSHA`
+//! (reloading the script once on `NOSCRIPT`), bounded by a timeout, and answered by the script or,
+//! when Redis cannot decide, by the [`FailurePolicy`].
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use ::redis::aio::ConnectionLike;
+use ::redis::{Cmd, ErrorKind, Pipeline, RedisFuture, ServerErrorKind, Value};
+
+use super::error::{BuildError, RedisError, Unavailable, UnavailableKind};
+use super::failure::{bump, Breaker, Counters, FailurePolicy, Route, Stats};
+use super::keys::{self, MAX_PREFIX_LEN};
+use super::reply::{decode, Reply};
+use super::script::sealed::Plan;
+use super::script::RedisAlgorithm;
+use crate::clock::Clock;
+use crate::keyed::{KeyedError, LeakyMeterKeys, TokenBucketKeys};
+use crate::limiter::KeyedLimit;
+use crate::outcome::{Admitted, InsufficientCapacity, Scheduled, Span};
+use crate::quota::Quota;
+
+/// The default per-call timeout: 50 ms.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// The default number of failures in a row that opens the circuit breaker: 5.
+pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;
+/// The default time an open circuit breaker waits before it lets one probe through: 1 s.
+pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(1);
+/// The longest timeout or cool-down accepted: one hour.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// A connection the limiter can clone per call: any cloneable async Redis connection
+/// (`ConnectionManager`, `cluster_async::ClusterConnection`, `MultiplexedConnection`).
+trait Connection: ConnectionLike + Send + Sync + 'static {
+    fn clone_box(&self) -> Box<dyn Connection>;
+}
+
+impl<T: ConnectionLike + Clone + Send + Sync + 'static> Connection for T {
+    fn clone_box(&self) -> Box<dyn Connection> {
+        Box::new(self.clone())
+    }
+}
+
+/// One call's connection.
+struct Conn(Box<dyn Connection>);
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
+/// The reading a call sends: the server's `TIME` (production), or a client clock (tests only).
+type ClientTime = Box<dyn Fn() -> u64 + Send + Sync>;
+
+/// A rate limiter whose state lives in Redis, so that every replica of a service shares one limit
+/// per key. Each decision is one `EVALSHA` of the algorithm's script, atomic on the server and
+/// timed by the server's clock; `A` is the algorithm, named by its keyed marker
+/// ([`TokenBucketKeys`], the default; [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys);
+/// [`FixedWindowKeys`](crate::keyed::FixedWindowKeys)). See the [module docs](super).
+///
+/// Cheap to share: wrap it in an `Arc`; calls need only `&self`, and each clones the connection
+/// (for a `ConnectionManager` or a cluster connection, a reference count), so concurrent calls
+/// pipeline on one multiplexed connection.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// # rt.block_on(async {
+/// use tollgate::redis::{FailurePolicy, RedisLimiter};
+/// use tollgate::keyed::TokenBucketKeys;
+/// use tollgate::Quota;
+/// let Ok(url) = std::env::var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+/// let client = redis::Client::open(url)?;
+/// let conn = client.get_connection_manager().await?;
+/// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(10)?)
+///     .prefix("docs-example")
+///     .build(FailurePolicy::Closed)?;
+/// let key = format!("client-{}", std::process::id());
+/// let first = limiter.check_key(&key).await?;
+/// assert!(first.remaining() <= 9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })
+/// # }
+/// ```
+pub struct RedisLimiter<A: RedisAlgorithm = TokenBucketKeys> {
+    conn: Box<dyn Connection>,
+    quota: Quota,
+    capacity: u64,
+    plan: Plan,
+    prefix: Vec<u8>,
+    timeout: Duration,
+    failure: FailurePolicy<A>,
+    breaker: Breaker,
+    counters: Counters,
+    client_time: Option<ClientTime>,
+    algorithm: PhantomData<fn() -> A>,
+}
+
+/// Builds a [`RedisLimiter`]: the connection and the quota, then the optional settings, then
+/// [`build`](RedisLimiterBuilder::build) with the one required choice, the [`FailurePolicy`].
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// # rt.block_on(async {
+/// use std::time::Duration;
+/// use tollgate::redis::{FailurePolicy, RedisLimiter};
+/// use tollgate::keyed::TokenBucketKeys;
+/// use tollgate::Quota;
+/// // A lazy connection manager connects on the first call, so building needs no server.
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+/// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(600)?)
+///     .prefix("api")
+///     .timeout(Duration::from_millis(20))
+///     .breaker(3, Duration::from_millis(500))
+///     .build(FailurePolicy::Closed)?;
+/// assert_eq!(limiter.key_name("client-7")?, b"api:{client-7}:tb");
+/// // A bad setting names itself.
+/// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+/// let err = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(600)?)
+///     .prefix("a{b")
+///     .build(FailurePolicy::Closed)
+///     .unwrap_err();
+/// assert_eq!(err.field(), "prefix");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })
+/// # }
+/// ```
+pub struct RedisLimiterBuilder<A: RedisAlgorithm = TokenBucketKeys> {
+    conn: Box<dyn Connection>,
+    quota: Quota,
+    prefix: Vec<u8>,
+    timeout: Duration,
+    threshold: u32,
+    cool_down: Duration,
+    client_time: Option<ClientTime>,
+    algorithm: PhantomData<fn() -> A>,
+}
+
+impl<A: RedisAlgorithm> RedisLimiter<A> {
+    /// A builder for a limiter enforcing `quota` per key through `conn`: any cloneable async
+    /// connection, such as a `redis::aio::ConnectionManager` or a
+    /// `redis::cluster_async::ClusterConnection`.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiterBuilder`].
+    pub fn builder<C>(conn: C, quota: Quota) -> RedisLimiterBuilder<A>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        RedisLimiterBuilder {
+            conn: Box::new(conn),
+            quota,
+            prefix: b"tollgate".to_vec(),
+            timeout: DEFAULT_TIMEOUT,
+            threshold: DEFAULT_BREAKER_THRESHOLD,
+            cool_down: DEFAULT_COOL_DOWN,
+            client_time: None,
+            algorithm: PhantomData,
+        }
+    }
+}
+
+impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
+    /// The first part of every Redis key this limiter writes (`prefix:{key}:algorithm`; default
+    /// `tollgate`): at most 256 bytes, without `{` or `}`. Limiters with different quotas for
+    /// the same keys need different prefixes, unless one is meant to replace the other (see the
+    /// [module docs](super#changing-a-quota)).
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiterBuilder`].
+    pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.prefix = prefix.as_ref().to_vec();
+        self
+    }
+
+    /// The most a call may take, the reload of a script included (default
+    /// [`DEFAULT_TIMEOUT`], 50 ms); from 1 µs to [`MAX_WAIT`]. A call that takes longer answers
+    /// [`UnavailableKind::Timeout`] to the [`FailurePolicy`].
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiterBuilder`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The circuit breaker: after `failures` calls in a row that Redis could not decide (at least
+    /// 1; default 5), calls skip Redis and go straight to the [`FailurePolicy`] until
+    /// `cool_down` has passed (from 1 µs to [`MAX_WAIT`]; default 1 s); then one call probes
+    /// Redis, and its answer closes the breaker or starts another cool-down.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiterBuilder`].
+    pub fn breaker(mut self, failures: u32, cool_down: Duration) -> Self {
+        self.threshold = failures;
+        self.cool_down = cool_down;
+        self
+    }
+
+    /// Tests only: every call sends `clock`'s reading (taken as Unix time in nanoseconds,
+    /// truncated to microseconds) instead of letting the script read the server's `TIME`, so
+    /// that a test can run the same sequence against Redis and an in-process limiter. Never in
+    /// production: clients' clocks disagree, and a fast one hands out tokens early.
+    #[doc(hidden)]
+    pub fn client_clock<C: Clock + 'static>(mut self, clock: C) -> Self {
+        self.client_time = Some(Box::new(move || clock.now().as_u64() / 1000));
+        self
+    }
+
+    /// The limiter, answering `failure` when Redis cannot decide.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] naming the field: a `prefix` over 256 bytes or with `{` or `}`; a
+    /// `timeout`, `cool_down` or `failures` out of range; a quota the algorithm refuses in
+    /// process too (a window's capacity other than its count, ...); a window (`period`) that is
+    /// not a whole number of microseconds; a burst window (`capacity` x interval) over 2^52 µs.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiterBuilder`].
+    pub fn build(self, failure: FailurePolicy<A>) -> Result<RedisLimiter<A>, BuildError> {
+        if !keys::valid_prefix(&self.prefix) {
+            return Err(BuildError::new(
+                "prefix",
+                format!("0..={MAX_PREFIX_LEN} bytes without '{{' or '}}'"),
+            ));
+        }
+        let wait_range = |field: &'static str, d: Duration| {
+            if d.is_zero() || d > MAX_WAIT {
+                Err(BuildError::new(
+                    field,
+                    format!("1 us..={MAX_WAIT:?}, got {d:?}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        wait_range("timeout", self.timeout)?;
+        wait_range("cool_down", self.cool_down)?;
+        if self.threshold == 0 {
+            return Err(BuildError::new("failures", "1..=4294967295, got 0".into()));
+        }
+        let plan = A::plan(&self.quota)?;
+        Ok(RedisLimiter {
+            conn: self.conn,
+            capacity: self.quota.capacity(),
+            quota: self.quota,
+            plan,
+            prefix: self.prefix,
+            timeout: self.timeout,
+            failure,
+            breaker: Breaker::new(self.threshold, self.cool_down),
+            counters: Counters::default(),
+            client_time: self.client_time,
+            algorithm: PhantomData,
+        })
+    }
+}
+
+/// What a call asks the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    Take,
+    Peek,
+    Schedule,
+}
+
+impl<A: RedisAlgorithm> RedisLimiter<A> {
+    /// Admits one request for `key`.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiter::check_key_n`].
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiter`].
+    pub async fn check_key(&self, key: impl AsRef<[u8]>) -> Result<Admitted, RedisError> {
+        self.check_key_n(key, 1).await
+    }
+
+    /// Admits `n` requests for `key`, all or none; `n = 0` is a query that writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Denied`] when there is not enough capacity now (its `retry_at` is on the
+    /// server's clock); [`RedisError::InsufficientCapacity`] for `n` over the capacity and
+    /// [`RedisError::KeyTooLong`] for a key over 1 KiB, both without a round trip;
+    /// [`RedisError::Unavailable`] when Redis could not decide and the [`FailurePolicy`] is
+    /// `Closed` (or its local limiter could not decide either).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use tollgate::redis::{FailurePolicy, RedisError, RedisLimiter};
+    /// use tollgate::keyed::TokenBucketKeys;
+    /// use tollgate::Quota;
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+    /// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(5)?).build(FailurePolicy::Closed)?;
+    /// // More than the capacity can never succeed: refused before any I/O.
+    /// assert!(matches!(limiter.check_key_n("k", 6).await, Err(RedisError::InsufficientCapacity(_))));
+    /// assert_eq!(limiter.stats().round_trips, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    pub async fn check_key_n(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Admitted, RedisError> {
+        let ask = if n == 0 { Ask::Peek } else { Ask::Take };
+        self.admission(key.as_ref(), n, ask).await
+    }
+
+    /// The answer [`RedisLimiter::check_key_n`] would give now, admitting and writing nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiter::check_key_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// use tollgate::keyed::TokenBucketKeys;
+    /// use tollgate::Quota;
+    /// let Ok(url) = std::env::var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+    /// let conn = redis::Client::open(url)?.get_connection_manager().await?;
+    /// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(5)?)
+    ///     .prefix("docs-peek")
+    ///     .build(FailurePolicy::Closed)?;
+    /// let key = format!("never-used-{}", std::process::id());
+    /// assert_eq!(limiter.peek_key_n(&key, 5).await?.remaining(), 0);
+    /// assert_eq!(limiter.peek_key_n(&key, 0).await?.remaining(), 5); // nothing was taken
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    pub async fn peek_key_n(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Admitted, RedisError> {
+        self.admission(key.as_ref(), n, Ask::Peek).await
+    }
+
+    /// What the limiter has done since it was built.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiter::check_key_n`].
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    /// The quota enforced per key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// use tollgate::keyed::TokenBucketKeys;
+    /// use tollgate::Quota;
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+    /// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(5)?).build(FailurePolicy::Open)?;
+    /// assert_eq!(limiter.quota().count(), 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The name of the Redis key that holds `key`'s state: `prefix:{key}:algorithm`, the key
+    /// escaped (see the [module docs](super#keys)).
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::KeyTooLong`] for a key over [`MAX_KEY_LEN`](super::MAX_KEY_LEN) bytes.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiterBuilder`].
+    pub fn key_name(&self, key: impl AsRef<[u8]>) -> Result<Vec<u8>, RedisError> {
+        keys::name(&self.prefix, key.as_ref(), A::SUFFIX).map_err(RedisError::KeyTooLong)
+    }
+
+    /// Checks what needs no round trip: the key's length and `n` against the capacity.
+    fn precheck(&self, key: &[u8], n: u64) -> Result<Vec<u8>, RedisError> {
+        let name = self.key_name(key)?;
+        InsufficientCapacity::check(n, self.capacity).map_err(RedisError::InsufficientCapacity)?;
+        Ok(name)
+    }
+
+    async fn admission(&self, key: &[u8], n: u64, ask: Ask) -> Result<Admitted, RedisError> {
+        let name = self.precheck(key, n)?;
+        let mode = match ask {
+            Ask::Take => A::TAKE,
+            Ask::Peek | Ask::Schedule => A::PEEK,
+        };
+        match self.decide(&name, mode, n).await {
+            Ok(reply) => reply.outcome(self.plan.tick).map_err(RedisError::Denied),
+            Err(unavailable) => self.fallback(key, n, ask, unavailable),
+        }
+    }
+
+    /// Sends one decision to Redis, through the breaker and within the timeout.
+    async fn decide(&self, name: &[u8], mode: &str, n: u64) -> Result<Reply, Unavailable> {
+        bump(&self.counters.decisions);
+        let route = self.breaker.route();
+        if route == Route::Skip {
+            bump(&self.counters.breaker_skips);
+            return Err(Unavailable::new(
+                UnavailableKind::BreakerOpen,
+                "recent calls failed; waiting for the cool-down",
+            ));
+        }
+        let result = match tokio::time::timeout(self.timeout, self.eval(name, mode, n)).await {
+            Ok(result) => result,
+            Err(_) => {
+                bump(&self.counters.timeouts);
+                Err(Unavailable::new(
+                    UnavailableKind::Timeout,
+                    format!("no answer within {:?}", self.timeout),
+                ))
+            }
+        };
+        match &result {
+            // The server answered: a foreign value is the key's problem, not an outage.
+            Ok(_) => self.breaker.success(route),
+            Err(u) if u.kind() == UnavailableKind::ForeignValue => self.breaker.success(route),
+            Err(_) => {
+                bump(&self.counters.failures);
+                if self.breaker.failure(route) {
+                    bump(&self.counters.breaker_opened);
+                }
+            }
+        }
+        result
+    }
+
+    /// One `EVALSHA`; on `NOSCRIPT`, one `SCRIPT LOAD` (to every node of a cluster) and one more
+    /// `EVALSHA`.
+    async fn eval(&self, name: &[u8], mode: &str, n: u64) -> Result<Reply, Unavailable> {
+        let script = A::script();
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(1).arg(name).arg(mode).arg(n);
+        for a in &self.plan.args {
+            cmd.arg(*a);
+        }
+        match &self.client_time {
+            Some(now) => cmd.arg(now()),
+            None => cmd.arg(""),
+        };
+        let mut conn = Conn(self.conn.clone_box());
+        bump(&self.counters.round_trips);
+        let value = match cmd.query_async::<Value>(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                bump(&self.counters.reloads);
+                bump(&self.counters.round_trips);
+                script.load_async(&mut conn).await.map_err(classify)?;
+                bump(&self.counters.round_trips);
+                cmd.query_async::<Value>(&mut conn)
+                    .await
+                    .map_err(classify)?
+            }
+            other => other.map_err(classify)?,
+        };
+        decode(&value)
+    }
+
+    /// The [`FailurePolicy`]'s answer to a call Redis could not decide.
+    fn fallback(
+        &self,
+        key: &[u8],
+        n: u64,
+        ask: Ask,
+        unavailable: Unavailable,
+    ) -> Result<Admitted, RedisError> {
+        match &self.failure {
+            FailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
+            FailurePolicy::Open => {
+                bump(&self.counters.open_admissions);
+                Ok(Admitted::new(0, 1, Span::from_nanos(0)))
+            }
+            FailurePolicy::Local(local) => {
+                bump(&self.counters.local_decisions);
+                let answer = match ask {
+                    Ask::Take | Ask::Schedule => local.check_key_n(key, n),
+                    Ask::Peek => local.peek_key_n(key, n),
+                };
+                answer.map_err(|e| match e {
+                    KeyedError::Denied(d) => RedisError::Denied(d),
+                    KeyedError::InsufficientCapacity(e) => RedisError::InsufficientCapacity(e),
+                    // The local limiter holds no room for this key: nothing decided it.
+                    _ => RedisError::Unavailable(Unavailable::new(
+                        UnavailableKind::LocalFull,
+                        format!("{e} (after: {unavailable})"),
+                    )),
+                })
+            }
+        }
+    }
+}
+
+impl RedisLimiter<LeakyMeterKeys> {
+    /// Gives `n` requests for `key` a place in the meter's virtual queue: they may act after
+    /// [`Scheduled::delay`] (measured from the server's reading), so that callers leave one
+    /// interval apart; `n = 0` asks what a request would get, writing nothing.
+    ///
+    /// Under [`FailurePolicy::Local`] the local meter can only admit at once (it has no
+    /// scheduling): a request it admits is answered with a zero delay, and
+    /// [`Scheduled::depart_at`] on the local limiter's clock. An admission by
+    /// [`FailurePolicy::Open`] also has a zero delay, and knows no clock (`depart_at` is 0).
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Denied`] when the queue has no room for `n` now; otherwise as
+    /// [`RedisLimiter::check_key_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use std::time::Duration;
+    /// use tollgate::keyed::LeakyMeterKeys;
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// use tollgate::Quota;
+    /// let Ok(url) = std::env::var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+    /// let conn = redis::Client::open(url)?.get_connection_manager().await?;
+    /// let meter = RedisLimiter::<LeakyMeterKeys>::builder(conn, Quota::per_second(10)?)
+    ///     .prefix("docs-schedule")
+    ///     .build(FailurePolicy::Closed)?;
+    /// let key = format!("crawler-{}", std::process::id());
+    /// let first = meter.schedule_key_n(&key, 1).await?;
+    /// let second = meter.schedule_key_n(&key, 1).await?;
+    /// assert_eq!(first.delay(), Duration::ZERO);
+    /// assert!(second.delay() > Duration::from_millis(90)); // about one interval later
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    pub async fn schedule_key_n(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+    ) -> Result<Scheduled, RedisError> {
+        let key = key.as_ref();
+        let name = self.precheck(key, n)?;
+        match self.decide(&name, "schedule", n).await {
+            Ok(reply) => reply.scheduled(self.plan.tick).map_err(RedisError::Denied),
+            Err(unavailable) => {
+                let now = match &self.failure {
+                    FailurePolicy::Local(local) => KeyedLimit::<[u8]>::now(local).as_u64(),
+                    _ => 0,
+                };
+                self.fallback(key, n, Ask::Schedule, unavailable)
+                    .map(|a| Scheduled::at_once(now, a))
+            }
+        }
+    }
+}
+
+/// The kind of a client error.
+fn classify(e: ::redis::RedisError) -> Unavailable {
+    let text = e.to_string();
+    let kind = if e.is_timeout() {
+        UnavailableKind::Timeout
+    } else if e.code() == Some("TOLLGATE") && e.detail().is_some_and(|d| d.starts_with("foreign")) {
+        UnavailableKind::ForeignValue
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound | ErrorKind::Io | ErrorKind::Client
+        )
+    {
+        UnavailableKind::Connection
+    } else if matches!(e.kind(), ErrorKind::Parse | ErrorKind::UnexpectedReturnType) {
+        UnavailableKind::BadReply
+    } else {
+        UnavailableKind::Server
+    };
+    Unavailable::new(kind, text)
+}
+
+impl<A: RedisAlgorithm> fmt::Debug for RedisLimiter<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("algorithm", &A::SUFFIX)
+            .field("quota", &self.quota)
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("timeout", &self.timeout)
+            .field("failure", &self.failure)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: RedisAlgorithm> fmt::Debug for RedisLimiterBuilder<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiterBuilder")
+            .field("algorithm", &A::SUFFIX)
+            .field("quota", &self.quota)
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("timeout", &self.timeout)
+            .field("threshold", &self.threshold)
+            .field("cool_down", &self.cool_down)
+            .finish_non_exhaustive()
+    }
+}

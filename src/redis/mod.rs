@@ -1,0 +1,144 @@
+//! The Redis backend (feature `redis`): the same limits across machines, each decision made
+//! atomically on the Redis server by a Lua script.
+//!
+//! A per-client limit must hold across every replica of a service. [`RedisLimiter`] keeps each
+//! key's state in Redis and sends every decision as one `EVALSHA`: the script reads the state,
+//! decides exactly as the in-process algorithm does, and writes only on an admission, in one
+//! atomic step on the server. There is no client-side compare-and-swap to retry (a hot key costs
+//! one round trip per decision however many replicas contend for it), no Redis module to install,
+//! and no floating point.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! # rt.block_on(async {
+//! use tollgate::redis::{FailurePolicy, RedisError, RedisLimiter};
+//! use tollgate::keyed::TokenBucketKeys;
+//! use tollgate::Quota;
+//! // Needs a server: see `scripts/redis.sh`, which the test script uses.
+//! let Ok(url) = std::env::var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+//! let conn = redis::Client::open(url)?.get_connection_manager().await?;
+//! let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(3)?)
+//!     .prefix("docs-module")
+//!     .build(FailurePolicy::Closed)?;
+//! let key = format!("client-{}", std::process::id());
+//! for _ in 0..3 {
+//!     limiter.check_key(&key).await?;
+//! }
+//! match limiter.check_key(&key).await {
+//!     Err(RedisError::Denied(d)) => assert!(d.retry_after().as_secs() <= 20),
+//!     other => panic!("the fourth in a minute: {other:?}"),
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })
+//! # }
+//! ```
+//!
+//! # Algorithms and scripts
+//!
+//! `A` in [`RedisLimiter<A>`] is the keyed marker of the algorithm, as for
+//! [`KeyedLimiter`](crate::keyed::KeyedLimiter); each has one script (`src/redis/*.lua`, embedded
+//! in the crate, after a shared prelude):
+//!
+//! | marker | script | structure | TTL (rounded up to the millisecond) |
+//! | --- | --- | --- | --- |
+//! | [`TokenBucketKeys`](crate::keyed::TokenBucketKeys) | `gcra.lua` + `token_bucket.lua` | one string | until the bucket is full again |
+//! | [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys) | `gcra.lua` + `leaky_meter.lua` | one string | until the virtual queue is empty |
+//! | [`FixedWindowKeys`](crate::keyed::FixedWindowKeys) | `fixed_window.lua` | one hash | until the window ends |
+//!
+//! The sliding window counter and log, and a leased local bucket, are the next parts of this
+//! backend (tracked in the project's issues); until then, [`KeyedLimiter`](crate::keyed::KeyedLimiter)
+//! runs them in process.
+//!
+//! Every script takes the quota as arguments on every call (as `CL.THROTTLE` does), so a tier
+//! change needs no migration; reads the time with `TIME` on the server (Redis 5 and later
+//! replicate scripts as their effects, so a write after `TIME` is allowed); writes only on an
+//! admission (denials, peeks and queries only read); and sets a TTL at which the state reads as
+//! fresh, never earlier: a key that expired early would hand out a second burst.
+//!
+//! A call runs the script by its SHA-1 (`EVALSHA`). Redis keeps loaded scripts in memory only, and
+//! replicas do not share them: after a restart, a failover or a `SCRIPT FLUSH` the server answers
+//! `NOSCRIPT`, and the call loads the script (`SCRIPT LOAD`, which the cluster client sends to
+//! every node) and runs it once more: one reload, counted in [`Stats::reloads`].
+//!
+//! # Keys
+//!
+//! A key's state is at `prefix:{key}:algorithm` (`tollgate:{client-7}:tb`). The braces are a Redis
+//! Cluster hash tag, so all of one key's structures share a slot, and the algorithm suffix keeps the
+//! algorithms from reading each other's state. Keys are bytes, up to [`MAX_KEY_LEN`] (1 KiB; longer
+//! is [`RedisError::KeyTooLong`]); `{`, `}` and `%` in a key are escaped as `%7B`, `%7D`, `%25`, and
+//! the empty key is written `%`, so the tag never ends early and is never empty. The prefix
+//! (default `tollgate`, at most 256 bytes) may not contain braces.
+//!
+//! # Time and exactness
+//!
+//! Decisions are timed by the server's clock, so clients' clocks may disagree freely. Lua counts
+//! in doubles, exact for integers below 2^53, so every number a script handles stays below it:
+//!
+//! - the reading is Unix time in microseconds (1.8 × 10^15 today; exact until the year 2255);
+//! - the token bucket's and the meter's state is the admission's reading in microseconds plus the
+//!   span to the theoretical arrival time, in nanoseconds: the interval is the same nanosecond
+//!   value as [`Quota::interval`](crate::Quota::interval), and a script answers exactly what the
+//!   in-process limiter answers at the same microsecond. A quota whose burst window (capacity ×
+//!   interval) exceeds 2^52 ns (52 days) is counted in microseconds instead, the interval rounded
+//!   up (never faster than the quota); one beyond 2^52 µs (142 years) is refused when the limiter
+//!   is built, naming `capacity`;
+//! - windows are whole microseconds (a `period` with a nanosecond remainder is refused, naming
+//!   `period`), aligned to the Unix epoch;
+//! - no time is ever turned into a string with `tostring`, and replies are integers.
+//!
+//! [`Denied::retry_at`](crate::Denied::retry_at) of a decision made in Redis is on the server's
+//! clock: Unix time in nanoseconds. [`Denied::retry_after`](crate::Denied::retry_after) is a span
+//! and needs no shared clock.
+//!
+//! A server clock that steps back is handled as in process: a reading earlier than a state's
+//! never creates tokens (the state is read as of its own time). Readings more than 2^52 ns (52
+//! days) before a token bucket's state are denied with a `retry_after` clamped to that span.
+//!
+//! # Changing a quota
+//!
+//! State written under another quota is read conservatively: a key never has more remaining than
+//! either quota allows until that state has drained. The token bucket and the meter store the
+//! quota with the state: a request must conform under both until the old state reads as full,
+//! and the state is then rewritten under the new quota. The fixed window stores its length and
+//! limit: admissions made under another quota in a window that has not ended count in full in the
+//! current window, and so do the places the old limit did not have.
+//!
+//! # When Redis cannot decide
+//!
+//! Every call is bounded by a timeout (default 50 ms, the reload of a script included), which
+//! covers a hung server as well as a slow one. What then happens is the [`FailurePolicy`] the
+//! builder requires: `Closed` (the call answers [`RedisError::Unavailable`]), `Open` (admitted,
+//! counted), or `Local` (an in-process [`KeyedLimiter`](crate::keyed::KeyedLimiter), usually the
+//! quota divided by the replicas, decides; counted). After `failures` calls in a row that Redis
+//! could not decide (default 5), a circuit breaker sends calls straight to the policy, and lets one
+//! probe through per cool-down (default 1 s), so an outage costs one timeout per cool-down, not
+//! one per request; the same limiter recovers when the server answers again. [`Stats`] counts
+//! decisions, round trips, reloads, timeouts, failures, breaker skips and openings, open
+//! admissions and local decisions.
+//!
+//! # Failover
+//!
+//! Redis replicates asynchronously: a failover can lose the last writes before it, and the new
+//! primary's clock can differ from the old one's. A key can then regain up to one burst (the
+//! admissions the lost writes recorded) plus `R × skew` (the refill a clock ahead by `skew`
+//! credits). The scripts are not replicated either: the first call after a failover reloads
+//! the script, once.
+
+mod error;
+mod failure;
+mod keys;
+mod limiter;
+mod reply;
+mod script;
+
+pub use error::{BuildError, RedisError, Unavailable, UnavailableKind};
+pub use failure::{FailurePolicy, Stats};
+pub use keys::{KeyTooLong, MAX_KEY_LEN, MAX_PREFIX_LEN};
+pub use limiter::{
+    RedisLimiter, RedisLimiterBuilder, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOL_DOWN,
+    DEFAULT_TIMEOUT, MAX_WAIT,
+};
+#[doc(hidden)]
+pub use script::script_source;
+pub use script::RedisAlgorithm;

@@ -1,0 +1,66 @@
+-- tollgate: what every script shares. Each script is this prelude, then its algorithm's file.
+-- Errors a script raises itself have the code TOLLGATE ("TOLLGATE foreign value: ...",
+-- "TOLLGATE bad arguments"), which the client tells apart from the server's own.
+--
+-- Every number here is an integer below 2^53, so Lua's doubles hold it exactly: times are Unix
+-- microseconds (exact until the year 2255) and spans are bounded by the client (see mod.rs).
+-- Nothing is ever turned into a string with tostring (it would print 1.7961303480597e+15):
+-- state is written with string.format('%d'), and replies are integers.
+
+-- The whole number in `s`, or nil when it is not one (a foreign value).
+local function whole(s)
+  if s == nil or not string.match(s, '^%d+$') then
+    return nil
+  end
+  return tonumber(s)
+end
+
+-- Whether the reading came from the client (tests only). A TTL counts on the server's clock, so
+-- one computed from a client's reading would mean nothing: such state is kept without a TTL.
+local client_time = false
+
+-- The reading, in Unix microseconds: the server's TIME, or the client's (tests only), ARGV[idx];
+-- nil when it is not a whole number below 2^53.
+local function reading(idx)
+  local given = ARGV[idx]
+  local now
+  if given ~= nil and given ~= '' then
+    now = whole(given)
+    client_time = true
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  if now == nil or now >= 9007199254740992 then
+    return nil
+  end
+  return now
+end
+
+-- floor(a / b) for integers 0 <= a < 2^53, b >= 1: exact (the quotient's rounding error is below 1/b).
+local function div(a, b)
+  return math.floor(a / b)
+end
+
+-- ceil(a / b) for integers 0 <= a, a + b < 2^53, b >= 1.
+local function div_up(a, b)
+  return math.floor((a + b - 1) / b)
+end
+
+local function foreign()
+  return redis.error_reply('TOLLGATE foreign value: the key holds a value this script did not write')
+end
+
+local function bad(what)
+  return redis.error_reply('TOLLGATE bad ' .. what)
+end
+
+-- Sets the expiry of KEYS[1] to `ms` milliseconds (at least 1), unless the reading was the
+-- client's.
+local function expire(ms)
+  if client_time then
+    redis.call('PERSIST', KEYS[1])
+  else
+    redis.call('PEXPIRE', KEYS[1], math.max(ms, 1))
+  end
+end

@@ -1,0 +1,261 @@
+//! The scripts (`src/redis/*.lua`, embedded) and, per algorithm, what a call sends: the mode, the
+//! quota's arguments in the units the script counts in, and the unit its spans come back in.
+
+use std::sync::LazyLock;
+
+use ::redis::Script;
+
+use super::error::BuildError;
+use crate::algorithm::sealed::Contract;
+use crate::clock::duration_to_nanos;
+use crate::keyed::{FixedWindowKeys, LeakyMeterKeys, TokenBucketKeys};
+use crate::quota::Quota;
+use crate::Algorithm;
+
+/// The largest span, in ticks, a script counts (2^52): burst windows and windows are kept at or
+/// below it, so that a span plus a cost stays below 2^53, where Lua's doubles stop being exact.
+pub(crate) const MAX_SPAN: u64 = 1 << 52;
+
+const PRELUDE: &str = include_str!("prelude.lua");
+#[cfg(test)]
+const GCRA: &str = include_str!("gcra.lua");
+
+/// The source of each script: the prelude, then the algorithm's own file(s).
+macro_rules! source {
+    ($($file:literal),+) => {
+        LazyLock::new(|| [PRELUDE, $(include_str!($file)),+].join("\n"))
+    };
+}
+
+static TOKEN_BUCKET_SOURCE: LazyLock<String> = source!("gcra.lua", "token_bucket.lua");
+static LEAKY_METER_SOURCE: LazyLock<String> = source!("gcra.lua", "leaky_meter.lua");
+static FIXED_WINDOW_SOURCE: LazyLock<String> = source!("fixed_window.lua");
+
+static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(&TOKEN_BUCKET_SOURCE));
+static LEAKY_METER: LazyLock<Script> = LazyLock::new(|| Script::new(&LEAKY_METER_SOURCE));
+static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(&FIXED_WINDOW_SOURCE));
+
+/// The algorithms the Redis backend runs, by their keyed markers
+/// ([`TokenBucketKeys`], [`LeakyMeterKeys`], [`FixedWindowKeys`]). Sealed: implemented by the crate
+/// only, one script each.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::FixedWindowKeys;
+/// use tollgate::redis::RedisAlgorithm;
+/// fn script_name<A: RedisAlgorithm>() -> &'static str {
+///     A::SUFFIX
+/// }
+/// assert_eq!(script_name::<FixedWindowKeys>(), "fw");
+/// ```
+pub trait RedisAlgorithm: Algorithm + sealed::Sealed {
+    /// The suffix of this algorithm's Redis keys (`prefix:{key}:SUFFIX`), and its script's name.
+    const SUFFIX: &'static str;
+}
+
+pub(crate) mod sealed {
+    use super::{BuildError, Quota, Script};
+
+    /// What the client needs to run one algorithm's script.
+    pub trait Sealed {
+        /// The script.
+        fn script() -> &'static Script;
+        /// The script's full source (the prelude and the algorithm's files).
+        fn source() -> &'static str;
+        /// The mode of an admission and of a peek.
+        const TAKE: &'static str;
+        /// The mode of a peek.
+        const PEEK: &'static str;
+        /// The quota as the script's arguments, and the nanoseconds per tick of its spans.
+        fn plan(quota: &Quota) -> Result<Plan, BuildError>;
+    }
+
+    /// The quota's arguments (ARGV[3..], before the reading), and the unit of the reply's spans.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Plan {
+        pub(crate) args: Vec<u64>,
+        /// Nanoseconds per tick of the reply's spans.
+        pub(crate) tick: u64,
+    }
+}
+
+use sealed::Plan;
+
+/// The GCRA's arguments: `interval, capacity, tick`, in nanoseconds when the burst window fits
+/// [`MAX_SPAN`] ns (52 days), otherwise in microseconds (the interval rounded up, never faster
+/// than the quota), when it fits [`MAX_SPAN`] us (142 years).
+fn gcra_plan(quota: &Quota) -> Result<Plan, BuildError> {
+    let interval = duration_to_nanos(quota.interval());
+    let capacity = quota.capacity();
+    let fits = |i: u64| capacity.checked_mul(i).is_some_and(|b| b <= MAX_SPAN);
+    if fits(interval) {
+        return Ok(Plan {
+            args: vec![interval, capacity, 1],
+            tick: 1,
+        });
+    }
+    let micros = interval.div_ceil(1000);
+    if fits(micros) {
+        return Ok(Plan {
+            args: vec![micros, capacity, 1000],
+            tick: 1000,
+        });
+    }
+    Err(BuildError::new(
+        "capacity",
+        format!(
+            "a burst window (capacity {capacity} x interval {interval} ns) of at most 2^52 us \
+             (about 142 years); the Redis scripts count in integers below 2^53"
+        ),
+    ))
+}
+
+impl sealed::Sealed for TokenBucketKeys {
+    fn script() -> &'static Script {
+        &TOKEN_BUCKET
+    }
+    fn source() -> &'static str {
+        &TOKEN_BUCKET_SOURCE
+    }
+    const TAKE: &'static str = "take";
+    const PEEK: &'static str = "peek";
+    fn plan(quota: &Quota) -> Result<Plan, BuildError> {
+        gcra_plan(quota)
+    }
+}
+
+impl RedisAlgorithm for TokenBucketKeys {
+    const SUFFIX: &'static str = "tb";
+}
+
+impl sealed::Sealed for LeakyMeterKeys {
+    fn script() -> &'static Script {
+        &LEAKY_METER
+    }
+    fn source() -> &'static str {
+        &LEAKY_METER_SOURCE
+    }
+    const TAKE: &'static str = "strict";
+    const PEEK: &'static str = "speek";
+    fn plan(quota: &Quota) -> Result<Plan, BuildError> {
+        gcra_plan(quota)
+    }
+}
+
+impl RedisAlgorithm for LeakyMeterKeys {
+    const SUFFIX: &'static str = "lm";
+}
+
+impl sealed::Sealed for FixedWindowKeys {
+    fn script() -> &'static Script {
+        &FIXED_WINDOW
+    }
+    fn source() -> &'static str {
+        &FIXED_WINDOW_SOURCE
+    }
+    const TAKE: &'static str = "take";
+    const PEEK: &'static str = "peek";
+    /// `limit, window`: the window in whole microseconds (Redis's `TIME` has no finer
+    /// resolution), at most 2^52 us.
+    fn plan(quota: &Quota) -> Result<Plan, BuildError> {
+        // The same rules as in process first (capacity and initial fill equal to the count, ...).
+        <FixedWindowKeys as Contract>::policy(quota)?;
+        Ok(Plan {
+            args: vec![quota.count(), window_micros(quota)?],
+            tick: 1000,
+        })
+    }
+}
+
+impl RedisAlgorithm for FixedWindowKeys {
+    const SUFFIX: &'static str = "fw";
+}
+
+/// The quota's period in whole microseconds, at most [`MAX_SPAN`].
+fn window_micros(quota: &Quota) -> Result<u64, BuildError> {
+    let period = quota.period();
+    let nanos = duration_to_nanos(period);
+    if !nanos.is_multiple_of(1000) || nanos / 1000 > MAX_SPAN {
+        return Err(BuildError::new(
+            "period",
+            format!(
+                "a whole number of microseconds from 1 us to 2^52 us (Redis's TIME counts \
+                 microseconds), got {period:?}"
+            ),
+        ));
+    }
+    Ok(nanos / 1000)
+}
+
+/// The full source of `A`'s script, as it is loaded into Redis (for tools that run the scripts
+/// elsewhere, such as the fuzz target that runs them under Lua 5.1 against the reference models).
+#[doc(hidden)]
+pub fn script_source<A: RedisAlgorithm>() -> &'static str {
+    A::source()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sealed::Sealed;
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_bucket_counts_nanoseconds_up_to_a_52_day_burst_window() {
+        let q = Quota::per_second(3).unwrap();
+        assert_eq!(
+            gcra_plan(&q).unwrap(),
+            Plan {
+                args: vec![333_333_334, 3, 1],
+                tick: 1
+            }
+        );
+        // One a day, 52 of them: 52 days fit in 2^52 ns (52.1 days); 53 do not.
+        let day = Quota::per_day(1).unwrap();
+        assert_eq!(gcra_plan(&day.with_capacity(52).unwrap()).unwrap().tick, 1);
+        let coarse = gcra_plan(&day.with_capacity(53).unwrap()).unwrap();
+        assert_eq!(coarse.args, vec![86_400_000_000, 53, 1000]);
+        assert_eq!(coarse.tick, 1000);
+    }
+
+    #[test]
+    fn microsecond_intervals_round_up() {
+        let q = Quota::per_period(1, Duration::from_nanos(86_400_000_000_001))
+            .unwrap()
+            .with_capacity(60)
+            .unwrap();
+        assert_eq!(gcra_plan(&q).unwrap().args, vec![86_400_000_001, 60, 1000]);
+    }
+
+    #[test]
+    fn burst_windows_beyond_2_pow_52_microseconds_are_refused_naming_the_capacity() {
+        let q = Quota::per_day(1).unwrap().with_capacity(60_000).unwrap();
+        let err = gcra_plan(&q).unwrap_err();
+        assert_eq!(err.field(), "capacity");
+    }
+
+    #[test]
+    fn windows_are_whole_microseconds() {
+        let q = Quota::per_second(10).unwrap();
+        assert_eq!(FixedWindowKeys::plan(&q).unwrap().args, vec![10, 1_000_000]);
+        let odd = Quota::per_period(1, Duration::from_nanos(1500)).unwrap();
+        assert_eq!(FixedWindowKeys::plan(&odd).unwrap_err().field(), "period");
+        let burst = Quota::per_second(10).unwrap().with_capacity(20).unwrap();
+        assert_eq!(
+            FixedWindowKeys::plan(&burst).unwrap_err().field(),
+            "capacity"
+        );
+    }
+
+    #[test]
+    fn every_script_is_the_prelude_then_its_files() {
+        assert!(script_source::<TokenBucketKeys>().starts_with(PRELUDE));
+        assert!(script_source::<TokenBucketKeys>().contains(GCRA));
+        assert!(script_source::<FixedWindowKeys>().contains("HMGET"));
+        assert_ne!(
+            TokenBucketKeys::script().get_hash(),
+            LeakyMeterKeys::script().get_hash()
+        );
+    }
+}

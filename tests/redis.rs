@@ -1,0 +1,1209 @@
+//! The Redis backend on real servers: a standalone server (`TOLLGATE_REDIS_URL`) and a cluster of
+//! three primaries with a replica each (`TOLLGATE_REDIS_CLUSTER`), both started by
+//! `scripts/redis.sh` (the test script's `redis` step). Without the variables every test prints
+//! `SKIPPED: no Redis` and passes, unless `TOLLGATE_REQUIRE_REDIS=1` (set by the step), which
+//! makes them fail.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use redis::aio::ConnectionManager;
+use tollgate::keyed::{FixedWindowKeys, KeyedLimiter, LeakyMeterKeys, TokenBucketKeys};
+use tollgate::leaky::LeakyMeter;
+use tollgate::redis::{FailurePolicy, RedisAlgorithm, RedisError, RedisLimiter, UnavailableKind};
+use tollgate::{Admitted, Denied, ManualClock, Nanos, Quota, Scheduled};
+
+// --- servers --------------------------------------------------------------------------------------
+
+/// The variable `name`, or `None` after printing why the test is skipped (a failure when
+/// `TOLLGATE_REQUIRE_REDIS=1`).
+fn var(name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => {
+            if std::env::var("TOLLGATE_REQUIRE_REDIS").as_deref() == Ok("1") {
+                panic!("{name} is not set, and TOLLGATE_REQUIRE_REDIS=1: start the servers with scripts/redis.sh");
+            }
+            eprintln!("SKIPPED: no Redis ({name} is not set; see scripts/redis.sh)");
+            None
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn manager(url: &str) -> ConnectionManager {
+    redis::Client::open(url)
+        .unwrap()
+        .get_connection_manager()
+        .await
+        .unwrap()
+}
+
+/// A prefix no earlier run used, so that state left on a server by another run is never read.
+fn fresh_prefix(test: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "t-{test}-{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The server's clock, in Unix microseconds.
+async fn server_micros(conn: &mut ConnectionManager) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1_000_000 + micros
+}
+
+// --- the same answers as in process ----------------------------------------------------------------
+
+/// An answer, reduced to what a caller can read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Admitted {
+        remaining: u64,
+        reset: Duration,
+    },
+    Denied {
+        remaining: u64,
+        retry: Duration,
+        reset: Duration,
+    },
+    Scheduled {
+        delay: Duration,
+        queued: u64,
+        remaining: u64,
+        reset: Duration,
+    },
+    InsufficientCapacity,
+}
+
+fn admitted(a: Admitted) -> Seen {
+    Seen::Admitted {
+        remaining: a.remaining(),
+        reset: a.reset_after(),
+    }
+}
+
+fn denied(d: Denied) -> Seen {
+    Seen::Denied {
+        remaining: d.remaining(),
+        retry: d.retry_after(),
+        reset: d.reset_after(),
+    }
+}
+
+fn scheduled(s: Scheduled) -> Seen {
+    Seen::Scheduled {
+        delay: s.delay(),
+        queued: s.queued(),
+        remaining: s.remaining(),
+        reset: s.reset_after(),
+    }
+}
+
+fn from_redis<T>(r: Result<T, RedisError>, ok: fn(T) -> Seen) -> Seen {
+    match r {
+        Ok(v) => ok(v),
+        Err(RedisError::Denied(d)) => denied(d),
+        Err(RedisError::InsufficientCapacity(_)) => Seen::InsufficientCapacity,
+        Err(e) => panic!("the server could not decide: {e}"),
+    }
+}
+
+fn from_keyed(r: Result<Admitted, tollgate::keyed::KeyedError>) -> Seen {
+    match r {
+        Ok(a) => admitted(a),
+        Err(tollgate::keyed::KeyedError::Denied(d)) => denied(d),
+        Err(tollgate::keyed::KeyedError::InsufficientCapacity(_)) => Seen::InsufficientCapacity,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn from_direct<T>(r: Result<T, tollgate::AcquireError>, ok: fn(T) -> Seen) -> Seen {
+    match r {
+        Ok(v) => ok(v),
+        Err(tollgate::AcquireError::Denied(d)) => denied(d),
+        Err(_) => Seen::InsufficientCapacity,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// Forward by `quarters` quarter-intervals plus `jitter` microseconds.
+    Forward {
+        quarters: u64,
+        jitter: u64,
+    },
+    /// Back by as much.
+    Back {
+        quarters: u64,
+        jitter: u64,
+    },
+    /// An admission of `n` (0: a query).
+    Take(u64),
+    Peek(u64),
+    /// The meter's scheduling of `n`.
+    Schedule(u64),
+}
+
+fn ops(capacity: u64, schedule: bool) -> impl Strategy<Value = Vec<Op>> {
+    let n = 0..=capacity + 1;
+    let op = prop_oneof![
+        4 => (0..12u64, 0..1000u64).prop_map(|(quarters, jitter)| Op::Forward { quarters, jitter }),
+        1 => (0..8u64, 0..1000u64).prop_map(|(quarters, jitter)| Op::Back { quarters, jitter }),
+        4 => n.clone().prop_map(Op::Take),
+        1 => n.clone().prop_map(Op::Peek),
+        (if schedule { 3 } else { 0 }) => n.prop_map(Op::Schedule),
+    ];
+    proptest::collection::vec(op, 1..40)
+}
+
+/// Quotas for the GCRA: small ones, ones whose interval is not a whole microsecond, and the
+/// largest of each counting unit (a 2^52 ns burst window; a 2^52 us one).
+fn gcra_quotas() -> impl Strategy<Value = Quota> {
+    prop_oneof![
+        (
+            1..=20u64,
+            1..=30u64,
+            prop::sample::select(vec![1u64, 7, 1000, 60_000])
+        )
+            .prop_map(|(count, capacity, millis)| Quota::per_period(
+                count,
+                Duration::from_millis(millis)
+            )
+            .unwrap()
+            .with_capacity(capacity)
+            .unwrap()),
+        (1..=9u64).prop_map(|count| Quota::per_second(count).unwrap()),
+        Just(
+            Quota::per_second(1_000_000_000)
+                .unwrap()
+                .with_capacity(1 << 52)
+                .unwrap()
+        ),
+        Just(Quota::per_day(1).unwrap().with_capacity(52).unwrap()),
+        Just(Quota::per_day(1).unwrap().with_capacity(53).unwrap()),
+        Just(Quota::per_day(1).unwrap().with_capacity(52_124).unwrap()),
+    ]
+}
+
+fn window_quotas() -> impl Strategy<Value = Quota> {
+    (
+        1..=20u64,
+        prop::sample::select(vec![1u64, 10, 1000, 60_000, 86_400_000]),
+    )
+        .prop_map(|(count, millis)| {
+            Quota::per_period(count, Duration::from_millis(millis)).unwrap()
+        })
+}
+
+/// Where the server's clock stands for a case: today, or as near 2^53 us as the case's spans
+/// allow (2^53 us is where Lua's doubles stop counting microseconds exactly).
+fn bases() -> impl Strategy<Value = u64> {
+    let today = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    prop_oneof![Just(today), Just((1u64 << 53) - (1 << 48))]
+}
+
+/// Runs `ops` against the Redis limiter (with the client's clock at `base` + t) and the in-process
+/// one (at t), requiring equal answers. `window` is the alignment the two must share, in us.
+struct Case<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    conn: ConnectionManager,
+    quota: Quota,
+    base: u64,
+    window: u64,
+}
+
+impl Case<'_> {
+    fn run<A: RedisAlgorithm>(
+        &self,
+        ops: &[Op],
+        local: impl Fn(Op, Nanos) -> Option<Seen>,
+    ) -> Result<(), TestCaseError> {
+        let clock = ManualClock::new();
+        let redis = RedisLimiter::<A>::builder(self.conn.clone(), self.quota)
+            .prefix(fresh_prefix("same"))
+            .timeout(Duration::from_secs(5))
+            .client_clock(clock.clone())
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let base = self.base - self.base % self.window;
+        let interval_us = (self.quota.interval().as_nanos() / 1000).max(1) as u64;
+        let step = |q: u64, j: u64| (interval_us.saturating_mul(q) / 4).min(1 << 40) + j;
+        // Relative time, far enough from 0 that steps back stay positive.
+        let mut t: u64 = 1 << 42;
+        for (i, &op) in ops.iter().enumerate() {
+            match op {
+                Op::Forward { quarters, jitter } => t += step(quarters, jitter),
+                Op::Back { quarters, jitter } => t -= step(quarters, jitter).min(t - 1),
+                _ => {}
+            }
+            clock.set(Nanos::new((base + t) * 1000));
+            let now = Nanos::new(t * 1000);
+            let Some(expected) = local(op, now) else {
+                continue;
+            };
+            let got = self.rt.block_on(async {
+                match op {
+                    Op::Take(n) => from_redis(redis.check_key_n("k", n).await, admitted),
+                    Op::Peek(n) => from_redis(redis.peek_key_n("k", n).await, admitted),
+                    Op::Schedule(_) | Op::Forward { .. } | Op::Back { .. } => unreachable!(),
+                }
+            });
+            prop_assert_eq!(got, expected, "op {} ({:?}) at t = {} us", i, op, t);
+        }
+        Ok(())
+    }
+}
+
+macro_rules! redis_or_skip {
+    () => {
+        match var("TOLLGATE_REDIS_URL") {
+            Some(url) => url,
+            None => return,
+        }
+    };
+}
+
+#[test]
+fn the_token_bucket_answers_as_in_process() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    let conn = rt.block_on(manager(&url));
+    proptest!(ProptestConfig::with_cases(96), |(quota in gcra_quotas(), base in bases(), ops in ops(30, false))| {
+        let keyed = KeyedLimiter::<u64, TokenBucketKeys, _>::with_clock(quota, ManualClock::new());
+        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window: 1 };
+        case.run::<TokenBucketKeys>(&ops, |op, now| match op {
+            Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
+            Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
+            _ => None,
+        })?;
+    });
+}
+
+#[test]
+fn the_fixed_window_answers_as_in_process() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    let conn = rt.block_on(manager(&url));
+    proptest!(ProptestConfig::with_cases(96), |(quota in window_quotas(), base in bases(), ops in ops(20, false))| {
+        let keyed = KeyedLimiter::<u64, FixedWindowKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
+        let window = quota.period().as_micros() as u64;
+        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
+        case.run::<FixedWindowKeys>(&ops, |op, now| match op {
+            Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
+            Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
+            _ => None,
+        })?;
+    });
+}
+
+#[test]
+fn the_leaky_meter_answers_as_in_process() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    let conn = rt.block_on(manager(&url));
+    proptest!(ProptestConfig::with_cases(96), |(quota in gcra_quotas(), base in bases(), ops in ops(30, true))| {
+        // A direct meter (it schedules; the keyed one does not), built at reading 0 so that it is
+        // full at every reading of the case, as a key Redis has never seen is.
+        let meter = LeakyMeter::with_clock(quota, ManualClock::new());
+        let clock = ManualClock::new();
+        let redis = RedisLimiter::<LeakyMeterKeys>::builder(conn.clone(), quota)
+            .prefix(fresh_prefix("meter"))
+            .timeout(Duration::from_secs(5))
+            .client_clock(clock.clone())
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let interval_us = (quota.interval().as_nanos() / 1000).max(1) as u64;
+        let step = |q: u64, j: u64| (interval_us.saturating_mul(q) / 4).min(1 << 40) + j;
+        let mut t: u64 = 1 << 42;
+        for (i, &op) in ops.iter().enumerate() {
+            match op {
+                Op::Forward { quarters, jitter } => { t += step(quarters, jitter); continue }
+                Op::Back { quarters, jitter } => { t -= step(quarters, jitter).min(t - 1); continue }
+                _ => {}
+            }
+            clock.set(Nanos::new((base + t) * 1000));
+            let now = Nanos::new(t * 1000);
+            let (expected, got) = match op {
+                Op::Take(n) => (
+                    from_direct(meter.try_acquire_n_at(n, now), admitted),
+                    rt.block_on(async { from_redis(redis.check_key_n("k", n).await, admitted) }),
+                ),
+                Op::Peek(n) => (
+                    from_direct(meter.peek_n_at(n, now), admitted),
+                    rt.block_on(async { from_redis(redis.peek_key_n("k", n).await, admitted) }),
+                ),
+                Op::Schedule(n) => (
+                    from_direct(meter.try_schedule_n_at(n, now), scheduled),
+                    rt.block_on(async { from_redis(redis.schedule_key_n("k", n).await, scheduled) }),
+                ),
+                Op::Forward { .. } | Op::Back { .. } => unreachable!(),
+            };
+            prop_assert_eq!(got, expected, "op {} ({:?}) at t = {} us", i, op, t);
+        }
+    });
+}
+
+// --- throwaway servers ---------------------------------------------------------------------------------
+
+/// A Redis server of this test's own (`TOLLGATE_REDIS_SERVER`), on a free loopback port, killed
+/// on drop: for tests that read server-wide counters, or stop, kill and restart the server.
+struct Throwaway {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Throwaway {
+    fn start() -> Option<Throwaway> {
+        let server = var("TOLLGATE_REDIS_SERVER")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Some(Throwaway::spawn(&server, port, dir))
+    }
+
+    fn spawn(server: &str, port: u16, dir: std::path::PathBuf) -> Throwaway {
+        let child = std::process::Command::new(server)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Throwaway { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        t
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn signal(&self, signal: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {signal}");
+    }
+
+    /// Kills the server and starts another on the same port (state lost, as after a crash).
+    fn restart(mut self) -> Throwaway {
+        let server = std::env::var("TOLLGATE_REDIS_SERVER").unwrap();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (port, dir) = (self.port, std::mem::take(&mut self.dir));
+        std::mem::forget(self);
+        Throwaway::spawn(&server, port, dir)
+    }
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `INFO commandstats` calls of `command` (e.g. `evalsha`, `script|load`).
+async fn calls(conn: &mut ConnectionManager, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let head = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&head))
+        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+        .unwrap_or(0)
+}
+
+// --- atomicity, round trips, TTL ----------------------------------------------------------------------
+
+/// A naive limiter, as the design notes warn: GET, decide on the client, SET. Answers whether it
+/// admitted.
+async fn naive_take(conn: &mut ConnectionManager, key: &str, capacity: u64) -> bool {
+    let taken: Option<u64> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
+    let taken = taken.unwrap_or(0);
+    if taken >= capacity {
+        return false;
+    }
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(taken + 1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    true
+}
+
+#[test]
+fn sixteen_tasks_on_four_connections_never_exceed_the_limit_and_a_naive_client_does() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut conns = Vec::new();
+        for _ in 0..4 {
+            conns.push(manager(&url).await);
+        }
+        // 40 at once, then one a minute: at most 40 + 1 in the test's few seconds.
+        let quota = Quota::per_minute(1).unwrap().with_capacity(40).unwrap();
+        let prefix = fresh_prefix("atomic");
+        let limiters: Vec<Arc<RedisLimiter>> = conns
+            .iter()
+            .map(|c| {
+                Arc::new(
+                    RedisLimiter::<TokenBucketKeys>::builder(c.clone(), quota)
+                        .prefix(&prefix)
+                        .timeout(Duration::from_secs(5))
+                        .build(FailurePolicy::Closed)
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let mut probe = conns[0].clone();
+        let start = server_micros(&mut probe).await;
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let limiter = limiters[i % 4].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..20 {
+                    match limiter.check_key("hot").await {
+                        Ok(_) => admitted += 1,
+                        Err(RedisError::Denied(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                admitted
+            }));
+        }
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += t.await.unwrap();
+        }
+        let elapsed_us = server_micros(&mut probe).await - start;
+        let bound = 40 + elapsed_us / 60_000_000 + 1;
+        assert!(
+            admitted >= 40,
+            "a full bucket of 40 admitted only {admitted}"
+        );
+        assert!(
+            admitted <= bound,
+            "admitted {admitted} > C + R x t = {bound}"
+        );
+        let calls: u64 = limiters.iter().map(|l| l.stats().round_trips).sum();
+        assert_eq!(calls, 16 * 20, "one round trip per decision");
+
+        // The same load through GET-decide-SET admits more than its 40.
+        let key = format!("{prefix}:naive");
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let mut conn = conns[i % 4].clone();
+            let key = key.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..20 {
+                    admitted += u64::from(naive_take(&mut conn, &key, 40).await);
+                }
+                admitted
+            }));
+        }
+        let mut naive = 0;
+        for t in tasks {
+            naive += t.await.unwrap();
+        }
+        assert!(naive > 41, "the naive client admitted only {naive}");
+    });
+}
+
+#[test]
+fn one_evalsha_per_decision_and_one_reload_after_a_script_flush() {
+    let Some(server) = Throwaway::start() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut admin = manager(&server.url()).await;
+        let limiter =
+            RedisLimiter::<FixedWindowKeys>::builder(admin.clone(), Quota::per_second(5).unwrap())
+                .build(FailurePolicy::Closed)
+                .unwrap();
+        // The first call loads the script: NOSCRIPT, SCRIPT LOAD, EVALSHA.
+        limiter.check_key("warm").await.unwrap();
+        assert_eq!(limiter.stats().reloads, 1);
+        let before = calls(&mut admin, "evalsha").await;
+        for i in 0..50 {
+            let _ = limiter.check_key(format!("k{}", i % 7)).await;
+            let _ = limiter.peek_key_n("k0", 2).await;
+        }
+        assert_eq!(calls(&mut admin, "evalsha").await - before, 100);
+        assert_eq!(limiter.stats().round_trips, 3 + 100);
+
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let loads = calls(&mut admin, "script|load").await;
+        for _ in 0..5 {
+            let _ = limiter.check_key("after-flush").await;
+        }
+        assert_eq!(calls(&mut admin, "script|load").await - loads, 1);
+        assert_eq!(limiter.stats().reloads, 2);
+        assert_eq!(limiter.stats().decisions, 1 + 100 + 5);
+    });
+}
+
+#[test]
+fn a_key_expires_no_earlier_than_it_reads_as_fresh() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut admin = manager(&url).await;
+        let prefix = fresh_prefix("ttl");
+        // Two tokens, 10 a second: empty after two, full again 200 ms later.
+        let bucket = RedisLimiter::<TokenBucketKeys>::builder(
+            admin.clone(),
+            Quota::per_second(10).unwrap().with_capacity(2).unwrap(),
+        )
+        .prefix(&prefix)
+        .build(FailurePolicy::Closed)
+        .unwrap();
+        let window = RedisLimiter::<FixedWindowKeys>::builder(
+            admin.clone(),
+            Quota::per_period(3, Duration::from_millis(300)).unwrap(),
+        )
+        .prefix(&prefix)
+        .build(FailurePolicy::Closed)
+        .unwrap();
+        bucket.check_key("t").await.unwrap();
+        let last = bucket.check_key("t").await.unwrap();
+        let asked = Instant::now();
+        let taken = window.check_key_n("t", 3).await.unwrap();
+        for (limiter_key, fresh_in) in [
+            (bucket.key_name("t").unwrap(), last.reset_after()),
+            (window.key_name("t").unwrap(), taken.reset_after()),
+        ] {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(&limiter_key)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let since = asked.elapsed();
+            assert!(
+                pttl > 0,
+                "no TTL on {}",
+                String::from_utf8_lossy(&limiter_key)
+            );
+            // The TTL left, plus what passed since the answer, covers the time until fresh.
+            let covered = Duration::from_millis(pttl as u64) + since + Duration::from_millis(1);
+            assert!(
+                covered >= fresh_in,
+                "PTTL {pttl} ms + {since:?} < {fresh_in:?}"
+            );
+        }
+        // Once expired, a decision is a fresh key's.
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        for name in [bucket.key_name("t").unwrap(), window.key_name("t").unwrap()] {
+            let exists: u64 = redis::cmd("EXISTS")
+                .arg(&name)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            assert_eq!(exists, 0);
+        }
+        assert_eq!(bucket.check_key("t").await.unwrap().remaining(), 1);
+        assert_eq!(bucket.check_key("fresh").await.unwrap().remaining(), 1);
+        assert_eq!(window.check_key("t").await.unwrap().remaining(), 2);
+    });
+}
+
+// --- bad input ---------------------------------------------------------------------------------------
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut admin = manager(&url).await;
+        let prefix = fresh_prefix("bad");
+        let limiter =
+            RedisLimiter::<TokenBucketKeys>::builder(admin.clone(), Quota::per_second(5).unwrap())
+                .prefix(&prefix)
+                .build(FailurePolicy::Closed)
+                .unwrap();
+        // A key over 1 KiB, and more than the capacity: refused on the client.
+        let long = vec![b'x'; 1025];
+        match limiter.check_key(&long).await {
+            Err(RedisError::KeyTooLong(e)) => assert_eq!(e.len, 1025),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            limiter.check_key_n("k", 6).await,
+            Err(RedisError::InsufficientCapacity(_))
+        ));
+        assert_eq!(limiter.stats().round_trips, 0);
+        // Keys of every byte, the empty key and braces are fine.
+        for key in [&b""[..], b"{", b"}", b"a{b}c", b"%", &[0u8, 255, 10, 13]] {
+            limiter.check_key(key).await.unwrap();
+        }
+        // A foreign value, and a structure of another type, at the key.
+        let name = limiter.key_name("foreign").unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&name)
+            .arg("not a bucket")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        match limiter.check_key("foreign").await {
+            Err(RedisError::Unavailable(u)) => {
+                assert_eq!(u.kind(), UnavailableKind::ForeignValue, "{u}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let name = limiter.key_name("typed").unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(&name)
+            .arg("f")
+            .arg("v")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        match limiter.check_key("typed").await {
+            Err(RedisError::Unavailable(u)) => {
+                assert_eq!(u.kind(), UnavailableKind::Server);
+                assert!(u.detail().contains("WRONGTYPE"), "{u}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A foreign value is the key's problem: it does not open the breaker for the others.
+        for _ in 0..10 {
+            let _ = limiter.check_key("foreign").await;
+        }
+        limiter.check_key("fine").await.unwrap();
+        // Quotas the scripts cannot count exactly, and bad settings, name their field.
+        let too_long = Quota::per_day(1).unwrap().with_capacity(60_000).unwrap();
+        let err = RedisLimiter::<TokenBucketKeys>::builder(admin.clone(), too_long)
+            .build(FailurePolicy::Closed)
+            .unwrap_err();
+        assert_eq!(err.field(), "capacity");
+        assert!(err.to_string().contains("2^52"), "{err}");
+        let odd = Quota::per_period(2, Duration::from_nanos(1_000_500)).unwrap();
+        let err = RedisLimiter::<FixedWindowKeys>::builder(admin.clone(), odd)
+            .build(FailurePolicy::Closed)
+            .unwrap_err();
+        assert_eq!(err.field(), "period");
+        let err =
+            RedisLimiter::<TokenBucketKeys>::builder(admin.clone(), Quota::per_second(1).unwrap())
+                .timeout(Duration::ZERO)
+                .build(FailurePolicy::Closed)
+                .unwrap_err();
+        assert_eq!(err.field(), "timeout");
+        let err =
+            RedisLimiter::<TokenBucketKeys>::builder(admin.clone(), Quota::per_second(1).unwrap())
+                .breaker(0, Duration::from_secs(1))
+                .build(FailurePolicy::Closed)
+                .unwrap_err();
+        assert_eq!(err.field(), "failures");
+        // A URL that is not one is the client library's error, before any limiter exists.
+        assert!(redis::Client::open("not a url").is_err());
+    });
+}
+
+// --- failure policies, the breaker, recovery --------------------------------------------------------
+
+const TIMEOUT: Duration = Duration::from_millis(50);
+const COOL_DOWN: Duration = Duration::from_millis(300);
+/// How late past the timeout a call may return (the bound).
+const SLACK: Duration = Duration::from_millis(20);
+
+/// Times `limiter.check_key(key)`.
+async fn timed(limiter: &RedisLimiter, key: &str) -> (Result<Admitted, RedisError>, Duration) {
+    let start = Instant::now();
+    let r = limiter.check_key(key).await;
+    (r, start.elapsed())
+}
+
+/// Runs an outage under `policy`: the server hung (`kill -STOP`), then recovered (`-CONT`), then
+/// killed (refused connections) and restarted on its port. `fallback` checks an answer given
+/// without Redis. Every call returns within the timeout plus 20 ms; the breaker opens after 3
+/// failures and closes on a successful probe; the same limiter recovers each time.
+fn outage(policy: FailurePolicy, fallback: fn(&Result<Admitted, RedisError>, UnavailableKind)) {
+    let Some(server) = Throwaway::start() else {
+        return;
+    };
+    let rt = runtime();
+    let server = rt.block_on(async move {
+        let conn = manager(&server.url()).await;
+        let limiter =
+            RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(1000).unwrap())
+                .timeout(TIMEOUT)
+                .breaker(3, COOL_DOWN)
+                .build(policy)
+                .unwrap();
+        limiter.check_key("k").await.unwrap();
+
+        // Hung: three timeouts, then the breaker answers at once.
+        server.signal("-STOP");
+        for i in 0..6 {
+            let (r, took) = timed(&limiter, "k").await;
+            assert!(took <= TIMEOUT + SLACK, "call {i} took {took:?}");
+            let kind = if i < 3 {
+                UnavailableKind::Timeout
+            } else {
+                UnavailableKind::BreakerOpen
+            };
+            fallback(&r, kind);
+        }
+        let s = limiter.stats();
+        assert_eq!(
+            (s.timeouts, s.failures, s.breaker_opened, s.breaker_skips),
+            (3, 3, 1, 3)
+        );
+
+        // Back: after the cool-down one probe closes the breaker, and Redis decides again.
+        server.signal("-CONT");
+        tokio::time::sleep(COOL_DOWN + Duration::from_millis(20)).await;
+        recovered(&limiter).await;
+
+        // Killed: refused connections fail fast, the breaker opens again.
+        let mut server = server;
+        server.kill_now();
+        for i in 0..5 {
+            let (r, took) = timed(&limiter, "k").await;
+            assert!(took <= TIMEOUT + SLACK, "call {i} took {took:?}");
+            // Refused, or still reconnecting when the timeout struck.
+            let kind = match &r {
+                Err(RedisError::Unavailable(u))
+                    if i < 3 && u.kind() == UnavailableKind::Timeout =>
+                {
+                    UnavailableKind::Timeout
+                }
+                _ if i < 3 => UnavailableKind::Connection,
+                _ => UnavailableKind::BreakerOpen,
+            };
+            fallback(&r, kind);
+        }
+        assert_eq!(limiter.stats().breaker_opened, 2);
+        // Restarted on its port (empty, and without the script): recovery, and one reload.
+        let server = server.restart();
+        let reloads = limiter.stats().reloads;
+        tokio::time::sleep(COOL_DOWN + Duration::from_millis(20)).await;
+        recovered(&limiter).await;
+        assert_eq!(limiter.stats().reloads, reloads + 1);
+        server
+    });
+    drop(server);
+}
+
+/// Calls until Redis decides (the probe after a cool-down), for at most 5 s; every call returns
+/// within the timeout plus 20 ms.
+async fn recovered(limiter: &RedisLimiter) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let failures = limiter.stats().failures;
+        let skips = limiter.stats().breaker_skips;
+        let (r, took) = timed(limiter, "k").await;
+        assert!(took <= TIMEOUT + SLACK, "a call took {took:?}");
+        let s = limiter.stats();
+        if s.failures == failures && s.breaker_skips == skips {
+            // Redis answered: a decision, not a fallback.
+            assert!(matches!(r, Ok(_) | Err(RedisError::Denied(_))), "{r:?}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "no recovery within 5 s: {s:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+impl Throwaway {
+    fn kill_now(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unavailable_of(kind: UnavailableKind) -> impl Fn(&Result<Admitted, RedisError>) {
+    move |r| match r {
+        Err(RedisError::Unavailable(u)) => assert_eq!(u.kind(), kind, "{u}"),
+        other => panic!("expected {kind:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn closed_answers_unavailable_while_redis_is_away() {
+    outage(FailurePolicy::Closed, |r, kind| unavailable_of(kind)(r));
+}
+
+#[test]
+fn open_admits_while_redis_is_away() {
+    outage(FailurePolicy::Open, |r, _| {
+        let a = r.as_ref().expect("an open admission");
+        assert_eq!(a.remaining(), 0);
+    });
+}
+
+#[test]
+fn local_decides_while_redis_is_away() {
+    // A local limit far below Redis's: 2 in an hour, so that its denials show.
+    let local = KeyedLimiter::new(Quota::per_hour(2).unwrap());
+    outage(FailurePolicy::Local(local), |r, _| match r {
+        Ok(_) | Err(RedisError::Denied(_)) => {}
+        other => panic!("a local decision, got {other:?}"),
+    });
+}
+
+#[test]
+fn refused_connections_fail_fast_and_count() {
+    let Some(server) = Throwaway::start() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async move {
+        let conn = manager(&server.url()).await;
+        let local = KeyedLimiter::new(Quota::per_hour(2).unwrap());
+        let limiter =
+            RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(1000).unwrap())
+                .timeout(TIMEOUT)
+                .breaker(3, COOL_DOWN)
+                .build(FailurePolicy::Local(local))
+                .unwrap();
+        limiter.check_key("k").await.unwrap();
+        let mut server = server;
+        server.kill_now();
+        let mut denied = 0;
+        for _ in 0..5 {
+            let (r, took) = timed(&limiter, "k").await;
+            assert!(took <= TIMEOUT + SLACK, "{took:?}");
+            match r {
+                Ok(_) => {}
+                Err(RedisError::Denied(_)) => denied += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        // The local hourly limit of 2 decided all five.
+        assert_eq!(denied, 3);
+        let s = limiter.stats();
+        assert_eq!(s.local_decisions, 5);
+        assert_eq!(s.breaker_opened, 1);
+    });
+}
+
+// --- cluster ----------------------------------------------------------------------------------------
+
+/// The cluster's node URLs, and a guard that keeps the cluster tests from overlapping (a failover
+/// stalls the other tests' calls to its shard while the replica takes over).
+fn cluster_nodes() -> Option<(Vec<String>, std::sync::MutexGuard<'static, ()>)> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let nodes = var("TOLLGATE_REDIS_CLUSTER")?
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    Some((
+        nodes,
+        ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    ))
+}
+
+async fn cluster(nodes: &[String]) -> redis::cluster_async::ClusterConnection {
+    redis::cluster::ClusterClient::new(nodes.to_vec())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap()
+}
+
+/// `CLUSTER KEYSLOT` of `name`, asked of any node.
+async fn keyslot(node: &mut ConnectionManager, name: &[u8]) -> u64 {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(name)
+        .query_async(node)
+        .await
+        .unwrap()
+}
+
+#[test]
+fn a_keys_structures_share_one_slot() {
+    let Some((nodes, _one_at_a_time)) = cluster_nodes() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut node = manager(&nodes[0]).await;
+        let conn = cluster(&nodes).await;
+        let q = Quota::per_second(5).unwrap();
+        let tb = RedisLimiter::<TokenBucketKeys>::builder(conn.clone(), q)
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let lm = RedisLimiter::<LeakyMeterKeys>::builder(conn.clone(), q)
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let fw = RedisLimiter::<FixedWindowKeys>::builder(conn.clone(), q)
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let mut slots = std::collections::BTreeSet::new();
+        for key in [
+            &b""[..],
+            b"{",
+            b"}",
+            b"{}",
+            b"a{b}c",
+            b"%",
+            b"%7B",
+            b"user-1",
+            b"user-2",
+            &[0, 255],
+        ] {
+            let slot = keyslot(&mut node, &tb.key_name(key).unwrap()).await;
+            assert_eq!(
+                keyslot(&mut node, &lm.key_name(key).unwrap()).await,
+                slot,
+                "{key:?}"
+            );
+            assert_eq!(
+                keyslot(&mut node, &fw.key_name(key).unwrap()).await,
+                slot,
+                "{key:?}"
+            );
+            slots.insert(slot);
+            // And every structure works through the cluster client.
+            tb.check_key(key).await.unwrap();
+            lm.check_key(key).await.unwrap();
+            fw.check_key(key).await.unwrap();
+        }
+        assert!(slots.len() > 5, "keys should spread over slots: {slots:?}");
+    });
+}
+
+/// The primaries' slot ranges and addresses, and each one's replica: `CLUSTER SLOTS`.
+async fn shards(node: &mut ConnectionManager) -> Vec<(u64, u64, u16, Option<u16>)> {
+    let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(node)
+        .await
+        .unwrap();
+    let port = |v: &redis::Value| match v {
+        redis::Value::Array(parts) => match &parts[1] {
+            redis::Value::Int(p) => *p as u16,
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    slots
+        .iter()
+        .map(|s| match s {
+            redis::Value::Array(parts) => {
+                let int = |v: &redis::Value| match v {
+                    redis::Value::Int(i) => *i as u64,
+                    other => panic!("{other:?}"),
+                };
+                (
+                    int(&parts[0]),
+                    int(&parts[1]),
+                    port(&parts[2]),
+                    parts.get(3).map(port),
+                )
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn keys_on_every_primary_keep_their_own_limits() {
+    let Some((nodes, _one_at_a_time)) = cluster_nodes() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut node = manager(&nodes[0]).await;
+        let conn = cluster(&nodes).await;
+        let prefix = fresh_prefix("primaries");
+        let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_hour(3).unwrap())
+            .prefix(&prefix)
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let shards = shards(&mut node).await;
+        let primaries: std::collections::BTreeSet<u16> = shards.iter().map(|s| s.2).collect();
+        assert_eq!(primaries.len(), 3);
+        // One key on each primary.
+        let mut keys = std::collections::BTreeMap::new();
+        for i in 0..200 {
+            let key = format!("key-{i}");
+            let slot = keyslot(&mut node, &limiter.key_name(&key).unwrap()).await;
+            let owner = shards
+                .iter()
+                .find(|s| s.0 <= slot && slot <= s.1)
+                .unwrap()
+                .2;
+            keys.entry(owner).or_insert(key);
+        }
+        assert_eq!(keys.len(), 3, "{keys:?}");
+        for key in keys.values() {
+            for left in (0..3).rev() {
+                assert_eq!(limiter.check_key(key).await.unwrap().remaining(), left);
+            }
+            assert!(matches!(
+                limiter.check_key(key).await,
+                Err(RedisError::Denied(_))
+            ));
+        }
+        // Each key's denial left the others alone: all three are empty, none over-drawn.
+        for key in keys.values() {
+            assert_eq!(limiter.peek_key_n(key, 0).await.unwrap().remaining(), 0);
+        }
+        assert_eq!(
+            limiter
+                .peek_key_n("untouched", 0)
+                .await
+                .unwrap()
+                .remaining(),
+            3
+        );
+    });
+}
+
+#[test]
+fn a_failover_under_traffic_keeps_state_and_the_limit() {
+    let Some((nodes, _one_at_a_time)) = cluster_nodes() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut node = manager(&nodes[0]).await;
+        let conn = cluster(&nodes).await;
+        let prefix = fresh_prefix("failover");
+        // 20 at once, then 10 a second.
+        let limiter = Arc::new(
+            RedisLimiter::<TokenBucketKeys>::builder(
+                conn,
+                Quota::per_second(10).unwrap().with_capacity(20).unwrap(),
+            )
+            .prefix(&prefix)
+            .timeout(Duration::from_secs(2))
+            .build(FailurePolicy::Closed)
+            .unwrap(),
+        );
+        let name = limiter.key_name("hot").unwrap();
+        let slot = keyslot(&mut node, &name).await;
+        let (_, _, primary, replica) = shards(&mut node)
+            .await
+            .into_iter()
+            .find(|s| s.0 <= slot && slot <= s.1)
+            .unwrap();
+        let replica = replica.expect("every primary has a replica");
+        let mut replica_conn = manager(&format!("redis://127.0.0.1:{replica}/")).await;
+        let mut time_conn = manager(&format!("redis://127.0.0.1:{primary}/")).await;
+        let start = server_micros(&mut time_conn).await;
+
+        let traffic = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let (mut admitted, mut unavailable) = (0u64, 0u64);
+                let until = Instant::now() + Duration::from_millis(2500);
+                while Instant::now() < until {
+                    match limiter.check_key("hot").await {
+                        Ok(_) => admitted += 1,
+                        Err(RedisError::Denied(_)) => {}
+                        Err(RedisError::Unavailable(_)) => unavailable += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                (admitted, unavailable)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query_async(&mut replica_conn)
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut replica_conn)
+                .await
+                .unwrap();
+            if info.contains("role:master") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no failover within 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (admitted, unavailable) = traffic.await.unwrap();
+        let elapsed_us = server_micros(&mut replica_conn).await - start;
+        let bound = 20 + elapsed_us * 10 / 1_000_000 + 1;
+        assert!(
+            admitted <= bound,
+            "admitted {admitted} > C + R x t = {bound}"
+        );
+        assert!(admitted >= 20, "{admitted}");
+        // The state survived: the promoted replica holds the key.
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(&name)
+            .query_async(&mut replica_conn)
+            .await
+            .unwrap();
+        assert_eq!(exists, 1);
+        // The cluster client loads scripts on every node, replicas included, so a promoted replica
+        // usually has it already: at most one reload.
+        let s = limiter.stats();
+        assert!(s.reloads <= 2, "{s:?}");
+        eprintln!(
+            "failover: admitted {admitted} (bound {bound}), {unavailable} unavailable, {s:?}"
+        );
+    });
+}
