@@ -287,7 +287,7 @@ fn the_token_bucket_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    proptest!(ProptestConfig::with_cases(96), |(quota in gcra_quotas(), base in bases(), ops in ops(30, false))| {
+    proptest!(testkit::strategies::unpersisted(96), |(quota in gcra_quotas(), base in bases(), ops in ops(30, false))| {
         let keyed = KeyedLimiter::<u64, TokenBucketKeys, _>::with_clock(quota, ManualClock::new());
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window: 1 };
         case.run::<TokenBucketKeys>(&ops, |op, now| match op {
@@ -303,7 +303,7 @@ fn the_fixed_window_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    proptest!(ProptestConfig::with_cases(96), |(quota in window_quotas(), base in bases(), ops in ops(20, false))| {
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(), base in bases(), ops in ops(20, false))| {
         let keyed = KeyedLimiter::<u64, FixedWindowKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
         let window = quota.period().as_micros() as u64;
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
@@ -320,7 +320,7 @@ fn the_leaky_meter_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    proptest!(ProptestConfig::with_cases(96), |(quota in gcra_quotas(), base in bases(), ops in ops(30, true))| {
+    proptest!(testkit::strategies::unpersisted(96), |(quota in gcra_quotas(), base in bases(), ops in ops(30, true))| {
         // A direct meter (it schedules; the keyed one does not), built at reading 0 so that it is
         // full at every reading of the case, as a key Redis has never seen is.
         let meter = LeakyMeter::with_clock(quota, ManualClock::new());

@@ -142,3 +142,27 @@ pub use limiter::{
 #[doc(hidden)]
 pub use script::script_source;
 pub use script::RedisAlgorithm;
+
+/// The reply decoder, exposed for the `redis_reply` fuzz target; not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::outcome::{Admitted, Denied, Scheduled};
+
+    use super::Unavailable;
+
+    /// Decodes `value` as an admission's reply with spans of `tick` ns.
+    pub fn decode_outcome(
+        value: &::redis::Value,
+        tick: u64,
+    ) -> Result<Result<Admitted, Denied>, Unavailable> {
+        super::reply::decode(value).map(|r| r.outcome(tick))
+    }
+
+    /// Decodes `value` as a scheduling's reply with spans of `tick` ns.
+    pub fn decode_scheduled(
+        value: &::redis::Value,
+        tick: u64,
+    ) -> Result<Result<Scheduled, Denied>, Unavailable> {
+        super::reply::decode(value).map(|r| r.scheduled(tick))
+    }
+}
