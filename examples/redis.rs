@@ -43,7 +43,9 @@ fn main() -> ExitCode {
 fn no_server(why: &str) -> ExitCode {
     eprintln!("No Redis server to share the limit through ({why}). Start one, then run again:");
     eprintln!();
-    eprintln!("  bash scripts/redis.sh start /tmp/tollgate-redis && source /tmp/tollgate-redis/env");
+    eprintln!(
+        "  bash scripts/redis.sh start /tmp/tollgate-redis && source /tmp/tollgate-redis/env"
+    );
     eprintln!("  cargo run --release --features redis --example redis");
     eprintln!("  bash scripts/redis.sh stop /tmp/tollgate-redis");
     eprintln!();

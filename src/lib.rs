@@ -92,6 +92,8 @@ pub mod clock;
 mod gcra;
 pub mod keyed;
 pub mod leaky;
+#[cfg(any(feature = "redis", tollgate_loom))]
+pub mod lease;
 pub mod limiter;
 pub mod outcome;
 pub mod quota;

@@ -1207,3 +1207,196 @@ fn a_failover_under_traffic_keeps_state_and_the_limit() {
         );
     });
 }
+
+// --- leases ----------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+enum LeaseOp {
+    Forward {
+        quarters: u64,
+        jitter: u64,
+    },
+    Back {
+        quarters: u64,
+        jitter: u64,
+    },
+    /// A lease of up to `n`, giving back `back` first.
+    Lease {
+        n: u64,
+        back: u64,
+    },
+    /// A per-call admission of `n` on the same key.
+    Take(u64),
+}
+
+#[test]
+fn a_lease_answers_as_the_in_process_refund_then_take() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    let conn = rt.block_on(manager(&url));
+    let op = prop_oneof![
+        3 => (0..12u64, 0..1000u64).prop_map(|(quarters, jitter)| LeaseOp::Forward { quarters, jitter }),
+        1 => (0..8u64, 0..1000u64).prop_map(|(quarters, jitter)| LeaseOp::Back { quarters, jitter }),
+        4 => (0..=12u64, 0..=4u64).prop_map(|(n, back)| LeaseOp::Lease { n, back }),
+        2 => (1..=3u64).prop_map(LeaseOp::Take),
+    ];
+    proptest!(testkit::strategies::unpersisted(96), |(quota in gcra_quotas(), base in bases(), ops in proptest::collection::vec(op, 1..40))| {
+        let capacity = quota.capacity();
+        // Built at reading 0, so that it is full at every reading of the case, as a key Redis
+        // has never seen is.
+        let bucket = tollgate::TokenBucket::with_clock(quota, ManualClock::new());
+        let clock = ManualClock::new();
+        let redis = RedisLimiter::<TokenBucketKeys>::builder(conn.clone(), quota)
+            .prefix(fresh_prefix("lease"))
+            .timeout(Duration::from_secs(5))
+            .client_clock(clock.clone())
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let interval_us = (quota.interval().as_nanos() / 1000).max(1) as u64;
+        let step = |q: u64, j: u64| (interval_us.saturating_mul(q) / 4).min(1 << 40) + j;
+        let mut t: u64 = 1 << 42;
+        for (i, &op) in ops.iter().enumerate() {
+            let now = Nanos::new(t * 1000);
+            clock.set(Nanos::new((base + t) * 1000));
+            match op {
+                LeaseOp::Forward { quarters, jitter } => t += step(quarters, jitter),
+                LeaseOp::Back { quarters, jitter } => t -= step(quarters, jitter).min(t - 1),
+                LeaseOp::Lease { n, back } => {
+                    let (n, back) = (n.min(capacity), back.min(capacity));
+                    bucket.refund_at(back, now);
+                    let k = bucket.remaining_at(now).min(n);
+                    let expected_wait = if k > 0 {
+                        bucket.try_acquire_n_at(k, now).unwrap();
+                        Duration::ZERO
+                    } else if n > 0 {
+                        bucket.peek_n_at(1, now).unwrap_err().denied().unwrap().retry_after()
+                    } else {
+                        Duration::ZERO
+                    };
+                    let got = rt.block_on(redis.lease_key("k", n, back)).unwrap();
+                    prop_assert_eq!((got.granted(), got.retry_after()), (k, expected_wait), "op {} ({:?}) at t = {}", i, op, t);
+                }
+                LeaseOp::Take(n) => {
+                    let expected = from_direct(bucket.try_acquire_n_at(n, now), admitted);
+                    let got = rt.block_on(async { from_redis(redis.check_key_n("k", n).await, admitted) });
+                    prop_assert_eq!(got, expected, "op {} ({:?}) at t = {}", i, op, t);
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn leased_buckets_never_exceed_c_plus_r_times_t_plus_l() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        // 50 at once, then 100 a second; leases of 20 that live 200 ms.
+        let quota = Quota::per_second(100).unwrap().with_capacity(50).unwrap();
+        let lifetime = Duration::from_millis(200);
+        let prefix = fresh_prefix("leased");
+        let mut probe = manager(&url).await;
+        let mut buckets = Vec::new();
+        for _ in 0..2 {
+            let limiter = RedisLimiter::<TokenBucketKeys>::builder(manager(&url).await, quota)
+                .prefix(&prefix)
+                .timeout(Duration::from_secs(2))
+                .build(FailurePolicy::Closed)
+                .unwrap();
+            buckets.push(Arc::new(
+                tollgate::redis::LeasedBucket::builder(Arc::new(limiter), "shared")
+                    .batch(20)
+                    .lifetime(lifetime)
+                    .build()
+                    .unwrap(),
+            ));
+        }
+        let start = server_micros(&mut probe).await;
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let bucket = buckets[i % 2].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                let until = Instant::now() + Duration::from_millis(1500);
+                while Instant::now() < until {
+                    match bucket.acquire().await {
+                        Ok(_) => admitted += 1,
+                        Err(RedisError::Denied(_)) => {
+                            tokio::time::sleep(Duration::from_millis(1)).await
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                admitted
+            }));
+        }
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += t.await.unwrap();
+        }
+        let elapsed_us = server_micros(&mut probe).await - start;
+        let bound = 50 + (elapsed_us + lifetime.as_micros() as u64) * 100 / 1_000_000 + 1;
+        let leased: u64 = buckets.iter().map(|b| b.stats().leased).sum();
+        let counted: u64 = buckets.iter().map(|b| b.stats().admitted).sum();
+        assert_eq!(counted, admitted);
+        assert!(admitted <= leased, "admitted {admitted} > leased {leased}");
+        assert!(
+            admitted <= bound,
+            "admitted {admitted} > C + R x (t + L) = {bound}"
+        );
+        // Most of what the shared bucket allowed was used: the leases are not starving it.
+        assert!(
+            admitted >= 50 + elapsed_us * 100 / 1_000_000 / 2,
+            "only {admitted} admitted"
+        );
+        // Closing gives back exactly what was leased and not spent (or had expired unspent).
+        let mut returned = 0;
+        for b in buckets {
+            let b = Arc::into_inner(b).unwrap();
+            let before = b.stats();
+            returned += b.close().await.unwrap() + before.returned;
+        }
+        assert!(
+            returned <= leased - admitted,
+            "returned {returned} of {} unspent",
+            leased - admitted
+        );
+    });
+}
+
+#[test]
+fn a_lease_serves_a_hundred_admissions_per_round_trip() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let limiter = RedisLimiter::<TokenBucketKeys>::builder(
+            manager(&url).await,
+            Quota::per_second(1_000_000_000)
+                .unwrap()
+                .with_capacity(1_000_000)
+                .unwrap(),
+        )
+        .prefix(fresh_prefix("ratio"))
+        .build(FailurePolicy::Closed)
+        .unwrap();
+        let bucket = tollgate::redis::LeasedBucket::builder(Arc::new(limiter), "fast")
+            .batch(100)
+            .build()
+            .unwrap();
+        let mut admitted = 0u64;
+        while admitted < 20_000 {
+            if bucket.acquire().await.is_ok() {
+                admitted += 1;
+            }
+        }
+        let s = bucket.stats();
+        assert!(s.admitted >= 20_000);
+        let per_admission = s.leases as f64 / s.admitted as f64;
+        assert!(
+            per_admission <= 0.02,
+            "{per_admission} round trips per admission: {s:?}"
+        );
+        assert!(s.admitted <= s.leased);
+        assert!(bucket.close().await.unwrap() <= 100);
+    });
+}

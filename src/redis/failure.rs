@@ -65,7 +65,7 @@ impl<A: Algorithm> fmt::Debug for FailurePolicy<A> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Calls that asked for a decision (admissions, peeks, queries, schedulings), however they
+    /// Calls that asked for a decision (admissions, peeks, queries, schedulings, leases), however they
     /// were answered; calls refused on the client (a key too long, more than the capacity) are
     /// not counted.
     pub decisions: u64,

@@ -30,7 +30,7 @@ local j = div(now, window)
 local index, count = j, 0
 local stored = redis.call('HMGET', KEYS[1], 'i', 'c', 'w', 'n')
 if stored[1] or stored[2] or stored[3] or stored[4] then
-  local i0, c0, w0, n0 = whole(stored[1]), whole(stored[2]), whole(stored[3]), whole(stored[4])
+  local i0, c0, w0, n0 = digits(stored[1]), digits(stored[2]), digits(stored[3]), digits(stored[4])
   if not i0 or not c0 or not w0 or not n0 or w0 < 1 or w0 > MAXD or c0 > n0 then
     return foreign()
   end

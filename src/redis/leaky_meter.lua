@@ -1,3 +1,3 @@
 -- The leaky meter (src/leaky/meter.rs): strict admission on an empty queue, its peek, or a place
--- in the queue (schedule).
-return gcra({ strict = true, speek = true, schedule = true })
+-- in the queue (schedule). gcra.lua follows.
+local KIND = 'meter'

@@ -285,7 +285,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
 
 /// What a call asks the script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ask {
+pub(crate) enum Ask {
     Take,
     Peek,
     Schedule,
@@ -416,6 +416,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         keys::name(&self.prefix, key.as_ref(), A::SUFFIX).map_err(RedisError::KeyTooLong)
     }
 
+    /// The per-call timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Checks what needs no round trip: the key's length and `n` against the capacity.
     fn precheck(&self, key: &[u8], n: u64) -> Result<Vec<u8>, RedisError> {
         let name = self.key_name(key)?;
@@ -429,14 +434,21 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Ask::Take => A::TAKE,
             Ask::Peek | Ask::Schedule => A::PEEK,
         };
-        match self.decide(&name, mode, n).await {
+        match self.decide(&name, mode, n, None).await {
             Ok(reply) => reply.outcome(self.plan.tick).map_err(RedisError::Denied),
             Err(unavailable) => self.fallback(key, n, ask, unavailable),
         }
     }
 
-    /// Sends one decision to Redis, through the breaker and within the timeout.
-    async fn decide(&self, name: &[u8], mode: &str, n: u64) -> Result<Reply, Unavailable> {
+    /// Sends one decision to Redis, through the breaker and within the timeout; `extra` is an
+    /// argument after the reading (a lease's tokens given back).
+    pub(crate) async fn decide(
+        &self,
+        name: &[u8],
+        mode: &str,
+        n: u64,
+        extra: Option<u64>,
+    ) -> Result<Reply, Unavailable> {
         bump(&self.counters.decisions);
         let route = self.breaker.route();
         if route == Route::Skip {
@@ -446,7 +458,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 "recent calls failed; waiting for the cool-down",
             ));
         }
-        let result = match tokio::time::timeout(self.timeout, self.eval(name, mode, n)).await {
+        let result = match tokio::time::timeout(self.timeout, self.eval(name, mode, n, extra)).await
+        {
             Ok(result) => result,
             Err(_) => {
                 bump(&self.counters.timeouts);
@@ -472,7 +485,13 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// One `EVALSHA`; on `NOSCRIPT`, one `SCRIPT LOAD` (to every node of a cluster) and one more
     /// `EVALSHA`.
-    async fn eval(&self, name: &[u8], mode: &str, n: u64) -> Result<Reply, Unavailable> {
+    async fn eval(
+        &self,
+        name: &[u8],
+        mode: &str,
+        n: u64,
+        extra: Option<u64>,
+    ) -> Result<Reply, Unavailable> {
         let script = A::script();
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(script.get_hash()).arg(1).arg(name).arg(mode).arg(n);
@@ -483,6 +502,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Some(now) => cmd.arg(now()),
             None => cmd.arg(""),
         };
+        if let Some(extra) = extra {
+            cmd.arg(extra);
+        }
         let mut conn = Conn(self.conn.clone_box());
         bump(&self.counters.round_trips);
         let value = match cmd.query_async::<Value>(&mut conn).await {
@@ -501,7 +523,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     /// The [`FailurePolicy`]'s answer to a call Redis could not decide.
-    fn fallback(
+    pub(crate) fn fallback(
         &self,
         key: &[u8],
         n: u64,
@@ -580,7 +602,7 @@ impl RedisLimiter<LeakyMeterKeys> {
     ) -> Result<Scheduled, RedisError> {
         let key = key.as_ref();
         let name = self.precheck(key, n)?;
-        match self.decide(&name, "schedule", n).await {
+        match self.decide(&name, "schedule", n, None).await {
             Ok(reply) => reply.scheduled(self.plan.tick).map_err(RedisError::Denied),
             Err(unavailable) => {
                 let now = match &self.failure {
@@ -591,6 +613,113 @@ impl RedisLimiter<LeakyMeterKeys> {
                     .map(|a| Scheduled::at_once(now, a))
             }
         }
+    }
+}
+
+/// The answer of [`RedisLimiter::lease_key`]: the tokens taken, and when none were, how long until
+/// one is there.
+///
+/// # Examples
+///
+/// See [`RedisLimiter::lease_key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub(crate) granted: u64,
+    pub(crate) retry_after: Duration,
+}
+
+impl Lease {
+    /// The tokens taken.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiter::lease_key`].
+    pub fn granted(&self) -> u64 {
+        self.granted
+    }
+
+    /// When no token was taken, the time until one is there; zero otherwise.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiter::lease_key`].
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+}
+
+impl RedisLimiter<TokenBucketKeys> {
+    /// Gives back `give_back` unspent tokens of `key` (as
+    /// [`TokenBucket::refund`](crate::TokenBucket::refund) does: never above the capacity, never
+    /// moving the state before now), then takes as many whole tokens as are there, up to `up_to`,
+    /// in one call: the lease a [`LeasedBucket`](super::LeasedBucket) spends locally. `up_to = 0`
+    /// only gives back.
+    ///
+    /// The [`FailurePolicy`] does not apply: a lease admits nothing by itself.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::InsufficientCapacity`] for `up_to` or `give_back` over the capacity,
+    /// [`RedisError::KeyTooLong`], or [`RedisError::Unavailable`] when Redis could not decide.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use tollgate::keyed::TokenBucketKeys;
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// use tollgate::Quota;
+    /// let Ok(url) = std::env::var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+    /// let conn = redis::Client::open(url)?.get_connection_manager().await?;
+    /// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(10)?)
+    ///     .prefix("docs-lease")
+    ///     .build(FailurePolicy::Closed)?;
+    /// let key = format!("batch-{}", std::process::id());
+    /// assert_eq!(limiter.lease_key(&key, 8, 0).await?.granted(), 8);
+    /// let rest = limiter.lease_key(&key, 8, 0).await?;
+    /// assert_eq!(rest.granted(), 2); // only 2 were left
+    /// let none = limiter.lease_key(&key, 8, 0).await?;
+    /// assert_eq!(none.granted(), 0);
+    /// assert!(none.retry_after().as_secs() <= 6); // one token every 6 s
+    /// // Giving 5 back makes 5 available again.
+    /// assert_eq!(limiter.lease_key(&key, 8, 5).await?.granted(), 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    pub async fn lease_key(
+        &self,
+        key: impl AsRef<[u8]>,
+        up_to: u64,
+        give_back: u64,
+    ) -> Result<Lease, RedisError> {
+        let name = self.key_name(key)?;
+        for n in [up_to, give_back] {
+            InsufficientCapacity::check(n, self.capacity)
+                .map_err(RedisError::InsufficientCapacity)?;
+        }
+        self.lease_name(&name, up_to, give_back).await
+    }
+
+    /// A lease on the Redis key `name` (already checked).
+    pub(crate) async fn lease_name(
+        &self,
+        name: &[u8],
+        up_to: u64,
+        give_back: u64,
+    ) -> Result<Lease, RedisError> {
+        let reply = self.decide(name, "lease", up_to, Some(give_back)).await?;
+        let retry = u128::from(reply.wait) * u128::from(self.plan.tick);
+        Ok(Lease {
+            granted: reply.backlog,
+            retry_after: if reply.backlog > 0 {
+                Duration::ZERO
+            } else {
+                Duration::from_nanos(u64::try_from(retry).unwrap_or(u64::MAX))
+            },
+        })
     }
 }
 

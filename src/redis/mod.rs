@@ -42,12 +42,12 @@
 //!
 //! | marker | script | structure | TTL (rounded up to the millisecond) |
 //! | --- | --- | --- | --- |
-//! | [`TokenBucketKeys`](crate::keyed::TokenBucketKeys) | `gcra.lua` + `token_bucket.lua` | one string | until the bucket is full again |
-//! | [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys) | `gcra.lua` + `leaky_meter.lua` | one string | until the virtual queue is empty |
+//! | [`TokenBucketKeys`](crate::keyed::TokenBucketKeys) | `token_bucket.lua` + `gcra.lua` | one string | until the bucket is full again |
+//! | [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys) | `leaky_meter.lua` + `gcra.lua` | one string | until the virtual queue is empty |
 //! | [`FixedWindowKeys`](crate::keyed::FixedWindowKeys) | `fixed_window.lua` | one hash | until the window ends |
 //!
-//! The sliding window counter and log, and a leased local bucket, are the next parts of this
-//! backend (tracked in the project's issues); until then, [`KeyedLimiter`](crate::keyed::KeyedLimiter)
+//! The sliding window counter and the sliding window log are the next part of this backend
+//! (tracked in the project's issues); until then, [`KeyedLimiter`](crate::keyed::KeyedLimiter)
 //! runs them in process.
 //!
 //! Every script takes the quota as arguments on every call (as `CL.THROTTLE` does), so a tier
@@ -92,8 +92,11 @@
 //! and needs no shared clock.
 //!
 //! A server clock that steps back is handled as in process: a reading earlier than a state's
-//! never creates tokens (the state is read as of its own time). Readings more than 2^52 ns (52
-//! days) before a token bucket's state are denied with a `retry_after` clamped to that span.
+//! never creates tokens (the state is read as of its own time). Readings more than 2^53 ns (104
+//! days) before a token bucket's state are denied with a `retry_after` clamped to that span. Once
+//! a state has expired (it read as fresh at its TTL), Redis has forgotten it: a clock that then
+//! steps back by `skew` sees a fresh key where the state would have been short by `R × skew`
+//! tokens, the same bound as a failover's (below).
 //!
 //! # Changing a quota
 //!
@@ -117,6 +120,17 @@
 //! decisions, round trips, reloads, timeouts, failures, breaker skips and openings, open
 //! admissions and local decisions.
 //!
+//! # Leases: admissions without a round trip
+//!
+//! A decision in Redis costs a round trip (tens of microseconds on loopback, more across a
+//! network). Where that is too much, a [`LeasedBucket`] takes up to `k` tokens from the key's
+//! shared token bucket in one call ([`RedisLimiter::lease_key`]) and spends them locally, one
+//! compare-and-swap each ([`LeaseStock`](crate::lease::LeaseStock)); below a low-water mark one task
+//! fetches the next lease. It never admits a token it has not leased, and a leased token lives at
+//! most `L` (the lease's lifetime), so all processes together admit at most `C + R × (t + L)` over
+//! any interval `t`. Unspent tokens go back to the shared bucket when a new lease replaces them and
+//! when the bucket is closed or dropped. The cost: up to `k` tokens held idle per process.
+//!
 //! # Failover
 //!
 //! Redis replicates asynchronously: a failover can lose the last writes before it, and the new
@@ -128,6 +142,7 @@
 mod error;
 mod failure;
 mod keys;
+mod leased;
 mod limiter;
 mod reply;
 mod script;
@@ -135,8 +150,9 @@ mod script;
 pub use error::{BuildError, RedisError, Unavailable, UnavailableKind};
 pub use failure::{FailurePolicy, Stats};
 pub use keys::{KeyTooLong, MAX_KEY_LEN, MAX_PREFIX_LEN};
+pub use leased::{LeaseStats, LeasedBucket, LeasedBucketBuilder, DEFAULT_LIFETIME};
 pub use limiter::{
-    RedisLimiter, RedisLimiterBuilder, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOL_DOWN,
+    Lease, RedisLimiter, RedisLimiterBuilder, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOL_DOWN,
     DEFAULT_TIMEOUT, MAX_WAIT,
 };
 #[doc(hidden)]

@@ -7,17 +7,27 @@
 -- Nothing is ever turned into a string with tostring (it would print 1.7961303480597e+15):
 -- state is written with string.format('%d'), and replies are integers.
 
--- The whole number in `s`, or nil when it is not one (a foreign value).
+-- The whole number in `s`, or nil when it is not one below 2^53 (an argument the client did not
+-- build). Stored state is checked with patterns; arguments, which the client builds, only this way.
 local function whole(s)
-  if s == nil or not string.match(s, '^%d+$') then
+  local x = tonumber(s)
+  if x == nil or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
     return nil
   end
-  return tonumber(s)
+  return x
 end
 
 -- Whether the reading came from the client (tests only). A TTL counts on the server's clock, so
 -- one computed from a client's reading would mean nothing: such state is kept without a TTL.
 local client_time = false
+
+-- The whole number stored in `s` (digits only), or nil when it is not one: a foreign value.
+local function digits(s)
+  if s == nil or not string.match(s, '^%d+$') then
+    return nil
+  end
+  return tonumber(s)
+end
 
 -- The reading, in Unix microseconds: the server's TIME, or the client's (tests only), ARGV[idx];
 -- nil when it is not a whole number below 2^53.
@@ -62,5 +72,15 @@ local function expire(ms)
     redis.call('PERSIST', KEYS[1])
   else
     redis.call('PEXPIRE', KEYS[1], math.max(ms, 1))
+  end
+end
+
+-- Writes the string `value` at KEYS[1], expiring in `ms` milliseconds (at least 1) unless the
+-- reading was the client's: one command.
+local function set_expiring(value, ms)
+  if client_time then
+    redis.call('SET', KEYS[1], value)
+  else
+    redis.call('SET', KEYS[1], value, 'PX', math.max(ms, 1))
   end
 end

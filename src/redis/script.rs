@@ -27,8 +27,8 @@ macro_rules! source {
     };
 }
 
-static TOKEN_BUCKET_SOURCE: LazyLock<String> = source!("gcra.lua", "token_bucket.lua");
-static LEAKY_METER_SOURCE: LazyLock<String> = source!("gcra.lua", "leaky_meter.lua");
+static TOKEN_BUCKET_SOURCE: LazyLock<String> = source!("token_bucket.lua", "gcra.lua");
+static LEAKY_METER_SOURCE: LazyLock<String> = source!("leaky_meter.lua", "gcra.lua");
 static FIXED_WINDOW_SOURCE: LazyLock<String> = source!("fixed_window.lua");
 
 static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(&TOKEN_BUCKET_SOURCE));

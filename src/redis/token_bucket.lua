@@ -1,2 +1,2 @@
--- The token bucket (src/token_bucket.rs): take n tokens, or peek.
-return gcra({ take = true, peek = true })
+-- The token bucket (src/token_bucket.rs): take n tokens, or peek. gcra.lua follows.
+local KIND = 'bucket'

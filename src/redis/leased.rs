@@ -1,0 +1,492 @@
+//! [`LeasedBucket`]: admissions from a local lock-free stock of tokens leased in batches from a
+//! key's shared token bucket in Redis, so that most admissions cost one compare-and-swap and no
+//! round trip.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::error::{BuildError, RedisError, Unavailable, UnavailableKind};
+use super::keys::MAX_KEY_LEN;
+use super::limiter::{Ask, RedisLimiter, MAX_WAIT};
+use crate::keyed::TokenBucketKeys;
+use crate::lease::{LeaseStock, Take};
+use crate::outcome::{Admitted, Denied, Span};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
+
+/// A token bucket shared through Redis, spent locally: a lease takes up to `batch` tokens from
+/// the key's shared bucket in one call (the same state [`RedisLimiter<TokenBucketKeys>`] decides
+/// on), and [`try_acquire`](LeasedBucket::try_acquire) spends them with one compare-and-swap and
+/// no I/O. When the stock falls to the low-water mark one task fetches the next lease (one at a
+/// time); [`acquire`](LeasedBucket::acquire) may wait for it.
+///
+/// # The bound
+///
+/// It never admits a token it has not leased: admissions never exceed tokens leased. A leased
+/// token is spent within the lease's `lifetime` L of the call that leased it, or dropped, so over
+/// any interval of length `t` all processes together admit at most `C + R × (t + L)` for a quota of
+/// `R` per second with capacity `C`. Unspent tokens a new lease replaces are given back with the
+/// next lease, and those left when the bucket is closed or dropped are given back then (as
+/// [`TokenBucket::refund`](crate::TokenBucket::refund) does: never moving the state before now).
+/// The cost: up to `batch` tokens held idle per process, which other processes cannot use.
+///
+/// # Failures
+///
+/// A lease that Redis cannot decide leaves the stock as it is; once it is empty, each admission is
+/// answered by the limiter's [`FailurePolicy`](super::FailurePolicy) until a lease succeeds again.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+/// # rt.block_on(async {
+/// use std::sync::Arc;
+/// use tollgate::keyed::TokenBucketKeys;
+/// use tollgate::redis::{FailurePolicy, LeasedBucket, RedisLimiter};
+/// use tollgate::Quota;
+/// let Ok(url) = std::env::var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+/// let conn = redis::Client::open(url)?.get_connection_manager().await?;
+/// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(10_000)?)
+///     .prefix("docs-leased")
+///     .build(FailurePolicy::Closed)?;
+/// let key = format!("backend-{}", std::process::id());
+/// let bucket = LeasedBucket::builder(Arc::new(limiter), key).batch(100).build()?;
+/// // The first call finds the stock empty and starts a lease; `acquire` waits for it.
+/// bucket.acquire().await?;
+/// assert!(bucket.try_acquire().is_ok()); // from the local stock: no round trip
+/// assert_eq!(bucket.stats().leases, 1);
+/// bucket.close().await?; // gives back what was not spent
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })
+/// # }
+/// ```
+pub struct LeasedBucket {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    limiter: Arc<RedisLimiter<TokenBucketKeys>>,
+    key: Vec<u8>,
+    name: Vec<u8>,
+    batch: u64,
+    low_water: u64,
+    lifetime: Duration,
+    epoch: Instant,
+    stock: LeaseStock,
+    /// Unspent tokens a landing lease replaced: given back with the next lease.
+    owed: AtomicU64,
+    /// Milliseconds since `epoch` before which a lease is known to find no token (0: none).
+    empty_until: AtomicU64,
+    /// Whether the last lease failed: the failure policy answers until one succeeds.
+    unavailable: AtomicBool,
+    /// Set once, by `close` or drop: tokens that land afterwards are given back at once.
+    closed: AtomicBool,
+    landed: tokio::sync::Notify,
+    runtime: tokio::runtime::Handle,
+    leases: AtomicU64,
+    leased: AtomicU64,
+    admitted: AtomicU64,
+    returned: AtomicU64,
+}
+
+/// What a [`LeasedBucket`] has done. Counters only grow.
+///
+/// # Examples
+///
+/// ```
+/// let s = tollgate::redis::LeaseStats::default();
+/// assert_eq!(s.leases, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// Lease calls sent to Redis (each one round trip), closing ones included.
+    pub leases: u64,
+    /// Tokens the leases took from the shared bucket.
+    pub leased: u64,
+    /// Admissions from the local stock.
+    pub admitted: u64,
+    /// Unspent tokens given back to the shared bucket.
+    pub returned: u64,
+}
+
+/// Builds a [`LeasedBucket`]; see [`LeasedBucket::builder`].
+///
+/// # Examples
+///
+/// See [`LeasedBucket`].
+pub struct LeasedBucketBuilder {
+    limiter: Arc<RedisLimiter<TokenBucketKeys>>,
+    key: Vec<u8>,
+    batch: u64,
+    low_water: Option<u64>,
+    lifetime: Duration,
+}
+
+/// The default lease lifetime: 1 s.
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(1);
+
+impl LeasedBucket {
+    /// A builder for a leased bucket on `key` of `limiter`'s token buckets (the same Redis state
+    /// its per-call decisions use): batches of 100 tokens (at most the capacity), a low-water mark
+    /// of a quarter of the batch, a lifetime of [`DEFAULT_LIFETIME`].
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub fn builder(
+        limiter: Arc<RedisLimiter<TokenBucketKeys>>,
+        key: impl AsRef<[u8]>,
+    ) -> LeasedBucketBuilder {
+        let batch = limiter.quota().capacity().min(100);
+        LeasedBucketBuilder {
+            limiter,
+            key: key.as_ref().to_vec(),
+            batch,
+            low_water: None,
+            lifetime: DEFAULT_LIFETIME,
+        }
+    }
+}
+
+impl LeasedBucketBuilder {
+    /// Tokens asked for per lease: from 1 to the quota's capacity (and at most
+    /// [`LeaseStock::MAX_TOKENS`]).
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub fn batch(mut self, batch: u64) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// The stock at or below which an admission starts the next lease: from 0 to `batch - 1`
+    /// (default `batch / 4`).
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub fn low_water(mut self, tokens: u64) -> Self {
+        self.low_water = Some(tokens);
+        self
+    }
+
+    /// How long leased tokens may be spent, from the moment the lease is asked for: from 1 ms to
+    /// one hour (default [`DEFAULT_LIFETIME`]). Longer keeps fewer tokens from expiring unspent;
+    /// shorter tightens the bound `C + R × (t + L)`.
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub fn lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+
+    /// The leased bucket. Must be called within a tokio runtime, which runs its lease tasks.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] naming `batch`, `low_water`, `lifetime` or `key` (over 1 KiB) when out of
+    /// range, or `runtime` when called outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub fn build(self) -> Result<LeasedBucket, BuildError> {
+        let max_batch = self.limiter.quota().capacity().min(LeaseStock::MAX_TOKENS);
+        if self.batch == 0 || self.batch > max_batch {
+            return Err(BuildError::new(
+                "batch",
+                format!("1..={max_batch} (the capacity), got {}", self.batch),
+            ));
+        }
+        let low_water = self.low_water.unwrap_or(self.batch / 4);
+        if low_water >= self.batch {
+            return Err(BuildError::new(
+                "low_water",
+                format!("0..={} (below the batch), got {low_water}", self.batch - 1),
+            ));
+        }
+        if self.lifetime < Duration::from_millis(1) || self.lifetime > MAX_WAIT {
+            return Err(BuildError::new(
+                "lifetime",
+                format!("1 ms..={MAX_WAIT:?}, got {:?}", self.lifetime),
+            ));
+        }
+        let name = self.limiter.key_name(&self.key).map_err(|_| {
+            BuildError::new(
+                "key",
+                format!("0..={MAX_KEY_LEN} bytes, got {}", self.key.len()),
+            )
+        })?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            BuildError::new(
+                "runtime",
+                "a tokio runtime: build the bucket within one (its lease tasks run there)".into(),
+            )
+        })?;
+        Ok(LeasedBucket {
+            inner: Arc::new(Inner {
+                limiter: self.limiter,
+                key: self.key,
+                name,
+                batch: self.batch,
+                low_water,
+                lifetime: self.lifetime,
+                epoch: Instant::now(),
+                stock: LeaseStock::new(),
+                owed: AtomicU64::new(0),
+                empty_until: AtomicU64::new(0),
+                unavailable: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                landed: tokio::sync::Notify::new(),
+                runtime,
+                leases: AtomicU64::new(0),
+                leased: AtomicU64::new(0),
+                admitted: AtomicU64::new(0),
+                returned: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+/// Relaxed, as every counter and hint here: they publish nothing but themselves.
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Inner {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts a lease unless one is in flight or the shared bucket is known to be empty.
+    fn prefetch(self: &Arc<Self>) {
+        if self.empty_until.load(Ordering::Relaxed) > self.now_ms() {
+            return;
+        }
+        if self.stock.begin_lease() {
+            let inner = self.clone();
+            self.runtime.spawn(async move { inner.lease().await });
+        }
+    }
+
+    /// One lease call (the caller holds the stock's single-flight claim), landing its tokens.
+    async fn lease(self: Arc<Self>) {
+        let asked = self.now_ms();
+        let owed = self.owed.swap(0, Ordering::Relaxed);
+        let back = owed.min(self.limiter.quota().capacity());
+        add(&self.owed, owed - back);
+        add(&self.leases, 1);
+        match self.limiter.lease_name(&self.name, self.batch, back).await {
+            Ok(lease) => {
+                self.unavailable.store(false, Ordering::Relaxed);
+                add(&self.returned, back);
+                let granted = lease.granted.min(self.batch);
+                if granted > 0 {
+                    add(&self.leased, granted);
+                    let expiry = asked.saturating_add(
+                        u64::try_from(self.lifetime.as_millis()).unwrap_or(u64::MAX),
+                    );
+                    let replaced = self.stock.land(granted, expiry, self.now_ms());
+                    add(&self.owed, replaced);
+                    self.empty_until.store(0, Ordering::Relaxed);
+                } else {
+                    let wait = lease.retry_after.as_nanos();
+                    let wait_ms = u64::try_from(wait.div_ceil(1_000_000)).unwrap_or(u64::MAX);
+                    self.empty_until
+                        .store(self.now_ms().saturating_add(wait_ms), Ordering::Relaxed);
+                }
+            }
+            Err(_) => {
+                // Not given back: owed again.
+                add(&self.owed, back);
+                self.unavailable.store(true, Ordering::Relaxed);
+            }
+        }
+        self.stock.end_lease();
+        self.landed.notify_waiters();
+        if self.closed.load(Ordering::Relaxed) {
+            // Closed while this lease was in flight: what landed goes back at once. A failure
+            // leaves those tokens spent, which never admits more than the limit.
+            let _ = self.give_back().await;
+        }
+    }
+
+    /// Drains the stock and gives back every unspent token (one call, when there are any).
+    async fn give_back(&self) -> Result<u64, RedisError> {
+        let drained = self.stock.drain(self.now_ms());
+        let owed = self.owed.swap(0, Ordering::Relaxed);
+        let back = (drained + owed).min(self.limiter.quota().capacity());
+        if back == 0 {
+            return Ok(0);
+        }
+        add(&self.leases, 1);
+        match self.limiter.lease_name(&self.name, 0, back).await {
+            Ok(_) => {
+                add(&self.returned, back);
+                Ok(back)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The refusal of an empty stock: the time until a lease is known to find a token, or zero
+    /// when that is not known (a lease is on its way).
+    fn empty(&self, now_ms: u64) -> Denied {
+        let until = self
+            .empty_until
+            .load(Ordering::Relaxed)
+            .saturating_sub(now_ms);
+        let wait = Span::from_nanos(u128::from(until) * 1_000_000);
+        let now_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        Denied::new(now_ns, wait, 0, 1, wait)
+    }
+}
+
+impl LeasedBucket {
+    /// Admits one request from the local stock: one compare-and-swap, no I/O. At or below the
+    /// low-water mark it starts the next lease in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Denied`] when the stock is empty (its `retry_after` is the time until a lease
+    /// is known to find a token, or zero while a lease is on its way; its `retry_at` is on this
+    /// bucket's own clock, nanoseconds since it was built). When the last lease failed, the
+    /// limiter's [`FailurePolicy`](super::FailurePolicy) answers instead.
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub fn try_acquire(&self) -> Result<Admitted, RedisError> {
+        let inner = &self.inner;
+        let now = inner.now_ms();
+        match inner.stock.try_take(now) {
+            Take::Taken { left } => {
+                add(&inner.admitted, 1);
+                if left <= inner.low_water {
+                    inner.prefetch();
+                }
+                Ok(Admitted::new(left, 1, Span::from_nanos(0)))
+            }
+            Take::Empty | Take::Expired => {
+                inner.prefetch();
+                if inner.unavailable.load(Ordering::Relaxed) {
+                    let why = Unavailable::new(
+                        UnavailableKind::Connection,
+                        "the last lease could not be decided",
+                    );
+                    return inner.limiter.fallback(&inner.key, 1, Ask::Take, why);
+                }
+                Err(RedisError::Denied(inner.empty(now)))
+            }
+        }
+    }
+
+    /// Admits one request, waiting for a lease in flight (at most the limiter's timeout) when
+    /// the stock is empty.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeasedBucket::try_acquire`], after the wait.
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub async fn acquire(&self) -> Result<Admitted, RedisError> {
+        let inner = &self.inner;
+        let landed = inner.landed.notified();
+        tokio::pin!(landed);
+        // Registered before the check: a lease that lands in between still wakes this call.
+        landed.as_mut().enable();
+        match self.try_acquire() {
+            Err(RedisError::Denied(_)) if inner.stock.is_leasing() => {
+                let _ = tokio::time::timeout(inner.limiter.timeout(), landed).await;
+                self.try_acquire()
+            }
+            answer => answer,
+        }
+    }
+
+    /// Tokens in the local stock now.
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub fn available(&self) -> u64 {
+        self.inner.stock.available(self.inner.now_ms())
+    }
+
+    /// What this bucket has done.
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub fn stats(&self) -> LeaseStats {
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let i = &self.inner;
+        LeaseStats {
+            leases: read(&i.leases),
+            leased: read(&i.leased),
+            admitted: read(&i.admitted),
+            returned: read(&i.returned),
+        }
+    }
+
+    /// Gives back every unspent token now, waiting for the call, and closes the bucket (a lease
+    /// still in flight gives back what it gets when it lands). Answers how many went back.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Unavailable`] when the give-back could not be decided: those tokens stay
+    /// spent, which never admits more than the limit.
+    ///
+    /// # Examples
+    ///
+    /// See [`LeasedBucket`].
+    pub async fn close(self) -> Result<u64, RedisError> {
+        self.inner.closed.store(true, Ordering::Relaxed);
+        self.inner.give_back().await
+    }
+}
+
+impl Drop for LeasedBucket {
+    /// Closes the bucket if [`close`](LeasedBucket::close) did not: the unspent tokens are given
+    /// back by a task on the runtime the bucket was built in.
+    fn drop(&mut self) {
+        if self.inner.closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let inner = self.inner.clone();
+        self.inner.runtime.spawn(async move {
+            let _ = inner.give_back().await;
+        });
+    }
+}
+
+impl fmt::Debug for LeasedBucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeasedBucket")
+            .field("key", &String::from_utf8_lossy(&self.inner.key))
+            .field("batch", &self.inner.batch)
+            .field("low_water", &self.inner.low_water)
+            .field("lifetime", &self.inner.lifetime)
+            .field("available", &self.available())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl fmt::Debug for LeasedBucketBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeasedBucketBuilder")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("batch", &self.batch)
+            .field("low_water", &self.low_water)
+            .field("lifetime", &self.lifetime)
+            .finish_non_exhaustive()
+    }
+}
