@@ -7,6 +7,9 @@
 //!   locking (`WATCH`, `GET`, `MULTI`, `SET`, `EXEC`, again on a conflict), the design Bucket4j uses;
 //!   its retries per decision are reported.
 //!
+//! and a [`LeasedBucket`](tollgate::redis::LeasedBucket) with k = 100, whose admissions come from
+//! a local stock (its round trips per admission are reported).
+//!
 //! ```sh
 //! bash scripts/redis.sh start /tmp/tollgate-redis && source /tmp/tollgate-redis/env
 //! cargo bench --features redis --bench redis            # about 40 s
@@ -303,6 +306,69 @@ async fn cas_row(url: &str, in_flight: usize, spread: bool, run: Duration) -> Ro
     }
 }
 
+/// A [`LeasedBucket`](tollgate::redis::LeasedBucket) (k = 100) on one hot key: admissions from the
+/// local stock, a lease per ~100 of them.
+async fn leased_row(conn: ConnectionManager, in_flight: usize, run: Duration) -> Row {
+    let quota = Quota::per_second(1_000_000_000)
+        .and_then(|q| q.with_capacity(1_000_000))
+        .expect("a quota");
+    let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, quota)
+        .prefix(format!("bench-leased-{}", std::process::id()))
+        .timeout(Duration::from_secs(2))
+        .build(FailurePolicy::Closed)
+        .expect("a limiter");
+    let bucket = Arc::new(
+        tollgate::redis::LeasedBucket::builder(Arc::new(limiter), "hot")
+            .batch(100)
+            .build()
+            .expect("a leased bucket"),
+    );
+    let _ = bucket.acquire().await;
+    let before = bucket.stats();
+    // Admissions only: a call that finds the stock empty yields (the lease task runs) and is
+    // neither counted nor timed, so the rate is admissions per second and the latency is an
+    // admission's.
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..in_flight {
+        let b = bucket.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut h = Histogram::<u64>::new(3).expect("a histogram");
+            let mut admitted = 0u64;
+            while start.elapsed() < run {
+                let at = Instant::now();
+                if b.try_acquire().is_ok() {
+                    let _ = h.record(at.elapsed().as_nanos() as u64);
+                    admitted += 1;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+            }
+            (admitted, h)
+        }));
+    }
+    let mut latency = Histogram::<u64>::new(3).expect("a histogram");
+    let mut calls = 0;
+    for t in tasks {
+        let (c, h) = t.await.expect("a bench task");
+        calls += c;
+        latency.add(h).expect("histograms of one shape");
+    }
+    let elapsed = start.elapsed();
+    let after = bucket.stats();
+    let admitted = after.admitted - before.admitted;
+    Row {
+        name: format!("LeasedBucket k = 100, standalone, 1 hot key, {in_flight} in flight"),
+        calls,
+        elapsed,
+        latency,
+        note: format!(
+            "admissions/s and an admission's latency; {:.4} round trips per admission",
+            (after.leases - before.leases) as f64 / admitted.max(1) as f64,
+        ),
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--test");
     let run = if quick {
@@ -365,6 +431,7 @@ fn main() {
                         .print();
                 }
             }
+            leased_row(conn.clone(), in_flight, run).await.print();
         }
     });
 }

@@ -120,7 +120,8 @@ step_fuzz() {
 }
 
 step_bench() {
-    cargo bench --no-run
+    # --all-features: the Redis bench needs the `redis` feature.
+    cargo bench --no-run --all-features
 }
 
 # Describes each step in its header.

@@ -130,7 +130,7 @@ pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(1);
 impl LeasedBucket {
     /// A builder for a leased bucket on `key` of `limiter`'s token buckets (the same Redis state
     /// its per-call decisions use): batches of 100 tokens (at most the capacity), a low-water mark
-    /// of a quarter of the batch, a lifetime of [`DEFAULT_LIFETIME`].
+    /// of half the batch, a lifetime of [`DEFAULT_LIFETIME`].
     ///
     /// # Examples
     ///
@@ -163,7 +163,7 @@ impl LeasedBucketBuilder {
     }
 
     /// The stock at or below which an admission starts the next lease: from 0 to `batch - 1`
-    /// (default `batch / 4`).
+    /// (default `batch / 2`, so that the next lease usually lands before the stock runs out).
     ///
     /// # Examples
     ///
@@ -203,7 +203,7 @@ impl LeasedBucketBuilder {
                 format!("1..={max_batch} (the capacity), got {}", self.batch),
             ));
         }
-        let low_water = self.low_water.unwrap_or(self.batch / 4);
+        let low_water = self.low_water.unwrap_or(self.batch / 2);
         if low_water >= self.batch {
             return Err(BuildError::new(
                 "low_water",
