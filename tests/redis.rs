@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use redis::aio::ConnectionManager;
-use tollgate::keyed::{FixedWindowKeys, KeyedLimiter, LeakyMeterKeys, TokenBucketKeys};
+use tollgate::keyed::{
+    FixedWindowKeys, KeyedLimiter, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys,
+    TokenBucketKeys,
+};
 use tollgate::leaky::LeakyMeter;
 use tollgate::redis::{FailurePolicy, RedisAlgorithm, RedisError, RedisLimiter, UnavailableKind};
 use tollgate::{Admitted, Denied, ManualClock, Nanos, Quota, Scheduled};
@@ -237,6 +240,16 @@ impl Case<'_> {
         ops: &[Op],
         local: impl Fn(Op, Nanos) -> Option<Seen>,
     ) -> Result<(), TestCaseError> {
+        self.run_with::<A>(ops, |seen| seen, local)
+    }
+
+    /// As [`Case::run`], comparing the answers after `normal` has rewritten both.
+    fn run_with<A: RedisAlgorithm>(
+        &self,
+        ops: &[Op],
+        normal: fn(Seen) -> Seen,
+        local: impl Fn(Op, Nanos) -> Option<Seen>,
+    ) -> Result<(), TestCaseError> {
         let clock = ManualClock::new();
         let redis = RedisLimiter::<A>::builder(self.conn.clone(), self.quota)
             .prefix(fresh_prefix("same"))
@@ -267,7 +280,14 @@ impl Case<'_> {
                     Op::Schedule(_) | Op::Forward { .. } | Op::Back { .. } => unreachable!(),
                 }
             });
-            prop_assert_eq!(got, expected, "op {} ({:?}) at t = {} us", i, op, t);
+            prop_assert_eq!(
+                normal(got),
+                normal(expected),
+                "op {} ({:?}) at t = {} us",
+                i,
+                op,
+                t
+            );
         }
         Ok(())
     }
@@ -308,6 +328,58 @@ fn the_fixed_window_answers_as_in_process() {
         let window = quota.period().as_micros() as u64;
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
         case.run::<FixedWindowKeys>(&ops, |op, now| match op {
+            Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
+            Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
+            _ => None,
+        })?;
+    });
+}
+
+/// `seen` with a denial's `retry_after` rounded up to a whole microsecond: the earliest reading
+/// Redis can name (its clock counts microseconds) when the in-process limiter names a nanosecond.
+fn to_micros(seen: Seen) -> Seen {
+    match seen {
+        Seen::Denied {
+            remaining,
+            retry,
+            reset,
+        } => Seen::Denied {
+            remaining,
+            retry: Duration::from_micros(retry.as_nanos().div_ceil(1000) as u64),
+            reset,
+        },
+        other => other,
+    }
+}
+
+#[test]
+fn the_sliding_counter_answers_as_in_process() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    let conn = rt.block_on(manager(&url));
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(), base in bases(), ops in ops(20, false))| {
+        let keyed = KeyedLimiter::<u64, SlidingWindowCounterKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
+        let window = quota.period().as_micros() as u64;
+        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
+        // The estimate's earliest admission is exact to the nanosecond in process and to the
+        // microsecond in Redis: compared at microseconds.
+        case.run_with::<SlidingWindowCounterKeys>(&ops, to_micros, |op, now| match op {
+            Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
+            Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
+            _ => None,
+        })?;
+    });
+}
+
+#[test]
+fn the_sliding_log_answers_as_in_process() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    let conn = rt.block_on(manager(&url));
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(), base in bases(), ops in ops(20, false))| {
+        let keyed = KeyedLimiter::<u64, SlidingWindowLogKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
+        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window: 1 };
+        case.run::<SlidingWindowLogKeys>(&ops, |op, now| match op {
             Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
             Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
             _ => None,
@@ -624,13 +696,31 @@ fn a_key_expires_no_earlier_than_it_reads_as_fresh() {
         .prefix(&prefix)
         .build(FailurePolicy::Closed)
         .unwrap();
+        let counter = RedisLimiter::<SlidingWindowCounterKeys>::builder(
+            admin.clone(),
+            Quota::per_period(3, Duration::from_millis(100)).unwrap(),
+        )
+        .prefix(&prefix)
+        .build(FailurePolicy::Closed)
+        .unwrap();
+        let log = RedisLimiter::<SlidingWindowLogKeys>::builder(
+            admin.clone(),
+            Quota::per_period(3, Duration::from_millis(150)).unwrap(),
+        )
+        .prefix(&prefix)
+        .build(FailurePolicy::Closed)
+        .unwrap();
+        let asked = Instant::now();
         bucket.check_key("t").await.unwrap();
         let last = bucket.check_key("t").await.unwrap();
-        let asked = Instant::now();
         let taken = window.check_key_n("t", 3).await.unwrap();
+        let counted = counter.check_key_n("t", 2).await.unwrap();
+        let logged = log.check_key_n("t", 3).await.unwrap();
         for (limiter_key, fresh_in) in [
             (bucket.key_name("t").unwrap(), last.reset_after()),
             (window.key_name("t").unwrap(), taken.reset_after()),
+            (counter.key_name("t").unwrap(), counted.reset_after()),
+            (log.key_name("t").unwrap(), logged.reset_after()),
         ] {
             let pttl: i64 = redis::cmd("PTTL")
                 .arg(&limiter_key)
@@ -652,7 +742,12 @@ fn a_key_expires_no_earlier_than_it_reads_as_fresh() {
         }
         // Once expired, a decision is a fresh key's.
         tokio::time::sleep(Duration::from_millis(350)).await;
-        for name in [bucket.key_name("t").unwrap(), window.key_name("t").unwrap()] {
+        for name in [
+            bucket.key_name("t").unwrap(),
+            window.key_name("t").unwrap(),
+            counter.key_name("t").unwrap(),
+            log.key_name("t").unwrap(),
+        ] {
             let exists: u64 = redis::cmd("EXISTS")
                 .arg(&name)
                 .query_async(&mut admin)
@@ -663,6 +758,8 @@ fn a_key_expires_no_earlier_than_it_reads_as_fresh() {
         assert_eq!(bucket.check_key("t").await.unwrap().remaining(), 1);
         assert_eq!(bucket.check_key("fresh").await.unwrap().remaining(), 1);
         assert_eq!(window.check_key("t").await.unwrap().remaining(), 2);
+        assert_eq!(counter.check_key("t").await.unwrap().remaining(), 2);
+        assert_eq!(log.check_key("t").await.unwrap().remaining(), 2);
     });
 }
 
@@ -992,6 +1089,12 @@ fn a_keys_structures_share_one_slot() {
         let fw = RedisLimiter::<FixedWindowKeys>::builder(conn.clone(), q)
             .build(FailurePolicy::Closed)
             .unwrap();
+        let sc = RedisLimiter::<SlidingWindowCounterKeys>::builder(conn.clone(), q)
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let sl = RedisLimiter::<SlidingWindowLogKeys>::builder(conn.clone(), q)
+            .build(FailurePolicy::Closed)
+            .unwrap();
         let mut slots = std::collections::BTreeSet::new();
         for key in [
             &b""[..],
@@ -1011,16 +1114,20 @@ fn a_keys_structures_share_one_slot() {
                 slot,
                 "{key:?}"
             );
-            assert_eq!(
-                keyslot(&mut node, &fw.key_name(key).unwrap()).await,
-                slot,
-                "{key:?}"
-            );
+            for name in [
+                fw.key_name(key).unwrap(),
+                sc.key_name(key).unwrap(),
+                sl.key_name(key).unwrap(),
+            ] {
+                assert_eq!(keyslot(&mut node, &name).await, slot, "{key:?}");
+            }
             slots.insert(slot);
             // And every structure works through the cluster client.
             tb.check_key(key).await.unwrap();
             lm.check_key(key).await.unwrap();
             fw.check_key(key).await.unwrap();
+            sc.check_key(key).await.unwrap();
+            sl.check_key(key).await.unwrap();
         }
         assert!(slots.len() > 5, "keys should spread over slots: {slots:?}");
     });
@@ -1398,5 +1505,76 @@ fn a_lease_serves_a_hundred_admissions_per_round_trip() {
         );
         assert!(s.admitted <= s.leased);
         assert!(bucket.close().await.unwrap() <= 100);
+    });
+}
+
+// --- quota changes -----------------------------------------------------------------------------------
+
+/// Four of five taken under one quota, then the same key read under a tenfold one: never more
+/// remaining than the first quota leaves (1), until its state has drained.
+async fn after_an_upgrade<A: RedisAlgorithm>(url: &str, small: Quota, large: Quota) {
+    let prefix = fresh_prefix("upgrade");
+    let build = |q: Quota, conn: ConnectionManager| {
+        RedisLimiter::<A>::builder(conn, q)
+            .prefix(&prefix)
+            .build(FailurePolicy::Closed)
+            .unwrap()
+    };
+    let before = build(small, manager(url).await);
+    let after = build(large, manager(url).await);
+    before.check_key_n("k", 4).await.unwrap();
+    assert_eq!(before.peek_key_n("k", 0).await.unwrap().remaining(), 1);
+    // Alone, the larger quota would leave 46 (or more).
+    assert_eq!(
+        after.peek_key_n("k", 0).await.unwrap().remaining(),
+        1,
+        "{}",
+        A::SUFFIX
+    );
+    after.check_key("k").await.unwrap();
+    assert!(
+        matches!(after.check_key("k").await, Err(RedisError::Denied(_))),
+        "{}: a second admission under the larger quota",
+        A::SUFFIX
+    );
+    // A key written only under the larger quota has all of it.
+    assert_eq!(after.peek_key_n("other", 0).await.unwrap().remaining(), 50);
+}
+
+#[test]
+fn state_written_under_another_quota_is_read_conservatively() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let small = Quota::per_minute(5).unwrap();
+        let large = Quota::per_minute(50).unwrap();
+        after_an_upgrade::<TokenBucketKeys>(&url, small, large).await;
+        after_an_upgrade::<FixedWindowKeys>(&url, small, large).await;
+        after_an_upgrade::<SlidingWindowCounterKeys>(&url, small, large).await;
+        after_an_upgrade::<SlidingWindowLogKeys>(&url, small, large).await;
+        // The meter's strict admission needs an empty queue under any quota.
+        let prefix = fresh_prefix("meter-upgrade");
+        let meter = |q| {
+            let url = url.clone();
+            let prefix = prefix.clone();
+            async move {
+                RedisLimiter::<LeakyMeterKeys>::builder(manager(&url).await, q)
+                    .prefix(&prefix)
+                    .build(FailurePolicy::Closed)
+                    .unwrap()
+            }
+        };
+        let (before, after) = (meter(small).await, meter(large).await);
+        before.schedule_key_n("k", 4).await.unwrap();
+        assert!(matches!(
+            after.check_key("k").await,
+            Err(RedisError::Denied(_))
+        ));
+        // One place was left under the small quota: the larger one schedules one, then none.
+        assert_eq!(after.schedule_key_n("k", 1).await.unwrap().remaining(), 0);
+        assert!(matches!(
+            after.schedule_key_n("k", 1).await,
+            Err(RedisError::Denied(_))
+        ));
     });
 }

@@ -63,8 +63,9 @@ local function until_tat(base, off, st, tk)
 end
 
 -- d: ticks until tat under this call's quota. When the state was written under another quota
--- that is still in force (its state not yet full), that quota must admit too (old_*): a key never
--- has more remaining than either quota allows.
+-- that is still in force (its state not yet full), a key has no more than either quota leaves:
+-- `conv`, the span d converted, holds at most the old quota's whole tokens; a request must
+-- conform under both; and an admission writes the converted state, under this call's quota.
 local d = 0
 local old_d, old_interval, old_capacity, old_burst, old_tick
 local raw = redis.call('GET', KEYS[1])
@@ -84,20 +85,43 @@ if raw then
     end
   end
 end
-
--- The level (in ticks) capped to the whole tokens the old quota leaves after taking k.
-local function level_after(level, k)
-  if not old_d then return level end
+local conv = d
+if old_d then
+  -- The old quota's whole tokens now, as a span under this call's quota.
   local r = 0
-  if k <= old_capacity and old_d <= old_burst - k * old_interval then
-    r = div(old_burst - old_d - k * old_interval, old_interval)
+  if old_d <= old_burst then r = div(old_burst - old_d, old_interval) end
+  if r <= div(burst, interval) and burst - r * interval > conv then
+    conv = burst - r * interval
   end
-  if r < div(level, interval) then return r * interval end
-  return level
 end
 
-local level = burst - d
+-- Ticks until the quota the state was written under admits k (0 when it does or is not in
+-- force), in this call's ticks, rounded up.
+local function old_wait(k)
+  if not old_d then return 0 end
+  local w = old_d
+  if k <= old_capacity then
+    w = old_d - (old_burst - k * old_interval)
+    if w < 0 then w = 0 end
+  end
+  if old_tick == 1 and tick ~= 1 then
+    w = div_up(w, 1000)
+  elseif old_tick ~= 1 and tick == 1 then
+    w = math.min(w * 1000, LIMIT)
+  end
+  return w
+end
+
+local level = burst - conv
 if level < 0 then level = 0 end
+
+-- Writes tat = now + gap ticks, expiring when the state reads as fresh (tat), rounded up to the
+-- millisecond: a key that expired early would hand out a second burst. A state given back to
+-- full is still written (full as of now, as in process: a reading before now sees it short).
+local function write(gap)
+  set_expiring(string.format('%d %d %d %d %d', now, gap, interval, capacity, tick),
+    div_up(gap, 1000000 / tick))
+end
 
 if mode == 'lease' then
   -- Gives back `back` unspent tokens as TokenBucket::refund does (tat moves back by that many
@@ -106,47 +130,27 @@ if mode == 'lease' then
   local back = whole(ARGV[7])
   if not back or back > capacity then return bad('arguments') end
   local moved = false
-  if back > 0 and d > 0 and not old_d then
-    d = math.max(d - back * interval, 0)
+  if back > 0 and conv > 0 and not old_d then
+    conv = math.max(conv - back * interval, 0)
+    d = conv
     moved = true
   end
   local k = 0
-  if d <= burst then k = math.min(n, div(burst - d, interval)) end
-  local lease_wait = 0
-  if old_d then
-    local r = 0
-    if old_d <= old_burst then r = div(old_burst - old_d, old_interval) end
-    if r < k then k = r end
-    if r == 0 then
-      lease_wait = old_d - (old_burst - old_interval)
-      if old_tick == 1 and tick ~= 1 then
-        lease_wait = div_up(lease_wait, 1000)
-      elseif old_tick ~= 1 and tick == 1 then
-        lease_wait = math.min(lease_wait * 1000, LIMIT)
-      end
-    end
-  end
-  local gap = d + k * interval
-  if k > 0 or moved then
-    -- A state given back to full is still written (full as of now, as in process: a reading
-    -- before now sees it short), and expires a millisecond later.
-    set_expiring(string.format('%d %d %d %d %d', now, gap, interval, capacity, tick),
-      div_up(gap, 1000000 / tick))
-  end
+  if conv <= burst then k = math.min(n, div(burst - conv, interval)) end
+  local gap = conv + k * interval
+  if k > 0 or moved then write(gap) end
   if k > 0 or n == 0 then
     -- Taken (or only given back: a lease of nothing).
     return { 1, now, math.max(burst - gap, 0), interval, gap, 0, k }
   end
   -- Nothing to take: the wait for one token.
-  local wait = d - (burst - interval)
-  if wait < lease_wait then wait = lease_wait end
-  if wait < 1 then wait = 1 end
-  return { 0, now, level_after(level, 0), interval, d, wait, 0 }
+  local wait = math.max(d - (burst - interval), old_wait(1), 1)
+  return { 0, now, level, interval, d, wait, 0 }
 end
 
 if n == 0 then
   -- A query: what is there (for the meter: the queue, and the delay a request would get).
-  return { 1, now, level_after(level, 0), interval, d, d, d }
+  return { 1, now, level, interval, conv, conv, conv }
 end
 
 local cost = n * interval
@@ -157,32 +161,13 @@ if mode == 'strict' or mode == 'speek' then
 else
   -- The conformance test: the gap the request leaves, d + cost, must fit the burst window,
   -- under both quotas.
-  wait = d - (burst - cost)
-  if wait < 0 then wait = 0 end
-  if old_d then
-    -- Ticks (of old_tick ns) until the old quota admits n, in this call's ticks, rounded up.
-    local w = old_d
-    if n <= old_capacity then
-      w = old_d - (old_burst - n * old_interval)
-      if w < 0 then w = 0 end
-    end
-    if old_tick == 1 and tick ~= 1 then
-      w = div_up(w, 1000)
-    elseif old_tick ~= 1 and tick == 1 then
-      w = math.min(w * 1000, LIMIT)
-    end
-    if w > wait then wait = w end
-  end
+  wait = math.max(d - (burst - cost), old_wait(n), 0)
 end
 if wait > 0 then
-  return { 0, now, level_after(level, 0), interval, d, wait, d }
+  return { 0, now, level, interval, d, wait, d }
 end
 
--- Admitted: tat becomes now + gap, expiring when the state reads as fresh (tat), rounded up to
--- the millisecond: a key that expired early would hand out a second burst.
-local gap = d + cost
-if mode == 'take' or mode == 'strict' or mode == 'schedule' then
-  set_expiring(string.format('%d %d %d %d %d', now, gap, interval, capacity, tick),
-    div_up(gap, 1000000 / tick))
-end
-return { 1, now, level_after(burst - gap, n), interval, gap, d, gap }
+-- Admitted: tat becomes now + gap (the converted span plus the cost).
+local gap = conv + cost
+if mode == 'take' or mode == 'strict' or mode == 'schedule' then write(gap) end
+return { 1, now, burst - gap, interval, gap, conv, gap }

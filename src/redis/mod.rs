@@ -45,10 +45,14 @@
 //! | [`TokenBucketKeys`](crate::keyed::TokenBucketKeys) | `token_bucket.lua` + `gcra.lua` | one string | until the bucket is full again |
 //! | [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys) | `leaky_meter.lua` + `gcra.lua` | one string | until the virtual queue is empty |
 //! | [`FixedWindowKeys`](crate::keyed::FixedWindowKeys) | `fixed_window.lua` | one hash | until the window ends |
+//! | [`SlidingWindowCounterKeys`](crate::keyed::SlidingWindowCounterKeys) | `sliding_counter.lua` | one hash | until both counted windows have ended |
+//! | [`SlidingWindowLogKeys`](crate::keyed::SlidingWindowLogKeys) | `sliding_log.lua` | one sorted set, scored in microseconds | until the newest admission leaves the window |
 //!
-//! The sliding window counter and the sliding window log are the next part of this backend
-//! (tracked in the project's issues); until then, [`KeyedLimiter`](crate::keyed::KeyedLimiter)
-//! runs them in process.
+//! The log's members are unique (the admission's time and a sequence number among admissions of
+//! the same microsecond, so equal timestamps never collide), its entries that left the window are
+//! pruned on admission, and a denial is never recorded. The sliding counter's exact comparison
+//! needs `count × window` (in microseconds) below 2^53: a larger quota is refused naming `count`
+//! (a window of a day allows 104 249).
 //!
 //! Every script takes the quota as arguments on every call (as `CL.THROTTLE` does), so a tier
 //! change needs no migration; reads the time with `TIME` on the server (Redis 5 and later
@@ -84,7 +88,8 @@
 //!   up (never faster than the quota); one beyond 2^52 µs (142 years) is refused when the limiter
 //!   is built, naming `capacity`;
 //! - windows are whole microseconds (a `period` with a nanosecond remainder is refused, naming
-//!   `period`), aligned to the Unix epoch;
+//!   `period`), aligned to the Unix epoch. The sliding counter's earliest admission is exact to the
+//!   microsecond (in process, to the nanosecond: the two agree once rounded up to a microsecond);
 //! - no time is ever turned into a string with `tostring`, and replies are integers.
 //!
 //! [`Denied::retry_at`](crate::Denied::retry_at) of a decision made in Redis is on the server's
@@ -100,12 +105,14 @@
 //!
 //! # Changing a quota
 //!
-//! State written under another quota is read conservatively: a key never has more remaining than
-//! either quota allows until that state has drained. The token bucket and the meter store the
-//! quota with the state: a request must conform under both until the old state reads as full,
-//! and the state is then rewritten under the new quota. The fixed window stores its length and
-//! limit: admissions made under another quota in a window that has not ended count in full in the
-//! current window, and so do the places the old limit did not have.
+//! State written under another quota is read conservatively: while that state still counts (a
+//! bucket not yet full, a window not yet over), the key has no more remaining than either quota
+//! leaves, and a request must fit both. The admission that first writes under the new quota
+//! converts the state so that this stays true afterwards: the token bucket and the meter keep at
+//! most the old quota's whole tokens; the windows count the old admissions, and the places the old
+//! limit did not have, in the new quota's current window (the log records the latter as admissions
+//! at that time). From then on the new quota alone rules. A denial, a peek or a query converts
+//! nothing. Each state stores the quota it was written under to make this possible.
 //!
 //! # When Redis cannot decide
 //!

@@ -8,7 +8,10 @@ use ::redis::Script;
 use super::error::BuildError;
 use crate::algorithm::sealed::Contract;
 use crate::clock::duration_to_nanos;
-use crate::keyed::{FixedWindowKeys, LeakyMeterKeys, TokenBucketKeys};
+use crate::keyed::{
+    FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys,
+    TokenBucketKeys,
+};
 use crate::quota::Quota;
 use crate::Algorithm;
 
@@ -30,14 +33,18 @@ macro_rules! source {
 static TOKEN_BUCKET_SOURCE: LazyLock<String> = source!("token_bucket.lua", "gcra.lua");
 static LEAKY_METER_SOURCE: LazyLock<String> = source!("leaky_meter.lua", "gcra.lua");
 static FIXED_WINDOW_SOURCE: LazyLock<String> = source!("fixed_window.lua");
+static SLIDING_COUNTER_SOURCE: LazyLock<String> = source!("sliding_counter.lua");
+static SLIDING_LOG_SOURCE: LazyLock<String> = source!("sliding_log.lua");
 
 static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(&TOKEN_BUCKET_SOURCE));
 static LEAKY_METER: LazyLock<Script> = LazyLock::new(|| Script::new(&LEAKY_METER_SOURCE));
 static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(&FIXED_WINDOW_SOURCE));
+static SLIDING_COUNTER: LazyLock<Script> = LazyLock::new(|| Script::new(&SLIDING_COUNTER_SOURCE));
+static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(&SLIDING_LOG_SOURCE));
 
-/// The algorithms the Redis backend runs, by their keyed markers
-/// ([`TokenBucketKeys`], [`LeakyMeterKeys`], [`FixedWindowKeys`]). Sealed: implemented by the crate
-/// only, one script each.
+/// The algorithms the Redis backend runs, by their keyed markers ([`TokenBucketKeys`],
+/// [`LeakyMeterKeys`], [`FixedWindowKeys`], [`SlidingWindowCounterKeys`],
+/// [`SlidingWindowLogKeys`]). Sealed: implemented by the crate only, one script each.
 ///
 /// # Examples
 ///
@@ -170,6 +177,67 @@ impl sealed::Sealed for FixedWindowKeys {
 
 impl RedisAlgorithm for FixedWindowKeys {
     const SUFFIX: &'static str = "fw";
+}
+
+impl sealed::Sealed for SlidingWindowCounterKeys {
+    fn script() -> &'static Script {
+        &SLIDING_COUNTER
+    }
+    fn source() -> &'static str {
+        &SLIDING_COUNTER_SOURCE
+    }
+    const TAKE: &'static str = "take";
+    const PEEK: &'static str = "peek";
+    /// `limit, window`: the window in whole microseconds, and `limit x window` below 2^53, so
+    /// that the script's exact comparison `prev x (W - e) + (cur + n) x W <= N x W` stays within
+    /// Lua's exact integers.
+    fn plan(quota: &Quota) -> Result<Plan, BuildError> {
+        <SlidingWindowCounterKeys as Contract>::policy(quota)?;
+        let window = window_micros(quota)?;
+        let count = quota.count();
+        if count.checked_mul(window).is_none_or(|p| p >= 1 << 53) {
+            return Err(BuildError::new(
+                "count",
+                format!(
+                    "1..={} for a window of {window} us (count x window below 2^53, which the \
+                     script's exact comparison needs), got {count}",
+                    ((1u64 << 53) - 1) / window
+                ),
+            ));
+        }
+        Ok(Plan {
+            args: vec![count, window],
+            tick: 1000,
+        })
+    }
+}
+
+impl RedisAlgorithm for SlidingWindowCounterKeys {
+    const SUFFIX: &'static str = "sc";
+}
+
+impl sealed::Sealed for SlidingWindowLogKeys {
+    fn script() -> &'static Script {
+        &SLIDING_LOG
+    }
+    fn source() -> &'static str {
+        &SLIDING_LOG_SOURCE
+    }
+    const TAKE: &'static str = "take";
+    const PEEK: &'static str = "peek";
+    /// `limit, window`: the window in whole microseconds (the log's own limits apply: at most
+    /// [`MAX_LOG`](crate::window::MAX_LOG) entries).
+    fn plan(quota: &Quota) -> Result<Plan, BuildError> {
+        <SlidingWindowLogKeys as Contract>::policy(quota)?;
+        Ok(Plan {
+            args: vec![quota.count(), window_micros(quota)?],
+            tick: 1000,
+        })
+    }
+}
+
+impl RedisAlgorithm for SlidingWindowLogKeys {
+    const SUFFIX: &'static str = "sl";
 }
 
 /// The quota's period in whole microseconds, at most [`MAX_SPAN`].

@@ -1,0 +1,125 @@
+-- The sliding window log (src/window/sliding_log.rs): exact, never more than N admissions in
+-- any window (t - W, t].
+--
+-- State: one sorted set of admissions scored by their effective time in Unix microseconds, each
+-- a unique member "time:sequence" (admissions of one time are numbered after those already
+-- there), and the quota it was written under as the member "quota:W:N" scored -inf. An admission
+-- prunes the entries that have left the window (never the newest, which is the admission
+-- itself) and sets a TTL until its own entries leave; denials and peeks write nothing.
+--
+-- Under another quota than the state's, while the state's window still holds entries, a request
+-- must fit both, and the admission that converts the state records, beside its own entries, one
+-- for each place the old quota did not have (so the key keeps no more than both allowed).
+--
+-- ARGV: mode (take | peek), n, limit, window (us), client time (tests only; '' for TIME).
+-- Reply: {admitted 1 | denied 0, now_us, level, 1, reset, wait, 0}, spans in microseconds.
+
+local mode = ARGV[1]
+local n, limit, window = whole(ARGV[2]), whole(ARGV[3]), whole(ARGV[4])
+if (mode ~= 'take' and mode ~= 'peek') or not n or not limit or not window or limit < 1
+    or n > limit or window < 1 or window > 4503599627370496 then
+  return bad('arguments')
+end
+local now = reading(5)
+if not now then return bad('reading') end
+
+local key = KEYS[1]
+local quota = string.format('quota:%d:%d', window, limit)
+local old_window, old_limit
+local lowest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+if lowest[1] then
+  if lowest[2] ~= '-inf' then return foreign() end
+  local w0, n0 = string.match(lowest[1], '^quota:(%d+):(%d+)$')
+  if not w0 then return foreign() end
+  if lowest[1] ~= quota then
+    old_window, old_limit = tonumber(w0), tonumber(n0)
+  end
+end
+
+-- The newest entry's time (the quota member alone is no entry).
+local newest
+local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+if top[1] and top[2] ~= '-inf' then
+  newest = tonumber(top[2])
+  if not newest or newest ~= math.floor(newest) or newest < 0 then return foreign() end
+end
+
+-- The effective time: a reading older than the newest entry is judged at that entry's time.
+local at = now
+if newest and newest > at then at = newest end
+
+-- Entries still in the window of length w at `at`.
+local function in_window(w)
+  if at < w then
+    return redis.call('ZCOUNT', key, 0, '+inf')
+  end
+  return redis.call('ZCOUNT', key, '(' .. string.format('%d', at - w), '+inf')
+end
+
+local reset = 0
+if newest and newest + window > now then reset = newest + window - now end
+
+local count = in_window(window)
+local left = limit - count
+if left < 0 then left = 0 end
+-- Under the quota the state was written with, while its window still holds entries.
+local old_count
+if old_window and newest and newest + old_window > at then
+  old_count = in_window(old_window)
+  if old_limit - old_count < left then
+    left = math.max(old_limit - old_count, 0)
+  end
+end
+
+if n == 0 then
+  return { 1, now, left, 1, reset, 0, 0 }
+end
+
+-- Microseconds until n more fit a window of w holding c entries under limit lim: until the
+-- (lim - n + 1)-th newest entry leaves it (0 when they fit now).
+local function retry(w, lim, c)
+  if c + n <= lim then return 0 end
+  if n > lim then
+    -- Never under that limit: once its window is empty.
+    return newest + w - now
+  end
+  local e = redis.call('ZREVRANGE', key, lim - n, lim - n, 'WITHSCORES')
+  return tonumber(e[2]) + w - now
+end
+
+local wait = retry(window, limit, count)
+if old_count then
+  wait = math.max(wait, retry(old_window, old_limit, old_count))
+end
+if wait > 0 then
+  return { 0, now, left, 1, reset, wait, 0 }
+end
+
+if mode == 'take' then
+  -- Entries that left the window at `at` can never count again (`at` never decreases).
+  redis.call('ZREMRANGEBYSCORE', key, '(-inf', string.format('%d', at - window))
+  if old_window or not lowest[1] then
+    if lowest[1] then redis.call('ZREM', key, lowest[1]) end
+    redis.call('ZADD', key, '-inf', quota)
+  end
+  -- Converting from another quota: the places the old one did not have are recorded as
+  -- admissions at `at`, so that from now on, under this quota alone, the key has no more left
+  -- than both allowed at this admission.
+  local entries = n
+  if old_count then
+    entries = n + math.max(0, (limit - count) - (old_limit - old_count))
+  end
+  local seq = redis.call('ZCOUNT', key, at, at)
+  local stamp = string.format('%d', at)
+  local batch = {}
+  for k = 1, entries do
+    batch[#batch + 1] = stamp
+    batch[#batch + 1] = stamp .. ':' .. string.format('%d', seq + k)
+    if #batch >= 1000 or k == entries then
+      redis.call('ZADD', key, unpack(batch))
+      batch = {}
+    end
+  end
+  expire(div_up(at + window - now, 1000))
+end
+return { 1, now, left - n, 1, at + window - now, 0, 0 }
