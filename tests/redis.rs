@@ -204,14 +204,20 @@ fn gcra_quotas() -> impl Strategy<Value = Quota> {
     ]
 }
 
-fn window_quotas() -> impl Strategy<Value = Quota> {
-    (
-        1..=20u64,
-        prop::sample::select(vec![1u64, 10, 1000, 60_000, 86_400_000]),
-    )
-        .prop_map(|(count, millis)| {
-            Quota::per_period(count, Duration::from_millis(millis)).unwrap()
-        })
+/// Quotas for the windows: small ones, the longest window the scripts count (2^52 us), and
+/// `largest`, the largest count the algorithm takes at a one-day window.
+fn window_quotas(largest: u64) -> impl Strategy<Value = Quota> {
+    prop_oneof![
+        8 => (
+            1..=20u64,
+            prop::sample::select(vec![1u64, 10, 1000, 60_000, 86_400_000]),
+        )
+            .prop_map(|(count, millis)| {
+                Quota::per_period(count, Duration::from_millis(millis)).unwrap()
+            }),
+        1 => Just(Quota::per_period(1, Duration::from_micros(1 << 52)).unwrap()),
+        1 => Just(Quota::per_day(largest).unwrap()),
+    ]
 }
 
 /// Where the server's clock stands for a case: today, or as near 2^53 us as the case's spans
@@ -323,7 +329,7 @@ fn the_fixed_window_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(), base in bases(), ops in ops(20, false))| {
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(104_249), base in bases(), ops in ops(20, false))| {
         let keyed = KeyedLimiter::<u64, FixedWindowKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
         let window = quota.period().as_micros() as u64;
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
@@ -357,7 +363,8 @@ fn the_sliding_counter_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(), base in bases(), ops in ops(20, false))| {
+    // 104 249 a day: the largest count whose count x window stays below 2^53.
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(104_249), base in bases(), ops in ops(20, false))| {
         let keyed = KeyedLimiter::<u64, SlidingWindowCounterKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
         let window = quota.period().as_micros() as u64;
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
@@ -376,7 +383,8 @@ fn the_sliding_log_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(), base in bases(), ops in ops(20, false))| {
+    // MAX_LOG entries: the longest log.
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(tollgate::window::MAX_LOG), base in bases(), ops in ops(20, false))| {
         let keyed = KeyedLimiter::<u64, SlidingWindowLogKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window: 1 };
         case.run::<SlidingWindowLogKeys>(&ops, |op, now| match op {
