@@ -204,9 +204,9 @@ fn gcra_quotas() -> impl Strategy<Value = Quota> {
     ]
 }
 
-/// Quotas for the windows: small ones, the longest window the scripts count (2^52 us), and
-/// `largest`, the largest count the algorithm takes at a one-day window.
-fn window_quotas(largest: u64) -> impl Strategy<Value = Quota> {
+/// Quotas for the windows: small ones, `longest`, the longest window the algorithm's script takes
+/// (in us), and `largest`, the largest count it takes at a one-day window.
+fn window_quotas(longest: u64, largest: u64) -> impl Strategy<Value = Quota> {
     prop_oneof![
         8 => (
             1..=20u64,
@@ -215,7 +215,7 @@ fn window_quotas(largest: u64) -> impl Strategy<Value = Quota> {
             .prop_map(|(count, millis)| {
                 Quota::per_period(count, Duration::from_millis(millis)).unwrap()
             }),
-        1 => Just(Quota::per_period(1, Duration::from_micros(1 << 52)).unwrap()),
+        1 => Just(Quota::per_period(1, Duration::from_micros(longest)).unwrap()),
         1 => Just(Quota::per_day(largest).unwrap()),
     ]
 }
@@ -329,7 +329,7 @@ fn the_fixed_window_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(104_249), base in bases(), ops in ops(20, false))| {
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(1 << 52, 104_249), base in bases(), ops in ops(20, false))| {
         let keyed = KeyedLimiter::<u64, FixedWindowKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
         let window = quota.period().as_micros() as u64;
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
@@ -363,8 +363,8 @@ fn the_sliding_counter_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    // 104 249 a day: the largest count whose count x window stays below 2^53.
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(104_249), base in bases(), ops in ops(20, false))| {
+    // 52 124 a day: the largest count whose count x window stays below 2^52.
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas((1 << 52) - 1, 52_124), base in bases(), ops in ops(20, false))| {
         let keyed = KeyedLimiter::<u64, SlidingWindowCounterKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
         let window = quota.period().as_micros() as u64;
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
@@ -384,7 +384,7 @@ fn the_sliding_log_answers_as_in_process() {
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
     // MAX_LOG entries: the longest log.
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(tollgate::window::MAX_LOG), base in bases(), ops in ops(20, false))| {
+    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(1 << 52, tollgate::window::MAX_LOG), base in bases(), ops in ops(20, false))| {
         let keyed = KeyedLimiter::<u64, SlidingWindowLogKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
         let case = Case { rt: &rt, conn: conn.clone(), quota, base, window: 1 };
         case.run::<SlidingWindowLogKeys>(&ops, |op, now| match op {

@@ -12,18 +12,16 @@ local MAXD = 4503599627370496
 local mode = ARGV[1]
 local n, limit, window = whole(ARGV[2]), whole(ARGV[3]), whole(ARGV[4])
 if (mode ~= 'take' and mode ~= 'peek') or not n or not limit or not window or limit < 1
-    or n > limit or window < 1 or window > MAXD then
+    or n > limit or limit > MAXD or window < 1 or window > MAXD then
   return bad('arguments')
 end
 local now = reading(5)
 if not now then return bad('reading') end
 
--- Microseconds from now to the end of window `index` of length w (index at least now's window),
--- clamped to MAXD.
+-- Microseconds from now to the end of window `index` of length w (index at least now's
+-- window), exact below 2^53 and clamped there.
 local function until_end(index, w)
-  local ahead = index - div(now, w) + 1
-  if ahead > div(MAXD, w) then return MAXD end
-  return ahead * w - now % w
+  return span(index - div(now, w), w, w - now % w)
 end
 
 local j = div(now, window)
@@ -31,7 +29,7 @@ local index, count = j, 0
 local stored = redis.call('HMGET', KEYS[1], 'i', 'c', 'w', 'n')
 if stored[1] or stored[2] or stored[3] or stored[4] then
   local i0, c0, w0, n0 = digits(stored[1]), digits(stored[2]), digits(stored[3]), digits(stored[4])
-  if not i0 or not c0 or not w0 or not n0 or w0 < 1 or w0 > MAXD or c0 > n0 then
+  if not i0 or not c0 or not w0 or not n0 or w0 < 1 or w0 > MAXD or n0 > MAXD or c0 > n0 then
     return foreign()
   end
   if w0 == window and n0 == limit then

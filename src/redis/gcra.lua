@@ -22,7 +22,6 @@
 -- a call creates is garbage the server's collector then pays for.
 
 local MAXD = 4503599627370496
-local LIMIT = 9007199254740992
 
 local mode = ARGV[1]
 local n, interval, capacity, tick = whole(ARGV[2]), whole(ARGV[3]), whole(ARGV[4]), whole(ARGV[5])

@@ -51,8 +51,8 @@
 //! The log's members are unique (the admission's time and a sequence number among admissions of
 //! the same microsecond, so equal timestamps never collide), its entries that left the window are
 //! pruned on admission, and a denial is never recorded. The sliding counter's exact comparison
-//! needs `count × window` (in microseconds) below 2^53: a larger quota is refused naming `count`
-//! (a window of a day allows 104 249).
+//! needs `count × window` (in microseconds) below 2^52: a larger quota is refused naming `count`
+//! (a window of a day allows 52 124). The fixed window counts up to 2^52 per window.
 //!
 //! Every script takes the quota as arguments on every call (as `CL.THROTTLE` does), so a tier
 //! change needs no migration; reads the time with `TIME` on the server (Redis 5 and later

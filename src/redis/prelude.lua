@@ -10,6 +10,7 @@
 -- The whole number in `s`, or nil when it is not one below 2^53 (an argument the client did not
 -- build). Stored state is checked with patterns; arguments, which the client builds, only this way.
 local function whole(s)
+  if type(s) ~= 'string' then return nil end
   local x = tonumber(s)
   if x == nil or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
     return nil
@@ -23,7 +24,8 @@ local client_time = false
 
 -- The whole number stored in `s` (digits only), or nil when it is not one: a foreign value.
 local function digits(s)
-  if s == nil or not string.match(s, '^%d+$') then
+  -- HMGET answers false for a missing field: anything but a string is foreign.
+  if type(s) ~= 'string' or not string.match(s, '^%d+$') then
     return nil
   end
   return tonumber(s)
@@ -59,6 +61,15 @@ end
 
 local function foreign()
   return redis.error_reply('TOLLGATE foreign value: the key holds a value this script did not write')
+end
+
+-- The largest span a reply carries: 2^53 (a span that long is clamped to it).
+local LIMIT = 9007199254740992
+
+-- a x w + b, exactly, for whole a, w, b >= 0 with w, b below 2^53; clamped to LIMIT.
+local function span(a, w, b)
+  if a > div(LIMIT - b, w) then return LIMIT end
+  return a * w + b
 end
 
 local function bad(what)

@@ -164,12 +164,23 @@ impl sealed::Sealed for FixedWindowKeys {
     const TAKE: &'static str = "take";
     const PEEK: &'static str = "peek";
     /// `limit, window`: the window in whole microseconds (Redis's `TIME` has no finer
-    /// resolution), at most 2^52 us.
+    /// resolution), at most 2^52 us, and a limit of at most 2^52, so that a count plus a request
+    /// stays below 2^53.
     fn plan(quota: &Quota) -> Result<Plan, BuildError> {
         // The same rules as in process first (capacity and initial fill equal to the count, ...).
         <FixedWindowKeys as Contract>::policy(quota)?;
+        let window = window_micros(quota)?;
+        if quota.count() > MAX_SPAN {
+            return Err(BuildError::new(
+                "count",
+                format!(
+                    "1..=2^52 (a count plus a request must stay below 2^53), got {}",
+                    quota.count()
+                ),
+            ));
+        }
         Ok(Plan {
-            args: vec![quota.count(), window_micros(quota)?],
+            args: vec![quota.count(), window],
             tick: 1000,
         })
     }
@@ -188,20 +199,29 @@ impl sealed::Sealed for SlidingWindowCounterKeys {
     }
     const TAKE: &'static str = "take";
     const PEEK: &'static str = "peek";
-    /// `limit, window`: the window in whole microseconds, and `limit x window` below 2^53, so
-    /// that the script's exact comparison `prev x (W - e) + (cur + n) x W <= N x W` stays within
-    /// Lua's exact integers.
+    /// `limit, window`: the window in whole microseconds, and `limit x window` below 2^52, so
+    /// that the script's exact comparison `prev x (W - e) + (cur + n) x W <= N x W` (whose left
+    /// side reaches twice that) stays within Lua's exact integers.
     fn plan(quota: &Quota) -> Result<Plan, BuildError> {
         <SlidingWindowCounterKeys as Contract>::policy(quota)?;
         let window = window_micros(quota)?;
         let count = quota.count();
-        if count.checked_mul(window).is_none_or(|p| p >= 1 << 53) {
+        if window >= MAX_SPAN {
+            return Err(BuildError::new(
+                "period",
+                format!(
+                    "1 us..2^52 us for the sliding counter (count x window below 2^52), got \
+                     {window} us"
+                ),
+            ));
+        }
+        if count.checked_mul(window).is_none_or(|p| p >= MAX_SPAN) {
             return Err(BuildError::new(
                 "count",
                 format!(
-                    "1..={} for a window of {window} us (count x window below 2^53, which the \
+                    "1..={} for a window of {window} us (count x window below 2^52, which the \
                      script's exact comparison needs), got {count}",
-                    ((1u64 << 53) - 1) / window
+                    (MAX_SPAN - 1) / window
                 ),
             ));
         }
@@ -301,6 +321,35 @@ mod tests {
         let q = Quota::per_day(1).unwrap().with_capacity(60_000).unwrap();
         let err = gcra_plan(&q).unwrap_err();
         assert_eq!(err.field(), "capacity");
+    }
+
+    #[test]
+    fn a_fixed_window_counts_at_most_2_pow_52() {
+        let window = Duration::from_micros(1 << 52);
+        let fits = Quota::per_period(1 << 52, window).unwrap();
+        assert!(FixedWindowKeys::plan(&fits).is_ok());
+        let over = Quota::per_period((1 << 52) + 1, window).unwrap();
+        assert_eq!(FixedWindowKeys::plan(&over).unwrap_err().field(), "count");
+    }
+
+    #[test]
+    fn the_sliding_counter_keeps_count_times_window_below_2_pow_52() {
+        let day = 86_400_000_000u64;
+        let fits = Quota::per_day(52_124).unwrap();
+        assert_eq!(
+            SlidingWindowCounterKeys::plan(&fits).unwrap().args,
+            vec![52_124, day]
+        );
+        let over = Quota::per_day(52_125).unwrap();
+        let err = SlidingWindowCounterKeys::plan(&over).unwrap_err();
+        assert_eq!(err.field(), "count");
+        assert!(err.to_string().contains("1..=52124"), "{err}");
+        assert_eq!(
+            SlidingWindowLogKeys::plan(&Quota::per_minute(5).unwrap())
+                .unwrap()
+                .args,
+            vec![5, 60_000_000]
+        );
     }
 
     #[test]

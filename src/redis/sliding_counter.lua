@@ -7,12 +7,13 @@
 --
 -- ARGV: mode (take | peek), n, limit, window (us), client time (tests only; '' for TIME).
 -- Reply: {admitted 1 | denied 0, now_us, level, unit, reset, wait, 0}, spans in microseconds;
--- remaining = level / unit. The client keeps N x W below 2^53, so the comparison is exact.
+-- remaining = level / unit. The client keeps N x W below 2^52, so the comparison (and twice a
+-- window) is exact.
 
 local mode = ARGV[1]
 local n, limit, window = whole(ARGV[2]), whole(ARGV[3]), whole(ARGV[4])
 if (mode ~= 'take' and mode ~= 'peek') or not n or not limit or not window or limit < 1
-    or n > limit or window < 1 or limit * window >= 9007199254740992 then
+    or n > limit or window < 1 or limit * window >= 4503599627370496 then
   return bad('arguments')
 end
 local now = reading(5)
@@ -42,7 +43,7 @@ end
 -- spans from the reading (lead).
 local at, lead = j, 0
 if j < i then
-  at, lead, e = i, (i - j) * window - e, 0
+  at, lead, e = i, span(i - j - 1, window, window - e), 0
 end
 if at == i + 1 then
   oldest, cur = cur, 0
@@ -58,10 +59,18 @@ local function level_of(k)
   return room, window
 end
 
+-- lead + a x window + b - e, clamped to 2^53 (a span that long only follows a clock stepping
+-- back by more than 2^53 - 2 windows).
+local function from_reading(a, b)
+  local x = span(a, window, b)
+  if x >= LIMIT - lead then return LIMIT end
+  return lead + x - e
+end
+
 -- Microseconds until the estimate reaches 0: until the latest window with a count leaves.
 local function reset_of(k)
-  if cur + k > 0 then return lead + 2 * window - e end
-  if oldest > 0 then return lead + window - e end
+  if cur + k > 0 then return from_reading(2, 0) end
+  if oldest > 0 then return from_reading(1, 0) end
   return 0
 end
 
@@ -73,7 +82,7 @@ if n == 0 or oldest * (window - e) + (cur + n) * window <= limit * window then
       'c', string.format('%d', cur + n), 'w', string.format('%d', window),
       'n', string.format('%d', limit))
     -- Fresh once window at + 1 has ended.
-    expire(div_up((at - j + 2) * window - (now % window), 1000))
+    expire(div_up(span(at - j + 1, window, window - now % window), 1000))
   end
   return { 1, now, level, unit, reset, 0, 0 }
 end
@@ -92,13 +101,13 @@ end
 local wait
 local first = earliest(oldest, cur, e)
 if first then
-  wait = lead + first - e
+  wait = from_reading(0, first)
 else
   local second = earliest(cur, 0, 0)
   if second then
-    wait = lead + window + second - e
+    wait = from_reading(1, second)
   else
-    wait = lead + 2 * window - e
+    wait = from_reading(2, 0)
   end
 end
 local level, unit = level_of(0)

@@ -56,15 +56,21 @@ local function in_window(w)
   return redis.call('ZCOUNT', key, '(' .. string.format('%d', at - w), '+inf')
 end
 
+-- t + w - now, never summing past 2^53 (t + w may pass it near the end of Lua's exact range).
+local function after(t, w)
+  if t >= now then return w + (t - now) end
+  return w - (now - t)
+end
+
 local reset = 0
-if newest and newest + window > now then reset = newest + window - now end
+if newest and after(newest, window) > 0 then reset = after(newest, window) end
 
 local count = in_window(window)
 local left = limit - count
 if left < 0 then left = 0 end
 -- Under the quota the state was written with, while its window still holds entries.
 local old_count
-if old_window and newest and newest + old_window > at then
+if old_window and newest and after(newest, old_window) > at - now then
   old_count = in_window(old_window)
   if old_limit - old_count < left then
     left = math.max(old_limit - old_count, 0)
@@ -81,10 +87,10 @@ local function retry(w, lim, c)
   if c + n <= lim then return 0 end
   if n > lim then
     -- Never under that limit: once its window is empty.
-    return newest + w - now
+    return after(newest, w)
   end
   local e = redis.call('ZREVRANGE', key, lim - n, lim - n, 'WITHSCORES')
-  return tonumber(e[2]) + w - now
+  return after(tonumber(e[2]), w)
 end
 
 local wait = retry(window, limit, count)
@@ -120,6 +126,6 @@ if mode == 'take' then
       batch = {}
     end
   end
-  expire(div_up(at + window - now, 1000))
+  expire(div_up(after(at, window), 1000))
 end
-return { 1, now, left - n, 1, at + window - now, 0, 0 }
+return { 1, now, left - n, 1, after(at, window), 0, 0 }
