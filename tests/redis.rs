@@ -1280,6 +1280,8 @@ fn a_failover_under_traffic_keeps_state_and_the_limit() {
             })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
+        // The traffic so far loaded the script (once, on every node).
+        let reloads = limiter.stats().reloads;
         let _: () = redis::cmd("CLUSTER")
             .arg("FAILOVER")
             .query_async(&mut replica_conn)
@@ -1314,9 +1316,9 @@ fn a_failover_under_traffic_keeps_state_and_the_limit() {
             .unwrap();
         assert_eq!(exists, 1);
         // The cluster client loads scripts on every node, replicas included, so a promoted replica
-        // usually has it already: at most one reload.
+        // usually has it already: at most one reload for the failover.
         let s = limiter.stats();
-        assert!(s.reloads <= 2, "{s:?}");
+        assert!(s.reloads <= reloads + 1, "{s:?}");
         eprintln!(
             "failover: admitted {admitted} (bound {bound}), {unavailable} unavailable, {s:?}"
         );
