@@ -65,6 +65,18 @@ fn fresh_prefix(test: &str) -> String {
     )
 }
 
+/// A limiter of algorithm `A` for `quota` through `conn`, under `prefix`, failing closed.
+fn closed<A: RedisAlgorithm>(
+    conn: impl redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+    quota: Quota,
+    prefix: &str,
+) -> RedisLimiter<A> {
+    RedisLimiter::<A>::builder(conn, quota)
+        .prefix(prefix)
+        .build(FailurePolicy::Closed)
+        .unwrap()
+}
+
 /// The server's clock, in Unix microseconds.
 async fn server_micros(conn: &mut ConnectionManager) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
@@ -241,15 +253,8 @@ struct Case<'a> {
 }
 
 impl Case<'_> {
-    fn run<A: RedisAlgorithm>(
-        &self,
-        ops: &[Op],
-        local: impl Fn(Op, Nanos) -> Option<Seen>,
-    ) -> Result<(), TestCaseError> {
-        self.run_with::<A>(ops, |seen| seen, local)
-    }
-
-    /// As [`Case::run`], comparing the answers after `normal` has rewritten both.
+    /// Runs `ops` against the Redis limiter and `local`, comparing the answers after `normal` has
+    /// rewritten both.
     fn run_with<A: RedisAlgorithm>(
         &self,
         ops: &[Op],
@@ -308,15 +313,22 @@ macro_rules! redis_or_skip {
     };
 }
 
-#[test]
-fn the_token_bucket_answers_as_in_process() {
+/// Runs the same sequences against `RedisLimiter<A>` and the in-process `KeyedLimiter<u64, A>`
+/// for the quotas `quotas` draws, requiring equal answers once `normal` has rewritten both.
+/// `aligned`: the algorithm's windows are aligned, so the server's clock starts on a boundary.
+fn same_as_keyed<A: RedisAlgorithm>(
+    quotas: impl Strategy<Value = Quota>,
+    aligned: bool,
+    normal: fn(Seen) -> Seen,
+) {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
-    proptest!(testkit::strategies::unpersisted(96), |(quota in gcra_quotas(), base in bases(), ops in ops(30, false))| {
-        let keyed = KeyedLimiter::<u64, TokenBucketKeys, _>::with_clock(quota, ManualClock::new());
-        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window: 1 };
-        case.run::<TokenBucketKeys>(&ops, |op, now| match op {
+    proptest!(testkit::strategies::unpersisted(96), |(quota in quotas, base in bases(), ops in ops(30, false))| {
+        let keyed = KeyedLimiter::<u64, A, _>::with_algorithm(quota, ManualClock::new()).unwrap();
+        let window = if aligned { quota.period().as_micros() as u64 } else { 1 };
+        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
+        case.run_with::<A>(&ops, normal, |op, now| match op {
             Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
             Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
             _ => None,
@@ -325,20 +337,13 @@ fn the_token_bucket_answers_as_in_process() {
 }
 
 #[test]
+fn the_token_bucket_answers_as_in_process() {
+    same_as_keyed::<TokenBucketKeys>(gcra_quotas(), false, |seen| seen);
+}
+
+#[test]
 fn the_fixed_window_answers_as_in_process() {
-    let url = redis_or_skip!();
-    let rt = runtime();
-    let conn = rt.block_on(manager(&url));
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(1 << 52, 104_249), base in bases(), ops in ops(20, false))| {
-        let keyed = KeyedLimiter::<u64, FixedWindowKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
-        let window = quota.period().as_micros() as u64;
-        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
-        case.run::<FixedWindowKeys>(&ops, |op, now| match op {
-            Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
-            Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
-            _ => None,
-        })?;
-    });
+    same_as_keyed::<FixedWindowKeys>(window_quotas(1 << 52, 104_249), true, |seen| seen);
 }
 
 /// `seen` with a denial's `retry_after` rounded up to a whole microsecond: the earliest reading
@@ -360,39 +365,24 @@ fn to_micros(seen: Seen) -> Seen {
 
 #[test]
 fn the_sliding_counter_answers_as_in_process() {
-    let url = redis_or_skip!();
-    let rt = runtime();
-    let conn = rt.block_on(manager(&url));
-    // 52 124 a day: the largest count whose count x window stays below 2^52.
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas((1 << 52) - 1, 52_124), base in bases(), ops in ops(20, false))| {
-        let keyed = KeyedLimiter::<u64, SlidingWindowCounterKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
-        let window = quota.period().as_micros() as u64;
-        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window };
-        // The estimate's earliest admission is exact to the nanosecond in process and to the
-        // microsecond in Redis: compared at microseconds.
-        case.run_with::<SlidingWindowCounterKeys>(&ops, to_micros, |op, now| match op {
-            Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
-            Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
-            _ => None,
-        })?;
-    });
+    // 52 124 a day: the largest count whose count x window stays below 2^52. The estimate's
+    // earliest admission is exact to the nanosecond in process and to the microsecond in Redis:
+    // compared at microseconds.
+    same_as_keyed::<SlidingWindowCounterKeys>(
+        window_quotas((1 << 52) - 1, 52_124),
+        true,
+        to_micros,
+    );
 }
 
 #[test]
 fn the_sliding_log_answers_as_in_process() {
-    let url = redis_or_skip!();
-    let rt = runtime();
-    let conn = rt.block_on(manager(&url));
     // MAX_LOG entries: the longest log.
-    proptest!(testkit::strategies::unpersisted(96), |(quota in window_quotas(1 << 52, tollgate::window::MAX_LOG), base in bases(), ops in ops(20, false))| {
-        let keyed = KeyedLimiter::<u64, SlidingWindowLogKeys, _>::with_algorithm(quota, ManualClock::new()).unwrap();
-        let case = Case { rt: &rt, conn: conn.clone(), quota, base, window: 1 };
-        case.run::<SlidingWindowLogKeys>(&ops, |op, now| match op {
-            Op::Take(n) => Some(from_keyed(keyed.check_key_n_at(&1, n, now))),
-            Op::Peek(n) => Some(from_keyed(keyed.peek_key_n_at(&1, n, now))),
-            _ => None,
-        })?;
-    });
+    same_as_keyed::<SlidingWindowLogKeys>(
+        window_quotas(1 << 52, tollgate::window::MAX_LOG),
+        false,
+        |seen| seen,
+    );
 }
 
 #[test]
@@ -690,34 +680,26 @@ fn a_key_expires_no_earlier_than_it_reads_as_fresh() {
         let mut admin = manager(&url).await;
         let prefix = fresh_prefix("ttl");
         // Two tokens, 10 a second: empty after two, full again 200 ms later.
-        let bucket = RedisLimiter::<TokenBucketKeys>::builder(
+        let bucket = closed::<TokenBucketKeys>(
             admin.clone(),
             Quota::per_second(10).unwrap().with_capacity(2).unwrap(),
-        )
-        .prefix(&prefix)
-        .build(FailurePolicy::Closed)
-        .unwrap();
-        let window = RedisLimiter::<FixedWindowKeys>::builder(
+            &prefix,
+        );
+        let window = closed::<FixedWindowKeys>(
             admin.clone(),
             Quota::per_period(3, Duration::from_millis(300)).unwrap(),
-        )
-        .prefix(&prefix)
-        .build(FailurePolicy::Closed)
-        .unwrap();
-        let counter = RedisLimiter::<SlidingWindowCounterKeys>::builder(
+            &prefix,
+        );
+        let counter = closed::<SlidingWindowCounterKeys>(
             admin.clone(),
             Quota::per_period(3, Duration::from_millis(100)).unwrap(),
-        )
-        .prefix(&prefix)
-        .build(FailurePolicy::Closed)
-        .unwrap();
-        let log = RedisLimiter::<SlidingWindowLogKeys>::builder(
+            &prefix,
+        );
+        let log = closed::<SlidingWindowLogKeys>(
             admin.clone(),
             Quota::per_period(3, Duration::from_millis(150)).unwrap(),
-        )
-        .prefix(&prefix)
-        .build(FailurePolicy::Closed)
-        .unwrap();
+            &prefix,
+        );
         let asked = Instant::now();
         bucket.check_key("t").await.unwrap();
         let last = bucket.check_key("t").await.unwrap();
@@ -781,10 +763,7 @@ fn bad_input_gets_a_clear_error() {
         let mut admin = manager(&url).await;
         let prefix = fresh_prefix("bad");
         let limiter =
-            RedisLimiter::<TokenBucketKeys>::builder(admin.clone(), Quota::per_second(5).unwrap())
-                .prefix(&prefix)
-                .build(FailurePolicy::Closed)
-                .unwrap();
+            closed::<TokenBucketKeys>(admin.clone(), Quota::per_second(5).unwrap(), &prefix);
         // A key over 1 KiB, and more than the capacity: refused on the client.
         let long = vec![b'x'; 1025];
         match limiter.check_key(&long).await {
@@ -1088,21 +1067,11 @@ fn a_keys_structures_share_one_slot() {
         let mut node = manager(&nodes[0]).await;
         let conn = cluster(&nodes).await;
         let q = Quota::per_second(5).unwrap();
-        let tb = RedisLimiter::<TokenBucketKeys>::builder(conn.clone(), q)
-            .build(FailurePolicy::Closed)
-            .unwrap();
-        let lm = RedisLimiter::<LeakyMeterKeys>::builder(conn.clone(), q)
-            .build(FailurePolicy::Closed)
-            .unwrap();
-        let fw = RedisLimiter::<FixedWindowKeys>::builder(conn.clone(), q)
-            .build(FailurePolicy::Closed)
-            .unwrap();
-        let sc = RedisLimiter::<SlidingWindowCounterKeys>::builder(conn.clone(), q)
-            .build(FailurePolicy::Closed)
-            .unwrap();
-        let sl = RedisLimiter::<SlidingWindowLogKeys>::builder(conn.clone(), q)
-            .build(FailurePolicy::Closed)
-            .unwrap();
+        let tb = closed::<TokenBucketKeys>(conn.clone(), q, "tollgate");
+        let lm = closed::<LeakyMeterKeys>(conn.clone(), q, "tollgate");
+        let fw = closed::<FixedWindowKeys>(conn.clone(), q, "tollgate");
+        let sc = closed::<SlidingWindowCounterKeys>(conn.clone(), q, "tollgate");
+        let sl = closed::<SlidingWindowLogKeys>(conn.clone(), q, "tollgate");
         let mut slots = std::collections::BTreeSet::new();
         for key in [
             &b""[..],
@@ -1185,10 +1154,7 @@ fn keys_on_every_primary_keep_their_own_limits() {
         let mut node = manager(&nodes[0]).await;
         let conn = cluster(&nodes).await;
         let prefix = fresh_prefix("primaries");
-        let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_hour(3).unwrap())
-            .prefix(&prefix)
-            .build(FailurePolicy::Closed)
-            .unwrap();
+        let limiter = closed::<TokenBucketKeys>(conn, Quota::per_hour(3).unwrap(), &prefix);
         let shards = shards(&mut node).await;
         let primaries: std::collections::BTreeSet<u16> = shards.iter().map(|s| s.2).collect();
         assert_eq!(primaries.len(), 3);
