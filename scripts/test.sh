@@ -7,7 +7,7 @@
 # Steps: fmt clippy doc test redis loom fuzz bench (see the step_* functions below).
 #
 # Environment:
-#   FUZZ_SECONDS   seconds each fuzz target runs (default 45: 10 targets, 7.5 minutes); e.g.
+#   FUZZ_SECONDS   seconds each fuzz target runs (default 30: 10 targets, 5 minutes); e.g.
 #                  FUZZ_SECONDS=10 for a quick pass
 #
 # Works from any directory. Needs rustup with a stable toolchain (rustfmt and clippy are added when
@@ -26,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-45}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 STEPS=(fmt clippy doc test redis loom fuzz bench)
 
 # The redis step's directory (servers' data, logs, PIDs and env file); cleanup stops and removes it.
@@ -84,9 +84,11 @@ step_loom() {
     # throw away the ordinary build each time.
     local loom_target="${CARGO_TARGET_DIR:-$ROOT/target}/loom"
     # The models compile only under --cfg tollgate_loom, so the clippy step above never sees them: lint them
-    # here, in the same configuration they run in.
+    # here, in the same configuration they run in. Not the redis feature: no model runs the Redis
+    # client (the leased bucket's stock, tollgate::lease, is modelled without it), and building the
+    # client under loom would only cost time.
     RUSTFLAGS="--cfg tollgate_loom" CARGO_TARGET_DIR="$loom_target" \
-        cargo clippy --workspace --all-targets --all-features --release -- -D warnings
+        cargo clippy --workspace --all-targets --features tollgate/loom,tollgate/tokio --release -- -D warnings
     RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR="$loom_target" \
         cargo test -p loom-tests --release
     # A downstream crate that builds its own loom models with plain `--cfg loom` must still get the
