@@ -7,14 +7,12 @@
 -- Nothing is ever turned into a string with tostring (it would print 1.7961303480597e+15):
 -- state is written with string.format('%d'), and replies are integers.
 
--- The whole number in `s`, or nil when it is not one below 2^53 (an argument the client did not
--- build). Stored state is checked with patterns; arguments, which the client builds, only this way.
+-- The whole number in `s` (decimal digits only), or nil when it is not one below 2^53: an
+-- argument the client did not build.
 local function whole(s)
-  if type(s) ~= 'string' then return nil end
+  if type(s) ~= 'string' or not string.match(s, '^%d+$') then return nil end
   local x = tonumber(s)
-  if x == nil or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
-    return nil
-  end
+  if x >= 9007199254740992 then return nil end
   return x
 end
 
