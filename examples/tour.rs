@@ -60,6 +60,12 @@ fn main() -> ExitCode {
             println!(
                 "    cargo bench --bench tollgate    (results and machine: benches/README.md)"
             );
+            println!(
+                "The same limits across machines, through Redis (needs a server; see the README):"
+            );
+            println!(
+                "    cargo run --release --features redis --example redis    (two processes, one limit)"
+            );
             println!("Tour finished in {:.1} s.", started.elapsed().as_secs_f64());
             ExitCode::SUCCESS
         }
