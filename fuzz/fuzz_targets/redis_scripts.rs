@@ -1483,7 +1483,7 @@ fn amount_for(u: &mut Unstructured<'_>, alg: Alg, capacity: u64, budget: &mut u6
 
 /// Digits, often at a bound a script checks, or at `near`.
 fn number(u: &mut Unstructured<'_>, near: &[u64]) -> Result<u64> {
-    Ok(match u.int_in_range(0..=10u8)? {
+    Ok(match u.int_in_range(0..=12u8)? {
         0 => 0,
         1 => 1,
         2 => 1000,
@@ -1496,6 +1496,9 @@ fn number(u: &mut Unstructured<'_>, near: &[u64]) -> Result<u64> {
             _ => *u.choose(near)?,
         },
         9 => u.int_in_range(0..=1_000_000)?,
+        // Past what a double holds exactly, and past what Lua's `%d` formats.
+        10 => 1 << 63,
+        11 => u64::MAX,
         _ => u.arbitrary()?,
     })
 }
@@ -1547,9 +1550,34 @@ fn score(u: &mut Unstructured<'_>, near: &[u64]) -> Result<f64> {
     })
 }
 
-/// A value at the key that this sequence's script did not write (or, often, a valid one).
-/// `near`: the plan's arguments, readings and window indexes of the sequence.
-fn foreign(u: &mut Unstructured<'_>, alg: Alg, near: &[u64]) -> Result<Data> {
+/// What foreign values are often made of: the sequence's plans (the main quota's, the second
+/// one's), its first and earliest readings, and all their numbers (with the readings' window
+/// indexes).
+struct Hints {
+    plans: Vec<Plan>,
+    readings: Vec<u64>,
+    near: Vec<u64>,
+}
+
+/// One of the plan's or the state's own fields, or (now and then) anything.
+fn perturbed(u: &mut Unstructured<'_>, value: u64, hints: &Hints) -> Result<Vec<u8>> {
+    Ok(if u.ratio(1u8, 6u8)? {
+        field_value(u, &hints.near)?
+    } else {
+        value.to_string().into_bytes()
+    })
+}
+
+/// A value at the key that this sequence's script did not write (or, often, a valid one): any
+/// string, hash or sorted set, or, often, one shaped as the algorithm's state under one of the
+/// sequence's plans, a field now and then replaced by anything.
+fn foreign(u: &mut Unstructured<'_>, alg: Alg, hints: &Hints) -> Result<Data> {
+    let near = hints.near.as_slice();
+    let reading = |u: &mut Unstructured<'_>| -> Result<u64> {
+        let r = *u.choose(&hints.readings)?;
+        Ok(r.saturating_add(u.int_in_range(0..=2_000)?)
+            .saturating_sub(1_000))
+    };
     let hash = |u: &mut Unstructured<'_>, fields: &[&str]| -> Result<Data> {
         let mut h = BTreeMap::new();
         for field in fields {
@@ -1562,9 +1590,41 @@ fn foreign(u: &mut Unstructured<'_>, alg: Alg, near: &[u64]) -> Result<Data> {
         }
         Ok(Data::Hash(h))
     };
-    let zset = |u: &mut Unstructured<'_>| -> Result<Data> {
+    // A window's hash under one of the plans: the reading's window or one near it (or any), up
+    // to the limit and one past it.
+    let window_state = |u: &mut Unstructured<'_>, fields: &[&str]| -> Result<Data> {
+        let plan = u.choose(&hints.plans)?;
+        let (n, w) = (plan.args[0], plan.args[1]);
+        let index = (reading(u)? / w)
+            .saturating_add(u.int_in_range(0..=2)?)
+            .saturating_sub(1);
+        let mut h = BTreeMap::new();
+        for field in fields {
+            let value = match *field {
+                "i" => index,
+                "w" => w,
+                "n" => n,
+                _ => u.int_in_range(0..=n.saturating_add(1))?,
+            };
+            h.insert(field.as_bytes().to_vec(), perturbed(u, value, hints)?);
+        }
+        Ok(Data::Hash(h))
+    };
+    let zset = |u: &mut Unstructured<'_>, shaped: bool| -> Result<Data> {
         let mut z = ZSet::default();
         match u.int_in_range(0..=5u8)? {
+            _ if shaped => {
+                let plan = u.choose(&hints.plans)?;
+                let (n, w) = (plan.args[0], plan.args[1]);
+                let member = [
+                    b"quota:".to_vec(),
+                    perturbed(u, w, hints)?,
+                    b":".to_vec(),
+                    perturbed(u, n, hints)?,
+                ]
+                .concat();
+                z.insert(&member, f64::NEG_INFINITY);
+            }
             0..=2 => {
                 let (w, n) = (number(u, near)?, number(u, near)?);
                 z.insert(format!("quota:{w}:{n}").as_bytes(), f64::NEG_INFINITY);
@@ -1580,7 +1640,11 @@ fn foreign(u: &mut Unstructured<'_>, alg: Alg, near: &[u64]) -> Result<Data> {
             _ => {}
         }
         for k in 0..u.int_in_range(0..=6u8)? {
-            let s = score(u, near)?;
+            let s = if shaped && u.ratio(3u8, 4u8)? {
+                reading(u)? as f64
+            } else {
+                score(u, near)?
+            };
             let member = if u.ratio(3u8, 4u8)? {
                 format!("{}:{}", s as u64, k + 1).into_bytes()
             } else {
@@ -1603,17 +1667,38 @@ fn foreign(u: &mut Unstructured<'_>, alg: Alg, near: &[u64]) -> Result<Data> {
         let sep: &[u8] = if u.ratio(7u8, 8u8)? { b" " } else { b"  " };
         Ok(Data::Str(parts.join(sep)))
     };
+    // A GCRA state under one of the plans: a base near a reading, a gap up to past 2^52.
+    let gcra_state = |u: &mut Unstructured<'_>| -> Result<Data> {
+        let plan = u.choose(&hints.plans)?;
+        let gap = match u.int_in_range(0..=4u8)? {
+            0 => 0,
+            1 => plan.args[0].saturating_mul(u.int_in_range(1..=3)?),
+            2 => u.int_in_range(0..=MAXD)?,
+            3 => MAXD,
+            _ => MAXD + 1,
+        };
+        let fields = [reading(u)?, gap, plan.args[0], plan.args[1], plan.args[2]];
+        let mut parts = Vec::new();
+        for f in fields {
+            parts.push(perturbed(u, f, hints)?);
+        }
+        Ok(Data::Str(parts.join(&b" "[..])))
+    };
+    let shaped = !hints.plans.is_empty() && u.arbitrary()?;
     Ok(match u.int_in_range(0..=7u8)? {
         0 => Data::Str(u.arbitrary()?),
         1 => Data::Str(garbage(u)?),
         2 => hash(u, &["i", "c", "w", "n"])?,
         3 => hash(u, &["i", "p", "c", "w", "n"])?,
-        4 => zset(u)?,
+        4 => zset(u, false)?,
         _ => match alg {
+            Alg::Bucket | Alg::Meter if shaped => gcra_state(u)?,
             Alg::Bucket | Alg::Meter => gcra(u)?,
+            Alg::Window if shaped => window_state(u, &["i", "c", "w", "n"])?,
             Alg::Window => hash(u, &["i", "c", "w", "n"])?,
+            Alg::Counter if shaped => window_state(u, &["i", "p", "c", "w", "n"])?,
             Alg::Counter => hash(u, &["i", "p", "c", "w", "n"])?,
-            Alg::Log => zset(u)?,
+            Alg::Log => zset(u, shaped)?,
         },
     })
 }
@@ -1664,7 +1749,7 @@ fn units(alg: Alg, quota: &Quota) -> (u64, u64) {
     }
 }
 
-fn op(u: &mut Unstructured<'_>, seq: &Sequence, near: &[u64], budget: &mut u64) -> Result<Op> {
+fn op(u: &mut Unstructured<'_>, seq: &Sequence, hints: &Hints, budget: &mut u64) -> Result<Op> {
     let alg = seq.alg;
     let (unit_us, burst_us) = units(alg, &seq.quota);
     let capacity = seq.quota.capacity();
@@ -1686,7 +1771,7 @@ fn op(u: &mut Unstructured<'_>, seq: &Sequence, near: &[u64], budget: &mut u64) 
         },
         17 => Op::Forget,
         18 | 19 => Op::Foreign {
-            data: foreign(u, alg, near)?,
+            data: foreign(u, alg, hints)?,
             kind: match kind(u, alg, capacity)? {
                 Kind::Lease { .. } => Kind::Take,
                 k => k,
@@ -1884,16 +1969,24 @@ fn sequence(u: &mut Unstructured<'_>) -> Result<Option<Sequence>> {
         back,
         ops: Vec::new(),
     };
-    // Numbers a foreign value is often made of: both plans' arguments, readings, window indexes.
-    let mut near = vec![start, start - back];
-    for q in [Some(main), alt].into_iter().flatten() {
-        if let Some(p) = plan(alg, &q) {
-            near.extend(&p.args);
-            if !alg.is_gcra() {
-                near.push(start / p.args[1]);
-            }
+    let readings = vec![start, start - back];
+    let plans: Vec<Plan> = [Some(main), alt]
+        .into_iter()
+        .flatten()
+        .filter_map(|q| plan(alg, &q))
+        .collect();
+    let mut near = readings.clone();
+    for p in &plans {
+        near.extend(&p.args);
+        if !alg.is_gcra() {
+            near.extend(readings.iter().map(|r| r / p.args[1]));
         }
     }
+    let hints = Hints {
+        plans,
+        readings,
+        near,
+    };
     let len = u.int_in_range(0..=MAX_OPS)?;
     // Entries the log's large admissions may add in all: two whole logs.
     let mut budget = 2 * MAX_LOG;
@@ -1901,7 +1994,7 @@ fn sequence(u: &mut Unstructured<'_>) -> Result<Option<Sequence>> {
         if u.is_empty() {
             break;
         }
-        let op = op(u, &seq, &near, &mut budget)?;
+        let op = op(u, &seq, &hints, &mut budget)?;
         seq.ops.push(op);
     }
     Ok(Some(seq))
