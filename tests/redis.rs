@@ -1557,3 +1557,146 @@ fn state_written_under_another_quota_is_read_conservatively() {
         ));
     });
 }
+
+// --- the edge of the exact range ----------------------------------------------------------------------
+
+/// `ForeignValue`, or a panic naming what came back instead.
+fn assert_foreign<T: std::fmt::Debug>(r: Result<T, RedisError>, what: &str) {
+    match r {
+        Err(RedisError::Unavailable(u)) => {
+            assert_eq!(u.kind(), UnavailableKind::ForeignValue, "{what}: {u}")
+        }
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// The four defects the `redis_scripts` fuzz target found near 2^53, each on a real server.
+#[test]
+fn states_at_the_edge_of_the_exact_range() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut admin = manager(&url).await;
+        let prefix = fresh_prefix("edge");
+        let clock = ManualClock::new();
+        let at_us = |us: u64| clock.set(Nanos::new(us * 1000));
+        let late: u64 = (1 << 53) - 2;
+
+        // Tokens a lease gives back at a reading more than 2^52 ns before tat (here 2^53 - 2 us
+        // before it, beyond what a span from the reading can hold) move the state back exactly,
+        // and the key stays the bucket's: at the late reading again, the token given back is
+        // there, and no more. The script used to write the clamped span as the new gap, which
+        // the next call refused as a foreign value.
+        let quota = Quota::per_second(1).unwrap();
+        let bucket = RedisLimiter::<TokenBucketKeys>::builder(admin.clone(), quota)
+            .prefix(&prefix)
+            .client_clock(clock.clone())
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let twin = tollgate::TokenBucket::with_clock(quota, ManualClock::new());
+        let (late_ns, early_ns) = (Nanos::new(late * 1000), Nanos::new(1000));
+        at_us(late);
+        bucket.check_key("tb").await.unwrap();
+        twin.try_acquire_at(late_ns).unwrap();
+        at_us(1);
+        let lease = bucket.lease_key("tb", 1, 1).await.unwrap();
+        twin.refund_at(1, early_ns);
+        let expected = twin.peek_n_at(1, early_ns).unwrap_err();
+        assert_eq!(lease.granted(), 0);
+        assert_eq!(
+            lease.retry_after(),
+            Duration::from_nanos(1 << 53),
+            "the wait, clamped at 2^53 ns (in process: {:?})",
+            expected.denied().unwrap().retry_after()
+        );
+        at_us(late);
+        assert_eq!(
+            from_redis(bucket.check_key("tb").await, admitted),
+            from_direct(twin.try_acquire_n_at(1, late_ns), admitted)
+        );
+        assert!(matches!(
+            bucket.check_key("tb").await,
+            Err(RedisError::Denied(_))
+        ));
+
+        // The log at a reading far before its newest entry: the wait is clamped at 2^53 us
+        // (it used to be summed past 2^53, and rounded).
+        let window = Quota::per_period(1, Duration::from_micros(1 << 52)).unwrap();
+        let log = RedisLimiter::<SlidingWindowLogKeys>::builder(admin.clone(), window)
+            .prefix(&prefix)
+            .client_clock(clock.clone())
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        at_us(late);
+        log.check_key("sl").await.unwrap();
+        at_us(0);
+        match log.check_key("sl").await {
+            Err(RedisError::Denied(d)) => {
+                assert_eq!(d.retry_after(), Duration::from_micros(1 << 53));
+                assert_eq!(d.reset_after(), Duration::from_micros(1 << 53));
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // A log whose newest entry is no time below 2^53 us is foreign.
+        let log = closed::<SlidingWindowLogKeys>(admin.clone(), window, &prefix);
+        for (k, score) in [
+            ("inf", "+inf"),
+            ("past", "1e19"),
+            ("edge", "9007199254740992"),
+        ] {
+            let _: () = redis::cmd("ZADD")
+                .arg(log.key_name(k).unwrap())
+                .arg("-inf")
+                .arg(format!("quota:{}:1", 1u64 << 52))
+                .arg(score)
+                .arg("1:1")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            assert_foreign(log.check_key(k).await, score);
+        }
+
+        // Windows whose index is past 2^53, or that would start there, are foreign.
+        let quota = Quota::per_second(5).unwrap();
+        let fixed = closed::<FixedWindowKeys>(admin.clone(), quota, &prefix);
+        let counter = closed::<SlidingWindowCounterKeys>(admin.clone(), quota, &prefix);
+        // 2^53 / 10^6 windows of a second start below 2^53 us; the next does not.
+        let last = (1u64 << 53) / 1_000_000;
+        for (k, index) in [
+            ("huge", "99999999999999999999".to_string()),
+            ("late", (last + 1).to_string()),
+        ] {
+            for name in [fixed.key_name(k).unwrap(), counter.key_name(k).unwrap()] {
+                let _: () = redis::cmd("HSET")
+                    .arg(name)
+                    .arg(&[("i", index.as_str()), ("p", "0"), ("c", "1")])
+                    .arg(&[("w", "1000000"), ("n", "5")])
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+            }
+            assert_foreign(fixed.check_key(k).await, &index);
+            assert_foreign(counter.check_key(k).await, &index);
+        }
+        // The last window that starts below 2^53 us is the script's own.
+        for name in [
+            fixed.key_name("last").unwrap(),
+            counter.key_name("last").unwrap(),
+        ] {
+            let _: () = redis::cmd("HSET")
+                .arg(name)
+                .arg(&[
+                    ("i", last.to_string()),
+                    ("p", "0".into()),
+                    ("c", "1".into()),
+                ])
+                .arg(&[("w", "1000000"), ("n", "5")])
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+        }
+        assert_eq!(fixed.check_key("last").await.unwrap().remaining(), 3);
+        assert!(counter.check_key("last").await.is_ok());
+    });
+}

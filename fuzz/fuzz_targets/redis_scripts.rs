@@ -2427,7 +2427,8 @@ fn reading_valid(s: &[u8]) -> bool {
     lua_whole(s).is_some()
 }
 
-/// The prelude's `digits` of a stored field: ASCII digits only (Lua's `%d`), read by `tonumber`.
+/// A stored field as `gcra.lua`'s pattern reads it: ASCII digits only (Lua's `%d`), read by
+/// `tonumber` (the prelude's `whole` then refuses 2^53 and above).
 fn digits(s: &[u8]) -> Option<f64> {
     if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
         return None;
@@ -2525,6 +2526,12 @@ fn own_fields(alg: Alg) -> &'static [&'static str] {
     }
 }
 
+/// Whether window `i` of `w` us (whole, below 2^53, `w >= 1`) starts below 2^53 us: the windows'
+/// `i0 > div(LIMIT - 1, w0)`.
+fn starts_in_range(i: f64, w: f64) -> bool {
+    w < 1.0 || (i as u64) <= (LIMIT - 1) / (w as u64)
+}
+
 /// What `data` at the key must answer, by the script's own checks.
 fn expect_foreign(alg: Alg, data: &Data) -> Expect {
     let m = MAXD as f64;
@@ -2547,11 +2554,19 @@ fn expect_foreign(alg: Alg, data: &Data) -> Expect {
             if stored.iter().all(Option::is_none) {
                 return Expect::Reply;
             }
-            let values: Option<Vec<f64>> =
-                stored.iter().map(|f| f.and_then(|v| digits(v))).collect();
+            // The prelude's `whole`: digits, read below 2^53.
+            let values: Option<Vec<f64>> = stored
+                .iter()
+                .map(|f| f.and_then(|v| digits(v)).filter(|x| *x < LIMIT as f64))
+                .collect();
             let ok = match (alg, values.as_deref()) {
-                (Alg::Window, Some(&[_, c, w, n])) => w >= 1.0 && w <= m && n <= m && c <= n,
-                (Alg::Counter, Some(&[_, p, c, w, n])) => w >= 1.0 && p <= n && c <= n,
+                // A window starting below 2^53 us.
+                (Alg::Window, Some(&[i, c, w, n])) => {
+                    w >= 1.0 && w <= m && n <= m && c <= n && starts_in_range(i, w)
+                }
+                (Alg::Counter, Some(&[i, p, c, w, n])) => {
+                    w >= 1.0 && p <= n && c <= n && starts_in_range(i, w)
+                }
                 _ => false,
             };
             if ok {
@@ -2569,7 +2584,8 @@ fn expect_foreign(alg: Alg, data: &Data) -> Expect {
             }
             // The newest entry's time, as `tonumber` reads its `%.17g`: the same double.
             let (top, _) = z.last().expect("not empty");
-            if top != f64::NEG_INFINITY && (top.floor() != top || top < 0.0) {
+            if top != f64::NEG_INFINITY && (top.floor() != top || top < 0.0 || top >= LIMIT as f64)
+            {
                 return Expect::Foreign;
             }
             Expect::Reply
@@ -2850,7 +2866,14 @@ impl Run<'_> {
         }
         // The in-process limiter's time until fresh, unclamped: the TTL must cover it.
         let added = (self.alg() == Alg::Log).then_some(n);
-        self.check_write(&eval, Which::Main, server_time, Some(fresh_in), added);
+        self.check_write(
+            &eval,
+            Which::Main,
+            server_time,
+            Some(fresh_in),
+            added,
+            matches!(kind, Kind::Lease { back } if back > 0),
+        );
         self.owner = Some(Which::Main);
     }
 
@@ -2960,7 +2983,7 @@ impl Run<'_> {
                 "an admission's remaining is the query's less what it took"
             );
         }
-        self.check_write(&eval, which, server_time, None, None);
+        self.check_write(&eval, which, server_time, None, None, back > 0);
         self.owner = Some(which);
         if which == Which::Alt {
             self.twin = None;
@@ -2974,7 +2997,8 @@ impl Run<'_> {
 
     /// What an admission wrote: a state the script reads as its own, at the reading under the
     /// side's plan, and its TTL. `fresh_in` is the in-process limiter's time until fresh, if
-    /// known; `added`, the log's entries the admission must have added, if known.
+    /// known; `added`, the log's entries the admission must have added, if known; `gave_back`,
+    /// whether it was a lease giving tokens back.
     fn check_write(
         &self,
         eval: &Eval,
@@ -2982,6 +3006,7 @@ impl Run<'_> {
         server_time: bool,
         fresh_in: Option<Duration>,
         added: Option<u64>,
+        gave_back: bool,
     ) {
         let plan = &self.side(which).plan;
         let entry = eval
@@ -2996,6 +3021,9 @@ impl Run<'_> {
         );
         // The answer's reset, in ns.
         let reset = u128::from(eval.fields()[4]) * u128::from(plan.tick);
+        // What the TTL rounds up to the millisecond: the span until the state reads as fresh
+        // (which the reset is, clamped at 2^53 ticks).
+        let ttl_ns;
         // The span until the state reads as fresh, from the state itself.
         let fresh_us = match (&entry.data, self.alg()) {
             (Data::Str(s), Alg::Bucket | Alg::Meter) => {
@@ -3011,11 +3039,37 @@ impl Run<'_> {
                     s.as_slice(),
                     "a GCRA state in integers"
                 );
-                assert_eq!(v[0], self.reading, "the state's base is the reading");
                 assert_eq!(v[2..], plan.args[..], "the state's quota is the plan's");
                 let gap_ns = u128::from(v[1]) * u128::from(plan.tick);
-                assert_eq!(gap_ns, reset, "the state's gap is the answer's reset");
-                gap_ns.div_ceil(1000)
+                // The span from the reading to tat, in ns.
+                let span_ns = if v[0] == self.reading {
+                    assert_eq!(gap_ns, reset, "the state's gap is the answer's reset");
+                    gap_ns
+                } else {
+                    // Only tokens given back at a reading more than 2^52 ticks before tat keep
+                    // a base of their own (after the reading); the answer's reset is that span,
+                    // clamped at 2^53 ticks.
+                    assert!(
+                        gave_back && v[0] > self.reading,
+                        "the state's base {} is not the reading {}",
+                        v[0],
+                        self.reading
+                    );
+                    let span_ns = u128::from(v[0] - self.reading) * 1000 + gap_ns;
+                    let tick = u128::from(plan.tick);
+                    assert!(
+                        span_ns > u128::from(MAXD) * tick,
+                        "a rebased state {span_ns} ns ahead"
+                    );
+                    assert_eq!(
+                        reset,
+                        span_ns.min(u128::from(LIMIT) * tick) / tick * tick,
+                        "the answer's reset is the span to the rebased state's tat"
+                    );
+                    span_ns
+                };
+                ttl_ns = span_ns;
+                span_ns.div_ceil(1000)
             }
             (Data::Hash(h), Alg::Window) => {
                 let [i, c, w, n] = ["i", "c", "w", "n"].map(|f| field_u64(h, f));
@@ -3025,7 +3079,9 @@ impl Run<'_> {
                     i >= self.reading / w,
                     "the state's window is before the reading's"
                 );
-                (u128::from(i) + 1) * u128::from(w) - u128::from(self.reading)
+                let fresh = (u128::from(i) + 1) * u128::from(w) - u128::from(self.reading);
+                ttl_ns = fresh * 1000;
+                fresh
             }
             (Data::Hash(h), Alg::Counter) => {
                 let [i, p, c, w, n] = ["i", "p", "c", "w", "n"].map(|f| field_u64(h, f));
@@ -3036,7 +3092,9 @@ impl Run<'_> {
                     "the state's window is before the reading's"
                 );
                 // Fresh once window i + 1 has ended.
-                (u128::from(i) + 2) * u128::from(w) - u128::from(self.reading)
+                let fresh = (u128::from(i) + 2) * u128::from(w) - u128::from(self.reading);
+                ttl_ns = fresh * 1000;
+                fresh
             }
             (Data::ZSet(z), Alg::Log) => {
                 let [n, w] = [plan.args[0], plan.args[1]];
@@ -3079,10 +3137,24 @@ impl Run<'_> {
                         );
                     }
                 }
-                u128::from(at) + u128::from(w) - u128::from(self.reading)
+                let fresh = u128::from(at) + u128::from(w) - u128::from(self.reading);
+                ttl_ns = fresh * 1000;
+                fresh
             }
             (data, alg) => panic!("{alg:?} wrote {data:?}"),
         };
+        // The answer's reset is the span until fresh, clamped at 2^53 ticks (the windows' tick
+        // is 1 us).
+        let tick = if self.alg().is_gcra() {
+            u128::from(plan.tick)
+        } else {
+            1000
+        };
+        assert_eq!(
+            reset,
+            ttl_ns.min(u128::from(LIMIT) * tick) / tick * tick,
+            "the answer's reset is the span until the state reads as fresh, clamped"
+        );
         if let Some(fresh_in) = fresh_in {
             assert!(
                 fresh_us * 1000 >= fresh_in.as_nanos(),
@@ -3096,7 +3168,7 @@ impl Run<'_> {
             );
             return;
         }
-        let ttl_ms = reset.div_ceil(1_000_000).max(1);
+        let ttl_ms = ttl_ns.div_ceil(1_000_000).max(1);
         let expires_at = entry
             .expires_at
             .expect("a state written at the server's reading has a TTL");
@@ -3186,9 +3258,9 @@ impl Run<'_> {
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect(),
                 );
-                self.check_write(&mine, Which::Main, server_time, None, None);
+                self.check_write(&mine, Which::Main, server_time, None, None, false);
             }
-            _ => self.check_write(eval, Which::Main, server_time, None, None),
+            _ => self.check_write(eval, Which::Main, server_time, None, None, false),
         }
     }
 

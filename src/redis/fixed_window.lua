@@ -28,8 +28,10 @@ local j = div(now, window)
 local index, count = j, 0
 local stored = redis.call('HMGET', KEYS[1], 'i', 'c', 'w', 'n')
 if stored[1] or stored[2] or stored[3] or stored[4] then
-  local i0, c0, w0, n0 = digits(stored[1]), digits(stored[2]), digits(stored[3]), digits(stored[4])
-  if not i0 or not c0 or not w0 or not n0 or w0 < 1 or w0 > MAXD or n0 > MAXD or c0 > n0 then
+  local i0, c0, w0, n0 = whole(stored[1]), whole(stored[2]), whole(stored[3]), whole(stored[4])
+  -- (A window starting at 2^53 us or later is no window this script wrote.)
+  if not i0 or not c0 or not w0 or not n0 or w0 < 1 or w0 > MAXD or n0 > MAXD or c0 > n0
+      or i0 > div(LIMIT - 1, w0) then
     return foreign()
   end
   if w0 == window and n0 == limit then
@@ -57,6 +59,7 @@ end
 if mode == 'take' then
   redis.call('HSET', KEYS[1], 'i', string.format('%d', index), 'c', string.format('%d', count + n),
     'w', string.format('%d', window), 'n', string.format('%d', limit))
-  expire(div_up(reset, 1000))
+  -- Until the window ends, even past 2^53 us (where the reply's reset is clamped).
+  expire(ms_in((index - j) * window, window - now % window, 0, 1000))
 end
 return { 1, now, limit - count - n, 1, reset, 0, 0 }

@@ -3,7 +3,9 @@
 --
 -- State: one string "base gap interval capacity tick", written by an admission. The theoretical
 -- arrival time tat (the instant the bucket is full again, the meter's queue empty) is `gap` ticks
--- of `tick` nanoseconds (1 or 1000) after `base`, the admission's reading in Unix microseconds.
+-- of `tick` nanoseconds (1 or 1000) after `base`, the admission's reading in Unix microseconds
+-- (or, after tokens given back at a reading more than 2^52 ticks before tat, an earlier base of
+-- the same state: see the lease).
 -- gap is at most the burst window (at most 2^52 ticks), so no sum here passes 2^53 for any
 -- reading below 2^53 us. interval (I, in ticks) and capacity (C, in tokens) are the quota the
 -- state was written under.
@@ -66,12 +68,14 @@ end
 -- `conv`, the span d converted, holds at most the old quota's whole tokens; a request must
 -- conform under both; and an admission writes the converted state, under this call's quota.
 local d = 0
+local base, off
 local old_d, old_interval, old_capacity, old_burst, old_tick
 local raw = redis.call('GET', KEYS[1])
 if raw then
   local a, b, c, e, f = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
   if not a then return foreign() end
-  local base, off, i0, c0, tk0 = tonumber(a), tonumber(b), tonumber(c), tonumber(e), tonumber(f)
+  local i0, c0, tk0
+  base, off, i0, c0, tk0 = tonumber(a), tonumber(b), tonumber(c), tonumber(e), tonumber(f)
   if base >= LIMIT or off > MAXD or i0 < 1 or c0 < 1 or (tk0 ~= 1 and tk0 ~= 1000)
       or c0 * i0 > MAXD then
     return foreign()
@@ -130,6 +134,28 @@ if mode == 'lease' then
   if not back or back > capacity then return bad('arguments') end
   local moved = false
   if back > 0 and conv > 0 and not old_d then
+    -- (Here the state was written under this call's quota, so its ticks are this call's.)
+    if d >= LIMIT or d - back * interval > MAXD then
+      -- A reading more than 2^52 ticks before tat (a clock stepped back): d may be clamped, and
+      -- the gap from now would be one no state may hold. The tokens go back relative to the
+      -- state's own base instead, exactly; there is still nothing to take.
+      local b, o = base, off - back * interval
+      if o < 0 then
+        if tick == 1 then
+          local us = div_up(-o, 1000)
+          b, o = base - us, o + us * 1000
+        else
+          b, o = base + o, 0
+        end
+      end
+      -- tat = b + o ticks, b after now (tat is more than 2^52 ticks after now): the TTL is the
+      -- time until then, rounded up to the millisecond.
+      set_expiring(string.format('%d %d %d %d %d', b, o, interval, capacity, tick),
+        ms_in(b - now, 0, o, tick))
+      d = until_tat(b, o, tick, tick)
+      if n == 0 then return { 1, now, 0, interval, d, 0, 0 } end
+      return { 0, now, 0, interval, d, math.max(d - (burst - interval), 1), 0 }
+    end
     conv = math.max(conv - back * interval, 0)
     d = conv
     moved = true

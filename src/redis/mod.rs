@@ -98,7 +98,10 @@
 //!
 //! A server clock that steps back is handled as in process: a reading earlier than a state's
 //! never creates tokens (the state is read as of its own time). Readings more than 2^53 ns (104
-//! days) before a token bucket's state are denied with a `retry_after` clamped to that span. Once
+//! days) before a token bucket's state are denied with a `retry_after` clamped to that span (the
+//! windows clamp theirs at 2^53 µs), but the key's TTL still covers the whole span, and tokens a
+//! lease gives back at such a reading move the state's own time back, exactly. A stored number of
+//! 2^53 or more, and a window that would start there, are a foreign value. Once
 //! a state has expired (it read as fresh at its TTL), Redis has forgotten it: a clock that then
 //! steps back by `skew` sees a fresh key where the state would have been short by `R × skew`
 //! tokens, the same bound as a failover's (below).

@@ -8,7 +8,9 @@
 -- state is written with string.format('%d'), and replies are integers.
 
 -- The whole number in `s` (decimal digits only), or nil when it is not one below 2^53: an
--- argument the client did not build.
+-- argument the client did not build, or a stored value no script wrote (no script writes a number
+-- that large, and one past 2^53 would be read rounded). HMGET answers false for a missing field:
+-- anything but a string is refused too.
 local function whole(s)
   if type(s) ~= 'string' or not string.match(s, '^%d+$') then return nil end
   local x = tonumber(s)
@@ -19,15 +21,6 @@ end
 -- Whether the reading came from the client (tests only). A TTL counts on the server's clock, so
 -- one computed from a client's reading would mean nothing: such state is kept without a TTL.
 local client_time = false
-
--- The whole number stored in `s` (digits only), or nil when it is not one: a foreign value.
-local function digits(s)
-  -- HMGET answers false for a missing field: anything but a string is foreign.
-  if type(s) ~= 'string' or not string.match(s, '^%d+$') then
-    return nil
-  end
-  return tonumber(s)
-end
 
 -- The reading, in Unix microseconds: the server's TIME, or the client's (tests only), ARGV[idx];
 -- nil when it is not a whole number below 2^53.
@@ -68,6 +61,14 @@ local LIMIT = 9007199254740992
 local function span(a, w, b)
   if a > div(LIMIT - b, w) then return LIMIT end
   return a * w + b
+end
+
+-- Milliseconds in a + b microseconds plus c ticks of `tick` ns (1 or 1000), rounded up: exact for
+-- a below 2^53 and b, c at most 2^52, with no sum past 2^53. The TTL of a state that reads as
+-- fresh only after a span longer than a reply carries (after a reading far before the state's).
+local function ms_in(a, b, c, tick)
+  local per_us = 1000 / tick
+  return div(a, 1000) + div(b, 1000) + div_up((a % 1000 + b % 1000) * per_us + c, 1000 * per_us)
 end
 
 local function bad(what)

@@ -24,9 +24,11 @@ local j, e = div(now, window), now % window
 local i, oldest, cur = j, 0, 0
 local stored = redis.call('HMGET', KEYS[1], 'i', 'p', 'c', 'w', 'n')
 if stored[1] or stored[2] or stored[3] or stored[4] or stored[5] then
-  local i0, p0, c0 = digits(stored[1]), digits(stored[2]), digits(stored[3])
-  local w0, n0 = digits(stored[4]), digits(stored[5])
-  if not i0 or not p0 or not c0 or not w0 or not n0 or w0 < 1 or p0 > n0 or c0 > n0 then
+  local i0, p0, c0 = whole(stored[1]), whole(stored[2]), whole(stored[3])
+  local w0, n0 = whole(stored[4]), whole(stored[5])
+  -- (A window starting at 2^53 us or later is no window this script wrote.)
+  if not i0 or not p0 or not c0 or not w0 or not n0 or w0 < 1 or p0 > n0 or c0 > n0
+      or i0 > div(LIMIT - 1, w0) then
     return foreign()
   end
   if w0 == window and n0 == limit then
@@ -81,8 +83,9 @@ if n == 0 or oldest * (window - e) + (cur + n) * window <= limit * window then
     redis.call('HSET', KEYS[1], 'i', string.format('%d', at), 'p', string.format('%d', oldest),
       'c', string.format('%d', cur + n), 'w', string.format('%d', window),
       'n', string.format('%d', limit))
-    -- Fresh once window at + 1 has ended.
-    expire(div_up(span(at - j + 1, window, window - now % window), 1000))
+    -- Fresh once window at + 1 has ended, even past 2^53 us (where the reply's reset is
+    -- clamped). at x window is below 2^53: at is j or the state's window.
+    expire(ms_in((at - j) * window, window, window - now % window, 1000))
   end
   return { 1, now, level, unit, reset, 0, 0 }
 end

@@ -41,7 +41,10 @@ local newest
 local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if top[1] and top[2] ~= '-inf' then
   newest = tonumber(top[2])
-  if not newest or newest ~= math.floor(newest) or newest < 0 then return foreign() end
+  -- Whole microseconds below 2^53, as every time here (+inf or 1e19 would be no time at all).
+  if not newest or newest ~= math.floor(newest) or newest < 0 or newest >= LIMIT then
+    return foreign()
+  end
 end
 
 -- The effective time: a reading older than the newest entry is judged at that entry's time.
@@ -56,9 +59,10 @@ local function in_window(w)
   return redis.call('ZCOUNT', key, '(' .. string.format('%d', at - w), '+inf')
 end
 
--- t + w - now, never summing past 2^53 (t + w may pass it near the end of Lua's exact range).
+-- t + w - now, exact below 2^53 and clamped there (t + w may pass it near the end of Lua's exact
+-- range, and so may w + (t - now) after a reading far before the newest entry).
 local function after(t, w)
-  if t >= now then return w + (t - now) end
+  if t >= now then return span(1, w, t - now) end
   return w - (now - t)
 end
 
@@ -126,6 +130,8 @@ if mode == 'take' then
       batch = {}
     end
   end
-  expire(div_up(after(at, window), 1000))
+  -- Until the newest entry leaves the window, even when that is more than 2^53 us away (which
+  -- the reply's reset is clamped to).
+  expire(ms_in(at - now, window, 0, 1000))
 end
 return { 1, now, left - n, 1, after(at, window), 0, 0 }
