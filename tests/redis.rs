@@ -1656,6 +1656,23 @@ fn states_at_the_edge_of_the_exact_range() {
                 .unwrap();
             assert_foreign(log.check_key(k).await, score);
         }
+        // And so is one written under a quota no log has: a window past 2^52 us, a limit of 0.
+        for (k, member) in [
+            ("wide", format!("quota:{}:1", (1u64 << 52) + 1)),
+            ("none", format!("quota:{}:0", 1u64 << 52)),
+            ("vast", "quota:18446744073709551615:5".to_string()),
+        ] {
+            let _: () = redis::cmd("ZADD")
+                .arg(log.key_name(k).unwrap())
+                .arg("-inf")
+                .arg(&member)
+                .arg("1")
+                .arg("1:1")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            assert_foreign(log.check_key(k).await, &member);
+        }
 
         // Windows whose index is past 2^53, or that would start there, are foreign.
         let quota = Quota::per_second(5).unwrap();

@@ -2500,16 +2500,21 @@ fn gcra_state(s: &[u8]) -> Option<[f64; 5]> {
     Some(out)
 }
 
-/// Whether `m` matches the log's `^quota:(%d+):(%d+)$`.
+/// Whether `m` matches the log's `^quota:(%d+):(%d+)$` with a quota the script accepts: a window
+/// of 1 us to 2^52 us and a limit of at least 1, both below 2^53 as `whole` reads them.
 fn quota_member(m: &[u8]) -> bool {
     let Some(rest) = m.strip_prefix(b"quota:") else {
         return false;
     };
     let parts: Vec<&[u8]> = rest.splitn(2, |&b| b == b':').collect();
-    parts.len() == 2
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit))
+    let [w, n] = parts[..] else {
+        return false;
+    };
+    let whole = |p: &[u8]| digits(p).filter(|x| *x < LIMIT as f64);
+    match (whole(w), whole(n)) {
+        (Some(w), Some(n)) => w >= 1.0 && w <= MAXD as f64 && n >= 1.0,
+        _ => false,
+    }
 }
 
 /// The fields of `h` the script reads (`HMGET`), in its order: `None` for a missing one.

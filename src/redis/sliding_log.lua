@@ -30,9 +30,11 @@ local lowest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
 if lowest[1] then
   if lowest[2] ~= '-inf' then return foreign() end
   local w0, n0 = string.match(lowest[1], '^quota:(%d+):(%d+)$')
-  if not w0 then return foreign() end
+  w0, n0 = whole(w0), whole(n0)
+  -- A quota this script accepts: a window of 1 us to 2^52 us, a limit of at least 1.
+  if not w0 or not n0 or w0 < 1 or w0 > 4503599627370496 or n0 < 1 then return foreign() end
   if lowest[1] ~= quota then
-    old_window, old_limit = tonumber(w0), tonumber(n0)
+    old_window, old_limit = w0, n0
   end
 end
 
