@@ -60,7 +60,7 @@ pub use crate::window::fixed::FixedWindowAlgorithm;
 pub use crate::window::sliding_counter::SlidingWindowCounterAlgorithm;
 pub use crate::window::sliding_log::SlidingWindowLogAlgorithm;
 
-use crate::cas::{self, Step};
+use crate::cas::{self, Gone, Step};
 use crate::clock::Nanos;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
 use crate::quota::{Quota, QuotaError};
@@ -69,7 +69,7 @@ use crate::sync::AtomicU64;
 /// The internals of [`Algorithm`]. Public in a private module so that they can appear in the
 /// public trait's bounds without being nameable, or implementable, outside the crate.
 pub(crate) mod sealed {
-    use super::{AcquireError, Admitted, Denied, Nanos, Quota, QuotaError, Step};
+    use super::{AcquireError, Admitted, Denied, Gone, Nanos, Quota, QuotaError, Step};
 
     /// A state as a decision sees it: one that is held, or one that is not (a key the keyed
     /// limiter does not hold: fresh as of `at`, in tier `tier`, and not built unless a decision
@@ -150,10 +150,34 @@ pub(crate) mod sealed {
             now: Nanos,
             n: u64,
         ) -> (Option<Self::State>, Result<Admitted, AcquireError>);
-        /// Is `state` indistinguishable, at `now` and at every later reading, from the fresh state
-        /// of `now`? (Then a keyed limiter may forget it.) Called with no request in flight on the
-        /// state.
-        fn is_fresh(policy: &Self::Policy, state: &Self::State, now: Nanos) -> bool;
+        /// [`Contract::acquire`] on a keyed limiter's state, which eviction may have marked gone:
+        /// then nothing took effect, and the answer is [`Gone`].
+        fn acquire_keyed(
+            policy: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+            n: u64,
+        ) -> Result<Result<Admitted, AcquireError>, Gone>;
+        /// [`Contract::peek`] on a keyed limiter's state, or [`Gone`].
+        fn peek_keyed(
+            policy: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+            n: u64,
+        ) -> Result<Result<Admitted, AcquireError>, Gone>;
+        /// [`Contract::remaining`] on a keyed limiter's state, or [`Gone`].
+        fn remaining_keyed(
+            policy: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+        ) -> Result<u64, Gone>;
+        /// Eviction: if `state` is indistinguishable, at `now` and at every later reading, from
+        /// the fresh state of `now`, marks it gone, so that no decision can take effect on it
+        /// any more, and answers `true`; otherwise (or if a decision changed it meanwhile)
+        /// changes nothing and answers `false`. Decisions may run concurrently.
+        fn evict(policy: &Self::Policy, state: &Self::State, now: Nanos) -> bool;
+        /// Whether eviction has marked `state` gone.
+        fn is_gone(state: &Self::State) -> bool;
         /// Adds the state's fields to a limiter's `Debug` output.
         fn debug_state(
             policy: &Self::Policy,
@@ -278,19 +302,59 @@ impl<T: OneWord> Contract for T {
         now: Nanos,
         n: u64,
     ) -> Result<Admitted, AcquireError> {
-        let word = one_word::<T>(policy, state);
-        let now = T::time(policy, now);
-        if !InsufficientCapacity::check(n, T::capacity(policy))? {
-            return Ok(T::query(policy, word, now));
-        }
-        match T::decide(policy, word, now, n) {
-            Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
-            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
-        }
+        peek_word::<T>(policy, one_word::<T>(policy, state), now, n)
     }
 
     fn remaining(policy: &Self::Policy, state: Held<'_, AtomicU64>, now: Nanos) -> u64 {
         T::remaining(policy, one_word::<T>(policy, state), T::time(policy, now))
+    }
+
+    #[inline]
+    fn acquire_keyed(
+        policy: &Self::Policy,
+        state: &AtomicU64,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
+        let now = T::time(policy, now);
+        match InsufficientCapacity::check(n, T::capacity(policy)) {
+            Err(e) => Ok(Err(e.into())),
+            Ok(true) => Ok(
+                cas::update_live(state, |word| T::decide(policy, word, now, n))?
+                    .map_err(AcquireError::Denied),
+            ),
+            Ok(false) => Ok(Ok(T::query(policy, live_word(state)?, now))),
+        }
+    }
+
+    fn peek_keyed(
+        policy: &Self::Policy,
+        state: &AtomicU64,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
+        Ok(peek_word::<T>(policy, live_word(state)?, now, n))
+    }
+
+    fn remaining_keyed(policy: &Self::Policy, state: &AtomicU64, now: Nanos) -> Result<u64, Gone> {
+        Ok(T::remaining(
+            policy,
+            live_word(state)?,
+            T::time(policy, now),
+        ))
+    }
+
+    fn evict(policy: &Self::Policy, state: &AtomicU64, now: Nanos) -> bool {
+        // The mark replaces exactly the word judged: a decision that wrote in between makes it
+        // fail, and the key is kept (it is no longer fresh, or is judged again at the next sweep).
+        let word = cas::read(state);
+        word != cas::GONE
+            && T::is_fresh(policy, word, T::time(policy, now))
+            && cas::mark_gone(state, word)
+    }
+
+    fn is_gone(state: &AtomicU64) -> bool {
+        cas::read(state) == cas::GONE
     }
 
     fn create(
@@ -314,16 +378,39 @@ impl<T: OneWord> Contract for T {
         }
     }
 
-    fn is_fresh(policy: &Self::Policy, state: &AtomicU64, now: Nanos) -> bool {
-        T::is_fresh(policy, cas::read(state), T::time(policy, now))
-    }
-
     fn debug_state(
         policy: &Self::Policy,
         state: &AtomicU64,
         f: &mut std::fmt::DebugStruct<'_, '_>,
     ) {
         T::debug_word(policy, cas::read(state), f);
+    }
+}
+
+/// The answer `decide` gives for `n` on `word` at `now`, writing nothing.
+#[inline]
+fn peek_word<T: OneWord>(
+    policy: &T::Policy,
+    word: u64,
+    now: Nanos,
+    n: u64,
+) -> Result<Admitted, AcquireError> {
+    let now = T::time(policy, now);
+    if !InsufficientCapacity::check(n, T::capacity(policy))? {
+        return Ok(T::query(policy, word, now));
+    }
+    match T::decide(policy, word, now, n) {
+        Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
+        Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
+    }
+}
+
+/// The word of a keyed limiter's state, unless eviction has marked it gone.
+#[inline]
+fn live_word(state: &AtomicU64) -> Result<u64, Gone> {
+    match cas::read(state) {
+        cas::GONE => Err(Gone::seen()),
+        word => Ok(word),
     }
 }
 

@@ -5,7 +5,7 @@
 //! saw when another thread got there first. A decision that writes nothing (a denial, a query)
 //! returns without a store, so denials never contend for the cache line.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// Exponential backoff after a lost compare-and-swap (also used by the multi-word loops of the
 /// sub-window counter and the sliding log): `crossbeam_utils::Backoff::spin`, which doubles a run
@@ -104,6 +104,71 @@ pub(crate) fn update<T, E>(
             Step::Refuse(err) => return Err(err),
         }
     }
+}
+
+/// The word of a keyed limiter's state that eviction has forgotten: see [`Gone`]. No algorithm
+/// ever writes it otherwise: the GCRA's words stay below `3 × 2^62 + 1`, the windows' indices
+/// leave their top bits clear for every reading up to 2^62 ns, and in the sliding log's slots it
+/// is neither an entry nor a group's mark (each algorithm's tests check its own bound).
+pub(crate) const GONE: u64 = u64::MAX;
+
+/// A keyed limiter's state that eviction has marked [`GONE`]: its key has been forgotten, and the
+/// state will be unlinked from the map, if it has not been already. A decision that meets the mark
+/// has taken effect nowhere; the caller decides again on the key as the map holds it now (a fresh
+/// state, fresh as of the eviction's reading or later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gone;
+
+impl Gone {
+    /// The mark was just seen, by a load of any ordering.
+    #[cold]
+    pub(crate) fn seen() -> Gone {
+        // Acquire: pairs with the Release of the compare-and-swap that wrote the mark (`mark_gone`),
+        // so that what the eviction did before marking (raising the limiter's floor) is visible
+        // to the decision this caller makes next on the key's fresh state. (Today's map, and the
+        // loom models' stand-in, also order it through their locks; a map whose lookups release
+        // nothing would not.)
+        fence(Ordering::Acquire);
+        Gone
+    }
+}
+
+/// [`update`] on a keyed limiter's state, which eviction may have marked [`GONE`]: a decision is
+/// never made on the mark, and meeting it answers [`Gone`].
+#[inline]
+pub(crate) fn update_live<T, E>(
+    word: &AtomicU64,
+    mut decide: impl FnMut(u64) -> Step<T, E>,
+) -> Result<Result<T, E>, Gone> {
+    let outcome = update(word, |current| {
+        if current == GONE {
+            return Step::Refuse(None);
+        }
+        match decide(current) {
+            Step::Write(new, answer) => Step::Write(new, answer),
+            Step::Keep(answer) => Step::Keep(answer),
+            Step::Refuse(err) => Step::Refuse(Some(err)),
+        }
+    });
+    match outcome {
+        Ok(answer) => Ok(Ok(answer)),
+        Err(Some(err)) => Ok(Err(err)),
+        Err(None) => Err(Gone::seen()),
+    }
+}
+
+/// Marks `word` [`GONE`] if it still holds `seen`, the word an eviction judged forgettable: once
+/// this succeeds no decision can take effect on the state (each would have to replace the mark).
+/// Answers whether it did.
+pub(crate) fn mark_gone(word: &AtomicU64, seen: u64) -> bool {
+    writes::record();
+    // Release: publishes what the eviction did before marking (raising the floor) to whoever sees
+    // the mark (`Gone::seen`). Failure is Relaxed: a decision changed the word, which is then no
+    // longer the one judged, and the key is kept.
+    seen != GONE
+        && word
+            .compare_exchange(seen, GONE, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
 }
 
 /// Puts `previous` back in `word` if, and only if, `word` still holds `written`: undoes one's own

@@ -1,9 +1,13 @@
 //! Loom models of [`tollgate::keyed::KeyedLimiter`]'s protocol: admissions compare-and-swap a key's
-//! word under its shard's read lock; eviction decides and removes under the write lock; a new key
-//! reserves its place in the key count and is inserted under the write lock.
+//! state with no lock held; eviction marks a forgettable state gone with one compare-and-swap,
+//! then removes it in a separate step; a decision that meets the mark decides again on the key as
+//! new, creating it afresh or replacing the marked state; a new key reserves its place in the key
+//! count and is inserted under the write lock.
 //!
-//! Under `cfg(tollgate_loom)` the limiter's map is a loom `RwLock` around a `HashMap` (one shard), so these
-//! models check the limiter's own protocol, taking the concurrent map's correctness as given.
+//! Under `cfg(tollgate_loom)` the limiter's map is a loom `RwLock` around a `HashMap` of `Arc`s
+//! (one shard) whose lookups hold no lock while the state is used, and whose eviction marks and
+//! removes in separate steps: the weakest map the protocol allows. These models check the
+//! limiter's own protocol, taking the concurrent map's correctness as given.
 //! Readings are explicit, so "no time passes" is exact. The eviction models race an admission at
 //! the eviction's own reading, and (`*_early_admission_racing_a_later_eviction_*`) one at an
 //! earlier reading, which only the order "raise the floor, then remove" keeps from re-creating a
@@ -265,4 +269,101 @@ fn sliding_counter_early_admission_racing_a_later_eviction_never_over_admits() {
 #[test]
 fn sliding_log_early_admission_racing_a_later_eviction_never_over_admits() {
     early_admission_racing_a_later_eviction::<SlidingWindowLogKeys>(&[false, true]);
+}
+
+/// Two first requests of key 1 after it became forgettable, racing the eviction of its old entry:
+/// key 1 is used up at [`T0`] (2 of 2) and forgettable at `at`; two threads each ask for one at
+/// `at` while a third evicts at `at`. Every order admits both (the key, kept or forgotten, is
+/// full at `at`) and nothing more: one state afterwards, one place, nothing left at `at`. The
+/// orders include an admission that finds the old state marked gone and not yet removed (it
+/// replaces it with a fresh one, which keeps the place, and the eviction removes nothing), and
+/// the second admission meeting the first one's fresh state, or the old one's mark.
+///
+/// The summary is how many entries the eviction removed: 0 when an admission got there first
+/// (before the mark, or by replacing the marked state), 1 when it removed the old entry.
+fn two_first_requests_racing_an_eviction<A: Algorithm>(at: Nanos) {
+    check_reaches(&[0usize, 1], move || {
+        let limiter: Arc<KeyedLimiter<u8, A, ManualClock>> = Arc::new(
+            KeyedLimiter::with_algorithm(Quota::per_second(2).expect("a valid quota"), clock())
+                .expect("a valid quota for every algorithm"),
+        );
+        limiter
+            .check_key_n_at(&1, 2, T0)
+            .expect("a fresh key admits");
+
+        let evictor = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.retain_recent_at(at))
+        };
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check_key_at(&1, at).is_ok())
+        };
+        let mine = limiter.check_key_at(&1, at).is_ok();
+        let theirs = other.join().expect("admitter panicked");
+        let removed = evictor.join().expect("evictor panicked");
+
+        assert!(
+            mine && theirs,
+            "a forgettable key refused one of two requests"
+        );
+        assert_eq!(limiter.len(), 1, "two states, or two places, for one key");
+        assert_eq!(limiter.overflowed(), 0, "the key was refused room");
+        assert_eq!(limiter.remaining_key_at(&1, at), 0, "an admission was lost");
+        assert!(
+            matches!(limiter.check_key_at(&1, at), Err(KeyedError::Denied(_))),
+            "more than the limit admitted"
+        );
+        removed
+    });
+}
+
+#[test]
+fn token_bucket_two_first_requests_racing_an_eviction_share_one_fresh_state() {
+    two_first_requests_racing_an_eviction::<TokenBucketKeys>(T1);
+}
+
+#[test]
+fn sliding_log_two_first_requests_racing_an_eviction_share_one_fresh_state() {
+    two_first_requests_racing_an_eviction::<SlidingWindowLogKeys>(T1);
+}
+
+/// The last place in a full map racing an eviction: with room for one key, key 1 is used at
+/// [`T0`] and forgettable at [`T1`]; one thread evicts at `T1` while another sends key 2's first
+/// request at `T1`. Key 1 is removed exactly once, by the eviction or by the newcomer's own sweep
+/// (which removes it whether it judges it or finds it already marked gone by the other thread),
+/// and its place is given back exactly once; the bound holds throughout. Key 2 gets the place
+/// unless it looked while the racing eviction had removed key 1 and not yet given the place back
+/// (places are given back when a sweep ends): then it is refused as `TooManyKeys`, and the map is
+/// left empty.
+///
+/// The summary is whether key 2 got the place, and how many entries the racing eviction removed.
+#[test]
+fn the_last_place_racing_an_eviction_goes_to_the_newcomer_or_is_still_held() {
+    check_reaches(&[(false, 1usize), (true, 0), (true, 1)], || {
+        let limiter = Arc::new(limiter().with_max_keys(1));
+        limiter.check_key_at(&1, T0).expect("a fresh key admits");
+
+        let evictor = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.retain_recent_at(T1))
+        };
+        let newcomer = limiter.check_key_at(&2, T1);
+        let removed = evictor.join().expect("evictor panicked");
+
+        assert!(!limiter.contains_key(&1));
+        assert_eq!(limiter.evictions(), 1, "key 1 removed once");
+        let placed = match newcomer {
+            Ok(_) => true,
+            Err(KeyedError::TooManyKeys(_)) => false,
+            other => panic!("the newcomer got {other:?}"),
+        };
+        assert_eq!(limiter.contains_key(&2), placed);
+        assert_eq!(
+            limiter.len(),
+            usize::from(placed),
+            "a place lost or counted twice"
+        );
+        (placed, removed)
+    });
 }

@@ -11,6 +11,7 @@ use std::marker::PhantomData;
 
 use crate::algorithm::sealed::{Contract, Held};
 use crate::algorithm::Algorithm;
+use crate::cas::Gone;
 use crate::clock::Nanos;
 use crate::outcome::{AcquireError, Admitted, Denied};
 use crate::quota::{Quota, QuotaError};
@@ -281,9 +282,43 @@ impl<A: Algorithm> Contract for Tiered<A> {
         (state.map(|state| TieredState { state, tier }), outcome)
     }
 
-    fn is_fresh(policy: &Self::Policy, state: &Self::State, now: Nanos) -> bool {
+    #[inline]
+    fn acquire_keyed(
+        policy: &Self::Policy,
+        state: &Self::State,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
         let (p, _) = Self::tier(policy, usize::from(state.tier));
-        A::is_fresh(p, &state.state, now)
+        A::acquire_keyed(p, &state.state, now, n)
+    }
+
+    fn peek_keyed(
+        policy: &Self::Policy,
+        state: &Self::State,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
+        let (p, _) = Self::tier(policy, usize::from(state.tier));
+        A::peek_keyed(p, &state.state, now, n)
+    }
+
+    fn remaining_keyed(
+        policy: &Self::Policy,
+        state: &Self::State,
+        now: Nanos,
+    ) -> Result<u64, Gone> {
+        let (p, _) = Self::tier(policy, usize::from(state.tier));
+        A::remaining_keyed(p, &state.state, now)
+    }
+
+    fn evict(policy: &Self::Policy, state: &Self::State, now: Nanos) -> bool {
+        let (p, _) = Self::tier(policy, usize::from(state.tier));
+        A::evict(p, &state.state, now)
+    }
+
+    fn is_gone(state: &Self::State) -> bool {
+        A::is_gone(&state.state)
     }
 
     fn debug_state(policy: &Self::Policy, state: &Self::State, f: &mut fmt::DebugStruct<'_, '_>) {
@@ -400,9 +435,11 @@ mod tests {
     fn a_fresh_log_judges_as_an_empty_one_from_its_reading_and_refuses_before() {
         let p = <SlidingWindowLogKeys as Contract>::policy(&Quota::per_second(2).unwrap()).unwrap();
         let log = <SlidingWindowLogKeys as Contract>::fresh(&p, 0, ns(5 * SEC));
-        assert!(<SlidingWindowLogKeys as Contract>::is_fresh(
+        // A fresh log is forgettable at its reading (checked on a twin: eviction marks it).
+        let twin = <SlidingWindowLogKeys as Contract>::fresh(&p, 0, ns(5 * SEC));
+        assert!(<SlidingWindowLogKeys as Contract>::evict(
             &p,
-            &log,
+            &twin,
             ns(5 * SEC)
         ));
         assert_eq!(
@@ -431,22 +468,111 @@ mod tests {
             );
         }
         <SlidingWindowLogKeys as Contract>::acquire(&p, &log, ns(5 * SEC), 1).unwrap();
-        assert!(!<SlidingWindowLogKeys as Contract>::is_fresh(
+        assert!(!<SlidingWindowLogKeys as Contract>::evict(
             &p,
             &log,
             ns(6 * SEC - 1)
         ));
-        assert!(<SlidingWindowLogKeys as Contract>::is_fresh(
+        assert!(!<SlidingWindowLogKeys as Contract>::is_gone(&log));
+        assert!(<SlidingWindowLogKeys as Contract>::evict(
             &p,
             &log,
             ns(6 * SEC)
         ));
+        assert_gone::<SlidingWindowLogKeys>(&p, &log);
         // Before one window has passed no log can have expired: an empty one.
         let early = <SlidingWindowLogKeys as Contract>::fresh(&p, 0, ns(SEC / 2));
         assert_eq!(
             <SlidingWindowLogKeys as Contract>::remaining(&p, Held::Known(&early), ns(0)),
             2
         );
+    }
+
+    /// A state eviction has marked: gone for good, to every keyed decision, and marked once.
+    fn assert_gone<A: Algorithm>(p: &A::Policy, state: &A::State) {
+        assert!(A::is_gone(state));
+        for n in [0, 1] {
+            for at in [0, 7 * SEC, u64::MAX] {
+                assert_eq!(A::acquire_keyed(p, state, ns(at), n).err(), Some(Gone));
+                assert_eq!(A::peek_keyed(p, state, ns(at), n).err(), Some(Gone));
+                assert_eq!(A::remaining_keyed(p, state, ns(at)).err(), Some(Gone));
+                assert!(!A::evict(p, state, ns(at)));
+            }
+        }
+    }
+
+    #[test]
+    fn eviction_marks_a_forgettable_word_gone_and_leaves_any_other_alone() {
+        fn check<T: OneWord>(quota: Quota, used_until: u64) {
+            let p = T::policy(&quota).unwrap();
+            let word = take::<T>(&p, T::fresh_word(&p, ns(5 * SEC)), 5 * SEC, 1).unwrap();
+            let state = crate::sync::AtomicU64::new(word);
+            // Not forgettable: nothing changes, and decisions go on.
+            assert!(!<T as Contract>::evict(&p, &state, ns(used_until - 1)));
+            assert_eq!(crate::cas::read(&state), word);
+            assert!(<T as Contract>::peek_keyed(&p, &state, ns(5 * SEC), 0).is_ok());
+            assert!(<T as Contract>::evict(&p, &state, ns(used_until)));
+            assert_eq!(crate::cas::read(&state), crate::cas::GONE);
+            assert_gone::<T>(&p, &state);
+        }
+        check::<TokenBucketKeys>(Quota::per_second(10).unwrap(), 5 * SEC + SEC / 10);
+        check::<LeakyMeterKeys>(Quota::per_second(10).unwrap(), 5 * SEC + SEC / 10);
+        check::<FixedWindowKeys>(Quota::per_second(3).unwrap(), 6 * SEC);
+        check::<SlidingWindowCounterKeys>(Quota::per_second(4).unwrap(), 7 * SEC);
+    }
+
+    #[test]
+    fn no_algorithm_ever_writes_the_gone_word() {
+        // The largest words each algorithm can reach: readings up to u64::MAX (clamped to
+        // 2^62), the longest bursts and windows and the largest counts, requests of every size
+        // the capacity allows, and readings stepping back from the largest.
+        fn check<T: OneWord>(quota: Quota) {
+            let p = T::policy(&quota).unwrap();
+            let cap = T::capacity(&p);
+            for fresh in [0, SEC, 1 << 62, u64::MAX] {
+                let mut word = T::fresh_word(&p, ns(fresh));
+                assert_ne!(word, crate::cas::GONE);
+                for now in [fresh, u64::MAX, 1 << 62, (1 << 62) - 1, 0] {
+                    for n in [1, cap / 2 + 1, cap] {
+                        if let Some(w) = take::<T>(&p, word, now, n) {
+                            assert_ne!(w, crate::cas::GONE, "{quota:?} at {now} for {n}");
+                            word = w;
+                        }
+                    }
+                }
+            }
+        }
+        let tiny = std::time::Duration::from_nanos(1);
+        let longest = std::time::Duration::from_nanos(1 << 62);
+        for quota in [
+            Quota::per_second(1).unwrap(),
+            Quota::per_period(1, tiny).unwrap(),
+            Quota::per_period(1, longest).unwrap(),
+            Quota::per_period(1, longest)
+                .unwrap()
+                .with_capacity(1 << 20)
+                .unwrap(),
+            Quota::per_period(1 << 61, longest).unwrap(),
+        ] {
+            let quota = quota.with_capacity(quota.max_capacity()).unwrap();
+            check::<TokenBucketKeys>(quota);
+            check::<LeakyMeterKeys>(quota);
+            check::<TokenBucketKeys>(quota);
+            check::<LeakyMeterKeys>(quota);
+        }
+        for quota in [
+            Quota::per_second(1).unwrap(),
+            Quota::per_period(1, tiny).unwrap(),
+            Quota::per_period(1, longest).unwrap(),
+            Quota::per_period(1 << 40, longest).unwrap(),
+        ] {
+            if <FixedWindowKeys as OneWord>::policy(&quota).is_ok() {
+                check::<FixedWindowKeys>(quota);
+            }
+            if <SlidingWindowCounterKeys as OneWord>::policy(&quota).is_ok() {
+                check::<SlidingWindowCounterKeys>(quota);
+            }
+        }
     }
 
     #[test]

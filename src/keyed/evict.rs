@@ -158,14 +158,19 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // otherwise raise the floor past every real reading, and every key created afresh would
         // be refused until then (see "A reading from the future" in the module docs).
         let now = now.min(self.clock.now());
-        // The floor rises before any key is removed. Relaxed is enough: a thread that re-creates a
-        // removed key does so under the shard's write lock, acquired after the sweep released it,
-        // so this store happens before that thread's load of the floor.
+        // The floor rises before any key is marked gone. Relaxed is enough: a thread that
+        // re-creates a forgotten key first sees its mark (written with Release after this store,
+        // seen through an Acquire fence) or finds it removed (under the shard's write lock, taken
+        // after the sweep released it), either of which makes this store visible to its load of
+        // the floor.
         self.floor.fetch_max(now.clamped(), Ordering::Relaxed);
-        // `is_fresh` is decided under the shard's write lock: no admission on the key is in flight.
+        // Each key is marked gone by one compare-and-swap from the state judged fresh, racing any
+        // decision on it (see the module docs), then removed if it still holds that state. A
+        // state another eviction marked and has not removed yet is removed too (only one remover
+        // succeeds, and only it gives the place back).
         let removed = self
             .store
-            .retain(|state| A::is_fresh(&self.policy, state, now));
+            .retain(|state| A::evict(&self.policy, state, now) || A::is_gone(state));
         self.release(removed);
         // Relaxed: a statistic.
         self.evictions.fetch_add(
@@ -268,7 +273,8 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// The reading a key created afresh at `now` is fresh as of: `max(now, floor)`.
     #[inline]
     pub(super) fn fresh_at(&self, now: Nanos) -> Nanos {
-        // Relaxed: see `retain_recent_at`; callers creating a key hold its shard's write lock.
+        // Relaxed: see `retain_recent_at`; callers creating a key hold its shard's write lock, and
+        // callers that found the key's state gone have passed the Acquire fence of `Gone::seen`.
         let floor = self.floor.load(Ordering::Relaxed);
         Nanos::new(now.clamped().max(floor))
     }

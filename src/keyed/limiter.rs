@@ -1,5 +1,6 @@
 //! [`KeyedLimiter`]: the map of per-key states and its checks (admissions, peeks, remaining
-//! counts), with the protocol that creates a new key under its shard's write lock.
+//! counts), with the protocol that creates a new key (or replaces a forgotten one) under its
+//! shard's write lock.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -15,6 +16,7 @@ use super::store::{Slot, Store};
 use super::sweeper::Bell;
 use super::{Algorithm, KeyedError, TokenBucketKeys, TooManyKeys};
 use crate::algorithm::sealed::Held;
+use crate::cas::Gone;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::outcome::Admitted;
 use crate::quota::{Quota, QuotaError};
@@ -302,22 +304,24 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // A known key: the decision (a compare-and-swap) runs while the shard's read lock is held,
-        // so no eviction of this key can run until it is done (see the module docs).
-        let known = self.store.with_read(key, |state| {
-            A::acquire(&self.policy, state, now(), n).map_err(KeyedError::from)
-        });
+        // A known key: the decision is the algorithm's own compare-and-swap on the key's state.
+        // If eviction marked the state gone (its key forgotten), the decision took effect nowhere,
+        // and the key is decided as new (see the module docs).
+        let known = self
+            .store
+            .with_read(key, |state| A::acquire_keyed(&self.policy, state, now(), n));
         match known {
-            Some(outcome) => outcome,
+            Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
             // A query never creates a key.
-            None if n == 0 => self.peek_key_n_at(key, 0, now()),
-            None => self.check_new(key, n, now()),
+            _ if n == 0 => self.peek_key_n_at(key, 0, now()),
+            _ => self.check_new(key, n, now()),
         }
     }
 
-    /// The slow path: `key` was not there a moment ago. Creates it under its shard's write lock (or
-    /// admits on it, if another thread created it meanwhile), sweeping first if the map is full and
-    /// a sweep is due; failing that, the overflow policy.
+    /// The slow path: `key` was not there a moment ago (or its state was gone). Creates it under
+    /// its shard's write lock (or admits on it, if another thread created it meanwhile; or replaces
+    /// a state eviction has marked gone and not yet removed), sweeping first if the map is full
+    /// and a sweep is due; failing that, the overflow policy.
     #[cold]
     fn check_new<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
     where
@@ -326,14 +330,28 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         for attempt in 0..2 {
             let created = self.store.with_entry(key.to_owned(), |slot| match slot {
-                // Another thread created it between our lookup and our write lock.
-                Slot::Occupied(state) => (
-                    None,
-                    Created::Done(
-                        A::acquire(&self.policy, state, now, n).map_err(KeyedError::from),
-                        false,
+                Slot::Occupied(key, state) => match A::acquire_keyed(&self.policy, state, now, n) {
+                    // Another thread created it between our lookup and our write lock.
+                    Ok(outcome) => (
+                        None,
+                        Created::Done(outcome.map_err(KeyedError::from), false),
                     ),
-                ),
+                    // Forgotten, and not yet removed: created afresh in its place, which it keeps
+                    // (the eviction then finds another state there and removes nothing, so the
+                    // place passes to the new state without being given back or reserved). Only
+                    // a request that writes replaces it; one that does not leaves the gone state
+                    // for the eviction to remove.
+                    Err(Gone) => {
+                        let tier = self.tier_of(key);
+                        let (state, outcome) =
+                            A::create(&self.policy, tier, self.fresh_at(now), now, n);
+                        let replaced = state.is_some();
+                        (
+                            state,
+                            Created::Done(outcome.map_err(KeyedError::from), replaced),
+                        )
+                    }
+                },
                 // Room first: on a full map every newcomer gets the overflow policy, whatever its
                 // own state would answer (a reading below the floor would be denied: the answer
                 // must say there is no room, not "later"), and no state is built for it (a log
@@ -434,14 +452,18 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(outcome) = self.store.with_read(key, |state| {
-            A::peek(&self.policy, Held::Known(state), now, n).map_err(KeyedError::from)
-        }) {
-            return outcome;
-        }
-        // A query, or room for the key (Relaxed: a snapshot of the count, as any answer about a key
-        // not yet created is): a fresh key's answer.
-        if n == 0 || self.has_room() {
+        let known = self
+            .store
+            .with_read(key, |state| A::peek_keyed(&self.policy, state, now, n));
+        let gone = match known {
+            Some(Ok(outcome)) => return outcome.map_err(KeyedError::from),
+            Some(Err(Gone)) => true,
+            None => false,
+        };
+        // A query, room for the key (Relaxed: a snapshot of the count, as any answer about a key
+        // not yet created is), or a key forgotten and not yet removed (a request would take its
+        // place): a fresh key's answer.
+        if n == 0 || gone || self.has_room() {
             return A::peek(&self.policy, self.fresh_key(key, now), now, n)
                 .map_err(KeyedError::from);
         }
@@ -508,11 +530,14 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.store
-            .with_read(key, |state| {
-                A::remaining(&self.policy, Held::Known(state), now)
-            })
-            .unwrap_or_else(|| A::remaining(&self.policy, self.fresh_key(key, now), now))
+        match self
+            .store
+            .with_read(key, |state| A::remaining_keyed(&self.policy, state, now))
+        {
+            Some(Ok(remaining)) => remaining,
+            // Not held, or forgotten and not yet removed: a fresh key's.
+            Some(Err(Gone)) | None => A::remaining(&self.policy, self.fresh_key(key, now), now),
+        }
     }
 
     /// Keys held now (including, for an instant, places reserved by keys being inserted).
@@ -563,7 +588,10 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.store.contains_key(key)
+        // A state eviction has marked gone is forgotten, even before it is removed.
+        self.store
+            .with_read(key, |state| !A::is_gone(state))
+            .unwrap_or(false)
     }
 
     /// The quota each key gets (a tiered limiter's first tier).

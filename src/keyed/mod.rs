@@ -66,12 +66,24 @@
 //!   freed memory back);
 //! - on a schedule, if you want one, by a background thread: [`KeyedLimiter::spawn_sweeper`].
 //!
-//! An admission on a known key runs its compare-and-swap while holding the read lock of the key's
-//! shard; an eviction decides, and removes, under the same shard's write lock, re-reading the word
-//! there. The lock makes the two exclusive: either the admission's write happened before the
-//! eviction looked (and the eviction sees a bucket that is not full, and keeps the key), or the
-//! eviction happened first and the admission finds no key, and creates it afresh, full, which is the
-//! state that was removed. No admission is ever lost, and none is ever granted twice.
+//! An eviction judges a key's state and, if it is forgettable, marks it *gone* with one
+//! compare-and-swap from the exact state it judged, then removes the entry if it still holds that
+//! state. A decision on a known key is the algorithm's own compare-and-swap on the state, and it
+//! never writes over the mark: the one-word algorithms' loop refuses to decide on the gone word
+//! (`u64::MAX`, a word no algorithm writes), and the sliding log finds the mark in the slot its
+//! next claim would have to replace. The state itself orders the two: either the admission wrote
+//! before the mark (the mark's compare-and-swap then fails, and the key is kept, no longer
+//! fresh), or the mark came first, and the admission, having taken effect nowhere, decides again
+//! on the key as new: it finds the entry removed and creates it afresh, or finds the gone state
+//! still there and replaces it with a fresh one, which takes over its place in the count (the
+//! eviction then finds another state at the key and removes nothing). Either way the fresh state
+//! is the state that was forgotten. No admission is ever lost, and none is ever granted twice.
+//! Denials, peeks and `remaining` on a gone state answer as for a key not held.
+//!
+//! The map's locks play no part in this: the protocol holds for a map whose lookups take no lock
+//! and whose removal is a separate step from the mark (the loom models in `loom-tests/` check it
+//! against such a map). Today's map, DashMap, still holds a shard's read lock during a lookup and
+//! marks and removes under the write lock, which the protocol neither needs nor minds.
 //!
 //! **Clocks that step backwards across an eviction.** A full bucket is "full as of its last
 //! reading"; a reading earlier than that would see it less than full. To keep forgetting from ever
@@ -118,13 +130,16 @@
 //!
 //! # Memory ordering
 //!
-//! A key's state is only ever touched under its shard's lock (a read lock for decisions, the write
-//! lock for inserting, judging freshness and removing); the lock's release and acquire order an
-//! admission against an eviction, as described above. Within the read lock, decisions race each
-//! other exactly as on the direct limiter: a one-word state publishes nothing but itself, so every
-//! access to it is `Relaxed`; a sliding window log per key runs the direct log's claim protocol,
-//! with its `Acquire`/`AcqRel` orderings and their reasons (see [`crate::window::sliding_log`]). An
-//! admission is not a synchronization point between threads: do not use it to publish other data.
+//! Decisions on a key race each other exactly as on the direct limiter: a one-word state publishes
+//! nothing but itself, so every access to it is `Relaxed`; a sliding window log per key runs the
+//! direct log's claim protocol, with its `Acquire`/`AcqRel` orderings and their reasons (see
+//! [`crate::window::sliding_log`]). Against eviction, a decision needs only the modification order
+//! of the state's own word (the mark replaces the exact value judged, and no decision replaces the
+//! mark), with one exception: the floor. An eviction raises the floor before it marks, and marks
+//! with `Release`; a decision that meets the mark issues an `Acquire` fence before it creates the
+//! key afresh, so that it reads the raised floor (or a later one). Creating, replacing and removing
+//! entries are ordered by the map. An admission is not a synchronization point between threads: do
+//! not use it to publish other data.
 
 mod algorithm;
 mod error;

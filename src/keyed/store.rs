@@ -1,20 +1,30 @@
 //! The keyed limiter's map from keys to per-key states (`V`: one `AtomicU64` for the one-word
 //! algorithms, a log for the sliding window log), behind the few operations the limiter's protocol
-//! needs, each run under the lock that protocol relies on.
+//! needs.
+//!
+//! The protocol (see the [module docs](super)) asks of the map only what a concurrent map gives:
+//! a lookup that hands out a reference to a key's state which stays valid while it is used, even
+//! if the entry is removed meanwhile; inserting or replacing one key's entry atomically with
+//! respect to other writers of that key; and removing an entry only if it still holds the state
+//! that eviction marked gone. Decisions never rely on the map's locks to exclude eviction: the
+//! state's own mark does that.
 //!
 //! Outside loom it is a `DashMap<K, V, ahash::RandomState>`: a fixed number of shards, each a
-//! `RwLock` around a hash table. Loom cannot see inside DashMap's locks, so under `cfg(tollgate_loom)` the
-//! store is one [`RwLock`](crate::sync::RwLock) around a `std` `HashMap` with the same interface and
-//! the same locking discipline (one shard): the loom models check the limiter's own protocol, taking
-//! the map's correctness as given.
+//! `RwLock` around a hash table (a lookup holds its shard's read lock while the state is used;
+//! eviction marks and removes under the write lock). Loom cannot see inside DashMap's locks, so
+//! under `cfg(tollgate_loom)` the store is a [`RwLock`](crate::sync::RwLock) around a `std`
+//! `HashMap` of [`Arc`](crate::sync::Arc)s, with no lock held while a state is used, and eviction
+//! marking and removing in separate steps: the weakest map the protocol allows (a lock-free map
+//! whose readers hold no lock, and whose removal is not atomic with the mark), so that the loom
+//! models check the protocol against every interleaving such a map admits.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-/// What [`Store::with_entry`] found, or did, under the key's write lock.
+/// What [`Store::with_entry`] found, under the key's write lock.
 pub(crate) enum Slot<'a, K, V> {
-    /// The key was there; its state.
-    Occupied(&'a V),
+    /// The key was there; the key and its state.
+    Occupied(&'a K, &'a V),
     /// The key was not there; the key.
     Vacant(&'a K),
 }
@@ -32,7 +42,7 @@ impl<K: Hash + Eq, V> Store<K, V> {
         }
     }
 
-    /// Runs `f` on `key`'s state while holding its shard's read lock, or answers `None`.
+    /// Runs `f` on `key`'s state (holding its shard's read lock meanwhile), or answers `None`.
     #[inline]
     pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
@@ -44,14 +54,21 @@ impl<K: Hash + Eq, V> Store<K, V> {
     }
 
     /// Runs `f` while holding `key`'s shard write lock, on the key's state if it is there; if `f`
-    /// answers a state for a vacant key, that state is inserted (still under the lock).
+    /// answers a state, it is inserted for a vacant key or replaces the occupied one's (still
+    /// under the lock).
     pub(crate) fn with_entry<R>(
         &self,
         key: K,
         f: impl FnOnce(Slot<'_, K, V>) -> (Option<V>, R),
     ) -> R {
         match self.map.entry(key) {
-            dashmap::mapref::entry::Entry::Occupied(entry) => f(Slot::Occupied(entry.get())).1,
+            dashmap::mapref::entry::Entry::Occupied(mut entry) => {
+                let (replacement, answer) = f(Slot::Occupied(entry.key(), entry.get()));
+                if let Some(state) = replacement {
+                    entry.insert(state);
+                }
+                answer
+            }
             dashmap::mapref::entry::Entry::Vacant(entry) => {
                 let (word, answer) = f(Slot::Vacant(entry.key()));
                 if let Some(word) = word {
@@ -62,8 +79,8 @@ impl<K: Hash + Eq, V> Store<K, V> {
         }
     }
 
-    /// Removes every entry whose state `evict` approves, deciding each under its shard's write
-    /// lock (one shard at a time), and answers how many it removed.
+    /// Removes every entry whose state `evict` marks gone, marking and removing each under its
+    /// shard's write lock (one shard at a time), and answers how many it removed.
     pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
         let mut removed = 0;
         self.map.retain(|_, state| {
@@ -77,14 +94,6 @@ impl<K: Hash + Eq, V> Store<K, V> {
         removed
     }
 
-    pub(crate) fn contains_key<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.map.contains_key(key)
-    }
-
     pub(crate) fn shrink_to_fit(&self) {
         self.map.shrink_to_fit();
     }
@@ -92,7 +101,7 @@ impl<K: Hash + Eq, V> Store<K, V> {
 
 #[cfg(tollgate_loom)]
 pub(crate) struct Store<K, V> {
-    map: crate::sync::RwLock<std::collections::HashMap<K, V>>,
+    map: crate::sync::RwLock<std::collections::HashMap<K, crate::sync::Arc<V>>>,
 }
 
 #[cfg(tollgate_loom)]
@@ -103,13 +112,16 @@ impl<K: Hash + Eq, V> Store<K, V> {
         }
     }
 
+    /// Runs `f` on `key`'s state with no lock held (the `Arc` keeps it alive if it is removed
+    /// meanwhile), or answers `None`.
     #[inline]
     pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        crate::sync::read(&self.map).get(key).map(f)
+        let state = crate::sync::read(&self.map).get(key).cloned();
+        state.map(|state| f(&state))
     }
 
     pub(crate) fn with_entry<R>(
@@ -118,29 +130,32 @@ impl<K: Hash + Eq, V> Store<K, V> {
         f: impl FnOnce(Slot<'_, K, V>) -> (Option<V>, R),
     ) -> R {
         let mut map = crate::sync::write(&self.map);
-        if let Some(word) = map.get(&key) {
-            return f(Slot::Occupied(word)).1;
-        }
-        let (word, answer) = f(Slot::Vacant(&key));
-        if let Some(word) = word {
-            map.insert(key, word);
+        let (state, answer) = match map.get_key_value(&key) {
+            Some((held, state)) => f(Slot::Occupied(held, state)),
+            None => f(Slot::Vacant(&key)),
+        };
+        if let Some(state) = state {
+            map.insert(key, crate::sync::Arc::new(state));
         }
         answer
     }
 
+    /// Marks, then removes, in separate steps: a snapshot of the states under the read lock,
+    /// `evict` on each with no lock held, then each marked one removed under the write lock only
+    /// if it is still the key's state (a request may have replaced it with a fresh one since).
     pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
-        let mut map = crate::sync::write(&self.map);
-        let before = map.len();
-        map.retain(|_, state| !evict(state));
-        before - map.len()
-    }
-
-    pub(crate) fn contains_key<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        crate::sync::read(&self.map).contains_key(key)
+        let states: Vec<crate::sync::Arc<V>> =
+            crate::sync::read(&self.map).values().cloned().collect();
+        let mut removed = 0;
+        for state in states {
+            if evict(&state) {
+                let mut map = crate::sync::write(&self.map);
+                let before = map.len();
+                map.retain(|_, held| !crate::sync::Arc::ptr_eq(held, &state));
+                removed += before - map.len();
+            }
+        }
+        removed
     }
 
     pub(crate) fn shrink_to_fit(&self) {

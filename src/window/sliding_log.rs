@@ -144,7 +144,7 @@ use std::fmt;
 
 use super::window_of;
 use crate::algorithm::sealed::{Contract, Held};
-use crate::cas::{self, retries, Backoff};
+use crate::cas::{self, retries, Backoff, Gone};
 use crate::clock::{MonotonicClock, Nanos};
 use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
@@ -329,12 +329,15 @@ impl Policy {
 /// | parity 1, ts 0 ([`Entry::FRESH`]) | no entry yet: "position `i - N`" of slot `i`, lap -1, never judged | construction |
 /// | parity `(p / N) & 1`, ts `t` | position `p` was admitted at effective time `t` | the claim of `p` (one compare-and-swap from the entry of `p - N`), or the fill or finish of a group holding `p` |
 /// | mark of `t`, in slot `s % N` | a request for `n` (`2..=N`) admitted at `t` holds positions `s..s + n` (`n` in [`Log::group`]); its other positions are being filled | the group's commit: one compare-and-swap from the entry of `s - N` |
+/// | `u64::MAX` ([`cas::GONE`]), in slot `s % N` | a keyed limiter's eviction forgot the log: no position `s` or later can be claimed, and every view reaching the slot answers [`Gone`] | [`Log::evict`], with the head at `s` and every entry out of the window: one compare-and-swap from the entry of `s - N` (or the fresh word) |
 ///
 /// Slot `s % N` goes entry of `s - N` → mark of `t` → entry of `s` at `t` for a group, and entry of
 /// `s - N` → entry of `s` for a single claim. Each new entry or mark of a slot has a timestamp
 /// `t >= ts(p - N) + W > ts(p - N)`: a slot's timestamps strictly increase, entries alternate
 /// parity, a claimed entry of parity 1 has `ts >= W >= 1` (never the fresh word), and a mark is
-/// never an entry, so no word ever returns to a slot (no ABA).
+/// never an entry, so no word ever returns to a slot (no ABA). The gone word is neither an entry
+/// (its bit 62 is set with bits 0..62 not clear) nor a mark (a mark's bits 0..62 are at most
+/// `2^61 + 1`), and it is final: the head never passes its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry(u64);
 
@@ -453,7 +456,7 @@ impl Log {
     /// nothing); at earlier readings the effective time stays below `fresh` and the oldest entry is
     /// still in the window, so it admits nothing there. A key forgotten at any reading up to
     /// `fresh` held a log whose newest entry was at or before that reading minus W (see
-    /// [`Log::is_expired`]), which admits no more than this one at every reading, so forgetting
+    /// [`Log::evict`]), which admits no more than this one at every reading, so forgetting
     /// never admits more than keeping would have. Before `W` no log can have expired, and an empty
     /// log is what a never-seen key has.
     pub(crate) fn fresh(policy: &Policy, fresh: Nanos) -> Log {
@@ -469,18 +472,30 @@ impl Log {
         }
     }
 
-    /// Whether every entry has left the window at `now` (and so at every later reading): the log
-    /// then judges exactly as [`Log::fresh`] of `now`. Meant to run with no claim in flight (a
-    /// keyed limiter decides it under the key's write lock); a claim seen half-done (slot written,
-    /// head not yet moved, or a group's mark in place) answers `false`.
-    pub(crate) fn is_expired(&self, policy: &Policy, now: Nanos) -> bool {
+    /// Eviction: if every entry has left the window at `now` (and so at every later reading),
+    /// the log judges exactly as [`Log::fresh`] of `now`; then marks it [`GONE`](cas::GONE) in
+    /// slot `s % N` (`s` the head), where the next claim would have to write, and answers `true`.
+    /// Claims may run concurrently: a claim seen half-done (slot written, head not yet moved, or
+    /// a group's mark in place) answers `false`, and so does a claim that takes position `s`
+    /// before the mark (the mark's compare-and-swap from the word judged then fails). Once the
+    /// mark is in place no claim can take effect (each must replace the word in that slot), and
+    /// every view that reaches the slot answers [`Gone`].
+    pub(crate) fn evict(&self, policy: &Policy, now: Nanos) -> bool {
         let count = self.len();
         let s = self.head();
         let word = self.load(s);
-        if word.is_mark() || word.has_parity_of(s, count) {
+        if word.0 == cas::GONE || word.is_mark() || word.has_parity_of(s, count) {
             return false;
         }
-        s == 0 || self.load(s - 1).ts().saturating_add(policy.window) <= now.clamped()
+        let expired =
+            s == 0 || self.load(s - 1).ts().saturating_add(policy.window) <= now.clamped();
+        // Head still at `s`: the entry read above was that of position `s - 1` (as in `view`).
+        expired && self.head() == s && cas::mark_gone(self.slot(s), word.0)
+    }
+
+    /// Whether eviction has marked the log gone (the mark stays in the head's slot for good).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.load(self.head()).0 == cas::GONE
     }
 
     /// N, the number of slots (at least 1).
@@ -639,11 +654,15 @@ impl Log {
         tally: bool,
         claim: bool,
         backoff: &mut Backoff,
-    ) -> View {
+    ) -> Result<View, Gone> {
         let count = self.len();
         loop {
             let s = self.head();
             let word = self.load(s);
+            if word.0 == cas::GONE {
+                // Evicted (a keyed limiter's log only): nothing can be claimed here any more.
+                return Err(Gone::seen());
+            }
             if word.is_mark() {
                 // A request for several holds positions `s..s + n` and is filling them.
                 let Some(g) = self.group_at(s, word) else {
@@ -666,7 +685,7 @@ impl Log {
                 });
                 // Mark still in place: every slot read above held the entry of its position.
                 if self.load(s) == word {
-                    return View { s, word, verdict };
+                    return Ok(View { s, word, verdict });
                 }
                 backoff.pause();
                 continue;
@@ -698,22 +717,25 @@ impl Log {
             // (a denial, a peek) checks that slot `s % N` still holds `word`, which it would not
             // if any fill had been seen.
             if self.head() == s && ((claim && verdict.is_ok()) || self.load(s) == word) {
-                return View { s, word, verdict };
+                return Ok(View { s, word, verdict });
             }
             backoff.pause();
         }
     }
 
     /// Claims position `s` alone at reading `now`: a request for one.
-    fn claim_one(&self, policy: &Policy, now: u64) -> Result<(u64, Grant), Denied> {
+    fn claim_one(&self, policy: &Policy, now: u64) -> Result<Result<(u64, Grant), Denied>, Gone> {
         let count = self.len();
         let mut backoff = Backoff::new();
         loop {
             // No tally here: the level is counted after the claim succeeds (see `acquire`), so a
             // lost race wastes no binary search and the window between the view and the
             // compare-and-swap stays short.
-            let View { s, word, verdict } = self.view(policy, now, 1, false, true, &mut backoff);
-            let grant = verdict?;
+            let View { s, word, verdict } = self.view(policy, now, 1, false, true, &mut backoff)?;
+            let grant = match verdict {
+                Ok(grant) => grant,
+                Err(denied) => return Ok(Err(denied)),
+            };
             let new = Entry::new(s, count, grant.at);
             // AcqRel: the Release half publishes the entry (and, with it, everything this thread saw
             // when it loaded the head at `s`) to the Acquire slot loads of judges and helpers; the
@@ -729,7 +751,7 @@ impl Log {
                 Ok(_) => {
                     claims::record(s, grant.at);
                     self.advance(s);
-                    return Ok((s, grant));
+                    return Ok(Ok((s, grant)));
                 }
                 Err(_) => {
                     retries::record();
@@ -743,11 +765,19 @@ impl Log {
 
     /// Claims positions `s..s + n` together at reading `now`: a request for `n` (`2..=N`), all or
     /// none. Answers the last position claimed.
-    fn claim_group(&self, policy: &Policy, now: u64, n: u64) -> Result<(u64, Grant), Denied> {
+    fn claim_group(
+        &self,
+        policy: &Policy,
+        now: u64,
+        n: u64,
+    ) -> Result<Result<(u64, Grant), Denied>, Gone> {
         let mut backoff = Backoff::new();
         loop {
-            let View { s, word, verdict } = self.view(policy, now, n, false, true, &mut backoff);
-            let grant = verdict?;
+            let View { s, word, verdict } = self.view(policy, now, n, false, true, &mut backoff)?;
+            let grant = match verdict {
+                Ok(grant) => grant,
+                Err(denied) => return Ok(Err(denied)),
+            };
             // Take the group word, so that the mark committed below can only mean this `n`.
             // AcqRel: Acquire pairs with the Release that gave it back (by the last group's
             // finisher, or a request whose commit failed); Release orders this `n` before the
@@ -785,7 +815,7 @@ impl Log {
                         t: grant.at,
                         mark,
                     });
-                    return Ok((s + n - 1, grant));
+                    return Ok(Ok((s + n - 1, grant)));
                 }
                 Err(_) => {
                     // Position `s` went to another request: nothing of this one is in the log.
@@ -798,12 +828,22 @@ impl Log {
         }
     }
 
-    /// Admits `n` (`1..=N`) at reading `now`, all or none, or says when it could be.
-    pub(crate) fn acquire(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
-        let (last, first) = if n > 1 {
+    /// Admits `n` (`1..=N`) at reading `now`, all or none, or says when it could be; [`Gone`]
+    /// if eviction has marked the log (then nothing took effect).
+    pub(crate) fn acquire(
+        &self,
+        policy: &Policy,
+        now: u64,
+        n: u64,
+    ) -> Result<Result<Admitted, Denied>, Gone> {
+        let claimed = if n > 1 {
             self.claim_group(policy, now, n)?
         } else {
             self.claim_one(policy, now)?
+        };
+        let (last, first) = match claimed {
+            Ok(claimed) => claimed,
+            Err(denied) => return Ok(Err(denied)),
         };
         // Admissions left at the effective time: the last N positions up to the last claimed, less
         // those still in the window. Counted from the ring as it is now: a racer's later claims
@@ -811,14 +851,21 @@ impl Log {
         let from = (last + 1).saturating_sub(policy.count);
         let first_in = policy.first_in_window(from, last + 1, first.at, &|p| self.load(p).ts());
         let level = policy.count.saturating_sub(last + 1 - first_in);
-        Ok(Grant { level, ..first }.admitted())
+        Ok(Ok(Grant { level, ..first }.admitted()))
     }
 
-    /// The judgment of `n` (`0..=N`) admissions at reading `now`, writing nothing.
-    pub(crate) fn peek(&self, policy: &Policy, now: u64, n: u64) -> Result<Admitted, Denied> {
-        self.view(policy, now, n, true, false, &mut Backoff::new())
+    /// The judgment of `n` (`0..=N`) admissions at reading `now`, writing nothing; [`Gone`] if
+    /// eviction has marked the log.
+    pub(crate) fn peek(
+        &self,
+        policy: &Policy,
+        now: u64,
+        n: u64,
+    ) -> Result<Result<Admitted, Denied>, Gone> {
+        Ok(self
+            .view(policy, now, n, true, false, &mut Backoff::new())?
             .verdict
-            .map(Grant::admitted)
+            .map(Grant::admitted))
     }
 
     /// The timestamps of the entries in the ring, oldest first: the last `min(N, head)` admissions.
@@ -872,15 +919,11 @@ impl Contract for SlidingWindowLogAlgorithm {
 
     #[inline]
     fn acquire_one(policy: &Policy, log: &Log, now: Nanos) -> Result<Admitted, Denied> {
-        log.acquire(policy, now.clamped(), 1)
+        never_gone(log.acquire(policy, now.clamped(), 1))
     }
 
     fn acquire(policy: &Policy, log: &Log, now: Nanos, n: u64) -> Result<Admitted, AcquireError> {
-        if policy.check_n(n)? {
-            Ok(log.acquire(policy, now.clamped(), n)?)
-        } else {
-            Ok(log.peek(policy, now.clamped(), 0)?)
-        }
+        never_gone(Self::acquire_keyed(policy, log, now, n))
     }
 
     fn peek(
@@ -889,13 +932,55 @@ impl Contract for SlidingWindowLogAlgorithm {
         now: Nanos,
         n: u64,
     ) -> Result<Admitted, AcquireError> {
-        policy.check_n(n)?;
-        let now = now.clamped();
-        Ok(match log {
-            Held::Known(log) => log.peek(policy, now, n),
+        match log {
+            Held::Known(log) => never_gone(Self::peek_keyed(policy, log, now, n)),
             // Judged on the fresh log without building it.
-            Held::Fresh { at, .. } => policy.judge_fresh(at, now, n),
-        }?)
+            Held::Fresh { at, .. } => {
+                policy.check_n(n)?;
+                Ok(policy.judge_fresh(at, now.clamped(), n)?)
+            }
+        }
+    }
+
+    fn acquire_keyed(
+        policy: &Policy,
+        log: &Log,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
+        let outcome = match policy.check_n(n) {
+            Err(e) => return Ok(Err(e.into())),
+            Ok(true) => log.acquire(policy, now.clamped(), n)?,
+            Ok(false) => log.peek(policy, now.clamped(), 0)?,
+        };
+        Ok(outcome.map_err(AcquireError::Denied))
+    }
+
+    fn peek_keyed(
+        policy: &Policy,
+        log: &Log,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
+        if let Err(e) = policy.check_n(n) {
+            return Ok(Err(e.into()));
+        }
+        Ok(log
+            .peek(policy, now.clamped(), n)?
+            .map_err(AcquireError::Denied))
+    }
+
+    fn remaining_keyed(policy: &Policy, log: &Log, now: Nanos) -> Result<u64, Gone> {
+        // As `remaining`: a query is always admitted; were it ever refused, nothing is left.
+        Ok(Self::peek_keyed(policy, log, now, 0)?.map_or(0, |a| a.remaining()))
+    }
+
+    fn evict(policy: &Policy, log: &Log, now: Nanos) -> bool {
+        log.evict(policy, now)
+    }
+
+    fn is_gone(log: &Log) -> bool {
+        log.is_gone()
     }
 
     fn remaining(policy: &Policy, log: Held<'_, Log>, now: Nanos) -> u64 {
@@ -924,12 +1009,18 @@ impl Contract for SlidingWindowLogAlgorithm {
         }
     }
 
-    fn is_fresh(policy: &Policy, log: &Log, now: Nanos) -> bool {
-        log.is_expired(policy, now)
-    }
-
     fn debug_state(_: &Policy, log: &Log, f: &mut fmt::DebugStruct<'_, '_>) {
         f.field("head", &log.head());
+    }
+}
+
+/// The answer on a direct limiter's log, which nothing ever marks gone (only a keyed limiter's
+/// eviction does).
+#[inline]
+fn never_gone<T>(outcome: Result<T, Gone>) -> T {
+    match outcome {
+        Ok(outcome) => outcome,
+        Err(Gone) => unreachable!("a direct limiter's log is never evicted"),
     }
 }
 
