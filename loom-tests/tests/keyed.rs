@@ -142,7 +142,8 @@ fn two_new_keys_racing_for_the_last_place_exactly_one_gets_it() {
 /// sliding counter counts window 0 until window 2 starts); one thread admits on it at `T2` while
 /// another evicts at `T2`. Whichever runs first, the key has exactly one admission left at `T2`
 /// afterwards, and exactly the limit is admitted at `T2` in all.
-/// For the log the state is a ring of two slots and a head, claimed lock-free under the read lock.
+/// For the log the state is a ring of two slots and a head, claimed lock-free; eviction marks the
+/// slot the next claim would replace.
 fn window_eviction_racing_an_admission<A: Algorithm>() {
     check_reaches(&[(0, true), (1, true)], || {
         let limiter: Arc<KeyedLimiter<u8, A, ManualClock>> = Arc::new(
