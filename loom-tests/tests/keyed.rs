@@ -368,3 +368,40 @@ fn the_last_place_racing_an_eviction_goes_to_the_newcomer_or_is_still_held() {
         (placed, removed)
     });
 }
+
+/// The leaky meter's state races eviction as the others do: key 1 queued two intervals at [`T0`]
+/// (drained at [`T1`]), so at [`T2`] it is forgettable; one thread admits on it at `T2` while
+/// another evicts at `T2`. Whichever runs first, the admission holds: one interval is queued at
+/// `T2` afterwards (one place left), and the strict meter refuses a second request at `T2`.
+#[test]
+fn leaky_meter_eviction_racing_an_admission_never_loses_it() {
+    check_reaches(&[(0usize, true), (1, true)], || {
+        let limiter: Arc<KeyedLimiter<u8, LeakyMeterKeys, ManualClock>> = Arc::new(
+            KeyedLimiter::with_algorithm(Quota::per_second(2).expect("a valid quota"), clock())
+                .expect("a valid meter quota"),
+        );
+        limiter
+            .check_key_n_at(&1, 2, T0)
+            .expect("a fresh key admits");
+
+        let evictor = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.retain_recent_at(T2))
+        };
+        let admitted = limiter.check_key_at(&1, T2).is_ok();
+        let removed = evictor.join().expect("evictor panicked");
+
+        assert!(admitted, "a forgettable key refused an admission");
+        assert_eq!(
+            limiter.remaining_key_at(&1, T2),
+            1,
+            "the admission was lost"
+        );
+        assert!(
+            matches!(limiter.check_key_at(&1, T2), Err(KeyedError::Denied(_))),
+            "the strict meter admitted on a queue that is not empty"
+        );
+        assert_eq!(limiter.len(), 1);
+        (removed, admitted)
+    });
+}
