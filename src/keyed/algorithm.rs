@@ -209,6 +209,17 @@ impl<A: Algorithm> Tiered<A> {
     }
 }
 
+impl<A: Algorithm> Tiered<A> {
+    /// A held tiered state as its tier's policy and the inner algorithm's state.
+    #[inline]
+    fn held<'a>(
+        policy: &'a TieredPolicy<A::Policy>,
+        state: &'a TieredState<A::State>,
+    ) -> (&'a A::Policy, &'a A::State) {
+        (Self::tier(policy, usize::from(state.tier)).0, &state.state)
+    }
+}
+
 impl<A: Algorithm> Contract for Tiered<A> {
     type Policy = TieredPolicy<A::Policy>;
     type State = TieredState<A::State>;
@@ -240,8 +251,8 @@ impl<A: Algorithm> Contract for Tiered<A> {
         state: &Self::State,
         now: Nanos,
     ) -> Result<Admitted, Denied> {
-        let (p, _) = Self::tier(policy, usize::from(state.tier));
-        A::acquire_one(p, &state.state, now)
+        let (p, state) = Self::held(policy, state);
+        A::acquire_one(p, state, now)
     }
 
     #[inline]
@@ -251,8 +262,8 @@ impl<A: Algorithm> Contract for Tiered<A> {
         now: Nanos,
         n: u64,
     ) -> Result<Admitted, AcquireError> {
-        let (p, _) = Self::tier(policy, usize::from(state.tier));
-        A::acquire(p, &state.state, now, n)
+        let (p, state) = Self::held(policy, state);
+        A::acquire(p, state, now, n)
     }
 
     fn peek(
@@ -289,8 +300,8 @@ impl<A: Algorithm> Contract for Tiered<A> {
         now: Nanos,
         n: u64,
     ) -> Result<Result<Admitted, AcquireError>, Gone> {
-        let (p, _) = Self::tier(policy, usize::from(state.tier));
-        A::acquire_keyed(p, &state.state, now, n)
+        let (p, state) = Self::held(policy, state);
+        A::acquire_keyed(p, state, now, n)
     }
 
     fn peek_keyed(
@@ -299,8 +310,8 @@ impl<A: Algorithm> Contract for Tiered<A> {
         now: Nanos,
         n: u64,
     ) -> Result<Result<Admitted, AcquireError>, Gone> {
-        let (p, _) = Self::tier(policy, usize::from(state.tier));
-        A::peek_keyed(p, &state.state, now, n)
+        let (p, state) = Self::held(policy, state);
+        A::peek_keyed(p, state, now, n)
     }
 
     fn remaining_keyed(
@@ -308,13 +319,13 @@ impl<A: Algorithm> Contract for Tiered<A> {
         state: &Self::State,
         now: Nanos,
     ) -> Result<u64, Gone> {
-        let (p, _) = Self::tier(policy, usize::from(state.tier));
-        A::remaining_keyed(p, &state.state, now)
+        let (p, state) = Self::held(policy, state);
+        A::remaining_keyed(p, state, now)
     }
 
     fn evict(policy: &Self::Policy, state: &Self::State, now: Nanos) -> bool {
-        let (p, _) = Self::tier(policy, usize::from(state.tier));
-        A::evict(p, &state.state, now)
+        let (p, state) = Self::held(policy, state);
+        A::evict(p, state, now)
     }
 
     fn is_gone(state: &Self::State) -> bool {
