@@ -17,7 +17,7 @@ compile_error!(
 pub(crate) use loom::{
     hint::spin_loop,
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering},
         Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
     },
     thread::yield_now,
@@ -27,7 +27,7 @@ pub(crate) use loom::{
 pub(crate) use std::{
     hint::spin_loop,
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering},
         Arc, Condvar, Mutex, MutexGuard,
     },
     thread::yield_now,
