@@ -18,9 +18,9 @@
 //!
 //! # Stealing
 //!
-//! When the home shard cannot admit, the caller first reads every shard (no writes): if together
-//! they hold fewer than `n` whole tokens, the request is denied right there, so a flood of denials
-//! stays read-only. Otherwise it gathers: it takes what it can from each shard in turn, starting at
+//! When the home shard cannot admit, the caller first reads every shard (no writes to a shard):
+//! if together they hold fewer than `n` whole tokens, the request is denied right there (and, when
+//! they hold none at all, the empty hint below is published). Otherwise it gathers: it takes what it can from each shard in turn, starting at
 //! home, until it has `n`. If others got there first and it cannot gather `n`, it gives back what it
 //! took and is denied. So one thread alone can still burst to the full capacity C and sustain the
 //! full rate R.
@@ -52,6 +52,37 @@
 //! refilled at the shards' rate.
 //!
 //! None of this ever admits beyond the limit.
+//!
+//! # The empty hint: refusals at the cost of one line
+//!
+//! A flood of refusals on a hot key is what sharding is for, and a refusal that surveys every
+//! shard reads `S` cache lines and works out a wait and a time-to-full for each. So the limiter
+//! keeps one more cache-padded line, the *hint*: "no shard holds a whole token before reading
+//! `until`", with the figures a refusal reports. Every request reads it first; a request for one
+//! token at a reading before `until` is refused from it without touching any shard (four loads
+//! of one line that nobody writes while the flood lasts, and no home-shard lookup). Its cost on
+//! the admission path is one load of that line and a predictable branch.
+//!
+//! - **Written rarely.** Only a refusal whose survey found no whole token in any shard publishes
+//!   a hint, once per refill of the first token: requests at or after `until` take the usual path,
+//!   and the first admission withdraws the hint. This is the one write a refusal can make; it
+//!   never touches a shard.
+//! - **Exact.** The refusal it gives is, to the nanosecond, the one the survey would give
+//!   (`retry_after = until - now`, `reset_after = full - now`, `remaining = 0`, at every reading
+//!   before `until`, earlier ones too), as long as no shard changed since: a refund or a give-back
+//!   voids it, and so does an admission (which only empties shards further, but changes their
+//!   figures). Requests for more than one token take the usual path (their `retry_after` needs the
+//!   shards). `tests/sharded_model.rs` and the `sharded_ops` fuzz target compare every answer
+//!   with the exact model, which knows nothing of the hint.
+//! - **Never hides tokens that came back.** A publication claims the hint, reads every shard
+//!   again, and publishes only if nothing changed and nobody voided the claim; a refund or a
+//!   give-back writes its shard and then voids any claim or hint it sees. A pair of `SeqCst`
+//!   fences makes sure one of the two sees the other, so once a refund has returned, no request
+//!   that starts after it is refused by a hint that predates its tokens (the loom models in
+//!   `loom-tests/tests/sharded.rs` fail without either half).
+//! - **Under concurrency** a take racing a publication can leave a hint whose figures describe
+//!   the shards just before that take (a take only empties shards, so the hint stays true: it
+//!   never refuses a request the shards could serve); its `retry_after` is then early, never late.
 //!
 //! # Exactness
 //!
@@ -95,7 +126,16 @@
 //!
 //! As [`TokenBucket`](crate::TokenBucket): every access to a shard is `Relaxed`, since a shard's word
 //! publishes nothing but itself. Each shard is linearizable; the limiter as a whole is not (a gather
-//! spans shards), which the bounds above already account for.
+//! spans shards), which the bounds above already account for. The empty hint is a seqlock (Acquire
+//! and Release between its publisher and its readers) whose publisher and whose voiding refunds
+//! meet at `SeqCst` fences; each ordering is explained where it is used.
+//!
+//! # The home shard
+//!
+//! A thread's home is a ticket taken from a global counter the first time it asks, kept in a
+//! thread-local `Cell` with a constant initializer, so every later lookup is one thread-relative
+//! load, the same on the main thread and on spawned ones (a lazily initialised thread-local tests
+//! its state on every access). A refusal from the hint does not look the home up at all.
 
 use std::fmt;
 
@@ -298,8 +338,9 @@ impl<C: Clock> ShardedBuilder<C> {
 /// An [`Admitted`] from the home shard reports that shard's `remaining` and `reset_after` (a lower
 /// bound on the limiter's, read without touching other cores' lines); one from a gather or a peek,
 /// and every [`Denied`], reports the whole limiter's. Every figure of a peek or a denial comes from
-/// one read of the shards, so a denial's `retry_after` is zero exactly when its `remaining` covers
-/// the request (a gather that lost a race to others who then gave back).
+/// one read of the shards (for a refusal answered by the [empty hint](self#the-empty-hint-refusals-at-the-cost-of-one-line),
+/// the read that published it), so a denial's `retry_after` is zero exactly when its `remaining`
+/// covers the request (a gather that lost a race to others who then gave back).
 /// [`ShardedBucket::remaining`] sums every shard.
 ///
 /// # Memory ordering
