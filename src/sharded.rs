@@ -723,24 +723,24 @@ impl<C: Clock> ShardedBucket<C> {
         // is visible to the reads in `Hint::read`.
         let seq = self.hint.seq.load(Ordering::Acquire);
         if seq & FLAGS == VALID {
-            return self.take_hinted(seq, home(), n, now);
+            // The flood of refusals: answered here, inline, without the home shard.
+            if n == 1 {
+                if let Some((until, full)) = self.hint.read(seq) {
+                    let base = now.clamped();
+                    if base < until {
+                        return Err(hinted_denial(base, until, full));
+                    }
+                }
+            }
+            return self.take_hinted(home(), n, now);
         }
         self.take_from(home(), n, now)
     }
 
-    /// [`take`](Self::take) while a hint is published (its sequence word `seq`): refuse one token
-    /// from the hint if the reading is before its `until`; otherwise take as usual, and withdraw
-    /// the hint after an admission (the shards it describes have changed).
+    /// [`take`](Self::take) while a hint is published that does not answer the request: take as
+    /// usual, and withdraw the hint after an admission (the shards it describes have changed).
     #[cold]
-    fn take_hinted(&self, seq: u64, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
-        let base = now.clamped();
-        if n == 1 {
-            if let Some((until, full)) = self.hint.read(seq) {
-                if base < until {
-                    return Err(hinted_denial(base, until, full));
-                }
-            }
-        }
+    fn take_hinted(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
         let outcome = self.take_from(home, n, now);
         if outcome.is_ok() {
             self.hint.withdraw();
