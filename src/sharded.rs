@@ -18,9 +18,9 @@
 //!
 //! # Stealing
 //!
-//! When the home shard cannot admit, the caller first reads every shard (no writes): if together
-//! they hold fewer than `n` whole tokens, the request is denied right there, so a flood of denials
-//! stays read-only. Otherwise it gathers: it takes what it can from each shard in turn, starting at
+//! When the home shard cannot admit, the caller first reads every shard (no writes to a shard):
+//! if together they hold fewer than `n` whole tokens, the request is denied right there (and, when
+//! they hold none at all, the empty hint below is published). Otherwise it gathers: it takes what it can from each shard in turn, starting at
 //! home, until it has `n`. If others got there first and it cannot gather `n`, it gives back what it
 //! took and is denied. So one thread alone can still burst to the full capacity C and sustain the
 //! full rate R.
@@ -52,6 +52,37 @@
 //! refilled at the shards' rate.
 //!
 //! None of this ever admits beyond the limit.
+//!
+//! # The empty hint: refusals at the cost of one line
+//!
+//! A flood of refusals on a hot key is what sharding is for, and a refusal that surveys every
+//! shard reads `S` cache lines and works out a wait and a time-to-full for each. So the limiter
+//! keeps one more cache-padded line, the *hint*: "no shard holds a whole token before reading
+//! `until`", with the figures a refusal reports. Every request reads it first; a request for one
+//! token at a reading before `until` is refused from it without touching any shard (four loads
+//! of one line that nobody writes while the flood lasts, and no home-shard lookup). Its cost on
+//! the admission path is one load of that line and a predictable branch.
+//!
+//! - **Written rarely.** Only a refusal whose survey found no whole token in any shard publishes
+//!   a hint, once per refill of the first token: requests at or after `until` take the usual path,
+//!   and the first admission withdraws the hint. This is the one write a refusal can make; it
+//!   never touches a shard.
+//! - **Exact.** The refusal it gives is, to the nanosecond, the one the survey would give
+//!   (`retry_after = until - now`, `reset_after = full - now`, `remaining = 0`, at every reading
+//!   before `until`, earlier ones too), as long as no shard changed since: a refund or a give-back
+//!   voids it, and so does an admission (which only empties shards further, but changes their
+//!   figures). Requests for more than one token take the usual path (their `retry_after` needs the
+//!   shards). `tests/sharded_model.rs` and the `sharded_ops` fuzz target compare every answer
+//!   with the exact model, which knows nothing of the hint.
+//! - **Never hides tokens that came back.** A publication claims the hint, reads every shard
+//!   again, and publishes only if nothing changed and nobody voided the claim; a refund or a
+//!   give-back writes its shard and then voids any claim or hint it sees. A pair of `SeqCst`
+//!   fences makes sure one of the two sees the other, so once a refund has returned, no request
+//!   that starts after it is refused by a hint that predates its tokens (the loom models in
+//!   `loom-tests/tests/sharded.rs` fail without either half).
+//! - **Under concurrency** a take racing a publication can leave a hint whose figures describe
+//!   the shards just before that take (a take only empties shards, so the hint stays true: it
+//!   never refuses a request the shards could serve); its `retry_after` is then early, never late.
 //!
 //! # Exactness
 //!
@@ -95,7 +126,16 @@
 //!
 //! As [`TokenBucket`](crate::TokenBucket): every access to a shard is `Relaxed`, since a shard's word
 //! publishes nothing but itself. Each shard is linearizable; the limiter as a whole is not (a gather
-//! spans shards), which the bounds above already account for.
+//! spans shards), which the bounds above already account for. The empty hint is a seqlock (Acquire
+//! and Release between its publisher and its readers) whose publisher and whose voiding refunds
+//! meet at `SeqCst` fences; each ordering is explained where it is used.
+//!
+//! # The home shard
+//!
+//! A thread's home is a ticket taken from a global counter the first time it asks, kept in a
+//! thread-local: every later lookup is one compare and one thread-relative load (`%fs`-relative
+//! on x86-64 Linux), the same on the main thread as on spawned ones. A refusal from the hint does
+//! not look the home up at all.
 
 use std::fmt;
 
@@ -106,7 +146,7 @@ use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::gcra::Gcra as Policy;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
 use crate::quota::Quota;
-use crate::sync::AtomicU64;
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// The most shards a [`ShardedBucket`] may have.
 ///
@@ -130,7 +170,7 @@ pub const MAX_SHARDS: usize = 256;
 #[inline]
 fn thread_slot() -> usize {
     // Outside loom these are std's atomics, whose `new` is const, as a static needs.
-    use crate::sync::{AtomicUsize, Ordering};
+    use crate::sync::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     std::thread_local! {
         // Relaxed: a unique ticket is all that is needed; no memory is published with it.
@@ -285,8 +325,9 @@ impl<C: Clock> ShardedBuilder<C> {
 /// An [`Admitted`] from the home shard reports that shard's `remaining` and `reset_after` (a lower
 /// bound on the limiter's, read without touching other cores' lines); one from a gather or a peek,
 /// and every [`Denied`], reports the whole limiter's. Every figure of a peek or a denial comes from
-/// one read of the shards, so a denial's `retry_after` is zero exactly when its `remaining` covers
-/// the request (a gather that lost a race to others who then gave back).
+/// one read of the shards (for a refusal answered by the [empty hint](self#the-empty-hint-refusals-at-the-cost-of-one-line),
+/// the read that published it), so a denial's `retry_after` is zero exactly when its `remaining`
+/// covers the request (a gather that lost a race to others who then gave back).
 /// [`ShardedBucket::remaining`] sums every shard.
 ///
 /// # Memory ordering
@@ -313,6 +354,7 @@ impl<C: Clock> ShardedBuilder<C> {
 /// ```
 pub struct ShardedBucket<C = MonotonicClock> {
     shards: Box<[CachePadded<Shard>]>,
+    hint: CachePadded<Hint>,
     mask: usize,
     quota: Quota,
     clock: C,
@@ -398,6 +440,7 @@ impl<C: Clock> ShardedBucket<C> {
         ShardedBucket {
             mask: shards.len() - 1,
             shards,
+            hint: CachePadded::new(Hint::new()),
             quota,
             clock,
         }
@@ -417,8 +460,9 @@ impl<C: Clock> ShardedBucket<C> {
     /// ```
     #[inline]
     pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        // The capacity is at least 1, so one token is always a valid request.
-        self.take(thread_slot(), 1, now)
+        // The capacity is at least 1, so one token is always a valid request. The home slot is
+        // only looked up when the hint does not answer.
+        self.take(thread_slot, 1, now)
     }
 
     /// Takes `n` tokens as of `now`, all or none.
@@ -470,7 +514,7 @@ impl<C: Clock> ShardedBucket<C> {
         if !InsufficientCapacity::check(n, self.quota.capacity())? {
             return Ok(self.query(now));
         }
-        self.take(home, n, now).map_err(AcquireError::Denied)
+        self.take(|| home, n, now).map_err(AcquireError::Denied)
     }
 
     /// Would `n` tokens be admitted as of `now`? Reads every shard once, writes nothing.
@@ -593,6 +637,9 @@ impl<C: Clock> ShardedBucket<C> {
                 cas::update(&shard.word, |w| shard.policy.refund_up_to(w, t, left)).unwrap_or(0);
             left -= given.min(left);
         }
+        if left < n {
+            self.hint.added_tokens();
+        }
         n - left
     }
 
@@ -654,10 +701,44 @@ impl<C: Clock> ShardedBucket<C> {
         &self.clock
     }
 
-    /// Takes `n` tokens (`1 <= n <= capacity`): from the home shard if it can admit all `n`, else by
+    /// Takes `n` tokens (`1 <= n <= capacity`): refused straight from the hint when it says every
+    /// shard is empty (one token), else from the home shard if it can admit all `n`, else by
     /// gathering.
     #[inline]
-    fn take(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
+    fn take(&self, home: impl FnOnce() -> usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
+        // Acquire: pairs with the Release of `Hint::publish`, so that a published hint's payload
+        // is visible to the reads in `Hint::read`.
+        let seq = self.hint.seq.load(Ordering::Acquire);
+        if seq & FLAGS == VALID {
+            // The flood of refusals: answered here, inline, without the home shard.
+            if n == 1 {
+                if let Some((until, full)) = self.hint.read(seq) {
+                    let base = now.clamped();
+                    if base < until {
+                        return Err(hinted_denial(base, until, full));
+                    }
+                }
+            }
+            return self.take_hinted(home(), n, now);
+        }
+        self.take_from(home(), n, now)
+    }
+
+    /// [`take`](Self::take) while a hint is published that does not answer the request: take as
+    /// usual, and withdraw the hint after an admission (the shards it describes have changed).
+    #[cold]
+    fn take_hinted(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
+        let outcome = self.take_from(home, n, now);
+        if outcome.is_ok() {
+            self.hint.withdraw();
+        }
+        outcome
+    }
+
+    /// Takes `n` tokens (`1 <= n <= capacity`): from the home shard if it can admit all `n`, else
+    /// by gathering.
+    #[inline]
+    fn take_from(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
         let home = home & self.mask;
         let shard = &self.shards[home];
         if n <= shard.policy.capacity() {
@@ -673,18 +754,17 @@ impl<C: Clock> ShardedBucket<C> {
     /// what each shard has, from home on, and give it all back if it does not add up to `n`.
     #[cold]
     fn gather(&self, home: usize, n: u64, now: Nanos) -> Result<Admitted, Denied> {
-        if n <= 1 {
-            // The common denial: one read of each shard, no copy (a denial of one needs only the
-            // survey, which reads each word once, so its figures still describe one state).
-            let survey = self.survey(now, |i| cas::read(&self.shards[i].word));
-            if survey.tokens < n {
-                return Err(self.denied(&[], n, now, &survey));
-            }
-        } else {
+        {
+            // One read of every shard: the survey and, when it finds every shard empty, the hint
+            // (which checks the shards against these words before it is published).
             let snapshot = self.snapshot();
             let words = snapshot.words();
             let survey = self.survey(now, |i| words[i]);
             if survey.tokens < n {
+                if survey.tokens == 0 {
+                    self.hint
+                        .publish(&self.shards, words, now.clamped(), &survey);
+                }
                 return Err(self.denied(words, n, now, &survey));
             }
         }
@@ -734,10 +814,14 @@ impl<C: Clock> ShardedBucket<C> {
         // Others got there first: give back what was taken, exactly, wherever nobody touched the
         // shard since. Where someone did, the tokens stay taken: a later take at a later reading
         // may already have refilled past them, and subtracting them again could create tokens.
+        let mut gave_back = false;
         for (shard, took) in self.shards.iter().zip(taken.iter()) {
             if took.tokens > 0 {
-                let _ = cas::undo(&shard.word, took.after, took.before);
+                gave_back |= cas::undo(&shard.word, took.after, took.before);
             }
+        }
+        if gave_back {
+            self.hint.added_tokens();
         }
         let snapshot = self.snapshot();
         let words = snapshot.words();
@@ -886,6 +970,185 @@ struct Survey {
     tokens: u64,
     first_token_in: u128,
     full_in: u128,
+}
+
+/// The refusal of one token at the clamped reading `base`, from a hint whose `until` is after it:
+/// what the full scan that published the hint answers at `base` (see [`Hint`]).
+#[inline]
+fn hinted_denial(base: u64, until: u64, full: u64) -> Denied {
+    Denied::new(
+        base,
+        Span::from_nanos(u128::from(until - base)),
+        0,
+        1,
+        Span::from_nanos(u128::from(full - base)),
+    )
+}
+
+/// `Hint::seq`: a publication is being written (its payload may be torn).
+const WRITING: u64 = 1;
+/// `Hint::seq`: the payload is published.
+const VALID: u64 = 2;
+/// `Hint::seq`: tokens were added, or taken, since the payload was read from the shards: the
+/// publication is void (and one still being written will not be published).
+const DIRTY: u64 = 4;
+/// The three flags of `Hint::seq`.
+const FLAGS: u64 = WRITING | VALID | DIRTY;
+/// What each claim adds to `Hint::seq` (above the flags), so that no two publications share a
+/// sequence word.
+const STEP: u64 = 8;
+
+/// A rarely written note that every shard is empty until a reading: written by a full scan that
+/// found no whole token in any shard, read first by every request, withdrawn by anything that
+/// changes the shards (a refund, a give-back, an admission).
+///
+/// # State table
+///
+/// `seq` holds a counter (bits 3..) and three flags; `until` and `full` the payload: the earliest
+/// reading (clamped nanoseconds) at which any shard holds a whole token, and the reading at which
+/// every shard is full, both as the publishing scan read the shards.
+///
+/// | `seq & FLAGS` | meaning | left by |
+/// | --- | --- | --- |
+/// | `0` | no hint | construction |
+/// | `WRITING` | a scan is writing the payload and checking the shards again | [`Hint::publish`]'s claim |
+/// | `WRITING \| DIRTY` | the same, voided before it could be published | [`Hint::added_tokens`], [`Hint::withdraw`] |
+/// | `VALID` | published: every shard is empty at every reading before `until` | [`Hint::publish`] |
+/// | `DIRTY`, `VALID \| DIRTY` | no hint (abandoned or withdrawn) | [`Hint::publish`], [`Hint::added_tokens`], [`Hint::withdraw`] |
+///
+/// Only a claim (a compare-and-swap from a word without `WRITING`) starts a publication, so
+/// publications never overlap; every change of `seq` is a read-modify-write.
+///
+/// # Why a published hint is right
+///
+/// For a shard whose word is `w` (a GCRA word in units of `2^shift` ns), one token is refused at a
+/// reading `ns` exactly when `ns < A = (w + I - B) << shift`, and then its wait is `A - ns` and its
+/// time until full `(w << shift) - ns`. So while no shard's word changes, the scan's answer at any
+/// reading before `until = min A` is `until - ns`, `full - ns` with `full = max (w << shift)`:
+/// exactly the scan's figures, at any such reading, earlier ones included.
+///
+/// Words change in two directions. A take only empties a shard further, so every shard stays empty
+/// before `until`; a hint published before a racing take stays true, only its figures describe
+/// the shards just before that take (an admission withdraws the hint, so in one thread's sequence
+/// of calls the figures are exact). A refund or a give-back adds tokens, and must never leave a
+/// hint that hides them: it writes its shard, then (after a `SeqCst` fence) reads `seq` and voids
+/// any publication it sees. The publisher claims `seq`, then (after a `SeqCst` fence) reads every
+/// shard again and publishes only if every word is as its scan read it and nobody voided the
+/// claim. Between the two fences, either the refund sees the claim (and voids it, or the hint
+/// published from it), or the publisher's second read sees the refund's write (and gives up).
+struct Hint {
+    seq: AtomicU64,
+    until: AtomicU64,
+    full: AtomicU64,
+}
+
+impl Hint {
+    fn new() -> Hint {
+        Hint {
+            seq: AtomicU64::new(0),
+            until: AtomicU64::new(0),
+            full: AtomicU64::new(0),
+        }
+    }
+
+    /// The payload `(until, full)` of the publication whose sequence word, read with `Acquire`,
+    /// was `seq` (`VALID` alone), or `None` if it changed meanwhile.
+    #[inline]
+    fn read(&self, seq: u64) -> Option<(u64, u64)> {
+        // Relaxed: the Acquire load of `seq` that found the publication already made its payload
+        // visible; the check of `seq` below rejects a payload from a later claim.
+        let until = self.until.load(Ordering::Relaxed);
+        let full = self.full.load(Ordering::Relaxed);
+        // Acquire: pairs with the fence after a claim, so that if either load above read a later
+        // claim's payload, the read of `seq` below sees that claim (a seqlock's reader).
+        fence(Ordering::Acquire);
+        // Relaxed: ordered after the payload loads by the fence above.
+        (self.seq.load(Ordering::Relaxed) == seq).then_some((until, full))
+    }
+
+    /// Voids the hint after an admission changed the shards (only its figures went stale: a take
+    /// never fills a shard, so every shard is still empty before `until`).
+    #[cold]
+    fn withdraw(&self) {
+        // Relaxed: a single read-modify-write; it publishes nothing, and the hint it voids was
+        // still true (see `Hint`).
+        self.seq.fetch_or(DIRTY, Ordering::Relaxed);
+    }
+
+    /// Voids any publication, finished or under way, after a refund or a give-back wrote tokens
+    /// into a shard (called after those writes).
+    #[cold]
+    fn added_tokens(&self) {
+        // SeqCst: pairs with the fence in `publish`; between the two, either the load below sees
+        // the publisher's claim or the publisher's second read of the shards sees our writes.
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered after our shard writes by the fence above.
+        let seq = self.seq.load(Ordering::Relaxed);
+        if seq & (WRITING | VALID) != 0 && seq & DIRTY == 0 {
+            // Relaxed: a read-modify-write on `seq` is ordered with the publisher's claim and
+            // publication by `seq`'s modification order alone: before the publication, it makes
+            // it fail; after, it voids it. A later request reads this or a later value.
+            self.seq.fetch_or(DIRTY, Ordering::Relaxed);
+        }
+    }
+
+    /// Publishes that every shard is empty until the reading `base + survey.first_token_in`, from
+    /// a scan at the clamped reading `base` that found `words` and no whole token in any shard;
+    /// gives up (no hint) if another publication is under way, one already covers `base`, the
+    /// readings do not fit 64 bits, or a shard changed since `words` were read.
+    #[cold]
+    fn publish(&self, shards: &[CachePadded<Shard>], words: &[u64], base: u64, survey: &Survey) {
+        let (Ok(until), Ok(full)) = (
+            u64::try_from(u128::from(base) + survey.first_token_in),
+            u64::try_from(u128::from(base) + survey.full_in),
+        ) else {
+            return;
+        };
+        // Relaxed: only a guess at whether to claim; the claim below is checked by its CAS.
+        let seq = self.seq.load(Ordering::Relaxed);
+        if seq & WRITING != 0
+            || (seq & FLAGS == VALID && self.read(seq).is_some_and(|(u, _)| base < u))
+        {
+            return;
+        }
+        let claimed = ((seq & !FLAGS).wrapping_add(STEP)) | WRITING;
+        // Relaxed: the fence below orders the claim before the payload and the second read.
+        if self
+            .seq
+            .compare_exchange(seq, claimed, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        // SeqCst: as a release fence, pairs with the Acquire fence in `read` (a reader that sees
+        // this payload sees the claim); as a SeqCst fence, pairs with the one in `added_tokens`.
+        fence(Ordering::SeqCst);
+        // Relaxed: published by the Release below, and guarded against torn reads by the claim.
+        self.until.store(until, Ordering::Relaxed);
+        self.full.store(full, Ordering::Relaxed);
+        let unchanged = shards
+            .iter()
+            .zip(words)
+            .all(|(shard, &word)| cas::read(&shard.word) == word);
+        if unchanged {
+            // Release: pairs with the Acquire load of `seq` in `take`, publishing the payload.
+            // Relaxed on failure: a voided claim publishes nothing.
+            if self
+                .seq
+                .compare_exchange(
+                    claimed,
+                    (claimed & !WRITING) | VALID,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return;
+            }
+        }
+        // Relaxed: ends a claim that publishes nothing (the word stays without `VALID`).
+        self.seq.fetch_and(!WRITING, Ordering::Relaxed);
+    }
 }
 
 impl<C> fmt::Debug for ShardedBucket<C> {

@@ -778,3 +778,99 @@ fn extreme_arguments_never_panic() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The empty hint: refusals of one token answered without reading the shards
+// ---------------------------------------------------------------------------------------------
+
+/// Takes every whole token at `now` in one request; the shards keep only fractions.
+fn empty_at(limiter: &ShardedBucket<ManualClock>, now: u64) {
+    let left = limiter.remaining_at(t(now));
+    if left > 0 {
+        limiter
+            .try_acquire_n_from(0, left, t(now))
+            .expect("the shards hold what they report");
+    }
+    assert_eq!(limiter.remaining_at(t(now)), 0);
+}
+
+/// The first refusal of one token on empty shards publishes the hint, and the later ones are
+/// answered from it: at every reading before the first token, earlier readings and the clamp
+/// included, each must be the full scan's refusal (a peek reads every shard) to the nanosecond,
+/// and at the hint's end the same request is admitted.
+#[test]
+fn a_refusal_from_the_empty_hint_is_the_full_scans_to_the_nanosecond() {
+    for (quota, shards) in awkward_quotas() {
+        let (limiter, _) = manual(quota, shards);
+        let now = scramble(&limiter, &mut Lcg(7), 5 * SEC);
+        empty_at(&limiter, now);
+        let first = limiter.try_acquire_n_from(1, 1, t(now)).unwrap_err();
+        assert_eq!(limiter.peek_n_at(1, t(now)).unwrap_err(), first);
+        let until = first.denied().expect("a denial").retry_at().as_u64();
+        let mut readings = vec![now, now - 1, now / 2, 0, until - 1, now + (until - now) / 2];
+        if until > Nanos::MAX_USABLE.as_u64() {
+            readings.push(u64::MAX);
+        }
+        for at in readings {
+            for home in 0..3 {
+                let hinted = limiter.try_acquire_n_from(home, 1, t(at)).unwrap_err();
+                assert_eq!(
+                    limiter.peek_n_at(1, t(at)).unwrap_err(),
+                    hinted,
+                    "{quota:?} at {at}"
+                );
+            }
+        }
+        if until <= Nanos::MAX_USABLE.as_u64() {
+            assert!(
+                limiter.try_acquire_n_from(1, 1, t(until)).is_ok(),
+                "{quota:?}"
+            );
+        }
+    }
+}
+
+/// A refund puts a token back while the hint says every shard is empty: the hint must go, and a
+/// request from a home the refund did not reach steals the token.
+#[test]
+fn a_refund_voids_the_empty_hint() {
+    let (limiter, _) = manual(Quota::per_minute(4).unwrap(), 2);
+    empty_at(&limiter, SEC);
+    assert!(limiter.try_acquire_n_from(1, 1, t(SEC)).is_err());
+    assert!(limiter.try_acquire_n_from(1, 1, t(SEC)).is_err());
+    assert_eq!(limiter.refund_from(0, 1, t(SEC)), 1);
+    let stolen = limiter.try_acquire_n_from(1, 1, t(SEC));
+    assert!(stolen.is_ok(), "the refunded token in shard 0: {stolen:?}");
+    assert!(limiter.try_acquire_n_from(1, 1, t(SEC)).is_err());
+}
+
+/// An admission after the hint's end changes the shards it describes: a refusal at an earlier
+/// reading (a clock stepping back) must report the shards as they are now, not as the hint saw
+/// them.
+#[test]
+fn an_admission_voids_the_empty_hints_figures() {
+    for (quota, shards) in awkward_quotas() {
+        let (limiter, _) = manual(quota, shards);
+        let now = 5 * SEC;
+        empty_at(&limiter, now);
+        let first = limiter.try_acquire_n_from(0, 1, t(now)).unwrap_err();
+        let until = first.denied().expect("a denial").retry_at().as_u64();
+        if until > Nanos::MAX_USABLE.as_u64() {
+            continue;
+        }
+        assert!(
+            limiter.try_acquire_n_from(0, 1, t(until)).is_ok(),
+            "{quota:?}"
+        );
+        let after = limiter.try_acquire_n_from(0, 1, t(now)).unwrap_err();
+        assert_eq!(
+            limiter.peek_n_at(1, t(now)).unwrap_err(),
+            after,
+            "{quota:?}"
+        );
+        assert!(
+            after.denied().expect("a denial").retry_at().as_u64() >= until,
+            "{quota:?}: the token taken at {until} is not there again before it"
+        );
+    }
+}

@@ -2,8 +2,11 @@
 //! same shard, two stealers racing for the last token across shards, a gather that fails and gives
 //! back racing a take, a refund spreading over the shards racing a steal, a failed gather at an
 //! early reading racing a gather at a later one, a hopeless request (denied from reads alone)
-//! racing a take, and a refund racing a gather at a frozen clock (where a give-back keeps at most
-//! `n - 1` tokens).
+//! racing a take, a refund racing a gather at a frozen clock (where a give-back keeps at most
+//! `n - 1` tokens), and a refund and a give-back racing the hint that every shard is empty (no
+//! hint published before tokens come back may hide them from a later request: both models fail
+//! if the refund or the give-back does not void the hint, or if the publisher does not read the
+//! shards again after its claim).
 //!
 //! Each shard is one token-bucket word updated by compare-and-swap (modelled in `token_bucket.rs`);
 //! what is new here is the protocol across words. A gather reads every shard, then takes from one
@@ -458,5 +461,96 @@ fn refund_racing_a_gather_at_a_frozen_clock_keeps_at_most_n_minus_1() {
             );
         }
         (gathered.is_ok(), kept)
+    });
+}
+
+/// One token a second over two shards of capacity 1, both empty: a request can only be admitted
+/// with a token a refund or a give-back puts back.
+fn two_empty_shards_of_one() -> Arc<ShardedBucket<ManualClock>> {
+    limiter(2, 0, 2)
+}
+
+#[test]
+fn refund_racing_the_empty_hint_never_hides_the_refunded_token() {
+    // Summary: what the two requests from the empty home 1 got. The first finds both shards empty
+    // (and publishes the hint that they are) unless the refund is already in; the second is
+    // refused by that hint, or scans again, or steals the refunded token.
+    check_reaches(&[(1, 0), (0, 1), (0, 0)], || {
+        let limiter = two_empty_shards_of_one();
+        let denier = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let first = limiter.try_acquire_n_from(1, 1, T0);
+                let second = limiter.try_acquire_n_from(1, 1, T0);
+                (first, second)
+            })
+        };
+        // The one token of the race: given back to shard 0, which was empty.
+        assert_eq!(limiter.refund_from(0, 1, T0), 1);
+        let (first, second) = denier.join().expect("denier panicked");
+
+        // A later request from the same empty home: the refunded token is there unless a racing
+        // request took it, and no hint published before the refund may hide it.
+        let later = limiter.try_acquire_n_from(1, 1, T0);
+        let got = (admitted(&first, 1), admitted(&second, 1));
+        assert_eq!(
+            got.0 + got.1 + admitted(&later, 1),
+            1,
+            "the refunded token is taken exactly once: {first:?}, {second:?}, later {later:?}"
+        );
+        for outcome in [&first, &second, &later] {
+            if let Err(AcquireError::Denied(denied)) = outcome {
+                assert_eq!(denied.remaining(), 0, "denied with tokens in sight");
+                // Both shards are a second from their token at most.
+                assert!(denied.retry_after() <= Duration::from_secs(1), "{denied:?}");
+            }
+        }
+        assert_eq!(limiter.remaining_at(T0), 0, "tokens created or lost");
+        got
+    });
+}
+
+#[test]
+fn give_back_racing_the_empty_hint_never_hides_the_given_back_token() {
+    // Summary: (tokens the gather of two got, the first and the second request from home 1). The
+    // gather wins both tokens; or the home take wins shard 1 and the gather gives shard 0's token
+    // back, which the second request steals, or misses (it read shard 0 while the gather held it,
+    // and may have published the hint that every shard is empty).
+    check_reaches(&[(2, 0, 0), (0, 1, 1), (0, 1, 0)], || {
+        // Two shards of one token each, both full.
+        let limiter = limiter(2, 2, 2);
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let first = limiter.try_acquire_n_from(1, 1, T0);
+                let second = limiter.try_acquire_n_from(1, 1, T0);
+                (first, second)
+            })
+        };
+        // Two tokens from home 0: more than a shard holds, so it gathers, and gives back if the
+        // home take at 1 wins shard 1 first.
+        let gathered = limiter.try_acquire_n_from(0, 2, T0);
+        let (first, second) = other.join().expect("other thread panicked");
+
+        let got = (
+            admitted(&gathered, 2),
+            admitted(&first, 1),
+            admitted(&second, 1),
+        );
+        let left = limiter.remaining_at(T0);
+        assert_eq!(
+            got.0 + got.1 + got.2 + left,
+            2,
+            "tokens created or lost: {gathered:?}, {first:?}, {second:?}"
+        );
+        // What is left must be takeable from the empty home 1: no hint published while the
+        // gather held shard 0's token may outlive its give-back.
+        let later = limiter.try_acquire_n_from(1, 1, T0);
+        assert_eq!(
+            admitted(&later, 1),
+            left.min(1),
+            "{left} left, later {later:?}"
+        );
+        got
     });
 }
