@@ -557,16 +557,13 @@ impl Policy {
         ))
     }
 
-    /// The one-word counter's decision of `n` (`0..=N`) at `r` on the word's fields
-    /// `(i, prev, cur)` through the general [`Policy::weigh`] (kept out of line: the admissions
+    /// The one-word counter's decision of `n` (`0..=N`) at `m` on `word` through the general
+    /// [`Policy::weigh`] (kept out of line, taking only scalars: the admissions
     /// [`Policy::admit_one`] answers never need it).
     #[inline(never)]
-    fn weigh_one(
-        &self,
-        (i, prev, cur): (u64, u64, u64),
-        r: Reading,
-        n: u64,
-    ) -> Step<Admitted, Denied> {
+    fn weigh_one(&self, word: u64, m: Moment, n: u64) -> Step<Admitted, Denied> {
+        let (i, prev, cur) = self.unpack(word);
+        let r = self.locate_near(m, i);
         // The word holds the previous window's count itself; older windows count 0.
         let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
         match self.weigh((i, 0, cur), r, n, history) {
@@ -673,11 +670,10 @@ impl OneWord for SlidingWindowCounterAlgorithm {
     #[inline]
     fn decide(policy: &Policy, word: u64, m: Moment, n: u64) -> Step<Admitted, Denied> {
         let fields = policy.unpack(word);
-        let r = policy.locate_near(m, fields.0);
-        if let Some((new, answer)) = policy.admit_one(fields, r, n) {
+        if let Some((new, answer)) = policy.admit_one(fields, policy.locate_near(m, fields.0), n) {
             return Step::Write(new, answer);
         }
-        policy.weigh_one(fields, r, n)
+        policy.weigh_one(word, m, n)
     }
 
     /// What a request for nothing reports at `r` for the one-word counter.
@@ -843,7 +839,18 @@ pub(crate) mod tests {
     /// The one-word counter's decision as it was before its `u64` path: the reading located by a
     /// division, every request through `weigh`.
     fn general(p: &Policy, word: u64, now: u64, n: u64) -> (Option<u64>, Result<Admitted, Denied>) {
-        outcome(p.weigh_one(p.unpack(word), p.read(Nanos::new(now)), n))
+        let (i, prev, cur) = p.unpack(word);
+        let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
+        outcome(
+            match p.weigh((i, 0, cur), p.read(Nanos::new(now)), n, history) {
+                Some(Ok((v, answer))) if n > 0 => {
+                    Step::Write(p.pack(v.at.index, v.oldest, v.cur), answer)
+                }
+                Some(Ok((_, answer))) => Step::Keep(answer),
+                Some(Err(denied)) => Step::Refuse(denied),
+                None => unreachable!("the one-word history is never stale"),
+            },
+        )
     }
 
     fn decide(p: &Policy, word: u64, now: u64, n: u64) -> (Option<u64>, Result<Admitted, Denied>) {
