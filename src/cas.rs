@@ -80,14 +80,39 @@ pub(crate) fn update<T, E>(
     // Relaxed everywhere: the word is the whole state and publishes no other memory, and every
     // read-modify-write of one atomic sees the latest value in its modification order, which is all
     // the CAS needs to never lose or double an update.
-    let mut current = word.load(Ordering::Relaxed);
+    let current = word.load(Ordering::Relaxed);
+    match decide(current) {
+        Step::Write(new, answer) => {
+            writes::record();
+            // Relaxed on both arms, as above: success publishes only `new` itself, failure hands
+            // back the value to decide again from.
+            match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => Ok(answer),
+                Err(seen) => retry(word, seen, decide),
+            }
+        }
+        Step::Keep(answer) => Ok(answer),
+        Step::Refuse(err) => Err(err),
+    }
+}
+
+/// [`update`] after its first compare-and-swap lost to `seen`: the loop, kept out of line so that
+/// the first attempt (the only one an uncontended call or a denial makes) holds no loop state.
+#[cold]
+#[inline(never)]
+fn retry<T, E>(
+    word: &AtomicU64,
+    mut current: u64,
+    mut decide: impl FnMut(u64) -> Step<T, E>,
+) -> Result<T, E> {
+    retries::record();
     let mut backoff = Backoff::new();
+    backoff.pause();
     loop {
         match decide(current) {
             Step::Write(new, answer) => {
                 writes::record();
-                // Relaxed on both arms, as above: success publishes only `new` itself, failure hands
-                // back the value to decide again from.
+                // Relaxed on both arms, as in `update`.
                 match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
                 {
                     Ok(_) => return Ok(answer),

@@ -119,6 +119,8 @@ impl<T: GcraWord> OneWord for T {
 pub struct Gcra {
     /// Time units are `2^shift` ns.
     pub(crate) shift: u32,
+    /// `2^shift − 1`: the nanoseconds of a reading below one unit are `ns & mask`.
+    mask: u64,
     /// Units per token (the interval `1/R`, rounded up), at least 1.
     pub(crate) interval: u64,
     /// The burst window `capacity × interval` (the meter's longest backlog), at most 2^62.
@@ -126,7 +128,7 @@ pub struct Gcra {
     capacity: u64,
 }
 
-/// A clock reading in the policy's units: `ns = (units << shift) + sub`, after clamping to
+/// A clock reading in the policy's units: `ns = (units << shift) + (ns & mask)`, after clamping to
 /// [`Nanos::MAX_USABLE`].
 #[derive(Debug, Clone, Copy)]
 pub struct Time {
@@ -136,7 +138,6 @@ pub struct Time {
     /// refill is ever credited for time before the reading. Equal to `units` when units are
     /// nanoseconds.
     pub(crate) units_up: u64,
-    sub: u64,
     /// The clamped reading in nanoseconds.
     pub(crate) ns: u64,
 }
@@ -200,6 +201,8 @@ impl Gcra {
         let (shift, interval) = quota.time_unit();
         Gcra {
             shift,
+            // `time_unit` keeps the shift below 64.
+            mask: (1u64 << shift) - 1,
             interval,
             // Validation bounds this product by 2^62 (see `Quota::time_unit`).
             burst: quota.capacity().saturating_mul(interval),
@@ -227,12 +230,10 @@ impl Gcra {
     #[inline]
     pub(crate) fn time(&self, now: Nanos) -> Time {
         let ns = now.clamped();
-        let units = ns >> self.shift;
-        let sub = ns & ((1 << self.shift) - 1);
         Time {
-            units,
-            units_up: units + u64::from(sub != 0),
-            sub,
+            units: ns >> self.shift,
+            // ⌈ns / 2^shift⌉: ns <= 2^62, so adding the mask cannot overflow.
+            units_up: (ns + self.mask) >> self.shift,
             ns,
         }
     }
@@ -243,7 +244,8 @@ impl Gcra {
         Span {
             units,
             shift: self.shift,
-            sub: at.sub,
+            // The nanoseconds of the reading below one unit.
+            sub: at.ns & self.mask,
         }
     }
 

@@ -25,7 +25,30 @@
 //! ```
 //!
 //! and admits `n` when `estimate + n <= N`, decided exactly in integers as
-//! `prev × (W − e) + (cur + n) × W <= N × W` (in `u128`: no rounding at all).
+//! `prev × (W − e) + (cur + n) × W <= N × W` (no rounding at all).
+//!
+//! # The one-word counter's fast path
+//!
+//! [`SlidingWindowCounter`]'s admissions take a shorter road to the same answers:
+//!
+//! - **No division to place the reading.** The decision receives the reading unplaced and places
+//!   it against the window the word remembers, `i`: a reading `t` (nanoseconds on the grid) with
+//!   `i × W <= t < (i + 2) × W` lies in window `i` or `i + 1`, at `t − i × W` or `t − (i + 1) × W`,
+//!   which is exactly `(⌊t / W⌋, t mod W)`. Only readings outside those two windows (a clock that
+//!   stepped back, a counter idle for two windows or more) pay for the division.
+//! - **The test in `u64` when it provably fits.** When both counts of the word are at most `N`
+//!   (always, for the words the counter writes; the check is two comparisons), every term of the
+//!   test is at most `prev × W + (cur + n) × W <= 3 × N × W`. The policy checks once, when it is
+//!   built, that `3 × N × W` fits a `u64`; then the test and the room left (`N × W − used`) are
+//!   computed in `u64` with the same values as in `u128`, so the answer, the word written and the
+//!   reported figures are identical. That covers every `N` for windows up to 48 minutes, and
+//!   for example `N` up to 1 708 031 per hour, 71 167 per day, 10 166 per week; past it, or for a
+//!   word holding a count above `N`, the decision uses `u128`.
+//! - **Admissions only.** Denials, queries (`n = 0`) and readings before window `i` go through the
+//!   general decision (kept out of line), which also computes `retry_after` and `reset_after`.
+//!
+//! The unit test `the_decision_answers_as_the_general_one` compares the two roads on arbitrary
+//! words (counts beyond `N` included), windows, alignments and readings.
 //!
 //! [`SubWindowCounter`] makes the same estimate over `k` sub-windows (see
 //! [`sub_window`](super::sub_window)); the policy below is written for `k` sub-windows of
@@ -110,6 +133,21 @@ pub struct Policy {
     bits: u32,
     /// Bits of the count field in a history slot (tag | count).
     pub(super) slot_bits: u32,
+    /// `N × w` when `3 × N × w` fits a `u64`, so that every product of the one-word counter's
+    /// admission test on counts up to `N` does (see [`Policy::admit_one`]); `None` sends every
+    /// admission to the `u128` test.
+    narrow: Option<u64>,
+}
+
+/// A clock reading not yet located on the grid: what the one-word counter's decision receives, so
+/// that it can locate the reading without a division when it falls in the window the word
+/// remembers or in the next one (see `Policy::locate_near`).
+#[derive(Debug, Clone, Copy)]
+pub struct Moment {
+    /// The reading clamped to [`Nanos::MAX_USABLE`], plus the grid's shift: `index × w + elapsed`.
+    t: u64,
+    /// The reading in nanoseconds, clamped to [`Nanos::MAX_USABLE`].
+    ns: u64,
 }
 
 /// A clock reading located on the grid.
@@ -164,7 +202,46 @@ impl Policy {
             k,
             bits: u64::BITS - grid.max_count(2).leading_zeros(),
             slot_bits: u64::BITS - grid.max_count(1).leading_zeros(),
+            narrow: narrow(limit, sub),
         })
+    }
+
+    /// The reading `now`, not yet located on the grid.
+    #[inline]
+    pub(crate) fn moment(&self, now: Nanos) -> Moment {
+        let ns = now.clamped();
+        Moment {
+            // ns <= 2^62 and shift < w <= 2^62: below 2^63.
+            t: ns + self.grid.shift,
+            ns,
+        }
+    }
+
+    /// `m` located on the grid: `(t / w, t % w)`, computed without a division when `m` falls in
+    /// window `i` or `i + 1` (an admission's window is nearly always the one the word remembers
+    /// or the next), by a division otherwise.
+    #[inline]
+    pub(crate) fn locate_near(&self, m: Moment, i: u64) -> Reading {
+        let w = self.grid.length;
+        // i × w <= t < (i + 1) × w  ⇔  t / w = i and t % w = t − i × w (likewise for i + 1).
+        if let Some(off) = i.checked_mul(w).and_then(|start| m.t.checked_sub(start)) {
+            if off < w {
+                return Reading {
+                    index: i,
+                    elapsed: off,
+                    ns: m.ns,
+                };
+            }
+            // i × w + w <= t < 2^63, so i + 1 cannot overflow.
+            if off - w < w {
+                return Reading {
+                    index: i + 1,
+                    elapsed: off - w,
+                    ns: m.ns,
+                };
+            }
+        }
+        self.read(Nanos::new(m.ns))
     }
 
     #[inline]
@@ -432,6 +509,88 @@ impl Policy {
     }
 
     // --- the one-word counter ----------------------------------------------------------------
+
+    /// The one-word counter's (`k = 1`) admission of `n` at `r` on the word's fields
+    /// `(i, prev, cur)`, in `u64` arithmetic: the new word and the answer, exactly as
+    /// [`Policy::weigh`] gives them, or `None` whenever this path does not apply (a reading before
+    /// window `i`, a request for nothing or more than `N`, a count above `N` in the word, a policy
+    /// whose products may not fit a `u64`) or the request is not admitted. [`Policy::weigh`] then
+    /// decides.
+    #[inline]
+    fn admit_one(
+        &self,
+        (i, prev, cur): (u64, u64, u64),
+        r: Reading,
+        n: u64,
+    ) -> Option<(u64, Admitted)> {
+        let limit_w = self.narrow?;
+        if n == 0 || n > self.limit || prev > self.limit || cur > self.limit {
+            return None;
+        }
+        // The view of `weigh` with k = 1 (its settled sum is always 0): window i − 1's count is
+        // `prev` (none before window 0), and rolling forward by one makes `cur` the oldest.
+        let (oldest, cur) = match r.index.checked_sub(i)? {
+            0 if i == 0 => (0, cur),
+            0 => (prev, cur),
+            1 => (cur, 0),
+            _ => (0, 0),
+        };
+        let (w, e) = (self.sub, r.elapsed);
+        // oldest, cur, n <= N and e < w: at most 3 × N × w, which `narrow` checked fits a u64.
+        let full = cur + n;
+        let used = oldest * (w - e) + full * w;
+        if used > limit_w {
+            return None;
+        }
+        // As `level`: whole admissions when the oldest window counts nothing, else `N × w − used`
+        // in units of 1 / w (which fits a u64 here).
+        let (level, unit) = if oldest == 0 {
+            (self.limit.saturating_sub(full), 1)
+        } else {
+            (limit_w - used, w)
+        };
+        // As `weigh`'s reset for an admission with k = 1 and no lead: 2w − e <= 2^63.
+        let reset = Span::from_nanos(u128::from(2 * w - e));
+        Some((
+            self.pack(r.index, oldest, full),
+            Admitted::new(level, unit, reset),
+        ))
+    }
+
+    /// The one-word counter's decision of `n` (`0..=N`) at `m` on `word` through the general
+    /// [`Policy::weigh`] (kept out of line, taking only scalars: the admissions
+    /// [`Policy::admit_one`] answers never need it).
+    #[inline(never)]
+    fn weigh_one(&self, word: u64, m: Moment, n: u64) -> Step<Admitted, Denied> {
+        let (i, prev, cur) = self.unpack(word);
+        let r = self.locate_near(m, i);
+        // The word holds the previous window's count itself; older windows count 0.
+        let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
+        match self.weigh((i, 0, cur), r, n, history) {
+            // With k = 1 the view's oldest count is the new previous window's.
+            Some(Ok((v, answer))) if n > 0 => {
+                Step::Write(self.pack(v.at.index, v.oldest, v.cur), answer)
+            }
+            Some(Ok((_, answer))) => Step::Keep(answer),
+            Some(Err(denied)) => Step::Refuse(denied),
+            // The history closure above never reports a stale view; refuse rather than admit
+            // uncounted if it ever did.
+            None => Step::Refuse(Denied::new(
+                r.ns,
+                Span::from_nanos(0),
+                0,
+                1,
+                Span::from_nanos(0),
+            )),
+        }
+    }
+}
+
+/// `N × w` when `3 × N × w` fits a `u64`: then `oldest × (w − e) + (cur + n) × w` with
+/// `oldest, cur, n <= N` is at most `3 × N × w` and is computed exactly in `u64`, as `N × w` is.
+fn narrow(limit: u64, w: u64) -> Option<u64> {
+    limit.checked_mul(3)?.checked_mul(w)?;
+    limit.checked_mul(w)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -458,7 +617,7 @@ pub struct SlidingWindowCounterAlgorithm;
 
 impl OneWord for SlidingWindowCounterAlgorithm {
     type Policy = Policy;
-    type Time = Reading;
+    type Time = Moment;
 
     const NAME: &'static str = "SlidingWindowCounter";
 
@@ -467,8 +626,8 @@ impl OneWord for SlidingWindowCounterAlgorithm {
     }
 
     #[inline]
-    fn time(policy: &Policy, now: Nanos) -> Reading {
-        policy.read(now)
+    fn time(policy: &Policy, now: Nanos) -> Moment {
+        policy.moment(now)
     }
 
     #[inline]
@@ -476,7 +635,7 @@ impl OneWord for SlidingWindowCounterAlgorithm {
         policy.limit
     }
 
-    fn initial_word(_: &Policy, _: &Quota, _: Reading) -> u64 {
+    fn initial_word(_: &Policy, _: &Quota, _: Moment) -> u64 {
         // Window 0, both counts 0 (validation makes the quota's initial fill its count).
         0
     }
@@ -499,38 +658,27 @@ impl OneWord for SlidingWindowCounterAlgorithm {
 
     /// Whether the one-word counter's `word` no longer counts at `r` or later: both its windows
     /// have left, so it reads exactly as the fresh word of `r` does.
-    fn is_fresh(policy: &Policy, word: u64, r: Reading) -> bool {
-        policy.unpack(word).0.saturating_add(2) <= r.index
+    fn is_fresh(policy: &Policy, word: u64, m: Moment) -> bool {
+        let i = policy.unpack(word).0;
+        i.saturating_add(2) <= policy.locate_near(m, i).index
     }
 
-    /// The one-word counter's decision (`k = 1`): `n` (`0..=N`) at `r` on `word`.
+    /// The one-word counter's decision (`k = 1`): `n` (`0..=N`) at `m` on `word`. An admission
+    /// the `u64` test decides is answered inline ([`Policy::admit_one`]); everything else (denials,
+    /// queries, readings before the word's window, the widest policies) by the general
+    /// [`Policy::weigh`], to the same answer.
     #[inline]
-    fn decide(policy: &Policy, word: u64, r: Reading, n: u64) -> Step<Admitted, Denied> {
-        let (i, prev, cur) = policy.unpack(word);
-        // The word holds the previous window's count itself; older windows count 0.
-        let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
-        match policy.weigh((i, 0, cur), r, n, history) {
-            // With k = 1 the view's oldest count is the new previous window's.
-            Some(Ok((v, answer))) if n > 0 => {
-                Step::Write(policy.pack(v.at.index, v.oldest, v.cur), answer)
-            }
-            Some(Ok((_, answer))) => Step::Keep(answer),
-            Some(Err(denied)) => Step::Refuse(denied),
-            // The history closure above never reports a stale view; refuse rather than admit
-            // uncounted if it ever did.
-            None => Step::Refuse(Denied::new(
-                r.ns,
-                Span::from_nanos(0),
-                0,
-                1,
-                Span::from_nanos(0),
-            )),
+    fn decide(policy: &Policy, word: u64, m: Moment, n: u64) -> Step<Admitted, Denied> {
+        let fields = policy.unpack(word);
+        if let Some((new, answer)) = policy.admit_one(fields, policy.locate_near(m, fields.0), n) {
+            return Step::Write(new, answer);
         }
+        policy.weigh_one(word, m, n)
     }
 
     /// What a request for nothing reports at `r` for the one-word counter.
-    fn query(policy: &Policy, word: u64, r: Reading) -> Admitted {
-        match Self::decide(policy, word, r, 0) {
+    fn query(policy: &Policy, word: u64, m: Moment) -> Admitted {
+        match Self::decide(policy, word, m, 0) {
             Step::Keep(a) | Step::Write(_, a) => a,
             // A request for nothing is always answered with an admission (`weigh` admits
             // `n = 0`); were it ever refused, nothing is left.
@@ -539,8 +687,8 @@ impl OneWord for SlidingWindowCounterAlgorithm {
     }
 
     /// `⌊N − estimate⌋` at `r` for the one-word counter.
-    fn remaining(policy: &Policy, word: u64, r: Reading) -> u64 {
-        Self::query(policy, word, r).remaining()
+    fn remaining(policy: &Policy, word: u64, m: Moment) -> u64 {
+        Self::query(policy, word, m).remaining()
     }
 
     fn debug_word(policy: &Policy, word: u64, f: &mut fmt::DebugStruct<'_, '_>) {
@@ -677,6 +825,171 @@ pub(crate) mod tests {
         assert_eq!(p.earliest(0, 10, 1, 0), None);
         assert_eq!(p.earliest(10, 10, 0, 0), None);
         assert_eq!(p.earliest(0, 9, 1, 7), Some(7));
+    }
+
+    /// A `Step` as a value the tests can compare.
+    fn outcome(step: Step<Admitted, Denied>) -> (Option<u64>, Result<Admitted, Denied>) {
+        match step {
+            Step::Write(word, a) => (Some(word), Ok(a)),
+            Step::Keep(a) => (None, Ok(a)),
+            Step::Refuse(d) => (None, Err(d)),
+        }
+    }
+
+    /// The one-word counter's decision as it was before its `u64` path: the reading located by a
+    /// division, every request through `weigh`.
+    fn general(p: &Policy, word: u64, now: u64, n: u64) -> (Option<u64>, Result<Admitted, Denied>) {
+        let (i, prev, cur) = p.unpack(word);
+        let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
+        outcome(
+            match p.weigh((i, 0, cur), p.read(Nanos::new(now)), n, history) {
+                Some(Ok((v, answer))) if n > 0 => {
+                    Step::Write(p.pack(v.at.index, v.oldest, v.cur), answer)
+                }
+                Some(Ok((_, answer))) => Step::Keep(answer),
+                Some(Err(denied)) => Step::Refuse(denied),
+                None => unreachable!("the one-word history is never stale"),
+            },
+        )
+    }
+
+    fn decide(p: &Policy, word: u64, now: u64, n: u64) -> (Option<u64>, Result<Admitted, Denied>) {
+        outcome(SlidingWindowCounterAlgorithm::decide(
+            p,
+            word,
+            p.moment(Nanos::new(now)),
+            n,
+        ))
+    }
+
+    #[test]
+    fn the_u64_path_takes_ordinary_admissions_and_only_narrow_policies() {
+        let p = policy(10, 1);
+        assert_eq!(p.narrow, Some(10 * SEC));
+        // Window 1 with 4 admitted in window 0, half way through: 4 × W/2 + 3 W <= 10 W.
+        let word = p.pack(0, 0, 4);
+        let r = p.locate_near(p.moment(Nanos::new(SEC + SEC / 2)), 0);
+        assert_eq!((r.index, r.elapsed), (1, SEC / 2));
+        let (new, a) = p
+            .admit_one(p.unpack(word), r, 3)
+            .expect("the u64 path admits");
+        assert_eq!(p.unpack(new), (1, 4, 3));
+        assert_eq!(a.remaining(), 5);
+        assert_eq!(a.reset_after().as_nanos(), u128::from(SEC + SEC / 2));
+        assert_eq!(
+            (Some(new), Ok(a)),
+            general(&p, word, SEC + SEC / 2, 3),
+            "the general decision agrees"
+        );
+        // Refused, queries, and readings before the word's window go to `weigh`.
+        assert!(p.admit_one(p.unpack(word), r, 9).is_none());
+        assert!(p.admit_one(p.unpack(word), r, 0).is_none());
+        let back = p.locate_near(p.moment(Nanos::new(SEC / 2)), 1);
+        assert!(p.admit_one(p.unpack(p.pack(1, 0, 0)), back, 1).is_none());
+        // A word holding a count above N (the counter never writes one) needs the u128 test.
+        assert!(p.admit_one(p.unpack(p.pack(1, 11, 0)), r, 1).is_none());
+        assert!(p.admit_one(p.unpack(p.pack(1, 0, 11)), r, 1).is_none());
+        // The largest N for which 3 × N × W fits a u64, per hour (as the module docs say), and
+        // the widest windows with the largest counts, need the u128 test.
+        let hour = |n| {
+            Policy::new(
+                &Quota::per_period(n, std::time::Duration::from_secs(3_600)).unwrap(),
+                1,
+            )
+            .unwrap()
+        };
+        assert!(hour(1_708_031).narrow.is_some());
+        assert_eq!(hour(1_708_032).narrow, None);
+        let wide = Policy::new(
+            &Quota::per_period(1 << 30, std::time::Duration::from_nanos(1 << 62)).unwrap(),
+            1,
+        )
+        .unwrap();
+        assert_eq!(wide.narrow, None);
+    }
+
+    #[test]
+    fn locate_near_is_the_division() {
+        let p = policy(10, 1);
+        for i in [0, 1, 5, u64::MAX >> 20, u64::MAX] {
+            for now in [
+                0,
+                1,
+                SEC - 1,
+                SEC,
+                5 * SEC + 7,
+                6 * SEC,
+                7 * SEC - 1,
+                7 * SEC,
+                u64::MAX,
+            ] {
+                let (a, b) = (
+                    p.locate_near(p.moment(Nanos::new(now)), i),
+                    p.read(Nanos::new(now)),
+                );
+                assert_eq!(
+                    (a.index, a.elapsed, a.ns),
+                    (b.index, b.elapsed, b.ns),
+                    "{i} {now}"
+                );
+            }
+        }
+    }
+
+    /// A one-word policy of `n` per `w` ns, `n` capped at the largest accepted, its windows moved
+    /// by `offset` ns (windows of less than 4 ns hold no count).
+    fn any_policy(n: u64, w: u64, offset: u64) -> Policy {
+        let w = w.clamp(4, 1 << 62);
+        let max = Grid::new(w).max_count(2);
+        let quota = Quota::per_period(n.clamp(1, max), std::time::Duration::from_nanos(w)).unwrap();
+        let mut p = Policy::new(&quota, 1).unwrap();
+        p.grid = p.grid.aligned(
+            super::super::Alignment::Offset(std::time::Duration::from_nanos(offset)),
+            Nanos::ZERO,
+        );
+        p
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// Every word (counts beyond `N` included), every reading near or far from the word's
+        /// window, every request: the decision with its `u64` path answers exactly as `weigh`.
+        #[test]
+        fn the_decision_answers_as_the_general_one(
+            n in proptest::prop_oneof![1u64..=20, 1u64..=40_000, proptest::prelude::any::<u64>()],
+            w in proptest::prop_oneof![
+                4u64..=10,
+                proptest::sample::select(vec![1_000, 1_000_000, SEC, 3_600 * SEC, 1 << 62]),
+                proptest::prelude::any::<u64>(),
+            ],
+            offset in proptest::prop_oneof![proptest::strategy::Just(0u64), proptest::prelude::any::<u64>()],
+            index in proptest::prop_oneof![0u64..=4, proptest::prelude::any::<u64>()],
+            fields in (proptest::prelude::any::<u64>(), proptest::prelude::any::<u64>()),
+            small in proptest::prelude::any::<bool>(),
+            at in (-3i64..=4, proptest::prelude::any::<u64>()),
+            far in proptest::prelude::any::<Option<u64>>(),
+            ask in proptest::prelude::any::<u64>(),
+        ) {
+            let p = any_policy(n, w, offset);
+            let mask = (1u64 << p.bits) - 1;
+            let (a, b) = if small {
+                (fields.0 % (p.limit + 2), fields.1 % (p.limit + 2))
+            } else {
+                (fields.0 & mask, fields.1 & mask)
+            };
+            let index = index % ((u64::MAX >> (2 * p.bits)) + 1);
+            let word = p.pack(index, a.min(mask), b.min(mask));
+            // A reading in window index + at.0 of the grid (when there is one), or anywhere.
+            let now = far.unwrap_or_else(|| {
+                let t = i128::from(index) * i128::from(p.sub) + i128::from(at.0) * i128::from(p.sub)
+                    + i128::from(at.1 % p.sub)
+                    - i128::from(p.grid.shift);
+                u64::try_from(t.max(0)).unwrap_or(u64::MAX)
+            });
+            let ask = ask % (p.limit + 1);
+            proptest::prop_assert_eq!(decide(&p, word, now, ask), general(&p, word, now, ask));
+        }
     }
 
     #[test]
