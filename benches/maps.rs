@@ -156,6 +156,21 @@ trait Store<K>: Lookup<K> + Sized {
     fn len(&self) -> usize;
 }
 
+/// A map's `retain` (given as `retain`, which calls `keep` on each word and drops the entry when it
+/// answers `false`) with `evict` deciding, answering how many entries it removed.
+fn counted(
+    mut evict: impl FnMut(&AtomicU64) -> bool,
+    retain: impl FnOnce(&mut dyn FnMut(&AtomicU64) -> bool),
+) -> usize {
+    let mut removed = 0;
+    retain(&mut |word| {
+        let gone = evict(word);
+        removed += usize::from(gone);
+        !gone
+    });
+    removed
+}
+
 /// Today's store (`src/keyed/store.rs`).
 struct Dash<K>(dashmap::DashMap<K, AtomicU64, ahash::RandomState>);
 
@@ -180,14 +195,8 @@ impl<K: Key> Store<K> for Dash<K> {
             }
         }
     }
-    fn sweep(&self, mut evict: impl FnMut(&AtomicU64) -> bool) -> usize {
-        let mut removed = 0;
-        self.0.retain(|_, word| {
-            let gone = evict(word);
-            removed += usize::from(gone);
-            !gone
-        });
-        removed
+    fn sweep(&self, evict: impl FnMut(&AtomicU64) -> bool) -> usize {
+        counted(evict, |keep| self.0.retain(|_, word| keep(word)))
     }
     fn len(&self) -> usize {
         self.0.len()
@@ -217,14 +226,8 @@ impl<K: Key> Store<K> for Clash<K> {
             }
         }
     }
-    fn sweep(&self, mut evict: impl FnMut(&AtomicU64) -> bool) -> usize {
-        let mut removed = 0;
-        self.0.retain(|_, word| {
-            let gone = evict(word);
-            removed += usize::from(gone);
-            !gone
-        });
-        removed
+    fn sweep(&self, evict: impl FnMut(&AtomicU64) -> bool) -> usize {
+        counted(evict, |keep| self.0.retain(|_, word| keep(word)))
     }
     fn len(&self) -> usize {
         self.0.len()
@@ -253,14 +256,8 @@ impl<K: Key> Store<K> for Papaya<K> {
     fn insert_if_vacant(&self, key: K, word: u64) -> bool {
         self.0.pin().try_insert(key, AtomicU64::new(word)).is_ok()
     }
-    fn sweep(&self, mut evict: impl FnMut(&AtomicU64) -> bool) -> usize {
-        let mut removed = 0;
-        self.0.pin().retain(|_, word| {
-            let gone = evict(word);
-            removed += usize::from(gone);
-            !gone
-        });
-        removed
+    fn sweep(&self, evict: impl FnMut(&AtomicU64) -> bool) -> usize {
+        counted(evict, |keep| self.0.pin().retain(|_, word| keep(word)))
     }
     fn len(&self) -> usize {
         self.0.len()
@@ -284,14 +281,8 @@ impl<K: Key> Store<K> for SccIndex<K> {
     fn insert_if_vacant(&self, key: K, word: u64) -> bool {
         self.0.insert_sync(key, AtomicU64::new(word)).is_ok()
     }
-    fn sweep(&self, mut evict: impl FnMut(&AtomicU64) -> bool) -> usize {
-        let mut removed = 0;
-        self.0.retain_sync(|_, word| {
-            let gone = evict(word);
-            removed += usize::from(gone);
-            !gone
-        });
-        removed
+    fn sweep(&self, evict: impl FnMut(&AtomicU64) -> bool) -> usize {
+        counted(evict, |keep| self.0.retain_sync(|_, word| keep(word)))
     }
     fn len(&self) -> usize {
         self.0.len()
@@ -317,14 +308,8 @@ impl<K: Key> Store<K> for SccIndexBox<K> {
             .insert_sync(key, Box::new(AtomicU64::new(word)))
             .is_ok()
     }
-    fn sweep(&self, mut evict: impl FnMut(&AtomicU64) -> bool) -> usize {
-        let mut removed = 0;
-        self.0.retain_sync(|_, word| {
-            let gone = evict(word);
-            removed += usize::from(gone);
-            !gone
-        });
-        removed
+    fn sweep(&self, evict: impl FnMut(&AtomicU64) -> bool) -> usize {
+        counted(evict, |keep| self.0.retain_sync(|_, word| keep(word)))
     }
     fn len(&self) -> usize {
         self.0.len()
@@ -349,15 +334,9 @@ impl<K: Key> Store<K> for Flurry<K> {
     fn insert_if_vacant(&self, key: K, word: u64) -> bool {
         self.0.pin().try_insert(key, AtomicU64::new(word)).is_ok()
     }
-    fn sweep(&self, mut evict: impl FnMut(&AtomicU64) -> bool) -> usize {
-        let mut removed = 0;
+    fn sweep(&self, evict: impl FnMut(&AtomicU64) -> bool) -> usize {
         // `retain` removes an entry only if its value (the boxed word's pointer) is unchanged.
-        self.0.pin().retain(|_, word| {
-            let gone = evict(word);
-            removed += usize::from(gone);
-            !gone
-        });
-        removed
+        counted(evict, |keep| self.0.pin().retain(|_, word| keep(word)))
     }
     fn len(&self) -> usize {
         self.0.len()
