@@ -24,10 +24,10 @@
 //! heap, resident). Page granularity (4 KiB) is negligible at 100 000 keys and more.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use testkit::bench::child_runs;
 use tollgate::keyed::KeyedLimiter;
 use tollgate::Quota;
 
@@ -73,24 +73,12 @@ fn parent() {
         let medians: Vec<(f64, f64, f64)> = LIMITERS
             .iter()
             .map(|limiter| {
-                let mut runs: Vec<f64> = (0..RUNS)
-                    .map(|_| {
-                        let out = Command::new(&exe)
-                            .args(["--child", limiter, &keys.to_string()])
-                            .output()
-                            .expect("the child process runs");
-                        assert!(
-                            out.status.success(),
-                            "{limiter} at {keys} keys failed: {}",
-                            String::from_utf8_lossy(&out.stderr)
-                        );
-                        String::from_utf8_lossy(&out.stdout)
-                            .trim()
-                            .parse()
-                            .expect("the child prints bytes per key")
-                    })
-                    .collect();
-                runs.sort_by(f64::total_cmp);
+                let runs = child_runs(
+                    &exe,
+                    &["--child", limiter, &keys.to_string()],
+                    RUNS,
+                    &format!("{limiter} at {keys} keys"),
+                );
                 (runs[RUNS / 2], runs[0], runs[RUNS - 1])
             })
             .collect();

@@ -66,7 +66,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -74,7 +73,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
-use testkit::bench::{run_threads, Load};
+use testkit::bench::{child_runs, run_threads, Load};
 use tollgate::{Clock, MonotonicClock};
 
 /// The `u64` key spaces of the throughput part (the keyed bench's).
@@ -881,24 +880,13 @@ fn memory() {
         let medians: Vec<f64> = columns
             .iter()
             .map(|candidate| {
-                let mut runs: Vec<f64> = (0..RUNS)
-                    .map(|_| {
-                        let out = Command::new(&exe)
-                            .args(["--child", candidate, &keys.to_string(), kind])
-                            .output()
-                            .expect("the child process runs");
-                        assert!(
-                            out.status.success(),
-                            "{candidate} at {keys} {kind} keys failed: {}",
-                            String::from_utf8_lossy(&out.stderr)
-                        );
-                        String::from_utf8_lossy(&out.stdout)
-                            .trim()
-                            .parse()
-                            .expect("the child prints bytes per key")
-                    })
-                    .collect();
-                runs.sort_by(f64::total_cmp);
+                let keys = keys.to_string();
+                let runs = child_runs(
+                    &exe,
+                    &["--child", candidate, &keys, kind],
+                    RUNS,
+                    &format!("{candidate} at {keys} {kind} keys"),
+                );
                 runs[RUNS / 2]
             })
             .collect();

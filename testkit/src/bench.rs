@@ -299,3 +299,34 @@ fn checks<L>(iters: u64, limiter: &L, check: &impl Fn(&L) -> bool) -> u64 {
     }
     admitted
 }
+
+/// Runs `exe` with `args` `runs` times, each a fresh process that prints one number (a memory
+/// bench's child: bytes per key), and answers the numbers sorted; `what` names the cell in a
+/// failure.
+///
+/// ```no_run
+/// let runs = testkit::bench::child_runs(&std::env::current_exe()?, &["--child", "dashmap"], 3, "dashmap");
+/// let median = runs[runs.len() / 2];
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn child_runs(exe: &std::path::Path, args: &[&str], runs: usize, what: &str) -> Vec<f64> {
+    let mut out: Vec<f64> = (0..runs)
+        .map(|_| {
+            let child = std::process::Command::new(exe)
+                .args(args)
+                .output()
+                .expect("the child process runs");
+            assert!(
+                child.status.success(),
+                "{what} failed: {}",
+                String::from_utf8_lossy(&child.stderr)
+            );
+            String::from_utf8_lossy(&child.stdout)
+                .trim()
+                .parse()
+                .expect("the child prints one number")
+        })
+        .collect();
+    out.sort_by(f64::total_cmp);
+    out
+}
