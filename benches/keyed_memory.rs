@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use testkit::bench::child_runs;
+use testkit::bench::{child_runs, rss, rss_bytes};
 use tollgate::keyed::KeyedLimiter;
 use tollgate::Quota;
 
@@ -133,17 +133,4 @@ fn child(limiter: &str, keys: usize) {
         other => panic!("unknown limiter {other}"),
     };
     println!("{}", growth as f64 / keys as f64);
-}
-
-/// This process's resident set, in bytes.
-fn rss() -> i64 {
-    rss_bytes().expect("VmRSS in /proc/self/status") as i64
-}
-
-/// `VmRSS` from `/proc/self/status` (reported in kB), or `None` where there is no such file.
-fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }

@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
-use testkit::bench::{child_runs, run_threads, Load};
+use testkit::bench::{child_runs, floor_decide, rss, rss_bytes, run_threads, Load};
 use tollgate::{Clock, MonotonicClock};
 
 /// The `u64` key spaces of the throughput part (the keyed bench's).
@@ -369,23 +369,7 @@ fn start_word(load: Load) -> u64 {
 /// by 1 ns with a compare-and-swap; a refusal writes nothing.
 #[inline]
 fn decide(word: &AtomicU64, now: u64) -> bool {
-    // Relaxed: the word publishes nothing but itself.
-    let mut tat = word.load(Ordering::Relaxed);
-    loop {
-        if tat > now.saturating_add(TOLERANCE) {
-            return false;
-        }
-        // Relaxed on both sides, for the same reason.
-        match word.compare_exchange_weak(
-            tat,
-            tat.max(now) + 1,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        ) {
-            Ok(_) => return true,
-            Err(actual) => tat = actual,
-        }
-    }
+    floor_decide(word, now, TOLERANCE)
 }
 
 /// The keys `0..size` in a pseudo-random order (Fisher-Yates with SplitMix64, fixed seed).
@@ -952,17 +936,4 @@ fn grow_store<K: Key, S: Store<K>>(keys: usize) -> i64 {
     let after = rss();
     assert_eq!(store.len(), keys, "the store holds every key");
     after - before
-}
-
-/// This process's resident set, in bytes.
-fn rss() -> i64 {
-    rss_bytes().expect("VmRSS in /proc/self/status") as i64
-}
-
-/// `VmRSS` from `/proc/self/status` (reported in kB), or `None` where there is no such file.
-fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }

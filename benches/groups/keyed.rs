@@ -54,7 +54,7 @@ use crossbeam_utils::CachePadded;
 use tollgate::keyed::{KeyedLimiter, TokenBucketKeys};
 use tollgate::{Clock, CoarseClock, MonotonicClock, Nanos};
 
-use testkit::bench::{run_threads, Load};
+use testkit::bench::{floor_decide, run_threads, Load};
 
 /// The key-space sizes.
 const SIZES: [usize; 4] = [1, 1_000, 100_000, 1_000_000];
@@ -319,22 +319,7 @@ impl Floor {
         // The reading is taken once the key's word is found, as `KeyedLimiter::check_key` does, so
         // that the lookup's cache misses are not held up behind the clock read.
         let now = now();
-        // Relaxed: the word publishes nothing but itself.
-        let mut tat = word.load(Ordering::Relaxed);
-        loop {
-            if tat > now.saturating_add(Floor::TOLERANCE) {
-                return false;
-            }
-            match word.compare_exchange_weak(
-                tat,
-                tat.max(now) + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(actual) => tat = actual,
-            }
-        }
+        floor_decide(word, now, Floor::TOLERANCE)
     }
 }
 

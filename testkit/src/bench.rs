@@ -330,3 +330,63 @@ pub fn child_runs(exe: &std::path::Path, args: &[&str], runs: usize, what: &str)
     out.sort_by(f64::total_cmp);
     out
 }
+
+/// This process's resident set, in bytes (`VmRSS` from `/proc/self/status`, reported in kB), or
+/// `None` where there is no such file (not Linux): what the memory benches' children measure
+/// before and after building their maps.
+///
+/// ```
+/// if let Some(bytes) = testkit::bench::rss_bytes() {
+///     assert!(bytes > 0);
+/// }
+/// ```
+pub fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// [`rss_bytes`] where it must exist (a memory bench's child, after its parent checked).
+///
+/// ```no_run
+/// let before = testkit::bench::rss();
+/// let keys: Vec<u64> = (0..1_000_000).collect();
+/// let per_key = (testkit::bench::rss() - before) as f64 / keys.len() as f64;
+/// println!("{per_key:.1} bytes per key");
+/// ```
+pub fn rss() -> i64 {
+    rss_bytes().expect("VmRSS in /proc/self/status") as i64
+}
+
+/// The keyed benches' floor decision on one arrival-time word: admits at reading `now` (moving the
+/// word on by 1 ns, with one compare-and-swap on the key's own word) while the word is within
+/// `tolerance` of `now`, and refuses (writing nothing) once it is past.
+///
+/// ```
+/// use std::sync::atomic::AtomicU64;
+/// let word = AtomicU64::new(0);
+/// assert!(testkit::bench::floor_decide(&word, 5, 1 << 32));
+/// assert!(!testkit::bench::floor_decide(&AtomicU64::new(u64::MAX), 5, 1 << 32));
+/// ```
+#[inline]
+pub fn floor_decide(word: &std::sync::atomic::AtomicU64, now: u64, tolerance: u64) -> bool {
+    use std::sync::atomic::Ordering;
+    // Relaxed: the word publishes nothing but itself.
+    let mut tat = word.load(Ordering::Relaxed);
+    loop {
+        if tat > now.saturating_add(tolerance) {
+            return false;
+        }
+        // Relaxed on both sides, for the same reason.
+        match word.compare_exchange_weak(
+            tat,
+            tat.max(now) + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return true,
+            Err(actual) => tat = actual,
+        }
+    }
+}
