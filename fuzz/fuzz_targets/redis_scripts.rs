@@ -3026,11 +3026,9 @@ impl Run<'_> {
         );
         // The answer's reset, in ns.
         let reset = u128::from(eval.fields()[4]) * u128::from(plan.tick);
-        // What the TTL rounds up to the millisecond: the span until the state reads as fresh
-        // (which the reset is, clamped at 2^53 ticks).
-        let ttl_ns;
-        // The span until the state reads as fresh, from the state itself.
-        let fresh_us = match (&entry.data, self.alg()) {
+        // The span until the state reads as fresh, in ns, from the state itself: what the TTL
+        // rounds up to the millisecond, and what the reset is, clamped at 2^53 ticks.
+        let fresh_ns = match (&entry.data, self.alg()) {
             (Data::Str(s), Alg::Bucket | Alg::Meter) => {
                 let v = numbers(s);
                 assert_eq!(
@@ -3073,8 +3071,7 @@ impl Run<'_> {
                     );
                     span_ns
                 };
-                ttl_ns = span_ns;
-                span_ns.div_ceil(1000)
+                span_ns
             }
             (Data::Hash(h), Alg::Window) => {
                 let [i, c, w, n] = ["i", "c", "w", "n"].map(|f| field_u64(h, f));
@@ -3084,9 +3081,7 @@ impl Run<'_> {
                     i >= self.reading / w,
                     "the state's window is before the reading's"
                 );
-                let fresh = (u128::from(i) + 1) * u128::from(w) - u128::from(self.reading);
-                ttl_ns = fresh * 1000;
-                fresh
+                ((u128::from(i) + 1) * u128::from(w) - u128::from(self.reading)) * 1000
             }
             (Data::Hash(h), Alg::Counter) => {
                 let [i, p, c, w, n] = ["i", "p", "c", "w", "n"].map(|f| field_u64(h, f));
@@ -3097,9 +3092,7 @@ impl Run<'_> {
                     "the state's window is before the reading's"
                 );
                 // Fresh once window i + 1 has ended.
-                let fresh = (u128::from(i) + 2) * u128::from(w) - u128::from(self.reading);
-                ttl_ns = fresh * 1000;
-                fresh
+                ((u128::from(i) + 2) * u128::from(w) - u128::from(self.reading)) * 1000
             }
             (Data::ZSet(z), Alg::Log) => {
                 let [n, w] = [plan.args[0], plan.args[1]];
@@ -3142,12 +3135,11 @@ impl Run<'_> {
                         );
                     }
                 }
-                let fresh = u128::from(at) + u128::from(w) - u128::from(self.reading);
-                ttl_ns = fresh * 1000;
-                fresh
+                (u128::from(at) + u128::from(w) - u128::from(self.reading)) * 1000
             }
             (data, alg) => panic!("{alg:?} wrote {data:?}"),
         };
+        let fresh_us = fresh_ns.div_ceil(1000);
         // The answer's reset is the span until fresh, clamped at 2^53 ticks (the windows' tick
         // is 1 us).
         let tick = if self.alg().is_gcra() {
@@ -3157,7 +3149,7 @@ impl Run<'_> {
         };
         assert_eq!(
             reset,
-            ttl_ns.min(u128::from(LIMIT) * tick) / tick * tick,
+            fresh_ns.min(u128::from(LIMIT) * tick) / tick * tick,
             "the answer's reset is the span until the state reads as fresh, clamped"
         );
         if let Some(fresh_in) = fresh_in {
@@ -3173,7 +3165,7 @@ impl Run<'_> {
             );
             return;
         }
-        let ttl_ms = ttl_ns.div_ceil(1_000_000).max(1);
+        let ttl_ms = fresh_ns.div_ceil(1_000_000).max(1);
         let expires_at = entry
             .expires_at
             .expect("a state written at the server's reading has a TTL");
