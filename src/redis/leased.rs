@@ -12,7 +12,7 @@ use super::limiter::{Ask, RedisLimiter, MAX_WAIT};
 use crate::keyed::TokenBucketKeys;
 use crate::lease::{LeaseStock, Take};
 use crate::outcome::{Admitted, Denied, Span};
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicU64, Ordering};
 
 /// A token bucket shared through Redis, spent locally: a lease takes up to `batch` tokens from
 /// the key's shared bucket in one call (the same state [`RedisLimiter<TokenBucketKeys>`] decides
@@ -83,6 +83,9 @@ struct Inner {
     /// Set once, by `close` or drop: tokens that land afterwards are given back at once.
     closed: AtomicBool,
     landed: tokio::sync::Notify,
+    /// Leases that have ended (landed, found nothing, or failed): lets `acquire` see one that
+    /// ended between its check of the stock and its check for a lease in flight.
+    ended: AtomicU64,
     runtime: tokio::runtime::Handle,
     leases: AtomicU64,
     leased: AtomicU64,
@@ -243,6 +246,7 @@ impl LeasedBucketBuilder {
                 unavailable: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 landed: tokio::sync::Notify::new(),
+                ended: AtomicU64::new(0),
                 runtime,
                 leases: AtomicU64::new(0),
                 leased: AtomicU64::new(0),
@@ -307,6 +311,9 @@ impl Inner {
                 self.unavailable.store(true, Ordering::Relaxed);
             }
         }
+        add(&self.ended, 1);
+        // Release: `acquire`, reading the claim released, reads this end counted (its fence).
+        fence(Ordering::Release);
         self.stock.end_lease();
         self.landed.notify_waiters();
         if self.closed.load(Ordering::Relaxed) {
@@ -402,13 +409,25 @@ impl LeasedBucket {
         tokio::pin!(landed);
         // Registered before the check: a lease that lands in between still wakes this call.
         landed.as_mut().enable();
+        let ended = inner.ended.load(Ordering::Relaxed);
         match self.try_acquire() {
-            Err(RedisError::Denied(_)) if inner.stock.is_leasing() => {
+            // A lease is in flight, or one ended since the stock was found empty (the thread may
+            // have been descheduled between the two checks): wait for it (at once when it has
+            // already landed) and look again.
+            Err(RedisError::Denied(_)) if inner.stock.is_leasing() || self.ended_since(ended) => {
                 let _ = tokio::time::timeout(inner.limiter.timeout(), landed).await;
                 self.try_acquire()
             }
             answer => answer,
         }
+    }
+
+    /// Whether a lease has ended since `ended` was read. Called after the claim was seen free:
+    /// the Acquire fence pairs with the lease's Release fence before it freed the claim, so a
+    /// lease whose freed claim was seen is counted here.
+    fn ended_since(&self, ended: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.inner.ended.load(Ordering::Relaxed) != ended
     }
 
     /// Tokens in the local stock now.
