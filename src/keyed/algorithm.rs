@@ -29,6 +29,16 @@ pub(crate) mod sealed {
         pub(crate) tier: u8,
     }
 
+    /// The inner state relocates; the tier, set at creation, is copied.
+    impl<S: crate::algorithm::sealed::Relocate> crate::algorithm::sealed::Relocate for TieredState<S> {
+        fn relocate(&self) -> Self {
+            TieredState {
+                state: self.state.relocate(),
+                tier: self.tier,
+            }
+        }
+    }
+
     impl<S> std::fmt::Debug for TieredState<S> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("TieredState")
@@ -125,8 +135,9 @@ pub type SlidingWindowCounterKeys = crate::SlidingWindowCounterAlgorithm;
 /// admissions in any window of the quota's period; a key is forgotten once its newest admission
 /// has left the window.
 ///
-/// A key costs a ring of N timestamps, `8 × N` bytes on the heap plus 32 in the map (the head, the
-/// group word of a request for several, and the ring's pointer), besides the key itself: keep N small (N is at most
+/// A key costs a ring of N timestamps and two words (the head and the group word of a request for
+/// several), `8 × (N + 2)` bytes on the heap with the block's two counts (16 bytes), plus 24 in the map
+/// (the block's pointer, its length and where the ring starts), besides the key itself: keep N small (N is at most
 /// [`MAX_LOG`](crate::window::MAX_LOG)). A key created afresh after an eviction is
 /// built full of entries that have just left the window (see the module docs of
 /// [`keyed`](super)), N stores at creation. Requests for `n > 1` are all or none, as the log's
@@ -614,14 +625,14 @@ mod tests {
         type Word = <TokenBucketKeys as Contract>::State;
         type Log = <SlidingWindowLogKeys as Contract>::State;
         assert_eq!(size_of::<Word>(), 8);
-        assert_eq!(size_of::<Log>(), 32);
+        assert_eq!(size_of::<Log>(), 24);
         assert_eq!(
             size_of::<<Tiered<TokenBucketKeys> as Contract>::State>(),
             16
         );
         assert_eq!(
             size_of::<<Tiered<SlidingWindowLogKeys> as Contract>::State>(),
-            40
+            32
         );
     }
 }

@@ -160,9 +160,10 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let now = now.min(self.clock.now());
         // The floor rises before any key is marked gone. Relaxed is enough: a thread that
         // re-creates a forgotten key first sees its mark (written with Release after this store,
-        // seen through an Acquire fence) or finds it removed (under the shard's write lock, taken
-        // after the sweep released it), either of which makes this store visible to its load of
-        // the floor.
+        // seen through an Acquire fence) or finds it removed (under the shard's lock, taken after
+        // the sweep released it; or, looking without the lock, through the Acquire load of the
+        // removed slot's control byte or of the table rebuilt after it), either of which makes
+        // this store visible to its load of the floor.
         self.floor.fetch_max(now.clamped(), Ordering::Relaxed);
         // Each key is marked gone by one compare-and-swap from the state judged fresh, racing any
         // decision on it (see the module docs), then removed if it still holds that state. A
@@ -273,7 +274,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// The reading a key created afresh at `now` is fresh as of: `max(now, floor)`.
     #[inline]
     pub(super) fn fresh_at(&self, now: Nanos) -> Nanos {
-        // Relaxed: see `retain_recent_at`; callers creating a key hold its shard's write lock, and
+        // Relaxed: see `retain_recent_at`; callers creating a key hold its shard's lock, and
         // callers that found the key's state gone have passed the Acquire fence of `Gone::seen`.
         let floor = self.floor.load(Ordering::Relaxed);
         Nanos::new(now.clamped().max(floor))

@@ -1,6 +1,6 @@
 //! [`KeyedLimiter`]: the map of per-key states and its checks (admissions, peeks, remaining
 //! counts), with the protocol that creates a new key (or replaces a forgotten one) under its
-//! shard's write lock.
+//! shard's lock.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -289,8 +289,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// A request for `n` on `key` at the reading `now()` gives. The reading is taken once the
-    /// key's state has been found (under the shard's read lock, which changes nothing: any reading
-    /// is as good as any other taken during the call): with the clock, the lookup's memory accesses
+    /// key's state has been found (any reading is as good as any other taken during the call): with the clock, the lookup's memory accesses
     /// are then issued before the clock read rather than waiting behind it, which on a map larger
     /// than the caches is most of a check's cost.
     #[inline]
@@ -319,7 +318,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// The slow path: `key` was not there a moment ago (or its state was gone). Creates it under
-    /// its shard's write lock (or admits on it, if another thread created it meanwhile; or replaces
+    /// its shard's lock (or admits on it, if another thread created it meanwhile; or replaces
     /// a state eviction has marked gone and not yet removed), sweeping first if the map is full
     /// and a sweep is due; failing that, the overflow policy.
     #[cold]
@@ -331,7 +330,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         for attempt in 0..2 {
             let created = self.store.with_entry(key.to_owned(), |slot| match slot {
                 Slot::Occupied(key, state) => match A::acquire_keyed(&self.policy, state, now, n) {
-                    // Another thread created it between our lookup and our write lock.
+                    // Another thread created it between our lookup and our lock.
                     Ok(outcome) => (
                         None,
                         Created::Done(outcome.map_err(KeyedError::from), false),
@@ -360,7 +359,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 Slot::Vacant(key) => {
                     let tier = self.tier_of(key);
                     match A::create(&self.policy, tier, self.fresh_at(now), now, n) {
-                        // The place is reserved under the write lock, so a second thread creating
+                        // The place is reserved under the shard lock, so a second thread creating
                         // the same key waits for the lock and then finds it occupied: one
                         // reservation, one state, both admissions counted. (Another key may have
                         // taken the last place since the check above: then the state just built
@@ -589,9 +588,14 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + Eq + ?Sized,
     {
         // A state eviction has marked gone is forgotten, even before it is removed.
-        self.store
-            .with_read(key, |state| !A::is_gone(state))
-            .unwrap_or(false)
+        matches!(
+            self.store.with_read(key, |state| if A::is_gone(state) {
+                Err(Gone)
+            } else {
+                Ok(())
+            }),
+            Some(Ok(()))
+        )
     }
 
     /// The quota each key gets (a tiered limiter's first tier).

@@ -23,10 +23,9 @@
 //! state, padded to their alignment: 16 bytes for a `u64` key and one word, 32 for an `IpAddr`) and
 //! one control byte, in tables kept at most 7/8 full and grown by doubling, plus whatever the key
 //! owns on the heap (a `String`'s bytes). Measured with `u64` keys
-//! (`tests/keyed_spray.rs`), 100 000 keys held add about 24 bytes each to the resident set. The map is a
-//! `DashMap<K, AtomicU64, ahash::RandomState>`: a fixed, power-of-two number of shards, each a
-//! read-write lock around a hash table, hashed with a per-map random key so that clients cannot
-//! choose keys that collide.
+//! (`tests/keyed_spray.rs`), 100 000 keys held add about 24 bytes each to the resident set. The map
+//! (see [The map](#the-map) below) hashes with ahash under a per-map random key, so that clients
+//! cannot choose keys that collide.
 //!
 //! The algorithm run per key is a type parameter, one of the marker types of this module (the
 //! [`Algorithm`] trait is sealed):
@@ -37,7 +36,7 @@
 //! | [`LeakyMeterKeys`] | the [leaky meter](crate::leaky::meter), strict: admitted only when the key's virtual queue is empty | 8 bytes | its queue is empty again |
 //! | [`FixedWindowKeys`] | the [fixed window](crate::window::fixed): N per window, windows on the clock's epoch | 8 bytes | its window is over |
 //! | [`SlidingWindowCounterKeys`] | the one-word [sliding window counter](crate::window::sliding_counter) | 8 bytes | both windows it counts are over |
-//! | [`SlidingWindowLogKeys`] | the exact [sliding window log](crate::window::sliding_log) | 32 bytes + 8 N on the heap | its newest admission has left the window |
+//! | [`SlidingWindowLogKeys`] | the exact [sliding window log](crate::window::sliding_log) | 24 bytes + 8 (N + 2) + 16 on the heap | its newest admission has left the window |
 //! | [`Tiered<A>`](Tiered) | any of the above, its quota picked per key from up to 256 tiers ([`KeyedLimiter::with_tiers`]) | A's state + 1 byte, padded (16 bytes for the one-word ones) | as for A |
 //!
 //! [`KeyedLimiter::new`] and [`KeyedLimiter::with_clock`] build the default;
@@ -60,7 +59,7 @@
 //!
 //! - automatically, amortized over new keys: after every `max(256, len / 2)` new keys (or refused
 //!   ones, see below), the thread that inserted the last one sweeps the map, one shard at a time
-//!   under that shard's write lock, removing every key that is fresh at its reading: at most two key
+//!   under that shard's lock, removing every key that is fresh at its reading: at most two key
 //!   checks per new key, amortized, and no background thread;
 //! - on demand, with [`KeyedLimiter::retain_recent`] (and [`KeyedLimiter::shrink_to_fit`] to give the
 //!   freed memory back);
@@ -82,8 +81,24 @@
 //!
 //! The map's locks play no part in this: the protocol holds for a map whose lookups take no lock
 //! and whose removal is a separate step from the mark (the loom models in `loom-tests/` check it
-//! against such a map). Today's map, DashMap, still holds a shard's read lock during a lookup and
-//! marks and removes under the write lock, which the protocol neither needs nor minds.
+//! against such a map).
+//!
+//! # The map
+//!
+//! The map is the crate's own: a fixed number of shards (four per core, at least 64), each an
+//! open-addressing table with one control byte per slot and the keys and states inline, as
+//! `hashbrown` lays them out, filled to at most 7/8. **A lookup of a known key takes no lock and
+//! writes nothing shared**: it pins crossbeam's epoch (a write to the calling thread's own
+//! record) and reads the control bytes, the key and the state; the admission is then the
+//! algorithm's own compare-and-swap, and a denial writes nothing more. New keys, eviction and
+//! growth take the key's shard lock. A growing shard moves each state into its new table the way
+//! eviction forgets one: the one-word state's word is taken out with the gone mark left behind, so
+//! an admission on the old place either happened before the move and travels with the word, or
+//! meets the mark and looks again, under the lock, in the new table (a sliding log's words live in
+//! a block both places share). Old tables are freed once every lookup that may have seen them has
+//! ended. DashMap, the crate's map until then (and governor's), holds a shard's read lock for
+//! every lookup: two read-modify-writes on a word every core hitting that shard shares; the
+//! measurements behind the choice are in `benches/README.md` (the `maps` bench).
 //!
 //! **Clocks that step backwards across an eviction.** A full bucket is "full as of its last
 //! reading"; a reading earlier than that would see it less than full. To keep forgetting from ever
@@ -114,7 +129,7 @@
 //! # Bounded memory
 //!
 //! The map never holds more than [`KeyedLimiter::with_max_keys`] keys (default 1 048 576). A new
-//! key reserves its place in an atomic count under its shard's write lock, before it is inserted, and
+//! key reserves its place in an atomic count under its shard's lock, before it is inserted, and
 //! gives it back only after it is removed, so the bound holds exactly under any concurrency, and two
 //! threads inserting the same new key create one state and count both admissions. When every place
 //! is held by a key that is still active (not full), the limiter first sweeps (if a sweep is due),
@@ -148,6 +163,16 @@ mod limiter;
 mod store;
 #[cfg(not(tollgate_loom))]
 mod sweeper;
+#[allow(unsafe_code)]
+mod table;
+
+/// Loom's window into the keyed limiter's table (`loom-tests/tests/table.rs`). Not an API.
+#[cfg(tollgate_loom)]
+#[doc(hidden)]
+pub mod loom_table {
+    pub use super::table::LoomTable;
+    pub use crate::cas::Gone;
+}
 mod tiers;
 
 pub use crate::algorithm::Algorithm;

@@ -9,19 +9,24 @@
 //! that eviction marked gone. Decisions never rely on the map's locks to exclude eviction: the
 //! state's own mark does that.
 //!
-//! Outside loom it is a `DashMap<K, V, ahash::RandomState>`: a fixed number of shards, each a
-//! `RwLock` around a hash table (a lookup holds its shard's read lock while the state is used;
-//! eviction marks and removes under the write lock). Loom cannot see inside DashMap's locks, so
-//! under `cfg(tollgate_loom)` the store is a [`RwLock`](crate::sync::RwLock) around a `std`
+//! Outside loom it is the crate's own table ([`table`](super::table)): lookups of known keys take
+//! no lock (an epoch pin keeps what they read alive), and inserts, replacements, eviction and
+//! growth take the key's shard lock. Loom cannot see inside the epoch, so under
+//! `cfg(tollgate_loom)` the store is a [`RwLock`](crate::sync::RwLock) around a `std`
 //! `HashMap` of [`Arc`](crate::sync::Arc)s, with no lock held while a state is used, and eviction
 //! marking and removing in separate steps: the weakest map the protocol allows (a lock-free map
 //! whose readers hold no lock, and whose removal is not atomic with the mark), so that the loom
 //! models check the protocol against every interleaving such a map admits.
 
+#[cfg(tollgate_loom)]
 use std::borrow::Borrow;
+#[cfg(tollgate_loom)]
 use std::hash::Hash;
 
-/// What [`Store::with_entry`] found, under the key's write lock.
+#[cfg(tollgate_loom)]
+use crate::cas::Gone;
+
+/// What `Store::with_entry` found, under the key's lock.
 pub(crate) enum Slot<'a, K, V> {
     /// The key was there; the key and its state.
     Occupied(&'a K, &'a V),
@@ -30,74 +35,7 @@ pub(crate) enum Slot<'a, K, V> {
 }
 
 #[cfg(not(tollgate_loom))]
-pub(crate) struct Store<K, V> {
-    map: dashmap::DashMap<K, V, ahash::RandomState>,
-}
-
-#[cfg(not(tollgate_loom))]
-impl<K: Hash + Eq, V> Store<K, V> {
-    pub(crate) fn new() -> Store<K, V> {
-        Store {
-            map: dashmap::DashMap::with_hasher(ahash::RandomState::new()),
-        }
-    }
-
-    /// Runs `f` on `key`'s state (holding its shard's read lock meanwhile), or answers `None`.
-    #[inline]
-    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        // The `Ref` holds the shard's read lock until it drops, after `f` returns.
-        self.map.get(key).map(|entry| f(entry.value()))
-    }
-
-    /// Runs `f` while holding `key`'s shard write lock, on the key's state if it is there; if `f`
-    /// answers a state, it is inserted for a vacant key or replaces the occupied one's (still
-    /// under the lock).
-    pub(crate) fn with_entry<R>(
-        &self,
-        key: K,
-        f: impl FnOnce(Slot<'_, K, V>) -> (Option<V>, R),
-    ) -> R {
-        match self.map.entry(key) {
-            dashmap::mapref::entry::Entry::Occupied(mut entry) => {
-                let (replacement, answer) = f(Slot::Occupied(entry.key(), entry.get()));
-                if let Some(state) = replacement {
-                    entry.insert(state);
-                }
-                answer
-            }
-            dashmap::mapref::entry::Entry::Vacant(entry) => {
-                let (word, answer) = f(Slot::Vacant(entry.key()));
-                if let Some(word) = word {
-                    entry.insert(word);
-                }
-                answer
-            }
-        }
-    }
-
-    /// Removes every entry whose state `evict` marks gone, marking and removing each under its
-    /// shard's write lock (one shard at a time), and answers how many it removed.
-    pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
-        let mut removed = 0;
-        self.map.retain(|_, state| {
-            if evict(state) {
-                removed += 1;
-                false
-            } else {
-                true
-            }
-        });
-        removed
-    }
-
-    pub(crate) fn shrink_to_fit(&self) {
-        self.map.shrink_to_fit();
-    }
-}
+pub(crate) use super::table::Table as Store;
 
 #[cfg(tollgate_loom)]
 pub(crate) struct Store<K, V> {
@@ -113,9 +51,14 @@ impl<K: Hash + Eq, V> Store<K, V> {
     }
 
     /// Runs `f` on `key`'s state with no lock held (the `Arc` keeps it alive if it is removed
-    /// meanwhile), or answers `None`.
+    /// meanwhile), or answers `None`. (The table's relocation, whose readers look again, has no
+    /// counterpart here: this map never moves a state.)
     #[inline]
-    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    pub(crate) fn with_read<Q, R>(
+        &self,
+        key: &Q,
+        f: impl Fn(&V) -> Result<R, Gone>,
+    ) -> Option<Result<R, Gone>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,

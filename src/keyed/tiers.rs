@@ -44,7 +44,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C> {
     /// again when it returns, so a tier change (an upgraded customer) takes effect once the key has
     /// been idle long enough to be forgotten, never in the middle of its limit. A key costs one
     /// byte more, padded to its state's alignment: 16 bytes instead of 8 for the one-word
-    /// algorithms. `pick` runs under the key's shard write lock: keep it short, and do not call
+    /// algorithms. `pick` runs under the key's shard lock: keep it short, and do not call
     /// the limiter from it.
     ///
     /// # Errors

@@ -394,22 +394,48 @@ impl Entry {
 /// [`Log::group`] when no request for several holds it.
 const NO_GROUP: u64 = 0;
 
-/// The log's state: the head, the group word and the ring of the last N admission times. A direct
-/// log keeps it on a cache line of its own (the head is loaded twice by every request, the slots
-/// written by other threads); a keyed limiter's per-key logs keep it inline (one padded line per
-/// key would cost 128 bytes a key for contention that spreads over keys).
+/// The log's state: the head, the group word and the ring of the last N admission times, all in
+/// one shared heap block (so that a keyed limiter's table, relocating a log while readers may still
+/// hold the old place, shares the block between both places: no write is lost).
+/// A direct log puts 112 bytes between the group word and the ring (the head is loaded twice by
+/// every request, the slots written by other threads); a keyed limiter's per-key logs do not (one
+/// padded line per key would cost 128 bytes a key for contention that spreads over keys).
+///
+/// The words, in order:
+///
+/// - the **head**: the next position to claim, a hint: at most one claim (one position, or one
+///   group's) behind the last, moved forward by the claimer or by any thread that sees it lag. It
+///   never passes a group's first position while the group's mark is in place;
+/// - the **group** word: the size `n` of the request for several that may commit, or has committed
+///   and not finished, a group; `NO_GROUP` otherwise. Taken (from `NO_GROUP`, by
+///   compare-and-swap) by a request for several between its judgment and its commit, and given
+///   back by whoever finishes its group, or by the request itself when its commit fails. Single
+///   requests never touch it;
+/// - from `first` on, N **slots**; position `p` lives in slot `p % N`. See `Entry` for the state
+///   table.
 pub struct Log {
-    /// The next position to claim, a hint: at most one claim (one position, or one group's) behind
-    /// the last, moved forward by the claimer or by any thread that sees it lag. It never passes a
-    /// group's first position while the group's mark is in place.
-    head: AtomicU64,
-    /// The size `n` of the request for several that may commit, or has committed and not finished,
-    /// a group; [`NO_GROUP`] otherwise. Taken (from `NO_GROUP`, by compare-and-swap) by a request
-    /// for several between its judgment and its commit, and given back by whoever finishes its
-    /// group, or by the request itself when its commit fails. Single requests never touch it.
-    group: AtomicU64,
-    /// N slots; position `p` lives in slot `p % N`. See [`Entry`] for the state table.
-    slots: Box<[AtomicU64]>,
+    words: std::sync::Arc<[AtomicU64]>,
+    /// The index of slot 0 in `words`.
+    first: usize,
+}
+
+/// The head's index in a log's words.
+const HEAD: usize = 0;
+/// The group word's index.
+const GROUP: usize = 1;
+/// Slot 0's index in a keyed log.
+const KEYED_FIRST: usize = 2;
+/// Slot 0's index in a direct log: 128 bytes after the head, as a cache-line pair.
+const DIRECT_FIRST: usize = 16;
+
+/// A relocated log shares its block with the old place: a write through either is a write to both.
+impl crate::algorithm::sealed::Relocate for Log {
+    fn relocate(&self) -> Self {
+        Log {
+            words: self.words.clone(),
+            first: self.first,
+        }
+    }
 }
 
 impl fmt::Debug for Log {
@@ -439,15 +465,28 @@ struct Group {
 }
 
 impl Log {
-    /// An empty log for `policy`: N fresh slots.
+    /// A log for `policy` with slot 0 at `first`, slot `p` holding `word(p)`.
+    fn build(policy: &Policy, first: usize, head: u64, word: impl Fn(u64) -> u64) -> Log {
+        let words = (0..first)
+            .map(|i| match i {
+                HEAD => head,
+                GROUP => NO_GROUP,
+                _ => 0,
+            })
+            .chain((0..policy.count).map(word))
+            .map(AtomicU64::new)
+            .collect();
+        Log { words, first }
+    }
+
+    /// An empty log for `policy`: N fresh slots, laid out for a keyed limiter.
     pub(crate) fn new(policy: &Policy) -> Log {
-        Log {
-            head: AtomicU64::new(0),
-            group: AtomicU64::new(NO_GROUP),
-            slots: (0..policy.count)
-                .map(|_| AtomicU64::new(Entry::FRESH.0))
-                .collect(),
-        }
+        Log::build(policy, KEYED_FIRST, 0, |_| Entry::FRESH.0)
+    }
+
+    /// An empty log for a direct limiter: the head and group word apart from the ring.
+    pub(crate) fn direct(policy: &Policy) -> Log {
+        Log::build(policy, DIRECT_FIRST, 0, |_| Entry::FRESH.0)
     }
 
     /// The log of a key a keyed limiter creates afresh, "fresh as of `fresh`": N entries (lap 0,
@@ -463,13 +502,9 @@ impl Log {
         let Some(at) = fresh.clamped().checked_sub(policy.window) else {
             return Log::new(policy);
         };
-        Log {
-            head: AtomicU64::new(policy.count),
-            group: AtomicU64::new(NO_GROUP),
-            slots: (0..policy.count)
-                .map(|p| AtomicU64::new(Entry::new(p, policy.count, at).0))
-                .collect(),
-        }
+        Log::build(policy, KEYED_FIRST, policy.count, |p| {
+            Entry::new(p, policy.count, at).0
+        })
     }
 
     /// Eviction: if every entry has left the window at `now` (and so at every later reading),
@@ -502,13 +537,13 @@ impl Log {
     #[inline]
     fn len(&self) -> u64 {
         // usize -> u64 never truncates on the platforms Rust supports; `max` keeps the modulo safe.
-        (self.slots.len() as u64).max(1)
+        ((self.words.len() - self.first) as u64).max(1)
     }
 
     #[inline]
     fn slot(&self, p: u64) -> &AtomicU64 {
         // The index is below the slice's length, so it is in bounds.
-        &self.slots[(p % self.len()) as usize]
+        &self.words[self.first + (p % self.len()) as usize]
     }
 
     #[inline]
@@ -524,7 +559,7 @@ impl Log {
         // Acquire: pairs with the AcqRel head move that wrote this value, and through the chain of
         // head read-modify-writes with every earlier one; each was made by a thread that had seen the
         // claim of the position it passed, so every claim below the value read is visible here.
-        self.head.load(Ordering::Acquire)
+        self.words[HEAD].load(Ordering::Acquire)
     }
 
     /// Moves the head from `s` to `s + 1` if nobody has; the caller has seen position `s` claimed.
@@ -535,7 +570,7 @@ impl Log {
         // from the move that wrote `s`. Failure is Relaxed: someone else moved it, and the value
         // seen is not used. Positions never wrap in practice (2^64 admissions).
         let _ = cas::compare_exchange(
-            &self.head,
+            &self.words[HEAD],
             s,
             s.wrapping_add(1),
             Ordering::AcqRel,
@@ -551,7 +586,13 @@ impl Log {
             // AcqRel, as in `advance`: the Release half publishes the claims this thread has seen
             // (the whole group) to whoever loads the head past them. Failure is Relaxed: the value
             // seen only says where to try from (a thread that saw part of the group moved it).
-            match cas::compare_exchange(&self.head, h, to, Ordering::AcqRel, Ordering::Relaxed) {
+            match cas::compare_exchange(
+                &self.words[HEAD],
+                h,
+                to,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return,
                 Err(seen) if seen > h && seen < to => h = seen,
                 Err(_) => return,
@@ -566,7 +607,7 @@ impl Log {
         // returns that request's `n` or a later value; a later value (NO_GROUP, or the next
         // request's size) was written, with Release, after the group was finished, and this
         // Acquire then makes the finish visible to the check of the slot below, which fails.
-        let n = self.group.load(Ordering::Acquire);
+        let n = self.words[GROUP].load(Ordering::Acquire);
         // Head still at `s`: the mark is position `s`'s, not a later lap's seen through a stale
         // head (the head reached that later position before its mark was committed). Mark still
         // in place: the group is not finished, so `n` is its size.
@@ -635,7 +676,7 @@ impl Log {
             // Release: pairs with the Acquire of the next request for several that takes the word,
             // and with the Acquire load in `group_at` (a helper that reads this value sees the
             // finish above). Only the thread whose finish succeeded gives the word back.
-            cas::store(&self.group, NO_GROUP, Ordering::Release);
+            cas::store(&self.words[GROUP], NO_GROUP, Ordering::Release);
         }
         self.advance_over(g.s, g.s + g.n);
     }
@@ -783,7 +824,7 @@ impl Log {
             // finisher, or a request whose commit failed); Release orders this `n` before the
             // commit, for helpers that load the mark. Failure is Relaxed: nothing is read.
             if cas::compare_exchange(
-                &self.group,
+                &self.words[GROUP],
                 NO_GROUP,
                 n,
                 Ordering::AcqRel,
@@ -820,7 +861,7 @@ impl Log {
                 Err(_) => {
                     // Position `s` went to another request: nothing of this one is in the log.
                     // Release: as the finisher's give-back.
-                    cas::store(&self.group, NO_GROUP, Ordering::Release);
+                    cas::store(&self.words[GROUP], NO_GROUP, Ordering::Release);
                     retries::record();
                     backoff.pause();
                 }
@@ -910,7 +951,7 @@ impl Contract for SlidingWindowLogAlgorithm {
     fn initial(policy: &Policy, _: &Quota, _: Nanos) -> Log {
         // Empty: a window limiter starts with its whole count (validation makes the quota's
         // initial fill equal to it).
-        Log::new(policy)
+        Log::direct(policy)
     }
 
     fn fresh(policy: &Policy, _tier: usize, at: Nanos) -> Log {
@@ -1191,8 +1232,19 @@ mod tests {
             let log =
                 SlidingWindowLog::with_clock(Quota::per_hour(count).unwrap(), ManualClock::new())
                     .unwrap();
-            assert_eq!(log.state.slots.len() as u64, count);
-            assert_eq!(std::mem::size_of_val(&*log.state.slots), 8 * count as usize);
+            assert_eq!(log.state.len(), count);
+            // The head, the group word and the padding, then the ring.
+            assert_eq!(
+                std::mem::size_of_val(&*log.state.words),
+                8 * (DIRECT_FIRST + count as usize)
+            );
+            let keyed = Log::fresh(&log.policy, Nanos::new(u64::MAX));
+            assert_eq!(keyed.len(), count);
+            assert_eq!(
+                std::mem::size_of_val(&*keyed.words),
+                8 * (KEYED_FIRST + count as usize)
+            );
+            assert_eq!(std::mem::size_of::<Log>(), 24);
         }
     }
 
