@@ -85,7 +85,7 @@
 //!
 //! # The map
 //!
-//! The map is the crate's own: a fixed number of shards (four per core, at least 64), each an
+//! The map is the crate's own: a fixed number of shards (four per core, at least 8), each an
 //! open-addressing table with one control byte per slot and the keys and states inline, as
 //! `hashbrown` lays them out, filled to at most 7/8. **A lookup of a known key takes no lock and
 //! writes nothing shared**: it pins crossbeam's epoch (a write to the calling thread's own

@@ -95,13 +95,23 @@ fn capacity_for(live: usize) -> usize {
 /// One slot's entry: uninitialized until its control byte first leaves [`EMPTY`].
 type Entry<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
 
+/// Slots per group.
+const GROUP: usize = 16;
+
+/// Sixteen slots: their control bytes, then their entries. A table is one allocation of groups,
+/// so that each control byte sits near its entry (a probe's two reads are on neighbouring cache
+/// lines) and a growing table frees one block, not two.
+struct Group<K, V> {
+    ctrl: [AtomicU8; GROUP],
+    entries: [Entry<K, V>; GROUP],
+}
+
 /// One shard's table. Its control bytes are atomics; its entries are written once, by the shard
 /// lock's holder, before their control byte publishes them (Release), and read only after it
 /// (Acquire).
 struct Raw<K, V> {
     mask: usize,
-    ctrl: Box<[AtomicU8]>,
-    slots: Box<[Entry<K, V>]>,
+    groups: Box<[Group<K, V>]>,
 }
 
 /// Where a probe for a key ended.
@@ -119,11 +129,25 @@ impl<K, V> Raw<K, V> {
         debug_assert!(capacity.is_power_of_two() && capacity >= MIN_CAPACITY);
         Box::new(Raw {
             mask: capacity - 1,
-            ctrl: (0..capacity).map(|_| AtomicU8::new(EMPTY)).collect(),
-            slots: (0..capacity)
-                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+            groups: (0..capacity / GROUP)
+                .map(|_| Group {
+                    ctrl: std::array::from_fn(|_| AtomicU8::new(EMPTY)),
+                    entries: std::array::from_fn(|_| UnsafeCell::new(MaybeUninit::uninit())),
+                })
                 .collect(),
         })
+    }
+
+    /// Slot `i`'s control byte.
+    #[inline]
+    fn ctrl(&self, i: usize) -> &AtomicU8 {
+        &self.groups[i / GROUP].ctrl[i % GROUP]
+    }
+
+    /// Slot `i`'s entry cell.
+    #[inline]
+    fn cell(&self, i: usize) -> &Entry<K, V> {
+        &self.groups[i / GROUP].entries[i % GROUP]
     }
 
     fn capacity(&self) -> usize {
@@ -140,7 +164,8 @@ impl<K, V> Raw<K, V> {
     unsafe fn entry(&self, i: usize) -> &(K, V) {
         // SAFETY: written before its control byte was published, never written again while the
         // table lives (the caller's contract).
-        self.slots[i].with(|entry| unsafe { (*entry).assume_init_ref() })
+        self.cell(i)
+            .with(|entry| unsafe { (*entry).assume_init_ref() })
     }
 
     /// Probes for `key` from its home slot. Terminates: a table is rebuilt before its last
@@ -155,7 +180,7 @@ impl<K, V> Raw<K, V> {
         let mut i = hash as usize & self.mask;
         loop {
             // Acquire: an entry published live is read as its writer wrote it.
-            match self.ctrl[i].load(Ordering::Acquire) {
+            match self.ctrl(i).load(Ordering::Acquire) {
                 EMPTY => return Found::Absent,
                 MOVED => return Found::Moved,
                 // SAFETY: a live control byte, read with Acquire; the caller holds a pin or lock.
@@ -173,13 +198,14 @@ impl<K, V> Raw<K, V> {
     fn put(&self, hash: u64, key: K, value: V) {
         let mut i = hash as usize & self.mask;
         // Relaxed: only the writer stores control bytes, and it reads its own stores.
-        while self.ctrl[i].load(Ordering::Relaxed) != EMPTY {
+        while self.ctrl(i).load(Ordering::Relaxed) != EMPTY {
             i = (i + 1) & self.mask;
         }
         // SAFETY: an empty slot is read by no one (probes stop at it and never read its entry).
-        self.slots[i].with_mut(|entry| unsafe { (*entry).write((key, value)) });
+        self.cell(i)
+            .with_mut(|entry| unsafe { (*entry).write((key, value)) });
         // Release: a reader that sees the slot live sees the entry written above.
-        self.ctrl[i].store(tag(hash), Ordering::Release);
+        self.ctrl(i).store(tag(hash), Ordering::Release);
     }
 }
 
@@ -188,7 +214,11 @@ impl<K, V> Drop for Raw<K, V> {
         if !std::mem::needs_drop::<(K, V)>() {
             return;
         }
-        for (c, slot) in self.ctrl.iter().zip(self.slots.iter()) {
+        let slots = self
+            .groups
+            .iter()
+            .flat_map(|g| g.ctrl.iter().zip(g.entries.iter()));
+        for (c, slot) in slots {
             // Relaxed: `&mut self`, no other thread is left.
             let c = c.load(Ordering::Relaxed);
             // Live and removed entries are owned here; a moved one's key belongs to the next
@@ -206,27 +236,79 @@ impl<K, V> Drop for Raw<K, V> {
     }
 }
 
-/// A replaced table, freed once every pin that may have seen it has ended.
-struct Retired<K, V> {
-    raw: *mut Raw<K, V>,
-    /// Set by a function the epoch runs once every pin taken before the retirement has ended.
+/// A replaced table's pointer (owned: freed once no pin that may have seen it is left).
+struct RawPtr<K, V>(*mut Raw<K, V>);
+
+/// The tables replaced and not yet freed. One deferred function at a time is in the epoch's
+/// hands: it covers every table retired before it was deferred, and the ones retired meanwhile
+/// wait for the next. (crossbeam sends each flushed function to its global queue in a bag of
+/// 64 slots, 2 KiB; one per retirement was 1.7 bytes per key at 100 000 keys.)
+struct Reclaim<K, V> {
+    /// Retired after the function in flight was deferred.
+    pending: Vec<RawPtr<K, V>>,
+    /// Retired before it: freed when it has run.
+    waiting: Vec<RawPtr<K, V>>,
+    /// Set by the function in flight once every pin taken before it was deferred has ended.
     #[cfg(not(tollgate_loom))]
-    safe: std::sync::Arc<crate::sync::AtomicBool>,
+    done: Option<std::sync::Arc<crate::sync::AtomicBool>>,
+}
+
+impl<K, V> Reclaim<K, V> {
+    /// Frees the waiting tables if their grace period is over, and hands the pending ones to
+    /// the epoch if none are in its hands. (Under loom, nothing: they are freed with the table.)
+    fn advance(&mut self) {
+        #[cfg(not(tollgate_loom))]
+        {
+            // Acquire: pairs with the function's Release, which ran after the grace period.
+            if let Some(done) = &self.done {
+                if !done.load(Ordering::Acquire) {
+                    return;
+                }
+                for raw in self.waiting.drain(..) {
+                    // SAFETY: retired (no longer any shard's current table) before the function
+                    // was deferred, and the function has run: no pin that may hold it is left.
+                    drop(unsafe { Box::from_raw(raw.0) });
+                }
+                self.done = None;
+            }
+            if self.pending.is_empty() {
+                return;
+            }
+            self.waiting = std::mem::take(&mut self.pending);
+            let done = std::sync::Arc::new(crate::sync::AtomicBool::new(false));
+            let flag = done.clone();
+            let guard = pin();
+            // Release: the freeing thread's Acquire then sees the grace period over.
+            guard.defer(move || flag.store(true, Ordering::Release));
+            // Sends it to the global queue now, where any thread's pins can run it (it would
+            // otherwise wait in this thread's bag until 63 more were deferred).
+            guard.flush();
+            self.done = Some(done);
+        }
+    }
+}
+
+impl<K, V> Drop for Reclaim<K, V> {
+    fn drop(&mut self) {
+        for raw in self.pending.drain(..).chain(self.waiting.drain(..)) {
+            // SAFETY: dropped with the table (`&mut`): no reader is left; owned once.
+            drop(unsafe { Box::from_raw(raw.0) });
+        }
+    }
 }
 
 /// The shard lock's data.
-struct Writer<K, V> {
+struct Writer {
     /// Slots not [`EMPTY`] in the current table.
     used: usize,
     /// Live slots in the current table.
     live: usize,
-    retired: Vec<Retired<K, V>>,
 }
 
 struct Shard<K, V> {
     /// The current table: replaced (Release) only by the lock's holder.
     raw: AtomicPtr<Raw<K, V>>,
-    writer: Mutex<Writer<K, V>>,
+    writer: Mutex<Writer>,
 }
 
 /// The table: see the module docs.
@@ -235,6 +317,10 @@ pub(crate) struct Table<K, V> {
     /// `64 - log2(shards)`: the shard is the hash's top bits.
     shift: u32,
     hasher: ahash::RandomState,
+    /// Replaced tables not yet freed (locked after a shard's lock, never before).
+    reclaim: Mutex<Reclaim<K, V>>,
+    /// Whether `reclaim` holds any table: writers look at it before locking it.
+    reclaiming: crate::sync::AtomicBool,
     /// Lookups that looked again under the lock (tests see the races they provoke happen).
     #[cfg(any(test, tollgate_loom))]
     relooks: crate::sync::AtomicU64,
@@ -248,12 +334,13 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Send for Table<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Table<K, V> {}
 
 impl<K: Hash + Eq, V: Relocate> Table<K, V> {
-    /// A table with four shards per core, and at least 64 (shards bound how many entries one
-    /// growth relocates, and spread the locks of new keys).
+    /// A table with four shards per core, and at least 8: DashMap's count, so that tables of a
+    /// given number of keys round up to the same sizes (shards spread the locks of new keys and
+    /// bound how many entries one growth relocates; lookups never wait for either).
     #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the store is the stand-in map
     pub(crate) fn new() -> Table<K, V> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Table::with_shards(cores.saturating_mul(4).max(64))
+        Table::with_shards(cores.saturating_mul(4).max(8))
     }
 
     /// A table with `shards` shards (rounded up to a power of two).
@@ -264,11 +351,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
                 .map(|_| {
                     CachePadded::new(Shard {
                         raw: AtomicPtr::new(Box::into_raw(Raw::new(MIN_CAPACITY))),
-                        writer: Mutex::new(Writer {
-                            used: 0,
-                            live: 0,
-                            retired: Vec::new(),
-                        }),
+                        writer: Mutex::new(Writer { used: 0, live: 0 }),
                     })
                 })
                 .collect(),
@@ -278,6 +361,13 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
             hasher: ahash::RandomState::new(),
             #[cfg(tollgate_loom)]
             hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
+            reclaim: Mutex::new(Reclaim {
+                pending: Vec::new(),
+                waiting: Vec::new(),
+                #[cfg(not(tollgate_loom))]
+                done: None,
+            }),
+            reclaiming: crate::sync::AtomicBool::new(false),
             #[cfg(any(test, tollgate_loom))]
             relooks: crate::sync::AtomicU64::new(0),
         }
@@ -319,7 +409,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
                     match f(state) {
                         // Acquire (after the fence of `Gone::seen`): a relocation or replacement
                         // changed the control byte before it marked the state.
-                        Err(Gone) if raw.ctrl[i].load(Ordering::Acquire) != tag(hash) => {}
+                        Err(Gone) if raw.ctrl(i).load(Ordering::Acquire) != tag(hash) => {}
                         answer => return Some(answer),
                     }
                 }
@@ -377,7 +467,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
                 if replacement.is_some() {
                     // Release: a reader that sees the slot removed and looks again under the
                     // lock finds the replacement.
-                    raw.ctrl[i].store(TOMB, Ordering::Release);
+                    raw.ctrl(i).store(TOMB, Ordering::Release);
                     writer.live -= 1;
                 }
                 (replacement, answer)
@@ -391,8 +481,8 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     }
 
     /// Inserts a key known to be absent, rebuilding the table first if it has no slot to spare.
-    fn insert(&self, shard: &Shard<K, V>, writer: &mut Writer<K, V>, hash: u64, key: K, state: V) {
-        Self::free_retired(writer);
+    fn insert(&self, shard: &Shard<K, V>, writer: &mut Writer, hash: u64, key: K, state: V) {
+        self.free_retired();
         // SAFETY: the lock is held.
         let capacity = unsafe { &*shard.raw.load(Ordering::Relaxed) }.capacity();
         if writer.used + 1 > max_used(capacity) {
@@ -413,19 +503,19 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
 
     /// Replaces the shard's table by one of `capacity` holding its live entries, and retires
     /// the old one. Under the shard lock.
-    fn rebuild(&self, shard: &Shard<K, V>, writer: &mut Writer<K, V>, capacity: usize) {
+    fn rebuild(&self, shard: &Shard<K, V>, writer: &mut Writer, capacity: usize) {
         debug_assert!(max_used(capacity) > writer.live);
         let new = Raw::new(capacity);
         let old_ptr = shard.raw.load(Ordering::Relaxed);
         // SAFETY: the lock is held.
         let old = unsafe { &*old_ptr };
         for i in 0..old.capacity() {
-            if old.ctrl[i].load(Ordering::Relaxed) & LIVE == 0 {
+            if old.ctrl(i).load(Ordering::Relaxed) & LIVE == 0 {
                 continue;
             }
             // Before the state is taken out: `relocate`'s mark (Release) orders this store before
             // it, so a reader that sees the mark sees the slot moved and looks again.
-            old.ctrl[i].store(MOVED, Ordering::Relaxed);
+            old.ctrl(i).store(MOVED, Ordering::Relaxed);
             // SAFETY: a live slot, under the lock. The key is moved out once: the old table's
             // drop skips a moved slot's key, and no reader compares it (a probe stops at MOVED).
             let (key, state) = unsafe {
@@ -437,70 +527,47 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
         // Release: a reader that loads the new table sees its entries.
         shard.raw.store(Box::into_raw(new), Ordering::Release);
         writer.used = writer.live;
-        Self::retire(writer, old_ptr);
+        self.retire(old_ptr);
     }
 
-    /// Hands `raw` to the epoch: it is freed (by [`Table::free_retired`]) once every pin that
-    /// may still read it has ended.
-    fn retire(writer: &mut Writer<K, V>, raw: *mut Raw<K, V>) {
-        #[cfg(not(tollgate_loom))]
-        {
-            let safe = std::sync::Arc::new(crate::sync::AtomicBool::new(false));
-            let flag = safe.clone();
-            let guard = pin();
-            // Release: the freeing thread (Acquire) runs after the grace period the epoch saw.
-            guard.defer(move || flag.store(true, Ordering::Release));
-            // Sends the deferred function to the global queue now, so that any thread's pins
-            // can run it (it would otherwise wait in this thread's bag until 64 more were
-            // deferred).
-            guard.flush();
-            writer.retired.push(Retired { raw, safe });
-        }
-        #[cfg(tollgate_loom)]
-        writer.retired.push(Retired { raw });
+    /// Hands `raw` to the reclaimer: it is freed once every pin that may still read it has ended.
+    fn retire(&self, raw: *mut Raw<K, V>) {
+        let mut reclaim = lock(&self.reclaim);
+        reclaim.pending.push(RawPtr(raw));
+        reclaim.advance();
+        // Relaxed: a hint; the reclaimer's own lock orders the lists.
+        self.reclaiming.store(true, Ordering::Relaxed);
     }
 
-    /// Frees the retired tables whose grace period is over. Under the shard lock. (Under loom,
-    /// none: they are freed when the table drops.)
-    #[cfg(tollgate_loom)]
-    fn free_retired(_: &mut Writer<K, V>) {}
-
-    /// Frees the retired tables whose grace period is over. Under the shard lock.
-    #[cfg(not(tollgate_loom))]
-    fn free_retired(writer: &mut Writer<K, V>) {
-        if writer.retired.is_empty() {
+    /// Frees the replaced tables whose grace period is over, if there are any.
+    fn free_retired(&self) {
+        // Relaxed: a hint (a table retired meanwhile is freed at a later call, or with the table).
+        if !self.reclaiming.load(Ordering::Relaxed) {
             return;
         }
-        writer.retired.retain(|retired| {
-            // Acquire: pairs with the epoch function's Release.
-            if retired.safe.load(Ordering::Acquire) {
-                // SAFETY: retired (no longer current) and past its grace period: no reader holds
-                // it; owned since `Box::into_raw`.
-                drop(unsafe { Box::from_raw(retired.raw) });
-                false
-            } else {
-                true
-            }
-        });
+        let mut reclaim = lock(&self.reclaim);
+        reclaim.advance();
+        let idle = reclaim.pending.is_empty() && reclaim.waiting.is_empty();
+        self.reclaiming.store(!idle, Ordering::Relaxed);
     }
 
     /// Removes every entry whose state `evict` marks gone (marking and removing under the
     /// shard lock, one shard at a time), and answers how many it removed.
     pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
+        self.free_retired();
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
-            Self::free_retired(&mut writer);
             // SAFETY: the lock is held.
             let raw = unsafe { &*shard.raw.load(Ordering::Relaxed) };
             for i in 0..raw.capacity() {
-                if raw.ctrl[i].load(Ordering::Relaxed) & LIVE == 0 {
+                if raw.ctrl(i).load(Ordering::Relaxed) & LIVE == 0 {
                     continue;
                 }
                 // SAFETY: a live slot, under the lock.
                 if evict(&unsafe { raw.entry(i) }.1) {
                     // Release: after the mark `evict` wrote, as in `with_entry`.
-                    raw.ctrl[i].store(TOMB, Ordering::Release);
+                    raw.ctrl(i).store(TOMB, Ordering::Release);
                     writer.live -= 1;
                     removed += 1;
                 }
@@ -513,9 +580,9 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     /// ones, at the smallest capacity that holds them.
     #[cfg_attr(tollgate_loom, allow(dead_code))]
     pub(crate) fn shrink_to_fit(&self) {
+        self.free_retired();
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
-            Self::free_retired(&mut writer);
             // SAFETY: the lock is held.
             let capacity = unsafe { &*shard.raw.load(Ordering::Relaxed) }.capacity();
             let fit = capacity_for(writer.live + 1);
@@ -562,12 +629,9 @@ impl<K, V> Drop for Table<K, V> {
             // Relaxed: `&mut self`, no other thread is left.
             // SAFETY: no reader or writer is left; each table is owned once.
             drop(unsafe { Box::from_raw(shard.raw.load(Ordering::Relaxed)) });
-            let mut writer = lock(&shard.writer);
-            for retired in writer.retired.drain(..) {
-                // SAFETY: as above; the epoch's function only sets a flag, which outlives this.
-                drop(unsafe { Box::from_raw(retired.raw) });
-            }
         }
+        // The replaced tables go with `reclaim` (its drop): the epoch's function in flight only
+        // sets a flag, which outlives the table.
     }
 }
 
