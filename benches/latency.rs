@@ -1,5 +1,7 @@
 //! Per-call latency of one admission on one hot key: p50, p90, p99 and p99.9 for `ShardedBucket`,
-//! `TokenBucket` and governor, on 1 and 2 threads, accept-heavy (every call admitted, verified).
+//! `TokenBucket` and governor, on 1 and 2 threads, accept-heavy (every call admitted, verified);
+//! and of one admission on one of [`KEYS`] known keys (pseudo-random per call) for the keyed
+//! limiters of tollgate and governor.
 //!
 //! Criterion reports a mean time per iteration; a tail percentile needs every call timed on its own,
 //! so this is a separate `harness = false` bench that prints a markdown table:
@@ -60,6 +62,9 @@ const CALLS: u64 = 2_000_000;
 /// Untimed calls per thread before each round's timed ones.
 const WARM_UP: u64 = 100_000;
 
+/// The keyed rows' key space: the keys `0..KEYS`, all known before timing.
+const KEYS: u64 = 100_000;
+
 /// The thread counts: 1 is the uncontended reference, 2 is one thread per core on the bench machine.
 const THREADS: [usize; 2] = [1, 2];
 
@@ -108,14 +113,20 @@ enum Subject {
     TokenBucket,
     /// governor's `RateLimiter::check`.
     Governor,
+    /// `KeyedLimiter::<u64>::check_key` on one of [`KEYS`] known keys.
+    Keyed,
+    /// governor's keyed `RateLimiter::check_key` on one of [`KEYS`] known keys.
+    GovernorKeyed,
 }
 
 impl Subject {
-    const ALL: [Subject; 4] = [
+    const ALL: [Subject; 6] = [
         Subject::Timer,
         Subject::Sharded,
         Subject::TokenBucket,
         Subject::Governor,
+        Subject::Keyed,
+        Subject::GovernorKeyed,
     ];
 
     fn name(self) -> &'static str {
@@ -124,6 +135,8 @@ impl Subject {
             Subject::Sharded => "ShardedBucket",
             Subject::TokenBucket => "TokenBucket",
             Subject::Governor => "governor",
+            Subject::Keyed => "KeyedLimiter (100 000 keys)",
+            Subject::GovernorKeyed => "governor keyed (100 000 keys)",
         }
     }
 
@@ -145,10 +158,54 @@ impl Subject {
                 let limiter = load.governor();
                 timed_threads(sw, threads, calls, &limiter, |l| l.check().is_ok())
             }
+            Subject::Keyed => {
+                let limiter = tollgate::keyed::KeyedLimiter::<u64>::new(load.tollgate_quota())
+                    .with_max_keys(1 << 20);
+                // One reading for every key: none is full again at it, so no sweep removes one
+                // (accept-heavy buckets are full again 1 ns after a check; see `groups/keyed.rs`).
+                let at = tollgate::Clock::now(&tollgate::MonotonicClock::new());
+                for key in 0..KEYS {
+                    assert!(limiter.check_key_at(&key, at).is_ok());
+                }
+                let timed = timed_threads(sw, threads, calls, &limiter, |l| {
+                    l.check_key(&next_key()).is_ok()
+                });
+                assert_eq!(limiter.len() as u64, KEYS, "every key stayed known");
+                assert_eq!(limiter.evictions(), 0, "no key was evicted");
+                timed
+            }
+            Subject::GovernorKeyed => {
+                let limiter = governor::RateLimiter::keyed(load.governor_quota());
+                for key in 0..KEYS {
+                    assert!(limiter.check_key(&key).is_ok());
+                }
+                timed_threads(sw, threads, calls, &limiter, |l| {
+                    l.check_key(&next_key()).is_ok()
+                })
+            }
         };
         load.verify(self.name(), admitted, calls * threads as u64);
         (histogram, on_cpu)
     }
+}
+
+/// The next key of this thread's pseudo-random walk over `0..KEYS` (xorshift64, seeded per
+/// thread): consecutive calls land on unrelated slots, as in the `keyed_*` groups.
+fn next_key() -> u64 {
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(thread::current().id()) | 1
+        });
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x % KEYS
+    })
 }
 
 /// A histogram of tick counts from 1 to 2^40 (minutes of TSC ticks), 3 significant digits.
@@ -300,7 +357,8 @@ fn print_table(sw: &Stopwatch, rows: &[Row], rounds: usize, calls: u64, smoke: b
         println!("**Smoke test** (one short round): not a measurement.\n");
     }
     println!(
-        "Accept-heavy, one key, {} shards (default); {rounds} rounds × {calls} timed calls per thread; \
+        "Accept-heavy; one key ({} shards, default) or one of 100 000 known keys (keyed rows); \
+         {rounds} rounds × {calls} timed calls per thread; \
          nanoseconds per call, timer included (see `timer only`).\n",
         tollgate::sharded::default_shards()
     );
@@ -349,22 +407,30 @@ fn print_table(sw: &Stopwatch, rows: &[Row], rounds: usize, calls: u64, smoke: b
             .find(|r| r.subject == subject && r.threads == 2)
             .map(|r| q(r, 0.99) as f64)
     };
-    if let (Some(sharded), Some(token), Some(governor)) = (
+    if let (Some(sharded), Some(token), Some(governor), Some(keyed), Some(governor_keyed)) = (
         p99(Subject::Sharded),
         p99(Subject::TokenBucket),
         p99(Subject::Governor),
+        p99(Subject::Keyed),
+        p99(Subject::GovernorKeyed),
     ) {
         let ratio = sharded / governor;
+        let keyed_ratio = keyed / governor_keyed;
+        let verdict = |met: bool| if met { "met" } else { "**missed**" };
         println!();
         println!("| target (2 threads) | measured | wanted | |");
         println!("| --- | ---: | ---: | --- |");
         println!(
             "| p99: ShardedBucket ÷ governor | {ratio:.3}× | ≤ 0.5× | {} |",
-            if ratio <= 0.5 { "met" } else { "**missed**" }
+            verdict(ratio <= 0.5)
         );
         println!(
             "| p99: TokenBucket ÷ governor (for reference) | {:.3}× | | |",
             token / governor
+        );
+        println!(
+            "| p99: KeyedLimiter ÷ governor keyed, 100 000 keys | {keyed_ratio:.3}× | ≤ 0.7× | {} |",
+            verdict(keyed_ratio <= 0.7)
         );
     }
 }

@@ -12,12 +12,12 @@
 //! MAPS_SIZES=1000 MAPS_PARTS=throughput,insert,sweep cargo bench --bench maps -- --test   # smoke test
 //! ```
 //!
-//! The candidates, all hashed with `ahash::RandomState` (the hasher of today's store) so that the
+//! The candidates, all hashed with `ahash::RandomState` (the keyed store's hasher) so that the
 //! hasher does not differ:
 //!
 //! | candidate | map | what a lookup writes |
 //! | --- | --- | --- |
-//! | `dashmap` | `dashmap::DashMap<K, AtomicU64>`, today's store (8 shards on 2 cores), `get` | the shard's `RwLock` word: a CAS to take the read lock and a `fetch_sub` to release it, on a line every reader of that shard shares |
+//! | `dashmap` | `dashmap::DashMap<K, AtomicU64>`, the keyed store until issue 14, and governor's (8 shards on 2 cores), `get` | the shard's `RwLock` word: a CAS to take the read lock and a `fetch_sub` to release it, on a line every reader of that shard shares |
 //! | `clashmap` | `clashmap::ClashMap<K, AtomicU64>`, a DashMap fork (hashbrown's `HashTable` per shard), `view` | the same: a shard read lock |
 //! | `papaya` | `papaya::HashMap<K, AtomicU64>` (default incremental resizing), `pin().get` | a seize guard: a store and a swap on the calling thread's own reservation slot, nothing shared |
 //! | `scc_index` | `scc::HashIndex<K, AtomicU64>`, `peek_with` | an sdd guard: a swap and a store on the calling thread's own epoch slot (every 256th guard also scans the global epoch) |

@@ -329,7 +329,10 @@ impl<T: OneWord> Contract for T {
         T::remaining(policy, one_word::<T>(policy, state), T::time(policy, now))
     }
 
-    #[inline]
+    // Always: the keyed limiter's lookup calls it through a closure, and as a call of its own
+    // (which the compiler chose) its result was built on the stack and copied back through each
+    // layer of `Result`: 65 ns against 51 per in-cache check (1 000 keys, one thread).
+    #[inline(always)]
     fn acquire_keyed(
         policy: &Self::Policy,
         state: &AtomicU64,

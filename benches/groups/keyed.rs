@@ -4,19 +4,20 @@
 //!
 //! | bench | limiter | clock read per check |
 //! | --- | --- | --- |
-//! | `tollgate` | `KeyedLimiter::<u64>::new(quota)` (a `DashMap` hashed with ahash), `check_key` | `MonotonicClock` |
+//! | `tollgate` | `KeyedLimiter::<u64>::new(quota)` (its own table: lookups take no lock; hashed with ahash), `check_key` | `MonotonicClock` |
 //! | `tollgate_at` | the same limiter, `check_key_at` with one reading taken before the sample | none |
 //! | `tollgate_coarse` (100 000 keys only) | `KeyedLimiter::with_clock(quota, CoarseClock::new()?)`, `check_key` | one load of quanta's upkeep-thread time |
 //! | `governor` | `RateLimiter::keyed(quota)` (governor's default store: a `DashMap` with std's SipHash `RandomState`), `check_key` | governor's `DefaultClock` (quanta) |
 //! | `floor` | a read-only `std` `HashMap<u64, AtomicU64, ahash::RandomState>`: a lookup and a GCRA-like compare-and-swap, at one reading taken before the sample | none |
 //! | `floor_clock` | the same map and check, at a `MonotonicClock` reading taken per check, after the lookup (as `tollgate` does) | `MonotonicClock` |
 //!
-//! The floor is what a lookup and one compare-and-swap cost with no lock: the same hasher as
-//! tollgate's map, no shard lock, no eviction protocol. Its word is an arrival time: accept-heavy
+//! The floor is what a lookup and one compare-and-swap cost in a map no one writes: the same
+//! hasher as tollgate's map, no epoch pin, no eviction protocol. Its word is an arrival time: accept-heavy
 //! it starts at 0 and every check moves it on by 1 ns (a CAS); reject-heavy it starts past any
 //! reading and every check loads, compares and refuses, writing nothing, as tollgate's and
 //! governor's denials do. `floor` beside `tollgate_at` and `floor_clock` beside `tollgate` compare
-//! like with like: the difference is the map's shard lock and the limiter's own work.
+//! like with like: the difference is the map's own work (tollgate's epoch pin and probe) and the
+//! limiter's.
 //!
 //! **The key space is populated before timing**, one check per key, and stays populated: every
 //! sample checks afterwards that tollgate's map still holds every key and evicted none (and
