@@ -2,7 +2,7 @@
 //! racing the writers that hold the shard lock (an insert, an eviction, a growth that relocates
 //! every entry).
 //!
-//! The table is reached through `tollgate::keyed::loom_table::LoomTable` (one shard, `u64` keys,
+//! The table is reached through `tollgate::keyed::model_table::ModelTable` (one shard, `u64` keys,
 //! one-word states), built only under loom. Loom cannot model crossbeam's epoch, so under loom a
 //! retired table is kept until the table drops: these models check the control bytes, the
 //! relocation's mark and the lookups' second look under the lock, not the freeing (which is
@@ -19,7 +19,7 @@ mod common;
 use common::check_reaches;
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::keyed::loom_table::{Gone, LoomTable};
+use tollgate::keyed::model_table::{Gone, ModelTable};
 
 /// What a lookup answered: 0 a value, 1 gone, 2 not held.
 fn kind(answer: Option<Result<u64, Gone>>) -> u8 {
@@ -36,7 +36,7 @@ fn kind(answer: Option<Result<u64, Gone>>) -> u8 {
 #[test]
 fn an_admission_racing_a_relocation_lands_once() {
     check_reaches(&[false, true], || {
-        let table = Arc::new(LoomTable::default());
+        let table = Arc::new(ModelTable::default());
         assert!(table.insert(1, 0));
         let admit = {
             let table = table.clone();
@@ -58,7 +58,7 @@ fn an_admission_racing_a_relocation_lands_once() {
 #[test]
 fn a_peek_racing_a_relocation_sees_the_key() {
     check_reaches(&[false, true], || {
-        let table = Arc::new(LoomTable::default());
+        let table = Arc::new(ModelTable::default());
         assert!(table.insert(1, 5));
         let peek = {
             let table = table.clone();
@@ -75,7 +75,7 @@ fn a_peek_racing_a_relocation_sees_the_key() {
 #[test]
 fn a_lookup_racing_an_insert_sees_nothing_or_the_entry() {
     check_reaches(&[0, 2], || {
-        let table = Arc::new(LoomTable::default());
+        let table = Arc::new(ModelTable::default());
         let insert = {
             let table = table.clone();
             thread::spawn(move || assert!(table.insert(2, 7)))
@@ -99,7 +99,7 @@ fn a_lookup_racing_an_insert_sees_nothing_or_the_entry() {
 #[test]
 fn an_admission_racing_an_eviction_is_kept_or_told() {
     check_reaches(&[0, 1, 2], || {
-        let table = Arc::new(LoomTable::default());
+        let table = Arc::new(ModelTable::default());
         assert!(table.insert(1, 5));
         let admit = {
             let table = table.clone();
@@ -128,7 +128,7 @@ fn an_admission_racing_an_eviction_is_kept_or_told() {
 #[test]
 fn a_growth_racing_lookups_keeps_every_key() {
     loom::model(|| {
-        let table = Arc::new(LoomTable::default());
+        let table = Arc::new(ModelTable::default());
         // 14 of 16 slots: the 7/8 limit, so the next insert grows the table.
         for k in 0..14 {
             assert!(table.insert(k, k));

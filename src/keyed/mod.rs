@@ -166,11 +166,12 @@ mod sweeper;
 #[allow(unsafe_code)]
 mod table;
 
-/// Loom's window into the keyed limiter's table (`loom-tests/tests/table.rs`). Not an API.
-#[cfg(tollgate_loom)]
+/// The loom models' and the fuzz target's window into the keyed limiter's table
+/// (`loom-tests/tests/table.rs`, `fuzz/fuzz_targets/table_ops.rs`). Not an API.
+#[cfg(any(tollgate_loom, fuzzing))]
 #[doc(hidden)]
-pub mod loom_table {
-    pub use super::table::LoomTable;
+pub mod model_table {
+    pub use super::table::ModelTable;
     pub use crate::cas::Gone;
 }
 mod tiers;

@@ -332,7 +332,7 @@ pub(crate) struct Table<K, V> {
     /// Whether `reclaim` holds any table: writers look at it before locking it.
     reclaiming: crate::sync::AtomicBool,
     /// Lookups that looked again under the lock (tests see the races they provoke happen).
-    #[cfg(any(test, tollgate_loom))]
+    #[cfg(any(test, tollgate_loom, fuzzing))]
     relooks: crate::sync::AtomicU64,
 }
 
@@ -378,7 +378,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
                 done: None,
             }),
             reclaiming: crate::sync::AtomicBool::new(false),
-            #[cfg(any(test, tollgate_loom))]
+            #[cfg(any(test, tollgate_loom, fuzzing))]
             relooks: crate::sync::AtomicU64::new(0),
         }
     }
@@ -444,7 +444,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     {
         let _writer = lock(&shard.writer);
         // Relaxed: a count the tests read after joining.
-        #[cfg(any(test, tollgate_loom))]
+        #[cfg(any(test, tollgate_loom, fuzzing))]
         self.relooks.fetch_add(1, Ordering::Relaxed);
         // Relaxed: the lock's holder reads the table the holders before it installed.
         // SAFETY: the lock is held, so the current table is not retired meanwhile.
@@ -514,7 +514,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     /// Replaces the shard's table by one of `capacity` holding its live entries, and retires
     /// the old one. Under the shard lock.
     fn rebuild(&self, shard: &Shard<K, V>, writer: &mut Writer, capacity: usize) {
-        debug_assert!(max_used(capacity) > writer.live);
+        debug_assert!(max_used(capacity) >= writer.live);
         let new = Raw::new(capacity);
         let old_ptr = shard.raw.load(Ordering::Relaxed);
         // SAFETY: the lock is held.
@@ -603,7 +603,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     }
 
     /// Rebuilds every shard at its current capacity, relocating every entry.
-    #[cfg(any(test, tollgate_loom))]
+    #[cfg(any(test, tollgate_loom, fuzzing))]
     pub(crate) fn rebuild_all(&self) {
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
@@ -614,7 +614,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     }
 
     /// Live entries (exact when no writer runs).
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(&s.writer).live).sum()
     }
@@ -645,26 +645,33 @@ impl<K, V> Drop for Table<K, V> {
     }
 }
 
-/// A table of `u64` keys and one-word states, for the loom models of the table's protocol.
-#[cfg(tollgate_loom)]
-pub struct LoomTable(Table<u64, crate::sync::AtomicU64>);
+/// A table of `u64` keys and one-word states, for the loom models (`loom-tests/tests/table.rs`)
+/// and the fuzz target (`fuzz/fuzz_targets/table_ops.rs`) of the table's protocol.
+#[cfg(any(tollgate_loom, fuzzing))]
+pub struct ModelTable(Table<u64, crate::sync::AtomicU64>);
 
-#[cfg(tollgate_loom)]
-impl std::fmt::Debug for LoomTable {
+#[cfg(any(tollgate_loom, fuzzing))]
+impl std::fmt::Debug for ModelTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LoomTable")
+        f.write_str("ModelTable")
     }
 }
 
-#[cfg(tollgate_loom)]
-impl Default for LoomTable {
-    fn default() -> LoomTable {
-        LoomTable(Table::with_shards(1))
+/// One shard.
+#[cfg(any(tollgate_loom, fuzzing))]
+impl Default for ModelTable {
+    fn default() -> ModelTable {
+        ModelTable(Table::with_shards(1))
     }
 }
 
-#[cfg(tollgate_loom)]
-impl LoomTable {
+#[cfg(any(tollgate_loom, fuzzing))]
+impl ModelTable {
+    /// A table of `shards` shards (rounded up to a power of two).
+    pub fn with_shards(shards: usize) -> ModelTable {
+        ModelTable(Table::with_shards(shards))
+    }
+
     /// Inserts `key` with `word` unless it is held; answers whether it inserted.
     pub fn insert(&self, key: u64, word: u64) -> bool {
         self.0.with_entry(key, |slot| match slot {
@@ -699,6 +706,24 @@ impl LoomTable {
     /// Relocates every entry into a new table of the same size.
     pub fn rebuild(&self) {
         self.0.rebuild_all();
+    }
+
+    /// Keys held.
+    #[cfg(fuzzing)]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no key is held.
+    #[cfg(fuzzing)]
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+
+    /// Shrinks every shard to what its keys need (clearing removed entries).
+    #[cfg(fuzzing)]
+    pub fn shrink(&self) {
+        self.0.shrink_to_fit();
     }
 
     /// Marks gone and removes every entry whose word is `word`, as eviction does; answers how
