@@ -24,7 +24,7 @@ use crate::quota::{Quota, QuotaError};
 use crate::sync::Mutex;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-/// What an attempt to create a key under its write lock came to.
+/// What an attempt to create a key under its shard's lock came to.
 enum Created {
     /// Decided: `true` when a key was inserted.
     Done(Result<Admitted, KeyedError>, bool),
