@@ -5,9 +5,9 @@
 //! # Layout
 //!
 //! A fixed number of shards (chosen by the hash's top bits), each an open-addressing table with
-//! linear probing: one control byte per slot and the entries `(K, V)` inline, as a
-//! `hashbrown` table lays them out, so a key costs `size_of::<(K, V)>() + 1` bytes per slot at a
-//! load of at most 7/8. A control byte is [`EMPTY`], [`TOMB`] (the entry was removed: its key and
+//! linear probing: one control byte per slot and the entries `(K, V)` inline, in one allocation
+//! of groups (16 control bytes, then their 16 entries), so a key costs `size_of::<(K, V)>() + 1`
+//! bytes per slot at a load of at most 7/8, as in a `hashbrown` table. A control byte is [`EMPTY`], [`TOMB`] (the entry was removed: its key and
 //! state stay in place, unread by new lookups, until the table is retired), [`MOVED`] (the entry
 //! was relocated into the shard's next table) or `0x80 | tag` (a live entry; `tag` is seven bits
 //! of the hash). A slot once used is never reused in the same table: an entry's key and state do
@@ -29,6 +29,11 @@
 //!   [`MOVED`] slot, or a gone state in a slot no longer live, looks again under the shard lock,
 //!   where it finds the current table whole: it never answers "absent" or "forgotten" for a key
 //!   that was only moved.
+//!
+//! `Hash` and `Eq` must be deterministic, as for any hash map. A panic in them leaves every shard
+//! usable (the lock's poison is ignored, and each step is published by one store), except a panic
+//! while a growth re-hashes a key it hashed before: the shard's entries moved so far are then lost,
+//! and their keys start fresh.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
