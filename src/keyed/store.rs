@@ -10,7 +10,7 @@
 //! state's own mark does that.
 //!
 //! Outside loom it is the crate's own table ([`table`](super::table)): lookups of known keys take
-//! no lock (an epoch pin keeps what they read alive), and inserts, replacements, eviction and
+//! no lock (the table's epoch keeps what they read alive), and inserts, replacements, eviction and
 //! growth take the key's shard lock. Loom cannot see inside the epoch, so under
 //! `cfg(tollgate_loom)` the store is a [`RwLock`](crate::sync::RwLock) around a `std`
 //! `HashMap` of [`Arc`](crate::sync::Arc)s, with no lock held while a state is used, and eviction

@@ -1,5 +1,5 @@
 //! The keyed limiter's own concurrent table: lookups of known keys take no lock and write nothing
-//! shared (an epoch pin writes only the calling thread's own record); inserts, replacements,
+//! shared (entering the epoch writes only the calling thread's own slot); inserts, replacements,
 //! eviction and growth take the key's shard lock.
 //!
 //! # Layout
@@ -15,9 +15,10 @@
 //!
 //! # Why readers need no lock
 //!
-//! - **Memory.** A reader pins the epoch ([`crossbeam_epoch`]) for the length of its lookup and
-//!   decision. A table is freed only after every pin taken while it was current has ended, so a
-//!   reader's references stay valid even if its entry is removed or relocated meanwhile.
+//! - **Memory.** A reader enters the epoch ([`super::epoch`]) for the length of its lookup and
+//!   decision: on Linux a plain store to its own slot, with no hardware barrier. A table is freed
+//!   only after every reader that may have seen it has left, so a reader's references stay valid
+//!   even if its entry is removed or relocated meanwhile.
 //! - **Removal.** Eviction marks the state gone (the algorithms' own compare-and-swap, see the
 //!   [module docs](super)) and then the slot [`TOMB`]; a reader holding the entry sees the mark and
 //!   takes the new-key path, which is exact under the shard lock.
@@ -57,13 +58,16 @@ const LIVE: u8 = 0x80;
 /// The smallest table.
 const MIN_CAPACITY: usize = 16;
 
-/// Pins the epoch: tables retired after this cannot be freed until the pin drops. (Loom cannot
-/// model crossbeam's epoch; under loom, retired tables are kept until the table drops, which is
-/// what a pin that never ends would allow, so the models check everything but the freeing.)
+/// Enters the epoch (`super::epoch`): tables retired after this are not freed until the pin
+/// drops. `None` when this thread can no longer enter (its thread-locals are being destroyed): the
+/// lookup then runs under the shard lock. (Loom cannot model the epoch's process-wide state;
+/// under loom, retired tables are kept until the table drops, which is what a pin that never ends
+/// would allow, so the table's models check everything but the freeing, and the epoch has models
+/// of its own.)
 #[cfg(not(tollgate_loom))]
 #[inline]
-fn pin() -> crossbeam_epoch::Guard {
-    crossbeam_epoch::pin()
+fn pin() -> Option<super::epoch::global::Pin> {
+    super::epoch::global::pin()
 }
 
 /// Loom's stand-in for a pin (see [`pin`]).
@@ -72,8 +76,8 @@ struct NoPin;
 
 #[cfg(tollgate_loom)]
 #[inline]
-fn pin() -> NoPin {
-    NoPin
+fn pin() -> Option<NoPin> {
+    Some(NoPin)
 }
 
 /// The control byte of a live entry with this hash.
@@ -251,61 +255,51 @@ impl<K, V> Drop for Raw<K, V> {
     }
 }
 
-/// A replaced table's pointer (owned: freed once no pin that may have seen it is left).
-struct RawPtr<K, V>(*mut Raw<K, V>);
+/// A replaced table's pointer (owned: freed once no reader that may have seen it is left), and
+/// the epoch it was retired at.
+struct RawPtr<K, V>(
+    *mut Raw<K, V>,
+    #[cfg_attr(tollgate_loom, allow(dead_code))] u64,
+);
 
-/// The tables replaced and not yet freed. One deferred function at a time is in the epoch's
-/// hands: it covers every table retired before it was deferred, and the ones retired meanwhile
-/// wait for the next. (crossbeam sends each flushed function to its global queue in a bag of
-/// 64 slots, 2 KiB; one per retirement was 1.7 bytes per key at 100 000 keys.)
+/// The tables replaced and not yet freed.
 struct Reclaim<K, V> {
-    /// Retired after the function in flight was deferred.
     pending: Vec<RawPtr<K, V>>,
-    /// Retired before it: freed when it has run.
-    waiting: Vec<RawPtr<K, V>>,
-    /// Set by the function in flight once every pin taken before it was deferred has ended.
-    #[cfg(not(tollgate_loom))]
-    done: Option<std::sync::Arc<crate::sync::AtomicBool>>,
+    /// Calls of [`Table::free_retired`] since the last look at the horizon: it is looked at every
+    /// [`RECLAIM_EVERY`] calls (a heavy barrier is a system call), and at every sweep and shrink.
+    calls: u32,
 }
 
+/// How often an insert looks whether replaced tables can be freed.
+const RECLAIM_EVERY: u32 = 8;
+
 impl<K, V> Reclaim<K, V> {
-    /// Frees the waiting tables if their grace period is over, and hands the pending ones to
-    /// the epoch if none are in its hands. (Under loom, nothing: they are freed with the table.)
+    /// Frees the replaced tables no reader can still hold. (Under loom, none: they are freed with
+    /// the table.)
     fn advance(&mut self) {
         #[cfg(not(tollgate_loom))]
         {
-            // Acquire: pairs with the function's Release, which ran after the grace period.
-            if let Some(done) = &self.done {
-                if !done.load(Ordering::Acquire) {
-                    return;
-                }
-                for raw in self.waiting.drain(..) {
-                    // SAFETY: retired (no longer any shard's current table) before the function
-                    // was deferred, and the function has run: no pin that may hold it is left.
-                    drop(unsafe { Box::from_raw(raw.0) });
-                }
-                self.done = None;
-            }
             if self.pending.is_empty() {
                 return;
             }
-            self.waiting = std::mem::take(&mut self.pending);
-            let done = std::sync::Arc::new(crate::sync::AtomicBool::new(false));
-            let flag = done.clone();
-            let guard = pin();
-            // Release: the freeing thread's Acquire then sees the grace period over.
-            guard.defer(move || flag.store(true, Ordering::Release));
-            // Sends it to the global queue now, where any thread's pins can run it (it would
-            // otherwise wait in this thread's bag until 63 more were deferred).
-            guard.flush();
-            self.done = Some(done);
+            let horizon = super::epoch::global::DOMAIN.horizon();
+            self.pending.retain(|raw| {
+                if raw.1 >= horizon {
+                    return true;
+                }
+                // SAFETY: retired (no longer any shard's current table) at epoch `raw.1`, and
+                // every reader now in entered later, so it read the table unlinked: no reader
+                // holds it; owned since `Box::into_raw`.
+                drop(unsafe { Box::from_raw(raw.0) });
+                false
+            });
         }
     }
 }
 
 impl<K, V> Drop for Reclaim<K, V> {
     fn drop(&mut self) {
-        for raw in self.pending.drain(..).chain(self.waiting.drain(..)) {
+        for raw in self.pending.drain(..) {
             // SAFETY: dropped with the table (`&mut`): no reader is left; owned once.
             drop(unsafe { Box::from_raw(raw.0) });
         }
@@ -378,9 +372,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
             hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
             reclaim: Mutex::new(Reclaim {
                 pending: Vec::new(),
-                waiting: Vec::new(),
-                #[cfg(not(tollgate_loom))]
-                done: None,
+                calls: 0,
             }),
             reclaiming: crate::sync::AtomicBool::new(false),
             #[cfg(any(test, tollgate_loom, fuzzing))]
@@ -395,7 +387,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     }
 
     /// Runs `f` on `key`'s state, or answers `None` if the key is not held. Without a lock: `f`
-    /// runs under an epoch pin. If `f` finds the state gone and the slot is no longer live (the
+    /// runs inside the epoch. If `f` finds the state gone and the slot is no longer live (the
     /// entry was relocated or replaced meanwhile), or the probe meets a relocation, the lookup
     /// and `f` run again under the shard lock, on the current table.
     #[inline]
@@ -410,8 +402,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        {
-            let _pin = pin();
+        if let Some(_pin) = pin() {
             // Acquire: the table as its builder initialized it. The pin keeps it alive.
             // SAFETY: a current table is freed only after a retirement and every pin before it.
             let raw = unsafe { &*shard.raw.load(Ordering::Acquire) };
@@ -547,10 +538,14 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
 
     /// Hands `raw` to the reclaimer: it is freed once every pin that may still read it has ended.
     fn retire(&self, raw: *mut Raw<K, V>) {
-        let mut reclaim = lock(&self.reclaim);
-        reclaim.pending.push(RawPtr(raw));
-        reclaim.advance();
-        // Relaxed: a hint; the reclaimer's own lock orders the lists.
+        // After the unlinking (the caller stored the new table): readers that enter at the epoch
+        // this moves to see it unlinked.
+        #[cfg(not(tollgate_loom))]
+        let epoch = super::epoch::global::DOMAIN.retire();
+        #[cfg(tollgate_loom)]
+        let epoch = 0;
+        lock(&self.reclaim).pending.push(RawPtr(raw, epoch));
+        // Relaxed: a hint; the reclaimer's own lock orders the list.
         self.reclaiming.store(true, Ordering::Relaxed);
     }
 
@@ -561,15 +556,29 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
             return;
         }
         let mut reclaim = lock(&self.reclaim);
-        reclaim.advance();
-        let idle = reclaim.pending.is_empty() && reclaim.waiting.is_empty();
-        self.reclaiming.store(!idle, Ordering::Relaxed);
+        reclaim.calls = reclaim.calls.wrapping_add(1);
+        if reclaim.calls.is_multiple_of(RECLAIM_EVERY) {
+            reclaim.advance();
+        }
+        self.reclaiming
+            .store(!reclaim.pending.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Frees the replaced tables no reader can still hold, now.
+    fn reclaim_now(&self) {
+        // Relaxed: as in `free_retired`.
+        if self.reclaiming.load(Ordering::Relaxed) {
+            let mut reclaim = lock(&self.reclaim);
+            reclaim.advance();
+            self.reclaiming
+                .store(!reclaim.pending.is_empty(), Ordering::Relaxed);
+        }
     }
 
     /// Removes every entry whose state `evict` marks gone (marking and removing under the
     /// shard lock, one shard at a time), and answers how many it removed.
     pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
-        self.free_retired();
+        self.reclaim_now();
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
@@ -595,7 +604,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     /// ones, at the smallest capacity that holds them.
     #[cfg_attr(tollgate_loom, allow(dead_code))]
     pub(crate) fn shrink_to_fit(&self) {
-        self.free_retired();
+        self.reclaim_now();
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
             // SAFETY: the lock is held.
@@ -616,6 +625,13 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
             let capacity = unsafe { &*shard.raw.load(Ordering::Relaxed) }.capacity();
             self.rebuild(shard, &mut writer, capacity);
         }
+    }
+
+    /// Replaced tables not yet freed (after trying to free them).
+    #[cfg(test)]
+    pub(crate) fn retired(&self) -> usize {
+        self.reclaim_now();
+        lock(&self.reclaim).pending.len()
     }
 
     /// Live entries (exact when no writer runs).
@@ -906,6 +922,43 @@ mod tests {
         assert_eq!(table.with_read(&10, read), None);
     }
 
+    /// A replaced table is not freed while a reader that entered before it was replaced is still
+    /// in, and is freed once that reader has left.
+    #[test]
+    fn a_replaced_table_waits_for_the_readers_that_may_hold_it() {
+        let table: Table<u64, AtomicU64> = Table::with_shards(1);
+        table.with_entry(1, |_| (Some(AtomicU64::new(5)), ()));
+        let (entered, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Holds a pin across the rebuild, as a lookup in progress would. The word it
+                // holds is then gone (relocated), so it looks again under the lock: a second
+                // call, which does not wait.
+                let first = AtomicBool::new(true);
+                let seen = table.with_read(&1, |word| {
+                    if first.swap(false, Ordering::Relaxed) {
+                        entered.wait();
+                        release.wait();
+                    }
+                    read(word)
+                });
+                assert_eq!(seen, Some(Ok(5)));
+            });
+            entered.wait();
+            table.rebuild_all();
+            let under_the_reader = table.retired();
+            // A reader entering now sees the new table and does not hold the old one up.
+            let later = table.with_read(&1, read);
+            let after_it = table.retired();
+            // Released before asserting, so that a failure fails rather than hangs.
+            release.wait();
+            assert_eq!(under_the_reader, 1, "freed under a reader");
+            assert_eq!(later, Some(Ok(5)));
+            assert_eq!(after_it, 1);
+        });
+        assert_eq!(table.retired(), 0);
+    }
+
     /// A table full of removed entries is rebuilt at the same size, not grown: a key space
     /// sprayed through a bounded map keeps the map's size.
     #[test]
@@ -986,5 +1039,7 @@ mod tests {
             .map(|r| r.unwrap())
             .sum();
         assert_eq!(kept, made);
+        // No reader is left: every replaced table is freed.
+        assert_eq!(table.retired(), 0);
     }
 }
