@@ -141,7 +141,10 @@ impl Domain {
     /// The smallest epoch a reader is in now (`u64::MAX` when none is): what was retired at an
     /// epoch below it is no longer held by any reader.
     pub(crate) fn horizon(&self) -> u64 {
-        heavy_barrier();
+        if !heavy_barrier() {
+            // The readers cannot be seen: nothing may be freed (see `heavy_barrier`).
+            return 0;
+        }
         let slots = lock(&self.slots);
         slots
             .iter()
@@ -165,12 +168,15 @@ fn light_barrier() {
 }
 
 /// The reclaimer's side: `membarrier(2)` where the kernel granted it, a full fence otherwise.
-fn heavy_barrier() {
-    if !fast() || !membarrier::expedited() {
-        // Without `fast`, readers fence too; and `expedited` fails only if the kernel withdrew
-        // what it granted, which it does not: either way a full fence pairs with theirs.
+/// Answers whether the barrier was made: with `fast`, readers do not fence, so if the system call
+/// fails (a child process after `fork`, whose registration may not carry over, registers again;
+/// if that fails too) no fence here can stand in for theirs, and nothing may be freed.
+fn heavy_barrier() -> bool {
+    if !fast() {
         fence(Ordering::SeqCst);
+        return true;
     }
+    membarrier::expedited() || (membarrier::register() && membarrier::expedited())
 }
 
 /// Whether this process uses `membarrier(2)` (decided once, by registering for it).
@@ -214,6 +220,10 @@ mod membarrier {
 
 #[cfg(not(all(target_os = "linux", not(tollgate_loom))))]
 mod membarrier {
+    pub(super) fn register() -> bool {
+        false
+    }
+
     pub(super) fn expedited() -> bool {
         false
     }
