@@ -544,9 +544,14 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
         let epoch = super::epoch::global::DOMAIN.retire();
         #[cfg(tollgate_loom)]
         let epoch = 0;
-        lock(&self.reclaim).pending.push(RawPtr(raw, epoch));
+        let mut reclaim = lock(&self.reclaim);
+        reclaim.pending.push(RawPtr(raw, epoch));
+        // At once: with no lookup in flight (one thread inserting, say), the old table is freed
+        // as a growing `HashMap` frees it, and the allocator can reuse its memory for the next.
+        reclaim.advance();
         // Relaxed: a hint; the reclaimer's own lock orders the list.
-        self.reclaiming.store(true, Ordering::Relaxed);
+        self.reclaiming
+            .store(!reclaim.pending.is_empty(), Ordering::Relaxed);
     }
 
     /// Frees the replaced tables whose grace period is over, if there are any.
