@@ -105,11 +105,11 @@
 //! more memory: papaya 1.4 to 2.6 times governor's bytes per key and `scc`'s `HashIndex` (boxed,
 //! since it moves entries as it grows) 1.5 to 3.7 times, and both lost to DashMap on one thread.
 //! This table keeps DashMap's layout, so a key costs what it cost before (measured: within 1 %
-//! of governor's at 100 000, 900 000 and 1 000 000 keys), and at 100 000 keys on the 2-core
-//! bench machine it checks 2.2 times governor's rate admitting and 1.9 times denying on one
-//! thread, 1.7 and 2.2 times on two, with crossbeam's epoch, whose pin is a full barrier on every
-//! lookup; the crate's own epoch (no barrier on the lookup's side) took a check at 100 000 keys
-//! from about 67 to 55 ns.
+//! of governor's at 100 000, 900 000 and 1 000 000 keys, within the allocator's noise), and at
+//! 100 000 keys on the 2-core bench machine it checks 1.8 times governor's rate admitting and 2.6
+//! times denying on one thread, 2.6 and 3.8 times on two. Its first epoch was crossbeam's, whose
+//! pin is a full barrier on every lookup; the crate's own (no barrier on the lookup's side) took a
+//! check at 100 000 keys from about 67 to 55 ns.
 //!
 //! **Clocks that step backwards across an eviction.** A full bucket is "full as of its last
 //! reading"; a reading earlier than that would see it less than full. To keep forgetting from ever
