@@ -104,8 +104,8 @@
 //! The maps with lock-free reads measured beside it (`benches/README.md`, the `maps` bench) cost
 //! more memory: papaya 1.4 to 2.6 times governor's bytes per key and `scc`'s `HashIndex` (boxed,
 //! since it moves entries as it grows) 1.5 to 3.7 times, and both lost to DashMap on one thread.
-//! This table keeps DashMap's layout, so a key costs what it cost before (measured: within 1 %
-//! of governor's at 100 000, 900 000 and 1 000 000 keys, within the allocator's noise), and at
+//! This table keeps DashMap's layout, so a key costs what it cost before (measured: as much as
+//! governor's at 100 000, 900 000 and 1 000 000 keys, within the allocator's noise), and at
 //! 100 000 keys on the 2-core bench machine it checks 1.8 times governor's rate admitting and 2.6
 //! times denying on one thread, 2.6 and 3.8 times on two. Its first epoch was crossbeam's, whose
 //! pin is a full barrier on every lookup; the crate's own (no barrier on the lookup's side) took a
