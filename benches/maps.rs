@@ -17,6 +17,7 @@
 //!
 //! | candidate | map | what a lookup writes |
 //! | --- | --- | --- |
+//! | `tollgate` | the keyed limiter's own table (`src/keyed/table.rs`, reached through the hidden `tollgate::keyed::__bench::BenchTable`), with the limiter's shard count; `read` | a store to the calling thread's own epoch slot on entering and one on leaving, no fence on Linux (the reclaimer issues `membarrier(2)`) |
 //! | `dashmap` | `dashmap::DashMap<K, AtomicU64>`, the keyed store until issue 14, and governor's (8 shards on 2 cores), `get` | the shard's `RwLock` word: a CAS to take the read lock and a `fetch_sub` to release it, on a line every reader of that shard shares |
 //! | `clashmap` | `clashmap::ClashMap<K, AtomicU64>`, a DashMap fork (hashbrown's `HashTable` per shard), `view` | the same: a shard read lock |
 //! | `papaya` | `papaya::HashMap<K, AtomicU64>` (default incremental resizing), `pin().get` | a seize guard: a store and a swap on the calling thread's own reservation slot, nothing shared |
@@ -101,7 +102,8 @@ const RUNS: usize = 3;
 const SEED: u64 = 0x7011_6a7e_5eed_0001;
 
 /// The candidates of the throughput table, in column order (`floor` is throughput only).
-const CANDIDATES: [&str; 7] = [
+const CANDIDATES: [&str; 8] = [
+    "tollgate",
     "dashmap",
     "clashmap",
     "papaya",
@@ -112,7 +114,8 @@ const CANDIDATES: [&str; 7] = [
 ];
 
 /// The candidates of the insert, sweep and memory parts.
-const STORES: [&str; 6] = [
+const STORES: [&str; 7] = [
+    "tollgate",
     "dashmap",
     "clashmap",
     "papaya",
@@ -142,7 +145,7 @@ impl Key for String {
 
 /// The known-key path: find `key`'s word and run `f` on it.
 trait Lookup<K>: Sync {
-    fn read<R>(&self, key: &K, f: impl FnOnce(&AtomicU64) -> R) -> Option<R>;
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R>;
 }
 
 /// Everything else the limiter's store does: insert-if-vacant, a sweep with a predicate, and len.
@@ -170,12 +173,38 @@ fn counted(
     removed
 }
 
-/// Today's store (`src/keyed/store.rs`).
+/// The keyed limiter's own table (`src/keyed/table.rs`), chosen by this bench: lookups take no
+/// lock (they enter the table's epoch: a store to the thread's own slot).
+struct Tollgate<K>(tollgate::keyed::__bench::BenchTable<K>);
+
+impl<K: Key> Lookup<K> for Tollgate<K> {
+    #[inline]
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R> {
+        self.0.read(key, f)
+    }
+}
+
+impl<K: Key> Store<K> for Tollgate<K> {
+    fn new() -> Self {
+        Tollgate(Default::default())
+    }
+    fn insert_if_vacant(&self, key: K, word: u64) -> bool {
+        self.0.insert_if_vacant(key, word)
+    }
+    fn sweep(&self, evict: impl FnMut(&AtomicU64) -> bool) -> usize {
+        self.0.sweep(evict)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// DashMap: the keyed store until issue 14, and governor's.
 struct Dash<K>(dashmap::DashMap<K, AtomicU64, ahash::RandomState>);
 
 impl<K: Key> Lookup<K> for Dash<K> {
     #[inline]
-    fn read<R>(&self, key: &K, f: impl FnOnce(&AtomicU64) -> R) -> Option<R> {
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R> {
         // The `Ref` holds the shard's read lock until `f` returns, as the limiter's does.
         self.0.get(key).map(|entry| f(entry.value()))
     }
@@ -207,7 +236,7 @@ struct Clash<K>(clashmap::ClashMap<K, AtomicU64, ahash::RandomState>);
 
 impl<K: Key> Lookup<K> for Clash<K> {
     #[inline]
-    fn read<R>(&self, key: &K, f: impl FnOnce(&AtomicU64) -> R) -> Option<R> {
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R> {
         self.0.view(key, |_, word| f(word))
     }
 }
@@ -238,7 +267,7 @@ struct Papaya<K>(papaya::HashMap<K, AtomicU64, ahash::RandomState>);
 
 impl<K: Key> Lookup<K> for Papaya<K> {
     #[inline]
-    fn read<R>(&self, key: &K, f: impl FnOnce(&AtomicU64) -> R) -> Option<R> {
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R> {
         // One guard per check, as a limiter's `check_key` would take.
         self.0.pin().get(key).map(f)
     }
@@ -268,7 +297,7 @@ struct SccIndex<K>(scc::HashIndex<K, AtomicU64, ahash::RandomState>);
 
 impl<K: Key> Lookup<K> for SccIndex<K> {
     #[inline]
-    fn read<R>(&self, key: &K, f: impl FnOnce(&AtomicU64) -> R) -> Option<R> {
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R> {
         self.0.peek_with(key, |_, word| f(word))
     }
 }
@@ -293,7 +322,7 @@ struct SccIndexBox<K>(scc::HashIndex<K, Box<AtomicU64>, ahash::RandomState>);
 
 impl<K: Key> Lookup<K> for SccIndexBox<K> {
     #[inline]
-    fn read<R>(&self, key: &K, f: impl FnOnce(&AtomicU64) -> R) -> Option<R> {
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R> {
         self.0.peek_with(key, |_, word| f(word))
     }
 }
@@ -321,7 +350,7 @@ struct Flurry<K>(flurry::HashMap<K, AtomicU64, ahash::RandomState>);
 
 impl<K: Key> Lookup<K> for Flurry<K> {
     #[inline]
-    fn read<R>(&self, key: &K, f: impl FnOnce(&AtomicU64) -> R) -> Option<R> {
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R> {
         self.0.pin().get(key).map(f)
     }
 }
@@ -347,7 +376,7 @@ struct Floor<K>(HashMap<K, AtomicU64, ahash::RandomState>);
 
 impl<K: Key> Lookup<K> for Floor<K> {
     #[inline]
-    fn read<R>(&self, key: &K, f: impl FnOnce(&AtomicU64) -> R) -> Option<R> {
+    fn read<R>(&self, key: &K, f: impl Fn(&AtomicU64) -> R) -> Option<R> {
         self.0.get(key).map(f)
     }
 }
@@ -492,6 +521,14 @@ fn key_space<K: Key>(
     measure(
         group,
         load,
+        "tollgate",
+        space,
+        &populated::<K, Tollgate<K>>(size, word),
+        &order,
+    );
+    measure(
+        group,
+        load,
         "dashmap",
         space,
         &populated::<K, Dash<K>>(size, word),
@@ -591,6 +628,7 @@ fn insert(c: &mut Criterion) {
     shorten(&mut group);
     group.measurement_time(Duration::from_millis(1500));
     group.throughput(Throughput::Elements(1));
+    insert_one::<Tollgate<u64>>(&mut group, "tollgate");
     insert_one::<Dash<u64>>(&mut group, "dashmap");
     insert_one::<Clash<u64>>(&mut group, "clashmap");
     insert_one::<Papaya<u64>>(&mut group, "papaya");
@@ -636,6 +674,7 @@ fn sweep(c: &mut Criterion) {
     shorten(&mut group);
     group.measurement_time(Duration::from_millis(1500));
     group.throughput(Throughput::Elements(SWEEP_KEYS as u64));
+    sweep_one::<Tollgate<u64>>(&mut group, "tollgate");
     sweep_one::<Dash<u64>>(&mut group, "dashmap");
     sweep_one::<Clash<u64>>(&mut group, "clashmap");
     sweep_one::<Papaya<u64>>(&mut group, "papaya");
@@ -901,6 +940,7 @@ fn child(candidate: &str, keys: usize, kind: &str) {
 /// The resident-set growth of `candidate` holding `keys` keys.
 fn grow<K: Key>(candidate: &str, keys: usize) -> i64 {
     match candidate {
+        "tollgate" => grow_store::<K, Tollgate<K>>(keys),
         "dashmap" => grow_store::<K, Dash<K>>(keys),
         "clashmap" => grow_store::<K, Clash<K>>(keys),
         "papaya" => grow_store::<K, Papaya<K>>(keys),

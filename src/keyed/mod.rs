@@ -179,6 +179,13 @@ mod sweeper;
 #[allow(unsafe_code)]
 mod table;
 
+/// `benches/maps.rs`'s window into the keyed limiter's table. Not an API.
+#[cfg(not(tollgate_loom))]
+#[doc(hidden)]
+pub mod __bench {
+    pub use super::table::BenchTable;
+}
+
 /// The loom models' and the fuzz target's window into the keyed limiter's table
 /// (`loom-tests/tests/table.rs`, `fuzz/fuzz_targets/table_ops.rs`). Not an API.
 #[cfg(any(tollgate_loom, fuzzing))]

@@ -640,7 +640,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     }
 
     /// Live entries (exact when no writer runs).
-    #[cfg(any(test, fuzzing))]
+    #[cfg_attr(tollgate_loom, allow(dead_code))]
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(&s.writer).live).sum()
     }
@@ -668,6 +668,65 @@ impl<K, V> Drop for Table<K, V> {
         }
         // The replaced tables go with `reclaim` (its drop): the epoch's function in flight only
         // sets a flag, which outlives the table.
+    }
+}
+
+/// The table with one-word states, for `benches/maps.rs`, which measures it beside other
+/// concurrent maps. Not an API: hidden, and free to change.
+#[cfg(not(tollgate_loom))]
+pub struct BenchTable<K>(Table<K, crate::sync::AtomicU64>);
+
+#[cfg(not(tollgate_loom))]
+impl<K> std::fmt::Debug for BenchTable<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BenchTable")
+    }
+}
+
+#[cfg(not(tollgate_loom))]
+impl<K: Hash + Eq> Default for BenchTable<K> {
+    /// The keyed limiter's shard count.
+    fn default() -> BenchTable<K> {
+        BenchTable(Table::new())
+    }
+}
+
+#[cfg(not(tollgate_loom))]
+impl<K: Hash + Eq> BenchTable<K> {
+    /// Runs `f` on `key`'s word without a lock (see [`Table::with_read`]; `f` may run twice).
+    #[inline]
+    pub fn read<Q, R>(&self, key: &Q, f: impl Fn(&crate::sync::AtomicU64) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0
+            .with_read(key, |word| Ok(f(word)))
+            .map(|answer| answer.unwrap_or_else(|Gone| unreachable!("`f` answers no Gone")))
+    }
+
+    /// Inserts `key` with `word` unless it is held; answers whether it inserted.
+    pub fn insert_if_vacant(&self, key: K, word: u64) -> bool {
+        self.0.with_entry(key, |slot| match slot {
+            Slot::Occupied(..) => (None, false),
+            Slot::Vacant(_) => (Some(crate::sync::AtomicU64::new(word)), true),
+        })
+    }
+
+    /// Removes every entry whose word `evict` approves (under each shard's lock); answers how
+    /// many.
+    pub fn sweep(&self, evict: impl FnMut(&crate::sync::AtomicU64) -> bool) -> usize {
+        self.0.retain(evict)
+    }
+
+    /// Live entries (exact when no writer runs).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
