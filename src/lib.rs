@@ -84,8 +84,9 @@
 //! | `loom` | builds against loom for the model checks in `loom-tests/` (with `RUSTFLAGS="--cfg tollgate_loom"`); not for production |
 //! | `tokio` | async `send_async` and `recv_async` on the [`leaky`] queue (tokio's `Notify` and timer) |
 
-// Denied everywhere but in the keyed limiter's table (`keyed::table`), whose lock-free lookups
-// read entries published by atomics; every block there says why it is sound.
+// Denied everywhere but in the keyed limiter's table and its epoch (`keyed::table`,
+// `keyed::epoch`), whose lock-free lookups read entries published by atomics and whose reclaimer
+// calls membarrier(2); every block there says why it is sound.
 #![deny(unsafe_code)]
 
 pub mod algorithm;

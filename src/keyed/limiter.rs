@@ -289,9 +289,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// A request for `n` on `key` at the reading `now()` gives. The reading is taken once the
-    /// key's state has been found (any reading is as good as any other taken during the call): with the clock, the lookup's memory accesses
-    /// are then issued before the clock read rather than waiting behind it, which on a map larger
-    /// than the caches is most of a check's cost.
+    /// key's state has been found (any reading is as good as any other taken during the call):
+    /// with the clock, the lookup's memory accesses are then issued before the clock read rather
+    /// than waiting behind it, which on a map larger than the caches is most of a check's cost.
     #[inline]
     fn check_key_n_with<Q>(
         &self,
