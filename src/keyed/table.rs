@@ -320,6 +320,17 @@ struct Shard<K, V> {
     writer: Mutex<Writer>,
 }
 
+impl<K, V> Shard<K, V> {
+    /// The current table, for the lock's holder (`_held` is the proof: its guard's data).
+    #[inline]
+    fn current(&self, _held: &Writer) -> &Raw<K, V> {
+        // Relaxed: the lock's holder reads the table the holders before it installed.
+        // SAFETY: the lock is held, so the current table is not retired, let alone freed,
+        // before the borrow of `_held` ends.
+        unsafe { &*self.raw.load(Ordering::Relaxed) }
+    }
+}
+
 /// The table: see the module docs.
 pub(crate) struct Table<K, V> {
     shards: Box<[CachePadded<Shard<K, V>>]>,
@@ -438,13 +449,11 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let _writer = lock(&shard.writer);
+        let writer = lock(&shard.writer);
         // Relaxed: a count the tests read after joining.
         #[cfg(any(test, tollgate_loom, fuzzing))]
         self.relooks.fetch_add(1, Ordering::Relaxed);
-        // Relaxed: the lock's holder reads the table the holders before it installed.
-        // SAFETY: the lock is held, so the current table is not retired meanwhile.
-        let raw = unsafe { &*shard.raw.load(Ordering::Relaxed) };
+        let raw = shard.current(&writer);
         match raw.find(hash, key) {
             // SAFETY: found live, under the lock.
             Found::Live(i) => Some(f(&unsafe { raw.entry(i) }.1)),
@@ -463,8 +472,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
         let hash = self.hasher.hash_one(&key);
         let shard = self.shard(hash);
         let mut writer = lock(&shard.writer);
-        // SAFETY: the lock is held, so the current table is not retired meanwhile.
-        let raw = unsafe { &*shard.raw.load(Ordering::Relaxed) };
+        let raw = shard.current(&writer);
         let (state, answer) = match raw.find(hash, &key) {
             Found::Live(i) => {
                 // SAFETY: found live, under the lock.
@@ -489,8 +497,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     /// Inserts a key known to be absent, rebuilding the table first if it has no slot to spare.
     fn insert(&self, shard: &Shard<K, V>, writer: &mut Writer, hash: u64, key: K, state: V) {
         self.free_retired();
-        // SAFETY: the lock is held.
-        let capacity = unsafe { &*shard.raw.load(Ordering::Relaxed) }.capacity();
+        let capacity = shard.current(writer).capacity();
         if writer.used + 1 > max_used(capacity) {
             // Half full of live entries or more: grow; otherwise clear the removed ones.
             let live = writer.live + 1;
@@ -501,8 +508,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
             };
             self.rebuild(shard, writer, capacity);
         }
-        // SAFETY: the lock is held.
-        unsafe { &*shard.raw.load(Ordering::Relaxed) }.put(hash, key, state);
+        shard.current(writer).put(hash, key, state);
         writer.used += 1;
         writer.live += 1;
     }
@@ -548,6 +554,11 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
         reclaim.pending.push(RawPtr(raw, epoch));
         // At once: with no lookup in flight (one thread inserting, say), the old table is freed
         // as a growing `HashMap` frees it, and the allocator can reuse its memory for the next.
+        self.settle(&mut reclaim);
+    }
+
+    /// Frees what no reader can still hold, and says whether anything is left to free.
+    fn settle(&self, reclaim: &mut Reclaim<K, V>) {
         reclaim.advance();
         // Relaxed: a hint; the reclaimer's own lock orders the list.
         self.reclaiming
@@ -563,20 +574,15 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
         let mut reclaim = lock(&self.reclaim);
         reclaim.calls = reclaim.calls.wrapping_add(1);
         if reclaim.calls.is_multiple_of(RECLAIM_EVERY) {
-            reclaim.advance();
+            self.settle(&mut reclaim);
         }
-        self.reclaiming
-            .store(!reclaim.pending.is_empty(), Ordering::Relaxed);
     }
 
     /// Frees the replaced tables no reader can still hold, now.
     fn reclaim_now(&self) {
         // Relaxed: as in `free_retired`.
         if self.reclaiming.load(Ordering::Relaxed) {
-            let mut reclaim = lock(&self.reclaim);
-            reclaim.advance();
-            self.reclaiming
-                .store(!reclaim.pending.is_empty(), Ordering::Relaxed);
+            self.settle(&mut lock(&self.reclaim));
         }
     }
 
@@ -587,8 +593,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
-            // SAFETY: the lock is held.
-            let raw = unsafe { &*shard.raw.load(Ordering::Relaxed) };
+            let raw = shard.current(&writer);
             for i in 0..raw.capacity() {
                 if raw.ctrl(i).load(Ordering::Relaxed) & LIVE == 0 {
                     continue;
@@ -612,8 +617,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
         self.reclaim_now();
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
-            // SAFETY: the lock is held.
-            let capacity = unsafe { &*shard.raw.load(Ordering::Relaxed) }.capacity();
+            let capacity = shard.current(&writer).capacity();
             let fit = capacity_for(writer.live + 1);
             if fit < capacity || writer.used > writer.live {
                 self.rebuild(shard, &mut writer, fit);
@@ -626,8 +630,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     pub(crate) fn rebuild_all(&self) {
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
-            // SAFETY: the lock is held.
-            let capacity = unsafe { &*shard.raw.load(Ordering::Relaxed) }.capacity();
+            let capacity = shard.current(&writer).capacity();
             self.rebuild(shard, &mut writer, capacity);
         }
     }
@@ -650,11 +653,7 @@ impl<K: Hash + Eq, V: Relocate> Table<K, V> {
     pub(crate) fn capacity(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| {
-                let _writer = lock(&s.writer);
-                // SAFETY: the lock is held.
-                unsafe { &*s.raw.load(Ordering::Relaxed) }.capacity()
-            })
+            .map(|s| s.current(&lock(&s.writer)).capacity())
             .sum()
     }
 }
@@ -666,8 +665,7 @@ impl<K, V> Drop for Table<K, V> {
             // SAFETY: no reader or writer is left; each table is owned once.
             drop(unsafe { Box::from_raw(shard.raw.load(Ordering::Relaxed)) });
         }
-        // The replaced tables go with `reclaim` (its drop): the epoch's function in flight only
-        // sets a flag, which outlives the table.
+        // The replaced tables go with `reclaim` (its drop): no reader is left to hold them.
     }
 }
 
