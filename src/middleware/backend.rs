@@ -1,0 +1,392 @@
+//! What the layer asks for a decision: [`Backend`], and the adapters that make one of every
+//! limiter: [`Keyed`] (one limit per key, any [`KeyedLimit`]), [`Global`] (one limit for all, any
+//! [`Limiter`]) and, with the `redis` feature, [`Redis`].
+
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::keyed::{KeyedError, TooManyKeys};
+use crate::limiter::{KeyedLimit, Limiter};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
+use crate::quota::Quota;
+
+/// Why a request was not admitted, as a backend reports it.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{Backend, Decision, Global, Refusal};
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+/// let backend = Global::new(TokenBucket::with_clock(Quota::per_second(1)?, ManualClock::new()));
+/// let Decision::Ready(first) = backend.decide(&(), 1) else { unreachable!() };
+/// assert!(first.is_ok());
+/// let Decision::Ready(second) = backend.decide(&(), 1) else { unreachable!() };
+/// assert!(matches!(second, Err(Refusal::Denied(_))));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// Not now: the limit was reached.
+    Denied(Denied),
+    /// Never: the request costs more than the capacity.
+    InsufficientCapacity(InsufficientCapacity),
+    /// A new key found no room in a bounded keyed limiter: no rate decision was made.
+    TooManyKeys(TooManyKeys),
+    /// The backend could not decide (a Redis server out of reach, with its failure policy
+    /// `Closed`).
+    Unavailable(Arc<dyn Error + Send + Sync>),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Denied(d) => d.fmt(f),
+            Refusal::InsufficientCapacity(e) => e.fmt(f),
+            Refusal::TooManyKeys(e) => e.fmt(f),
+            Refusal::Unavailable(e) => write!(f, "the limiter could not decide: {e}"),
+        }
+    }
+}
+
+impl From<KeyedError> for Refusal {
+    fn from(e: KeyedError) -> Refusal {
+        match e {
+            KeyedError::Denied(d) => Refusal::Denied(d),
+            KeyedError::InsufficientCapacity(e) => Refusal::InsufficientCapacity(e),
+            KeyedError::TooManyKeys(e) => Refusal::TooManyKeys(e),
+        }
+    }
+}
+
+impl From<AcquireError> for Refusal {
+    fn from(e: AcquireError) -> Refusal {
+        match e {
+            AcquireError::Denied(d) => Refusal::Denied(d),
+            AcquireError::InsufficientCapacity(e) => Refusal::InsufficientCapacity(e),
+        }
+    }
+}
+
+/// A backend's answer: at once (every in-process limiter), or a future (a decision made over
+/// the network).
+///
+/// # Examples
+///
+/// See [`Refusal`].
+#[derive(Debug)]
+pub enum Decision<F> {
+    /// Decided now.
+    Ready(Result<Admitted, Refusal>),
+    /// To be decided by the future.
+    Pending(F),
+}
+
+/// A limit the layer can enforce for keys of type `K`: what [`LimitLayer`](super::LimitLayer)
+/// is generic over.
+///
+/// Implemented by [`Keyed`] (any [`KeyedLimit<K>`]), [`Global`] (any [`Limiter`], one limit for
+/// every request) and [`Redis`] (feature `redis`). Implement it to put another limiter behind the
+/// layer: answer [`Decision::Ready`] when the decision is made at once, so the layer takes no
+/// detour through a future.
+///
+/// # Examples
+///
+/// A backend that admits every request but counts them (for a test double, say):
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use tollgate::middleware::{Backend, Decision};
+/// use tollgate::{Limiter, ManualClock, Quota, TokenBucket};
+///
+/// struct Counting { seen: AtomicU64, quota: Quota, bucket: TokenBucket<ManualClock> }
+/// impl Backend<String> for Counting {
+///     type Future = std::future::Ready<Result<tollgate::Admitted, tollgate::middleware::Refusal>>;
+///     fn decide(&self, _key: &String, _cost: u64) -> Decision<Self::Future> {
+///         // Relaxed: a statistic; nothing is published through it.
+///         self.seen.fetch_add(1, Ordering::Relaxed);
+///         Decision::Ready(Ok(self.bucket.try_acquire_n(0).expect("a query always succeeds")))
+///     }
+///     fn quota(&self) -> &Quota {
+///         &self.quota
+///     }
+/// }
+/// let quota = Quota::per_second(1)?;
+/// let b = Counting { seen: AtomicU64::new(0), quota, bucket: TokenBucket::with_clock(quota, ManualClock::new()) };
+/// assert!(matches!(b.decide(&"k".to_string(), 1), Decision::Ready(Ok(_))));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub trait Backend<K>: Send + Sync + 'static {
+    /// The future of a decision made elsewhere; in-process backends name
+    /// `std::future::Ready<..>` and never build one.
+    type Future: Future<Output = Result<Admitted, Refusal>> + Send + 'static;
+
+    /// Admits `cost` units for `key`, all or none (`cost = 0` is a query), or says why not.
+    fn decide(&self, key: &K, cost: u64) -> Decision<Self::Future>;
+
+    /// The quota enforced, for the `RateLimit-Policy` field.
+    fn quota(&self) -> &Quota;
+}
+
+/// The answer of an in-process backend's (never built) future.
+type Immediate = std::future::Ready<Result<Admitted, Refusal>>;
+
+/// One limit per key: any [`KeyedLimit`] (a [`KeyedLimiter`](crate::keyed::KeyedLimiter) of any
+/// algorithm) behind the layer.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::KeyedLimiter;
+/// use tollgate::middleware::{Backend, Decision, Keyed};
+/// use tollgate::{ManualClock, Quota};
+/// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, ManualClock::new());
+/// let backend = Keyed::new(limiter);
+/// assert!(matches!(backend.decide(&1, 1), Decision::Ready(Ok(_))));
+/// assert!(matches!(backend.decide(&1, 1), Decision::Ready(Err(_))));
+/// assert!(matches!(backend.decide(&2, 1), Decision::Ready(Ok(_))));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug)]
+pub struct Keyed<L>(L);
+
+impl<L> Keyed<L> {
+    /// `limiter`, as a backend.
+    ///
+    /// # Examples
+    ///
+    /// See [`Keyed`].
+    pub fn new(limiter: L) -> Keyed<L> {
+        Keyed(limiter)
+    }
+
+    /// The limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::middleware::Keyed;
+    /// use tollgate::Quota;
+    /// let backend = Keyed::new(KeyedLimiter::<u8>::new(Quota::per_second(1)?));
+    /// assert_eq!(backend.limiter().quota().count(), 1);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn limiter(&self) -> &L {
+        &self.0
+    }
+}
+
+impl<K, L> Backend<K> for Keyed<L>
+where
+    K: 'static,
+    L: KeyedLimit<K> + 'static,
+{
+    type Future = Immediate;
+
+    #[inline]
+    fn decide(&self, key: &K, cost: u64) -> Decision<Immediate> {
+        Decision::Ready(self.0.check_key_n(key, cost).map_err(Refusal::from))
+    }
+
+    fn quota(&self) -> &Quota {
+        self.0.quota()
+    }
+}
+
+/// One limit shared by every request: any direct [`Limiter`] behind the layer (the key, whatever
+/// it is, is not looked at).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{Backend, Decision, Global};
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+/// let backend = Global::new(TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new()));
+/// assert!(matches!(backend.decide(&"a", 1), Decision::Ready(Ok(_))));
+/// assert!(matches!(backend.decide(&"b", 1), Decision::Ready(Ok(_))));
+/// assert!(matches!(backend.decide(&"c", 1), Decision::Ready(Err(_)))); // one limit for all
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug)]
+pub struct Global<L>(L);
+
+impl<L> Global<L> {
+    /// `limiter`, as a backend.
+    ///
+    /// # Examples
+    ///
+    /// See [`Global`].
+    pub fn new(limiter: L) -> Global<L> {
+        Global(limiter)
+    }
+
+    /// The limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::Global;
+    /// use tollgate::{Limiter, Quota, TokenBucket};
+    /// let backend = Global::new(TokenBucket::new(Quota::per_second(3)?));
+    /// assert_eq!(backend.limiter().remaining(), 3);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn limiter(&self) -> &L {
+        &self.0
+    }
+}
+
+impl<K, L> Backend<K> for Global<L>
+where
+    L: Limiter + 'static,
+{
+    type Future = Immediate;
+
+    #[inline]
+    fn decide(&self, _key: &K, cost: u64) -> Decision<Immediate> {
+        Decision::Ready(self.0.try_acquire_n(cost).map_err(Refusal::from))
+    }
+
+    fn quota(&self) -> &Quota {
+        self.0.quota()
+    }
+}
+
+#[cfg(feature = "redis")]
+pub use self::redis::{KeyBytes, Redis};
+
+#[cfg(feature = "redis")]
+mod redis {
+    use std::future::Future;
+    use std::net::IpAddr;
+    use std::pin::Pin;
+    use std::sync::Arc;
+
+    use super::{Backend, Decision, Refusal};
+    use crate::outcome::Admitted;
+    use crate::quota::Quota;
+    use crate::redis::{RedisAlgorithm, RedisError, RedisLimiter};
+
+    /// A key as the bytes of its Redis key name: implemented for the keys the extractors give.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::KeyBytes;
+    /// let mut out = Vec::new();
+    /// std::net::IpAddr::from([10, 0, 0, 1]).write_key(&mut out);
+    /// assert_eq!(out, b"10.0.0.1");
+    /// ```
+    pub trait KeyBytes {
+        /// Appends the key's bytes to `out`.
+        fn write_key(&self, out: &mut Vec<u8>);
+    }
+
+    impl KeyBytes for IpAddr {
+        fn write_key(&self, out: &mut Vec<u8>) {
+            use std::io::Write;
+            // Writing to a Vec does not fail.
+            let _ = write!(out, "{self}");
+        }
+    }
+
+    impl KeyBytes for () {
+        fn write_key(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(b"global");
+        }
+    }
+
+    impl KeyBytes for http::HeaderValue {
+        fn write_key(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(self.as_bytes());
+        }
+    }
+
+    impl KeyBytes for String {
+        fn write_key(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(self.as_bytes());
+        }
+    }
+
+    impl KeyBytes for Vec<u8> {
+        fn write_key(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(self);
+        }
+    }
+
+    impl KeyBytes for u64 {
+        fn write_key(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(self.to_string().as_bytes());
+        }
+    }
+
+    /// A [`RedisLimiter`] behind the layer: one limit per key across every process that shares
+    /// the Redis server. The decision is a round trip, so this backend's answers are futures.
+    ///
+    /// A failure the limiter's [`FailurePolicy`](crate::redis::FailurePolicy) does not absorb is
+    /// [`Refusal::Unavailable`] (503 by default); a key over the limiter's key length limit is
+    /// treated the same way, as no decision could be made.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use tollgate::keyed::TokenBucketKeys;
+    /// use tollgate::middleware::{peer_ip, LimitLayer, Redis};
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// use tollgate::Quota;
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+    /// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(30)?)
+    ///     .build(FailurePolicy::Closed)?;
+    /// let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip());
+    /// # drop(layer);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[derive(Debug)]
+    pub struct Redis<A: RedisAlgorithm>(Arc<RedisLimiter<A>>);
+
+    impl<A: RedisAlgorithm> Redis<A> {
+        /// `limiter`, as a backend.
+        ///
+        /// # Examples
+        ///
+        /// See [`Redis`].
+        pub fn new(limiter: Arc<RedisLimiter<A>>) -> Redis<A> {
+            Redis(limiter)
+        }
+    }
+
+    impl<A, K> Backend<K> for Redis<A>
+    where
+        A: RedisAlgorithm + Send + Sync + 'static,
+        K: KeyBytes,
+    {
+        type Future = Pin<Box<dyn Future<Output = Result<Admitted, Refusal>> + Send>>;
+
+        fn decide(&self, key: &K, cost: u64) -> Decision<Self::Future> {
+            let mut name = Vec::new();
+            key.write_key(&mut name);
+            let limiter = Arc::clone(&self.0);
+            Decision::Pending(Box::pin(async move {
+                limiter
+                    .check_key_n(name, cost)
+                    .await
+                    .map_err(|e| match e {
+                        RedisError::Denied(d) => Refusal::Denied(d),
+                        RedisError::InsufficientCapacity(e) => Refusal::InsufficientCapacity(e),
+                        other => Refusal::Unavailable(Arc::new(other)),
+                    })
+            }))
+        }
+
+        fn quota(&self) -> &Quota {
+            self.0.quota()
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers-10, and
+//! `Retry-After`: how their values are written.
+//!
+//! Each field is an RFC 9651 List of one member per policy: the policy's name as an sf-string,
+//! then its parameters. A policy's member is the same on every response, so it is written once
+//! when the layer is built; the `RateLimit` member changes per response and is written into a
+//! buffer on the stack, then copied once into its header value.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use crate::quota::Quota;
+
+/// The longest policy name accepted, in bytes: a name is sent on every response.
+pub const MAX_POLICY_NAME: usize = 64;
+
+/// A policy name that is not a printable-ASCII string of 1 to [`MAX_POLICY_NAME`] bytes.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{LayerError, LimitLayer};
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+/// let bucket = TokenBucket::with_clock(Quota::per_second(1)?, ManualClock::new());
+/// let LayerError::PolicyName(err) = LimitLayer::global(bucket).policy_name("café").build().unwrap_err() else {
+///     unreachable!()
+/// };
+/// assert_eq!(err.name(), "café");
+/// assert!(err.to_string().contains("printable ASCII"));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyNameError {
+    name: String,
+}
+
+impl PolicyNameError {
+    pub(crate) fn new(name: &str) -> PolicyNameError {
+        PolicyNameError { name: name.into() }
+    }
+
+    /// The name refused.
+    ///
+    /// # Examples
+    ///
+    /// See [`PolicyNameError`].
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for PolicyNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "policy_name {:?}: a policy name is 1 to {MAX_POLICY_NAME} bytes of printable ASCII \
+             (0x20 to 0x7e), sent as an RFC 9651 string",
+            self.name
+        )
+    }
+}
+
+impl std::error::Error for PolicyNameError {}
+
+/// A policy name written as an sf-string: quoted, with `"` and `\` escaped.
+pub(crate) fn sf_string(name: &str) -> Result<String, PolicyNameError> {
+    let printable = name.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    if name.is_empty() || name.len() > MAX_POLICY_NAME || !printable {
+        return Err(PolicyNameError::new(name));
+    }
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Ok(out)
+}
+
+/// The quota as the draft's `q` and `w`: `w` is the period in whole seconds, rounded up, and
+/// `q = floor(count * w / period)`, so a period that is not whole seconds is scaled to the next
+/// whole `w` without advertising more than the limiter allows. `w` is at least 1.
+pub(crate) fn quota_and_window(quota: &Quota) -> (u64, u64) {
+    let period = quota.period().as_nanos().max(1);
+    let w = period.div_ceil(1_000_000_000).max(1);
+    let q = u128::from(quota.count()) * w * 1_000_000_000 / period;
+    (
+        u64::try_from(q).unwrap_or(u64::MAX),
+        u64::try_from(w).unwrap_or(u64::MAX),
+    )
+}
+
+/// The `RateLimit-Policy` member of one policy: `"name";q=100;w=60`, with `qu="content-bytes"`
+/// when the cost is the body's length, and `tollgate-burst=C` when the capacity is not the count.
+pub(crate) fn policy_member(name: &str, quota: &Quota, content_bytes: bool) -> String {
+    let (q, w) = quota_and_window(quota);
+    let mut out = format!("{name};q={q}");
+    if content_bytes {
+        out.push_str(";qu=\"content-bytes\"");
+    }
+    out.push_str(&format!(";w={w}"));
+    if quota.capacity() != quota.count() {
+        out.push_str(&format!(";tollgate-burst={}", quota.capacity()));
+    }
+    out
+}
+
+/// Whole seconds, rounded up.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// `Retry-After`: the wait rounded up to whole seconds, at least 1, and never earlier than the
+/// `RateLimit` field's `t` (the draft's rule).
+pub(crate) fn retry_after_secs(retry: Duration, t: Option<u64>) -> u64 {
+    ceil_secs(retry).max(1).max(t.unwrap_or(0))
+}
+
+/// A small buffer on the stack for one field value (spilling to the heap for long ones), so that
+/// writing a `RateLimit` member costs only the header value's own allocation.
+pub(crate) struct FieldBuf {
+    bytes: [u8; 128],
+    len: usize,
+    spill: Vec<u8>,
+}
+
+impl FieldBuf {
+    pub(crate) fn new() -> FieldBuf {
+        FieldBuf {
+            bytes: [0; 128],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, s: &[u8]) {
+        if self.spill.is_empty() && self.len + s.len() <= self.bytes.len() {
+            self.bytes[self.len..self.len + s.len()].copy_from_slice(s);
+            self.len += s.len();
+        } else {
+            if self.spill.is_empty() {
+                self.spill.extend_from_slice(&self.bytes[..self.len]);
+            }
+            self.spill.extend_from_slice(s);
+        }
+    }
+
+    /// Writes `n` in decimal.
+    pub(crate) fn push_u64(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            // `n % 10` is below 10.
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        if self.spill.is_empty() {
+            &self.bytes[..self.len]
+        } else {
+            &self.spill
+        }
+    }
+
+    /// The header value (one allocation: the copy). Every byte written is printable ASCII (names
+    /// are checked when the layer is built, numbers are digits), so this does not fail; should it,
+    /// the field is left out rather than a request failed.
+    pub(crate) fn header_value(&self) -> Option<HeaderValue> {
+        HeaderValue::from_bytes(self.as_bytes()).ok()
+    }
+}
+
+/// The `RateLimit` member of one policy: `"name";r=5;t=30` (`t` left out when nothing is taken).
+pub(crate) fn write_ratelimit(buf: &mut FieldBuf, name: &str, remaining: u64, t: Option<u64>) {
+    buf.push(name.as_bytes());
+    buf.push(b";r=");
+    buf.push_u64(remaining);
+    if let Some(t) = t {
+        buf.push(b";t=");
+        buf.push_u64(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_quoted_and_escaped_and_checked() {
+        assert_eq!(sf_string("default").unwrap(), "\"default\"");
+        assert_eq!(sf_string(r#"a"b\c"#).unwrap(), r#""a\"b\\c""#);
+        for bad in ["", "tab\there", "é", &"x".repeat(MAX_POLICY_NAME + 1)] {
+            assert_eq!(sf_string(bad).unwrap_err().name(), bad);
+        }
+        assert!(sf_string(&"x".repeat(MAX_POLICY_NAME)).is_ok());
+    }
+
+    #[test]
+    fn whole_second_periods_are_sent_as_they_are() {
+        let q = Quota::per_minute(100).unwrap();
+        assert_eq!(quota_and_window(&q), (100, 60));
+        assert_eq!(policy_member("\"default\"", &q, false), "\"default\";q=100;w=60");
+    }
+
+    #[test]
+    fn other_periods_scale_to_the_next_whole_second_without_advertising_more() {
+        // 10 per 500 ms: 20 per second.
+        let q = Quota::per_period(10, Duration::from_millis(500)).unwrap();
+        assert_eq!(quota_and_window(&q), (20, 1));
+        // 3 per 1.5 s: w = 2, q = floor(3 * 2 / 1.5) = 4.
+        let q = Quota::per_period(3, Duration::from_millis(1500)).unwrap();
+        assert_eq!(quota_and_window(&q), (4, 2));
+        // 7 per 2.9 s: w = 3, q = floor(7 * 3 / 2.9) = 7 (7.24 rounds down).
+        let q = Quota::per_period(7, Duration::from_millis(2900)).unwrap();
+        assert_eq!(quota_and_window(&q), (7, 3));
+        // A nanosecond period: w = 1, q saturates rather than wraps.
+        let q = Quota::per_period(u64::MAX / 2, Duration::from_nanos(1)).unwrap();
+        assert_eq!(quota_and_window(&q), (u64::MAX, 1));
+    }
+
+    #[test]
+    fn a_burst_and_a_byte_unit_are_parameters() {
+        let q = Quota::per_minute(30).unwrap().with_capacity(5).unwrap();
+        assert_eq!(
+            policy_member("\"ip\"", &q, true),
+            "\"ip\";q=30;qu=\"content-bytes\";w=60;tollgate-burst=5"
+        );
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_at_least_one_and_not_before_t() {
+        assert_eq!(retry_after_secs(Duration::ZERO, None), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1), None), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001), None), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(3), Some(30)), 30);
+        assert_eq!(retry_after_secs(Duration::MAX, None), u64::MAX);
+    }
+
+    #[test]
+    fn the_buffer_spills_long_values_and_writes_numbers() {
+        let mut buf = FieldBuf::new();
+        write_ratelimit(&mut buf, "\"default\"", 0, Some(30));
+        assert_eq!(buf.as_bytes(), b"\"default\";r=0;t=30");
+        let mut buf = FieldBuf::new();
+        let long = format!("\"{}\"", "n".repeat(MAX_POLICY_NAME));
+        write_ratelimit(&mut buf, &long, u64::MAX, None);
+        write_ratelimit(&mut buf, ", ", 1, Some(u64::MAX));
+        let text = String::from_utf8(buf.as_bytes().to_vec()).unwrap();
+        assert_eq!(
+            text,
+            format!("{long};r={}, ;r=1;t={}", u64::MAX, u64::MAX)
+        );
+        assert!(buf.header_value().is_some());
+    }
+}

@@ -1,0 +1,900 @@
+//! [`LimitLayer`] and its builder: what is configured once, and shared by every clone and
+//! connection.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{HeaderValue, Response, StatusCode};
+
+use super::backend::{Backend, Global, Keyed, Refusal};
+use super::fields::{self, PolicyNameError};
+use super::key::{self, KeyExtractor};
+use super::service::Limit;
+use crate::quota::Quota;
+
+/// Which responses carry the `RateLimit-Policy` and `RateLimit` fields.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{Headers, LimitLayer};
+/// use tollgate::{Quota, TokenBucket};
+/// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(10)?))
+///     .headers(Headers::OnDenial)
+///     .build()?;
+/// # drop(layer);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Headers {
+    /// Every response the layer decided (the default).
+    #[default]
+    Always,
+    /// Refusals only; admissions are passed through untouched.
+    OnDenial,
+    /// None (`Retry-After` is still sent on a denial: it is the status code's own field).
+    Never,
+}
+
+/// What to do with a request whose key extractor found no key (a missing header, say).
+///
+/// # Examples
+///
+/// ```
+/// use http::{HeaderName, StatusCode};
+/// use tollgate::keyed::KeyedLimiter;
+/// use tollgate::middleware::{header, LimitLayer, OnMissing};
+/// use tollgate::Quota;
+/// let limiter = KeyedLimiter::new(Quota::per_minute(60)?);
+/// let layer = LimitLayer::keyed(limiter, header(HeaderName::from_static("x-api-key")))
+///     .on_missing(OnMissing::Reject(StatusCode::UNAUTHORIZED))
+///     .build()?;
+/// # drop(layer);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub enum OnMissing<K> {
+    /// Answer with this status (400 by default), no fields, inner service not called.
+    Reject(StatusCode),
+    /// Count the request under this key: every keyless request shares one limit.
+    Key(K),
+    /// Pass the request through, unlimited and without fields.
+    Allow,
+}
+
+/// Why the layer refused a request: what an [`on_denied`](LimitLayerBuilder::on_denied)
+/// response builder is given.
+///
+/// # Examples
+///
+/// ```
+/// use http::{Response, StatusCode};
+/// use tollgate::middleware::{LimitLayer, Rejection, RejectionKind};
+/// use tollgate::{Quota, TokenBucket};
+/// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(10)?))
+///     .on_denied(|r: &Rejection| {
+///         let body = match r.kind() {
+///             RejectionKind::Denied => format!("slow down: retry in {} s", r.retry_after_secs().unwrap_or(1)),
+///             _ => String::new(),
+///         };
+///         let mut res = Response::new(body);
+///         *res.status_mut() = r.status();
+///         res
+///     })
+///     .build()?;
+/// # drop(layer);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    pub(crate) kind: RejectionKind,
+    pub(crate) status: StatusCode,
+    pub(crate) retry_after_secs: Option<u64>,
+    pub(crate) refusal: Option<Refusal>,
+    pub(crate) quota: Quota,
+}
+
+impl Rejection {
+    /// Why.
+    ///
+    /// # Examples
+    ///
+    /// See [`Rejection`].
+    pub fn kind(&self) -> RejectionKind {
+        self.kind
+    }
+
+    /// The status the layer answers with (configured per kind).
+    ///
+    /// # Examples
+    ///
+    /// See [`Rejection`].
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The `Retry-After` sent, in whole seconds, when one is.
+    ///
+    /// # Examples
+    ///
+    /// See [`Rejection`].
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after_secs
+    }
+
+    /// The backend's refusal, when the backend made the decision.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{Rejection, Refusal};
+    /// fn remaining(r: &Rejection) -> Option<u64> {
+    ///     match r.refusal()? {
+    ///         Refusal::Denied(d) => Some(d.remaining()),
+    ///         _ => None,
+    ///     }
+    /// }
+    /// # let _ = remaining;
+    /// ```
+    pub fn refusal(&self) -> Option<&Refusal> {
+        self.refusal.as_ref()
+    }
+
+    /// The quota enforced.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::Rejection;
+    /// fn per(r: &Rejection) -> u64 {
+    ///     r.quota().count()
+    /// }
+    /// # let _ = per;
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+}
+
+/// The kinds of [`Rejection`].
+///
+/// # Examples
+///
+/// See [`Rejection`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RejectionKind {
+    /// The limit was reached: 429 with `Retry-After`.
+    Denied,
+    /// The request costs more than the capacity and never fits: 413 when the cost is the body's
+    /// length, else 429 without `Retry-After` (a retry would not succeed).
+    InsufficientCapacity,
+    /// A bounded keyed limiter had no room for a new key: 503 without `Retry-After` (no rate
+    /// decision was made).
+    TooManyKeys,
+    /// The backend could not decide (Redis out of reach): 503, with the configured
+    /// `Retry-After`.
+    Unavailable,
+    /// The key extractor found no key and [`OnMissing::Reject`] applies.
+    MissingKey,
+    /// A peer-address key found no peer address: the server was not set up to record it.
+    /// 500; see [`KeyError::NoConnectInfo`](super::KeyError::NoConnectInfo).
+    NoConnectInfo,
+}
+
+/// How a refusal's response is built; a closure `Fn(&Rejection) -> Response<B>` is one.
+///
+/// The default, [`EmptyBody`], answers the rejection's status with `B::default()` (tower-http's
+/// convention). The layer adds its fields (`Retry-After`, `RateLimit-Policy`, `RateLimit`) to
+/// whatever is returned.
+///
+/// # Examples
+///
+/// See [`Rejection`].
+pub trait OnDenied<B>: Send + Sync + 'static {
+    /// The response to `rejection`.
+    fn respond(&self, rejection: &Rejection) -> Response<B>;
+}
+
+impl<B, F> OnDenied<B> for F
+where
+    F: Fn(&Rejection) -> Response<B> + Send + Sync + 'static,
+{
+    fn respond(&self, rejection: &Rejection) -> Response<B> {
+        self(rejection)
+    }
+}
+
+/// The default refusal: the status, and an empty (`Default`) body.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{EmptyBody, OnDenied};
+/// fn takes<D: OnDenied<String>>(_: D) {}
+/// takes(EmptyBody);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmptyBody;
+
+impl<B: Default> OnDenied<B> for EmptyBody {
+    fn respond(&self, rejection: &Rejection) -> Response<B> {
+        let mut res = Response::new(B::default());
+        *res.status_mut() = rejection.status;
+        res
+    }
+}
+
+/// What a request costs.
+pub(crate) enum Cost {
+    /// One unit per request.
+    One,
+    /// The closure's answer.
+    With(Box<dyn Fn(&Parts) -> u64 + Send + Sync>),
+    /// The body's `Content-Length`, or this when there is none (or it is not a number).
+    ContentLength(u64),
+}
+
+impl Cost {
+    pub(crate) fn of(&self, head: &Parts) -> u64 {
+        match self {
+            Cost::One => 1,
+            Cost::With(f) => f(head),
+            Cost::ContentLength(missing) => head
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(*missing),
+        }
+    }
+}
+
+/// Statuses, per kind of refusal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Statuses {
+    pub(crate) denied: StatusCode,
+    pub(crate) too_many_keys: StatusCode,
+    pub(crate) too_large: StatusCode,
+    pub(crate) unavailable: StatusCode,
+    pub(crate) unavailable_retry: Option<Duration>,
+    pub(crate) missing_key: StatusCode,
+}
+
+/// What the request's [`RateLimitInfo`] says was decided.
+///
+/// # Examples
+///
+/// See [`RateLimitInfo`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InfoDecision {
+    /// Admitted.
+    Admitted,
+    /// Refused, and passed through because the layer is a [dry run](LimitLayerBuilder::dry_run).
+    WouldDeny,
+    /// Not counted: exempt, or without a key under [`OnMissing::Allow`].
+    Exempt,
+}
+
+/// What the layer decided, in the request's extensions for handlers and logs (`Extension<RateLimitInfo>`
+/// in axum).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{InfoDecision, RateLimitInfo};
+/// fn log_line(info: &RateLimitInfo) -> String {
+///     match info.decision() {
+///         InfoDecision::Admitted => format!("ok, {} left of {}", info.remaining(), info.quota().count()),
+///         InfoDecision::WouldDeny => "over the limit (dry run)".into(),
+///         _ => "not limited".into(),
+///     }
+/// }
+/// # let _ = log_line;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitInfo {
+    pub(crate) decision: InfoDecision,
+    pub(crate) remaining: u64,
+    pub(crate) quota: Quota,
+}
+
+impl RateLimitInfo {
+    /// The decision.
+    ///
+    /// # Examples
+    ///
+    /// See [`RateLimitInfo`].
+    pub fn decision(&self) -> InfoDecision {
+        self.decision
+    }
+
+    /// The units left for this request's key after it (0 when not counted).
+    ///
+    /// # Examples
+    ///
+    /// See [`RateLimitInfo`].
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// The quota enforced.
+    ///
+    /// # Examples
+    ///
+    /// See [`RateLimitInfo`].
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+}
+
+/// The layer's configuration, shared by every clone of the layer and of its services.
+pub(crate) struct Shared<B, X: KeyExtractor, D> {
+    pub(crate) backend: B,
+    pub(crate) extractor: X,
+    pub(crate) on_denied: D,
+    pub(crate) quota: Quota,
+    /// The policy's name, as an sf-string.
+    pub(crate) name: String,
+    /// The `RateLimit-Policy` value.
+    pub(crate) policy: HeaderValue,
+    pub(crate) headers: Headers,
+    pub(crate) on_missing: OnMissing<X::Key>,
+    pub(crate) cost: Cost,
+    pub(crate) exempt: Option<Box<dyn Fn(&Parts) -> bool + Send + Sync>>,
+    pub(crate) dry_run: bool,
+    pub(crate) dry_run_headers: bool,
+    pub(crate) info: bool,
+    pub(crate) statuses: Statuses,
+    pub(crate) would_deny: AtomicU64,
+    pub(crate) setup_logged: AtomicBool,
+}
+
+impl<B, X: KeyExtractor, D> Shared<B, X, D> {
+    /// Counts a refusal a dry run let through.
+    pub(crate) fn count_would_deny(&self) {
+        // Relaxed: a statistic; no other memory is published through it.
+        self.would_deny.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Logs a setup error once per layer.
+    pub(crate) fn log_setup_error_once(&self) {
+        // Relaxed: only which caller logs is decided here; nothing is published through it.
+        if !self.setup_logged.swap(true, Ordering::Relaxed) {
+            eprintln!("tollgate: {}", super::service::NO_CONNECT_INFO);
+        }
+    }
+}
+
+/// A tower [`Layer`](tower_layer::Layer) that limits the requests of the service it wraps.
+///
+/// Built by [`LimitLayer::keyed`] (one limit per key), [`LimitLayer::global`] (one limit for all)
+/// or [`LimitLayer::new`] (any [`Backend`], e.g. Redis), then configured and
+/// [built](LimitLayerBuilder::build). Cloning the layer or a service it made clones an `Arc`:
+/// every clone and every connection shares one limiter. See the [module docs](super) for what
+/// is sent.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::KeyedLimiter;
+/// use tollgate::middleware::{peer_ip, LimitLayer};
+/// use tollgate::Quota;
+/// let per_ip = KeyedLimiter::new(Quota::per_minute(30)?.with_capacity(5)?);
+/// let layer = LimitLayer::keyed(per_ip, peer_ip()).build()?;
+/// assert_eq!(layer.would_deny(), 0);
+/// // With axum: Router::new().route(..).layer(layer)
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct LimitLayer<B, X: KeyExtractor, D = EmptyBody> {
+    pub(crate) shared: Arc<Shared<B, X, D>>,
+}
+
+impl<B, X: KeyExtractor, D> Clone for LimitLayer<B, X, D> {
+    fn clone(&self) -> Self {
+        LimitLayer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<B, X: KeyExtractor, D> fmt::Debug for LimitLayer<B, X, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitLayer")
+            .field("quota", &self.shared.quota)
+            .field("policy", &self.shared.policy)
+            .field("headers", &self.shared.headers)
+            .field("dry_run", &self.shared.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L: 'static, X: KeyExtractor> LimitLayer<Keyed<L>, X>
+where
+    Keyed<L>: Backend<X::Key>,
+{
+    /// A layer giving each key its own limit, from a keyed limiter (any algorithm) and a key
+    /// extractor.
+    ///
+    /// # Examples
+    ///
+    /// See [`LimitLayer`].
+    pub fn keyed(limiter: L, extractor: X) -> LimitLayerBuilder<Keyed<L>, X> {
+        LimitLayer::new(Keyed::new(limiter), extractor)
+    }
+}
+
+impl<L: 'static> LimitLayer<Global<L>, key::Global>
+where
+    Global<L>: Backend<()>,
+{
+    /// A layer with one limit for every request, from a direct limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::LimitLayer;
+    /// use tollgate::{Quota, TokenBucket};
+    /// // At most 1 000 requests a second reach the backend, whoever sends them.
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(1000)?)).build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn global(limiter: L) -> LimitLayerBuilder<Global<L>, key::Global> {
+        LimitLayer::new(Global::new(limiter), key::global())
+    }
+}
+
+impl<B: Backend<X::Key>, X: KeyExtractor> LimitLayer<B, X> {
+    /// A layer over any [`Backend`] (such as [`Redis`](super::Redis)), keyed by `extractor`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::middleware::{peer_ip, Keyed, LimitLayer};
+    /// use tollgate::Quota;
+    /// let layer = LimitLayer::new(Keyed::new(KeyedLimiter::new(Quota::per_second(5)?)), peer_ip()).build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(backend: B, extractor: X) -> LimitLayerBuilder<B, X> {
+        LimitLayerBuilder {
+            backend,
+            extractor,
+            on_denied: EmptyBody,
+            name: "default".into(),
+            headers: Headers::Always,
+            on_missing: OnMissing::Reject(StatusCode::BAD_REQUEST),
+            cost: Cost::One,
+            content_bytes: false,
+            exempt: None,
+            dry_run: false,
+            dry_run_headers: false,
+            info: true,
+            statuses: Statuses {
+                denied: StatusCode::TOO_MANY_REQUESTS,
+                too_many_keys: StatusCode::SERVICE_UNAVAILABLE,
+                too_large: StatusCode::TOO_MANY_REQUESTS,
+                unavailable: StatusCode::SERVICE_UNAVAILABLE,
+                unavailable_retry: None,
+                missing_key: StatusCode::BAD_REQUEST,
+            },
+        }
+    }
+}
+
+impl<B, X: KeyExtractor, D> LimitLayer<B, X, D> {
+    /// Requests a [dry run](LimitLayerBuilder::dry_run) let through that would have been
+    /// refused, since the layer was built.
+    ///
+    /// # Examples
+    ///
+    /// See [`LimitLayerBuilder::dry_run`].
+    pub fn would_deny(&self) -> u64 {
+        // Relaxed: a statistic, read on its own.
+        self.shared.would_deny.load(Ordering::Relaxed)
+    }
+
+    /// The backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::LimitLayer;
+    /// use tollgate::{Limiter, Quota, TokenBucket};
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(4)?)).build()?;
+    /// assert_eq!(layer.backend().limiter().remaining(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+}
+
+impl<S, B, X: KeyExtractor, D> tower_layer::Layer<S> for LimitLayer<B, X, D> {
+    type Service = Limit<S, B, X, D>;
+
+    fn layer(&self, inner: S) -> Limit<S, B, X, D> {
+        Limit {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// An error in a layer's configuration.
+///
+/// # Examples
+///
+/// See [`PolicyNameError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LayerError {
+    /// The policy name cannot be sent.
+    PolicyName(PolicyNameError),
+}
+
+impl fmt::Display for LayerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayerError::PolicyName(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for LayerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LayerError::PolicyName(e) => Some(e),
+        }
+    }
+}
+
+/// Configures a [`LimitLayer`]; [`build`](LimitLayerBuilder::build) checks it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use http::StatusCode;
+/// use tollgate::keyed::KeyedLimiter;
+/// use tollgate::middleware::{peer_ip, Headers, LimitLayer};
+/// use tollgate::Quota;
+/// let layer = LimitLayer::keyed(KeyedLimiter::new(Quota::per_minute(100)?), peer_ip())
+///     .policy_name("per-ip")
+///     .headers(Headers::Always)
+///     .exempt(|head| head.uri.path() == "/health")
+///     .too_many_keys_status(StatusCode::SERVICE_UNAVAILABLE)
+///     .build()?;
+/// # drop(layer);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct LimitLayerBuilder<B, X: KeyExtractor, D = EmptyBody> {
+    backend: B,
+    extractor: X,
+    on_denied: D,
+    name: String,
+    headers: Headers,
+    on_missing: OnMissing<X::Key>,
+    cost: Cost,
+    content_bytes: bool,
+    exempt: Option<Box<dyn Fn(&Parts) -> bool + Send + Sync>>,
+    dry_run: bool,
+    dry_run_headers: bool,
+    info: bool,
+    statuses: Statuses,
+}
+
+impl<B, X: KeyExtractor, D> fmt::Debug for LimitLayerBuilder<B, X, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitLayerBuilder")
+            .field("name", &self.name)
+            .field("headers", &self.headers)
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
+    /// The policy's name in the fields (`"default"` unless set): 1 to 64 bytes of printable
+    /// ASCII; [`build`](Self::build) refuses anything else. Sent on every response, so keep it
+    /// short; it must not carry anything private.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{LayerError, LimitLayer};
+    /// use tollgate::{Quota, TokenBucket};
+    /// let bucket = TokenBucket::new(Quota::per_second(1)?);
+    /// let err = LimitLayer::global(bucket).policy_name("naïve").build().unwrap_err();
+    /// assert!(matches!(err, LayerError::PolicyName(_)));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn policy_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Which responses carry the fields ([`Headers::Always`] unless set).
+    ///
+    /// # Examples
+    ///
+    /// See [`Headers`].
+    pub fn headers(mut self, headers: Headers) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// What a request without a key gets ([`OnMissing::Reject`] with 400 unless set).
+    ///
+    /// # Examples
+    ///
+    /// See [`OnMissing`].
+    pub fn on_missing(mut self, on_missing: OnMissing<X::Key>) -> Self {
+        if let OnMissing::Reject(status) = on_missing {
+            self.statuses.missing_key = status;
+        }
+        self.on_missing = on_missing;
+        self
+    }
+
+    /// The units a request costs, from its head (1 unless set). A cost of 0 admits the request
+    /// as a query: it takes nothing and its fields show the key's state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::middleware::{peer_ip, LimitLayer};
+    /// use tollgate::Quota;
+    /// // Writes cost 5, reads 1.
+    /// let layer = LimitLayer::keyed(KeyedLimiter::new(Quota::per_minute(600)?), peer_ip())
+    ///     .cost(|head| if head.method == http::Method::GET { 1 } else { 5 })
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
+        self.cost = Cost::With(Box::new(cost));
+        self.content_bytes = false;
+        self
+    }
+
+    /// Costs each request its body's `Content-Length` in bytes (`missing` when it has none, as a
+    /// chunked upload does); the policy says `qu="content-bytes"`, and a body over the capacity
+    /// is refused with 413 Content Too Large.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::middleware::{peer_ip, LimitLayer};
+    /// use tollgate::Quota;
+    /// // 10 MB a minute per client, bodies of at most 1 MB; 64 KiB for a body of unknown length.
+    /// let quota = Quota::per_minute(10_000_000)?.with_capacity(1_000_000)?;
+    /// let layer = LimitLayer::keyed(KeyedLimiter::new(quota), peer_ip())
+    ///     .cost_content_length(64 * 1024)
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost_content_length(mut self, missing: u64) -> Self {
+        self.cost = Cost::ContentLength(missing);
+        self.content_bytes = true;
+        self.statuses.too_large = StatusCode::PAYLOAD_TOO_LARGE;
+        self
+    }
+
+    /// Requests for which `exempt` answers `true` pass uncounted and get no fields (health
+    /// checks, say).
+    ///
+    /// # Examples
+    ///
+    /// See [`LimitLayerBuilder`].
+    pub fn exempt(mut self, exempt: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.exempt = Some(Box::new(exempt));
+        self
+    }
+
+    /// A dry run: the limiter decides as usual, but a refused request is passed through and
+    /// counted ([`LimitLayer::would_deny`]) instead. No fields are sent unless
+    /// [`dry_run_headers`](Self::dry_run_headers) asks for them. For trying a limit on live
+    /// traffic before enforcing it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::LimitLayer;
+    /// use tollgate::{Quota, TokenBucket};
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(100)?)).dry_run().build()?;
+    /// // ... serve for a while, then:
+    /// let refused_if_enforced = layer.would_deny();
+    /// # assert_eq!(refused_if_enforced, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
+    /// In a dry run, send the fields anyway (as [`headers`](Self::headers) says), so clients
+    /// can be watched adapting before the limit is enforced.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::LimitLayer;
+    /// use tollgate::{Quota, TokenBucket};
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(100)?))
+    ///     .dry_run()
+    ///     .dry_run_headers(true)
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn dry_run_headers(mut self, send: bool) -> Self {
+        self.dry_run_headers = send;
+        self
+    }
+
+    /// Whether requests get a [`RateLimitInfo`] extension (on unless set). It costs one
+    /// allocation per request (extensions are boxed); turn it off when no handler reads it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{Headers, LimitLayer};
+    /// use tollgate::{Quota, TokenBucket};
+    /// // No fields and no extension: the layer allocates nothing per admitted request.
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(100)?))
+    ///     .headers(Headers::Never)
+    ///     .request_info(false)
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn request_info(mut self, on: bool) -> Self {
+        self.info = on;
+        self
+    }
+
+    /// The status of a denial (429 Too Many Requests unless set).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tollgate::middleware::LimitLayer;
+    /// use tollgate::{Quota, TokenBucket};
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(100)?))
+    ///     .denied_status(StatusCode::SERVICE_UNAVAILABLE)
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn denied_status(mut self, status: StatusCode) -> Self {
+        self.statuses.denied = status;
+        self
+    }
+
+    /// The status when a bounded keyed limiter has no room for a new key (503 unless set).
+    ///
+    /// # Examples
+    ///
+    /// See [`LimitLayerBuilder`].
+    pub fn too_many_keys_status(mut self, status: StatusCode) -> Self {
+        self.statuses.too_many_keys = status;
+        self
+    }
+
+    /// The status of a request that costs more than the capacity (429 unless set; 413 with
+    /// [`cost_content_length`](Self::cost_content_length)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tollgate::middleware::LimitLayer;
+    /// use tollgate::{Quota, TokenBucket};
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(100)?))
+    ///     .insufficient_capacity_status(StatusCode::BAD_REQUEST)
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn insufficient_capacity_status(mut self, status: StatusCode) -> Self {
+        self.statuses.too_large = status;
+        self
+    }
+
+    /// The status when the backend cannot decide (503 unless set), and the `Retry-After` sent
+    /// with it (none unless set; rounded up to whole seconds, at least 1).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::StatusCode;
+    /// use tollgate::middleware::LimitLayer;
+    /// use tollgate::{Quota, TokenBucket};
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(100)?))
+    ///     .unavailable(StatusCode::SERVICE_UNAVAILABLE, Some(Duration::from_secs(5)))
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn unavailable(mut self, status: StatusCode, retry_after: Option<Duration>) -> Self {
+        self.statuses.unavailable = status;
+        self.statuses.unavailable_retry = retry_after;
+        self
+    }
+
+    /// How a refusal's response is built (an empty body with the status unless set). The layer
+    /// adds its fields to the response returned. gRPC requests are answered in gRPC's own way
+    /// and do not use it.
+    ///
+    /// # Examples
+    ///
+    /// See [`Rejection`].
+    pub fn on_denied<E>(self, on_denied: E) -> LimitLayerBuilder<B, X, E> {
+        LimitLayerBuilder {
+            backend: self.backend,
+            extractor: self.extractor,
+            on_denied,
+            name: self.name,
+            headers: self.headers,
+            on_missing: self.on_missing,
+            cost: self.cost,
+            content_bytes: self.content_bytes,
+            exempt: self.exempt,
+            dry_run: self.dry_run,
+            dry_run_headers: self.dry_run_headers,
+            info: self.info,
+            statuses: self.statuses,
+        }
+    }
+
+    /// The layer.
+    ///
+    /// # Errors
+    ///
+    /// [`LayerError::PolicyName`] for a policy name that is not 1 to 64 bytes of printable
+    /// ASCII.
+    ///
+    /// # Examples
+    ///
+    /// See [`LimitLayer`].
+    pub fn build(self) -> Result<LimitLayer<B, X, D>, LayerError> {
+        let name = fields::sf_string(&self.name).map_err(LayerError::PolicyName)?;
+        let quota = *self.backend.quota();
+        let member = fields::policy_member(&name, &quota, self.content_bytes);
+        let policy = HeaderValue::from_str(&member)
+            .map_err(|_| LayerError::PolicyName(PolicyNameError::new(&self.name)))?;
+        Ok(LimitLayer {
+            shared: Arc::new(Shared {
+                backend: self.backend,
+                extractor: self.extractor,
+                on_denied: self.on_denied,
+                quota,
+                name,
+                policy,
+                headers: self.headers,
+                on_missing: self.on_missing,
+                cost: self.cost,
+                exempt: self.exempt,
+                dry_run: self.dry_run,
+                dry_run_headers: self.dry_run_headers,
+                info: self.info,
+                statuses: self.statuses,
+                would_deny: AtomicU64::new(0),
+                setup_logged: AtomicBool::new(false),
+            }),
+        })
+    }
+}

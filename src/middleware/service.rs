@@ -1,0 +1,532 @@
+//! [`Limit`], the service a [`LimitLayer`](super::LimitLayer) wraps around another, and its
+//! response future.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::backend::{Backend, Decision, Refusal};
+#[allow(unused_imports)]
+use super::NextAfterShim;
+use super::fields::{self, FieldBuf};
+use super::key::{KeyError, KeyExtractor};
+use super::layer::{
+    EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, RateLimitInfo, Rejection,
+    RejectionKind, Shared,
+};
+use crate::outcome::Admitted;
+
+/// The message of a missing peer address, in the 500's body and the log line.
+pub(crate) const NO_CONNECT_INFO: &str = "the rate limit is keyed by the peer's address, but the \
+    request carries none: serve the axum router with \
+    `into_make_service_with_connect_info::<SocketAddr>()` (and enable tollgate's `axum` feature), \
+    or insert the peer's `SocketAddr` into each request's extensions";
+
+/// The `RateLimit-Policy` field's name (draft-ietf-httpapi-ratelimit-headers-10).
+pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The `RateLimit` field's name.
+pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// The service made by a [`LimitLayer`](super::LimitLayer): decides each request in `call` and
+/// passes the admitted ones to the inner service, whose errors pass through unchanged (the
+/// layer adds none, so axum needs no `HandleErrorLayer`). `poll_ready` only forwards to the
+/// inner service.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// use std::convert::Infallible;
+/// use http::{Request, Response, StatusCode};
+/// use tower::{service_fn, Layer, ServiceExt};
+/// use tollgate::middleware::LimitLayer;
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+///
+/// let layer = LimitLayer::global(TokenBucket::with_clock(Quota::per_minute(1)?, ManualClock::new())).build()?;
+/// let svc = layer.layer(service_fn(|_req: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// }));
+/// let first = svc.clone().oneshot(Request::new(String::new())).await?;
+/// assert_eq!(first.status(), StatusCode::OK);
+/// assert_eq!(first.headers()["ratelimit"], r#""default";r=0;t=60"#);
+/// let second = svc.oneshot(Request::new(String::new())).await?;
+/// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(second.headers()["retry-after"], "60");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })
+/// # }
+/// ```
+pub struct Limit<S, B, X: KeyExtractor, D = EmptyBody> {
+    pub(crate) inner: S,
+    pub(crate) shared: Arc<Shared<B, X, D>>,
+}
+
+impl<S: Clone, B, X: KeyExtractor, D> Clone for Limit<S, B, X, D> {
+    fn clone(&self) -> Self {
+        Limit {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, B, X: KeyExtractor, D> fmt::Debug for Limit<S, B, X, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limit")
+            .field("inner", &self.inner)
+            .field("quota", &self.shared.quota)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The fields the layer adds to a response, appended after the inner service's own.
+#[derive(Debug, Default)]
+pub(crate) struct Fields {
+    retry_after: Option<HeaderValue>,
+    policy: Option<HeaderValue>,
+    ratelimit: Option<HeaderValue>,
+}
+
+impl Fields {
+    fn apply(self, headers: &mut HeaderMap) {
+        if let Some(v) = self.retry_after {
+            headers.append(RETRY_AFTER, v);
+        }
+        if let Some(v) = self.policy {
+            headers.append(RATELIMIT_POLICY, v);
+        }
+        if let Some(v) = self.ratelimit {
+            headers.append(RATELIMIT, v);
+        }
+    }
+}
+
+/// `ceil(d)` in whole seconds, for `t`.
+fn t_secs(next: Option<std::time::Duration>) -> Option<u64> {
+    next.map(fields::ceil_secs)
+}
+
+impl<B, X: KeyExtractor, D> Shared<B, X, D> {
+    /// Whether the fields go on a response the limiter admitted (`refused` false) or refused.
+    fn sends_fields(&self, refused: bool) -> bool {
+        if self.dry_run && !self.dry_run_headers {
+            return false;
+        }
+        match self.headers {
+            Headers::Always => true,
+            Headers::OnDenial => refused,
+            Headers::Never => false,
+        }
+    }
+
+    /// The `RateLimit` member for `remaining` units left and `t` seconds to the next.
+    fn ratelimit(&self, remaining: u64, t: Option<u64>) -> Option<HeaderValue> {
+        let mut buf = FieldBuf::new();
+        fields::write_ratelimit(&mut buf, &self.name, remaining, t);
+        buf.header_value()
+    }
+
+    fn admitted_fields(&self, admitted: &Admitted) -> Fields {
+        if !self.sends_fields(false) {
+            return Fields::default();
+        }
+        Fields {
+            retry_after: None,
+            policy: Some(self.policy.clone()),
+            ratelimit: self.ratelimit(admitted.remaining(), t_secs(admitted.next_after())),
+        }
+    }
+
+    /// The fields of a refusal the layer enforces (with `Retry-After`), or a dry run lets through
+    /// (without it).
+    fn refusal_fields(&self, refusal: &Refusal, enforced: bool) -> Fields {
+        let mut out = Fields::default();
+        if enforced {
+            out.retry_after = self.retry_after(refusal).map(HeaderValue::from);
+        }
+        if self.sends_fields(true) {
+            out.policy = Some(self.policy.clone());
+            if let Refusal::Denied(d) = refusal {
+                out.ratelimit = self.ratelimit(d.remaining(), t_secs(d.next_after()));
+            }
+        }
+        out
+    }
+
+    /// `Retry-After` in whole seconds: a denial's wait (at least 1, not before `t`), the
+    /// configured one when the backend is unavailable, none otherwise.
+    fn retry_after(&self, refusal: &Refusal) -> Option<u64> {
+        match refusal {
+            Refusal::Denied(d) => Some(fields::retry_after_secs(
+                d.retry_after(),
+                t_secs(d.next_after()),
+            )),
+            Refusal::Unavailable(_) => self
+                .statuses
+                .unavailable_retry
+                .map(|r| fields::retry_after_secs(r, None)),
+            _ => None,
+        }
+    }
+
+    fn rejection(&self, refusal: Refusal) -> Rejection {
+        let (kind, status) = match &refusal {
+            Refusal::Denied(_) => (RejectionKind::Denied, self.statuses.denied),
+            Refusal::InsufficientCapacity(_) => {
+                (RejectionKind::InsufficientCapacity, self.statuses.too_large)
+            }
+            Refusal::TooManyKeys(_) => (RejectionKind::TooManyKeys, self.statuses.too_many_keys),
+            Refusal::Unavailable(_) => (RejectionKind::Unavailable, self.statuses.unavailable),
+        };
+        Rejection {
+            kind,
+            status,
+            retry_after_secs: self.retry_after(&refusal),
+            refusal: Some(refusal),
+            quota: self.quota,
+        }
+    }
+
+    fn info(&self, head: &mut Parts, decision: InfoDecision, remaining: u64) {
+        if self.info {
+            head.extensions.insert(RateLimitInfo {
+                decision,
+                remaining,
+                quota: self.quota,
+            });
+        }
+    }
+
+    /// The response to a refused request: gRPC's trailers-only answer for a gRPC request, else
+    /// the configured responder's; the fields appended either way.
+    fn refuse<ResBody: Default + 'static>(
+        &self,
+        rejection: &Rejection,
+        fields: Fields,
+        grpc: bool,
+    ) -> Response<ResBody>
+    where
+        D: OnDenied<ResBody>,
+    {
+        let mut res = if grpc {
+            grpc_refusal(rejection)
+        } else if rejection.kind == RejectionKind::NoConnectInfo {
+            let mut res = Response::new(setup_error_body::<ResBody>());
+            *res.status_mut() = rejection.status;
+            res
+        } else {
+            self.on_denied.respond(rejection)
+        };
+        fields.apply(res.headers_mut());
+        res
+    }
+}
+
+/// A gRPC request: its content type is `application/grpc` or one of its `+` forms.
+fn is_grpc(head: &Parts) -> bool {
+    head.headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// gRPC's answer to a refusal: a trailers-only response (HTTP 200, the status in the headers and
+/// an empty body), `RESOURCE_EXHAUSTED` for a limit, with `grpc-retry-pushback-ms` (gRFC A6:
+/// clients whose retry policy allows it wait that long; a negative value tells them not to
+/// retry, sent when the request can never fit).
+fn grpc_refusal<ResBody: Default>(rejection: &Rejection) -> Response<ResBody> {
+    let (code, message): (u16, &'static str) = match rejection.kind {
+        RejectionKind::Denied => (8, "rate limit exceeded"),
+        RejectionKind::InsufficientCapacity => (8, "request exceeds the rate limit's capacity"),
+        RejectionKind::TooManyKeys => (14, "rate limiter has no room for a new client"),
+        RejectionKind::Unavailable => (14, "rate limiter unavailable"),
+        RejectionKind::MissingKey => (3, "request carries no rate-limit key"),
+        RejectionKind::NoConnectInfo => (13, "rate limiter misconfigured: no peer address"),
+    };
+    let mut res = Response::new(ResBody::default());
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert(GRPC_STATUS, HeaderValue::from(code));
+    // The messages are plain ASCII without '%', so they need no percent-encoding.
+    h.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
+    match (rejection.kind, rejection.retry_after_secs) {
+        (RejectionKind::InsufficientCapacity, _) => {
+            h.insert(GRPC_PUSHBACK, HeaderValue::from_static("-1"));
+        }
+        (_, Some(secs)) => {
+            h.insert(GRPC_PUSHBACK, HeaderValue::from(secs.saturating_mul(1000)));
+        }
+        _ => {}
+    }
+    res
+}
+
+/// The 500's body for a missing peer address: the fix, in words, when the body type can carry
+/// text (axum's `Body` with the `axum` feature, or `String`); empty otherwise (the message is
+/// also logged once, on standard error).
+fn setup_error_body<ResBody: Default + 'static>() -> ResBody {
+    let text: Box<dyn std::any::Any> = Box::new(String::from(NO_CONNECT_INFO));
+    if let Ok(body) = text.downcast::<ResBody>() {
+        return *body;
+    }
+    #[cfg(feature = "axum")]
+    {
+        let body: Box<dyn std::any::Any> = Box::new(axum::body::Body::from(NO_CONNECT_INFO));
+        if let Ok(body) = body.downcast::<ResBody>() {
+            return *body;
+        }
+    }
+    ResBody::default()
+}
+
+/// What to do once a decision is in: call the inner service, or answer now.
+enum Step<SF, ResBody> {
+    Call(SF, Fields),
+    Respond(Response<ResBody>),
+}
+
+/// The rest of a request whose decision is awaited: run once the backend answers.
+type Resume<SF, ResBody> =
+    Box<dyn FnOnce(Result<Admitted, Refusal>) -> Step<SF, ResBody> + Send>;
+
+pin_project! {
+    /// The future of a [`Limit`]'s response.
+    pub struct ResponseFuture<SF, BF, ResBody> {
+        #[pin]
+        state: State<SF, BF, ResBody>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<SF, BF, ResBody> {
+        Call { #[pin] fut: SF, fields: Option<Fields> },
+        Deciding { #[pin] fut: BF, resume: Option<Resume<SF, ResBody>> },
+        Done { response: Option<Response<ResBody>> },
+    }
+}
+
+impl<SF, BF, ResBody> fmt::Debug for ResponseFuture<SF, BF, ResBody> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<SF, BF, ResBody> ResponseFuture<SF, BF, ResBody> {
+    fn step(step: Step<SF, ResBody>) -> Self {
+        let state = match step {
+            Step::Call(fut, fields) => State::Call {
+                fut,
+                fields: Some(fields),
+            },
+            Step::Respond(res) => State::Done {
+                response: Some(res),
+            },
+        };
+        ResponseFuture { state }
+    }
+}
+
+impl<SF, BF, ResBody, E> Future for ResponseFuture<SF, BF, ResBody>
+where
+    SF: Future<Output = Result<Response<ResBody>, E>>,
+    BF: Future<Output = Result<Admitted, Refusal>>,
+    ResBody: Default,
+{
+    type Output = Result<Response<ResBody>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Call { fut, fields } => {
+                    let mut res = ready!(fut.poll(cx))?;
+                    if let Some(fields) = fields.take() {
+                        fields.apply(res.headers_mut());
+                    }
+                    return Poll::Ready(Ok(res));
+                }
+                StateProj::Deciding { fut, resume } => {
+                    let verdict = ready!(fut.poll(cx));
+                    let next = match resume.take() {
+                        Some(resume) => match resume(verdict) {
+                            Step::Call(fut, fields) => State::Call {
+                                fut,
+                                fields: Some(fields),
+                            },
+                            Step::Respond(res) => State::Done {
+                                response: Some(res),
+                            },
+                        },
+                        None => State::Done { response: None },
+                    };
+                    this.state.set(next);
+                }
+                StateProj::Done { response } => {
+                    // Polled again after completing: a contract violation by the caller,
+                    // answered with a 500 rather than a panic.
+                    let res = response.take().unwrap_or_else(|| {
+                        let mut res = Response::new(ResBody::default());
+                        *res.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                        res
+                    });
+                    return Poll::Ready(Ok(res));
+                }
+            }
+        }
+    }
+}
+
+/// Decides a request whose verdict is in: the inner service's future with the fields to add,
+/// or the refusal's response.
+fn conclude<S, B, X, D, ReqBody, ResBody>(
+    shared: &Shared<B, X, D>,
+    inner: &mut S,
+    mut head: Parts,
+    body: ReqBody,
+    verdict: Result<Admitted, Refusal>,
+    grpc: bool,
+) -> Step<S::Future, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    X: KeyExtractor,
+    D: OnDenied<ResBody>,
+    ResBody: Default + 'static,
+{
+    match verdict {
+        Ok(admitted) => {
+            let fields = shared.admitted_fields(&admitted);
+            shared.info(&mut head, InfoDecision::Admitted, admitted.remaining());
+            Step::Call(inner.call(Request::from_parts(head, body)), fields)
+        }
+        Err(refusal) if shared.dry_run => {
+            shared.count_would_deny();
+            let fields = shared.refusal_fields(&refusal, false);
+            let remaining = match &refusal {
+                Refusal::Denied(d) => d.remaining(),
+                _ => 0,
+            };
+            shared.info(&mut head, InfoDecision::WouldDeny, remaining);
+            Step::Call(inner.call(Request::from_parts(head, body)), fields)
+        }
+        Err(refusal) => {
+            let fields = shared.refusal_fields(&refusal, true);
+            let rejection = shared.rejection(refusal);
+            Step::Respond(shared.refuse(&rejection, fields, grpc))
+        }
+    }
+}
+
+/// A refusal made before any decision (no key, no peer address): no fields.
+fn early_refusal<B, X: KeyExtractor, D, ResBody>(
+    shared: &Shared<B, X, D>,
+    kind: RejectionKind,
+    status: StatusCode,
+    grpc: bool,
+) -> Response<ResBody>
+where
+    D: OnDenied<ResBody>,
+    ResBody: Default + 'static,
+{
+    let rejection = Rejection {
+        kind,
+        status,
+        retry_after_secs: None,
+        refusal: None,
+        quota: shared.quota,
+    };
+    shared.refuse(&rejection, Fields::default(), grpc)
+}
+
+impl<S, B, X, D, ReqBody, ResBody> Service<Request<ReqBody>> for Limit<S, B, X, D>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Backend<X::Key>,
+    X: KeyExtractor,
+    D: OnDenied<ResBody>,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, B::Future, ResBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let (mut head, body) = req.into_parts();
+        let shared = &*self.shared;
+        let grpc = is_grpc(&head);
+        if shared.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
+            shared.info(&mut head, InfoDecision::Exempt, 0);
+            let fut = self.inner.call(Request::from_parts(head, body));
+            return ResponseFuture::step(Step::Call(fut, Fields::default()));
+        }
+        let owned;
+        let key = match shared.extractor.extract(&head) {
+            Ok(key) => {
+                owned = key;
+                &owned
+            }
+            Err(KeyError::Missing) => match &shared.on_missing {
+                OnMissing::Key(key) => key,
+                OnMissing::Allow => {
+                    shared.info(&mut head, InfoDecision::Exempt, 0);
+                    let fut = self.inner.call(Request::from_parts(head, body));
+                    return ResponseFuture::step(Step::Call(fut, Fields::default()));
+                }
+                OnMissing::Reject(status) => {
+                    let res = early_refusal(shared, RejectionKind::MissingKey, *status, grpc);
+                    return ResponseFuture::step(Step::Respond(res));
+                }
+            },
+            Err(_) => {
+                shared.log_setup_error_once();
+                let status = StatusCode::INTERNAL_SERVER_ERROR;
+                let res = early_refusal(shared, RejectionKind::NoConnectInfo, status, grpc);
+                return ResponseFuture::step(Step::Respond(res));
+            }
+        };
+        let cost = shared.cost.of(&head);
+        match shared.backend.decide(key, cost) {
+            Decision::Ready(verdict) => ResponseFuture::step(conclude(
+                shared,
+                &mut self.inner,
+                head,
+                body,
+                verdict,
+                grpc,
+            )),
+            Decision::Pending(fut) => {
+                // The readied service goes with the request; this one keeps a fresh clone
+                // (tower's rule for services called from a later future).
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                let shared = Arc::clone(&self.shared);
+                let resume: Resume<S::Future, ResBody> = Box::new(move |verdict| {
+                    conclude(&shared, &mut inner, head, body, verdict, grpc)
+                });
+                ResponseFuture {
+                    state: State::Deciding {
+                        fut,
+                        resume: Some(resume),
+                    },
+                }
+            }
+        }
+    }
+}

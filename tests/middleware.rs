@@ -1,0 +1,479 @@
+//! The HTTP middleware over real sockets: an axum server on loopback with connect info, driven
+//! by hyper's client from chosen loopback addresses (127.0.0.2 and 127.0.0.3 as two clients),
+//! on a `ManualClock` so that every field's value is exact.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tollgate::keyed::KeyedLimiter;
+use tollgate::middleware::{
+    peer_ip, Headers, InfoDecision, LimitLayer, OnMissing, RateLimitInfo, Rejection,
+};
+use tollgate::{ManualClock, Quota, TokenBucket};
+
+/// Serves `app` on 127.0.0.1, port chosen by the OS, recording each connection's peer address.
+async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .expect("serve");
+    });
+    addr
+}
+
+/// The same without connect info: the setup error the layer must name.
+async fn serve_without_connect_info(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service())
+            .await
+            .expect("serve");
+    });
+    addr
+}
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client whose connections come from `127.0.0.<host>`.
+fn client_from(host: u8) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, host))));
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// A response's status, headers and body text.
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn one(&self, name: &str) -> Option<&str> {
+        let mut values = self.headers.get_all(name).iter();
+        let first = values.next()?;
+        assert!(values.next().is_none(), "one {name} line expected");
+        Some(first.to_str().expect("ASCII field"))
+    }
+
+    fn all(&self, name: &str) -> Vec<String> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().expect("ASCII field").to_string())
+            .collect()
+    }
+}
+
+async fn send(client: &HttpClient, req: Request<Full<Bytes>>) -> Reply {
+    let res: Response<_> = client.request(req).await.expect("request");
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = res.into_body().collect().await.expect("body").to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).expect("UTF-8 body"),
+    }
+}
+
+async fn get_from(client: &HttpClient, addr: SocketAddr, path: &str) -> Reply {
+    let req = Request::get(format!("http://{addr}{path}"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    send(client, req).await
+}
+
+fn hello() -> Router {
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route("/health", get(|| async { "ok" }))
+}
+
+/// Parses a field as an RFC 9651 List and returns each member's string and parameters.
+fn members(value: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let list: sfv::List = sfv::Parser::new(value)
+        .parse()
+        .unwrap_or_else(|e| panic!("{value:?} is not an sf-list: {e}"));
+    list.into_iter()
+        .map(|entry| match entry {
+            sfv::ListEntry::Item(item) => {
+                let name = match item.bare_item {
+                    sfv::BareItem::String(s) => s.as_str().to_string(),
+                    other => panic!("policy name not a string: {other:?}"),
+                };
+                let params = item
+                    .params
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            sfv::BareItem::Integer(i) => i64::from(*i).to_string(),
+                            sfv::BareItem::String(s) => s.as_str().to_string(),
+                            other => format!("{other:?}"),
+                        };
+                        (k.as_str().to_string(), v)
+                    })
+                    .collect();
+                (name, params)
+            }
+            other => panic!("inner list in a RateLimit field: {other:?}"),
+        })
+        .collect()
+}
+
+fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_field_is_exact_and_parses_as_a_structured_list() {
+    let clock = ManualClock::new();
+    // 2 a minute per client: one token every 30 s.
+    let limiter = KeyedLimiter::with_clock(Quota::per_minute(2).unwrap(), clock.clone());
+    let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let client = client_from(2);
+
+    let first = get_from(&client, addr, "/").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.body, "hello");
+    assert_eq!(first.one("ratelimit-policy"), Some(r#""default";q=2;w=60"#));
+    assert_eq!(first.one("ratelimit"), Some(r#""default";r=1;t=30"#));
+    assert_eq!(first.one("retry-after"), None);
+
+    let second = get_from(&client, addr, "/").await;
+    assert_eq!(second.one("ratelimit"), Some(r#""default";r=0;t=30"#));
+
+    let third = get_from(&client, addr, "/").await;
+    assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(third.body, "");
+    assert_eq!(third.one("retry-after"), Some("30"));
+    assert_eq!(third.one("ratelimit-policy"), Some(r#""default";q=2;w=60"#));
+    assert_eq!(third.one("ratelimit"), Some(r#""default";r=0;t=30"#));
+    assert_eq!(
+        members(third.one("ratelimit-policy").unwrap()),
+        vec![("default".into(), params(&[("q", "2"), ("w", "60")]))]
+    );
+    assert_eq!(
+        members(third.one("ratelimit").unwrap()),
+        vec![("default".into(), params(&[("r", "0"), ("t", "30")]))]
+    );
+
+    // 10 s later the wait is 20 s, rounded up from whatever is left.
+    clock.advance(Duration::from_millis(10_001));
+    let fourth = get_from(&client, addr, "/").await;
+    assert_eq!(fourth.one("retry-after"), Some("20"));
+    assert_eq!(fourth.one("ratelimit"), Some(r#""default";r=0;t=20"#));
+
+    // Full again, then one taken.
+    clock.advance(Duration::from_secs(60));
+    let again = get_from(&client, addr, "/").await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(again.one("ratelimit"), Some(r#""default";r=1;t=30"#));
+}
+
+#[tokio::test]
+async fn a_query_of_a_full_limit_leaves_t_out() {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(2).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket).cost(|_| 0).build().unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let reply = get_from(&client_from(2), addr, "/").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.one("ratelimit"), Some(r#""default";r=2"#));
+}
+
+#[tokio::test]
+async fn distinct_peers_get_distinct_limits() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::with_clock(Quota::per_minute(1).unwrap(), clock);
+    let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let (two, three) = (client_from(2), client_from(3));
+    assert_eq!(get_from(&two, addr, "/").await.status, StatusCode::OK);
+    assert_eq!(
+        get_from(&two, addr, "/").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(get_from(&three, addr, "/").await.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_connections_share_one_limit() {
+    const CAPACITY: u64 = 10;
+    let bucket =
+        TokenBucket::with_clock(Quota::per_hour(CAPACITY).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket).build().unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let mut tasks = Vec::new();
+    for c in 0..8u8 {
+        tasks.push(tokio::spawn(async move {
+            // A client of its own: its own connection.
+            let client = client_from(2 + c % 2);
+            let mut statuses = Vec::new();
+            for _ in 0..5 {
+                statuses.push(get_from(&client, addr, "/").await.status);
+            }
+            statuses
+        }));
+    }
+    let mut ok = 0;
+    let mut refused = 0;
+    for t in tasks {
+        for s in t.await.expect("task") {
+            match s {
+                StatusCode::OK => ok += 1,
+                StatusCode::TOO_MANY_REQUESTS => refused += 1,
+                other => panic!("unexpected {other}"),
+            }
+        }
+    }
+    assert_eq!(ok, CAPACITY);
+    assert_eq!(refused, 40 - CAPACITY);
+}
+
+#[tokio::test]
+async fn a_dry_run_lets_everything_through_and_counts_what_it_would_refuse() {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket).dry_run().build().unwrap();
+    let addr = serve(hello().layer(layer.clone())).await;
+    let client = client_from(2);
+    for _ in 0..3 {
+        let reply = get_from(&client, addr, "/").await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.one("ratelimit"), None, "no fields unless asked");
+        assert_eq!(reply.one("retry-after"), None);
+    }
+    assert_eq!(layer.would_deny(), 2);
+
+    let bucket = TokenBucket::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket)
+        .dry_run()
+        .dry_run_headers(true)
+        .build()
+        .unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    get_from(&client, addr, "/").await;
+    let over = get_from(&client, addr, "/").await;
+    assert_eq!(over.status, StatusCode::OK);
+    assert_eq!(over.one("ratelimit"), Some(r#""default";r=0;t=60"#));
+    assert_eq!(over.one("retry-after"), None, "nothing was refused");
+}
+
+#[tokio::test]
+async fn exempt_requests_are_not_counted_and_get_no_fields() {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket)
+        .exempt(|head| head.uri.path() == "/health")
+        .build()
+        .unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let client = client_from(2);
+    for _ in 0..3 {
+        let health = get_from(&client, addr, "/health").await;
+        assert_eq!(health.status, StatusCode::OK);
+        assert_eq!(health.one("ratelimit"), None);
+        assert_eq!(health.one("ratelimit-policy"), None);
+    }
+    assert_eq!(get_from(&client, addr, "/").await.status, StatusCode::OK);
+}
+
+async fn post_bytes(client: &HttpClient, addr: SocketAddr, len: usize) -> Reply {
+    let req = Request::post(format!("http://{addr}/upload"))
+        .body(Full::new(Bytes::from(vec![b'x'; len])))
+        .expect("request");
+    send(client, req).await
+}
+
+#[tokio::test]
+async fn byte_costs_take_the_content_length_and_refuse_oversized_bodies_with_413() {
+    let quota = Quota::per_minute(1000).unwrap();
+    let limiter = KeyedLimiter::with_clock(quota, ManualClock::new());
+    let layer = LimitLayer::keyed(limiter, peer_ip())
+        .cost_content_length(100)
+        .build()
+        .unwrap();
+    let app = Router::new().route("/upload", post(|body: Bytes| async move { body.len().to_string() }));
+    let addr = serve(app.layer(layer)).await;
+    let client = client_from(2);
+
+    let first = post_bytes(&client, addr, 600).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.one("ratelimit-policy"),
+        Some(r#""default";q=1000;qu="content-bytes";w=60"#)
+    );
+    assert_eq!(first.one("ratelimit"), Some(r#""default";r=400;t=1"#));
+    let second = post_bytes(&client, addr, 600).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+    let huge = post_bytes(&client, addr, 2000).await;
+    assert_eq!(huge.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(huge.one("retry-after"), None, "a retry would never succeed");
+    assert_eq!(post_bytes(&client, addr, 400).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_full_keyed_limiter_answers_503_without_retry_after() {
+    let limiter =
+        KeyedLimiter::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new()).with_max_keys(1);
+    let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    assert_eq!(get_from(&client_from(2), addr, "/").await.status, StatusCode::OK);
+    let refused = get_from(&client_from(3), addr, "/").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.one("retry-after"), None);
+    assert_eq!(refused.one("ratelimit"), None, "no rate decision was made");
+}
+
+#[tokio::test]
+async fn a_missing_peer_address_is_a_500_that_names_the_fix() {
+    let limiter = KeyedLimiter::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+    let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();
+    let addr = serve_without_connect_info(hello().layer(layer)).await;
+    let reply = get_from(&client_from(2), addr, "/").await;
+    assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        reply
+            .body
+            .contains("into_make_service_with_connect_info::<SocketAddr>()"),
+        "{}",
+        reply.body
+    );
+}
+
+#[tokio::test]
+async fn stacked_layers_append_one_member_each() {
+    let clock = ManualClock::new();
+    let per_ip = KeyedLimiter::with_clock(Quota::per_minute(5).unwrap(), clock.clone());
+    let all = TokenBucket::with_clock(Quota::per_second(100).unwrap(), clock);
+    let app = hello()
+        .layer(LimitLayer::keyed(per_ip, peer_ip()).policy_name("per-ip").build().unwrap())
+        .layer(LimitLayer::global(all).policy_name("all").build().unwrap());
+    let addr = serve(app).await;
+    let reply = get_from(&client_from(2), addr, "/").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let mut policies = reply.all("ratelimit-policy");
+    policies.sort();
+    assert_eq!(
+        policies,
+        [r#""all";q=100;w=1"#, r#""per-ip";q=5;w=60"#]
+    );
+    let joined = reply.all("ratelimit").join(", ");
+    let names: Vec<String> = members(&joined).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), 2);
+    assert!(names.contains(&"per-ip".to_string()) && names.contains(&"all".to_string()));
+}
+
+#[tokio::test]
+async fn a_custom_denial_gets_the_fields_too() {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket)
+        .on_denied(|r: &Rejection| {
+            let mut res = Response::new(Body::from(format!(
+                r#"{{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":{}}}"#,
+                r.status().as_u16()
+            )));
+            *res.status_mut() = r.status();
+            res.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/problem+json"),
+            );
+            res
+        })
+        .build()
+        .unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let client = client_from(2);
+    get_from(&client, addr, "/").await;
+    let denied = get_from(&client, addr, "/").await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.one("content-type"), Some("application/problem+json"));
+    assert!(denied.body.contains("quota-exceeded"));
+    assert_eq!(denied.one("retry-after"), Some("60"));
+    assert_eq!(denied.one("ratelimit"), Some(r#""default";r=0;t=60"#));
+}
+
+#[tokio::test]
+async fn fields_can_be_limited_to_denials_or_turned_off() {
+    for (headers, on_ok, on_denial) in [
+        (Headers::OnDenial, false, true),
+        (Headers::Never, false, false),
+    ] {
+        let bucket = TokenBucket::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+        let layer = LimitLayer::global(bucket).headers(headers).build().unwrap();
+        let addr = serve(hello().layer(layer)).await;
+        let client = client_from(2);
+        let ok = get_from(&client, addr, "/").await;
+        assert_eq!(ok.one("ratelimit").is_some(), on_ok, "{headers:?}");
+        let denied = get_from(&client, addr, "/").await;
+        assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(denied.one("ratelimit").is_some(), on_denial, "{headers:?}");
+        assert_eq!(denied.one("retry-after"), Some("60"), "{headers:?}");
+    }
+}
+
+#[tokio::test]
+async fn handlers_see_the_decision() {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(3).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket).build().unwrap();
+    let app = Router::new().route(
+        "/",
+        get(|Extension(info): Extension<RateLimitInfo>| async move {
+            assert_eq!(info.decision(), InfoDecision::Admitted);
+            format!("{} of {}", info.remaining(), info.quota().count())
+        }),
+    );
+    let addr = serve(app.layer(layer)).await;
+    assert_eq!(get_from(&client_from(2), addr, "/").await.body, "2 of 3");
+}
+
+#[tokio::test]
+async fn a_keyless_request_gets_the_configured_answer() {
+    let name = http::HeaderName::from_static("x-api-key");
+    let make = |on_missing| {
+        let limiter = KeyedLimiter::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+        LimitLayer::keyed(limiter, tollgate::middleware::header(name.clone()))
+            .on_missing(on_missing)
+            .build()
+            .unwrap()
+    };
+    let client = client_from(2);
+
+    let addr = serve(hello().layer(make(OnMissing::Reject(StatusCode::UNAUTHORIZED)))).await;
+    let reply = get_from(&client, addr, "/").await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(reply.one("ratelimit"), None);
+
+    let addr = serve(hello().layer(make(OnMissing::Allow))).await;
+    for _ in 0..3 {
+        assert_eq!(get_from(&client, addr, "/").await.status, StatusCode::OK);
+    }
+
+    let shared = http::HeaderValue::from_static("anonymous");
+    let addr = serve(hello().layer(make(OnMissing::Key(shared)))).await;
+    assert_eq!(get_from(&client, addr, "/").await.status, StatusCode::OK);
+    assert_eq!(
+        get_from(&client, addr, "/").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
