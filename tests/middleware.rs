@@ -221,8 +221,7 @@ async fn distinct_peers_get_distinct_limits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_connections_share_one_limit() {
     const CAPACITY: u64 = 10;
-    let bucket =
-        TokenBucket::with_clock(Quota::per_hour(CAPACITY).unwrap(), ManualClock::new());
+    let bucket = TokenBucket::with_clock(Quota::per_hour(CAPACITY).unwrap(), ManualClock::new());
     let layer = LimitLayer::global(bucket).build().unwrap();
     let addr = serve(hello().layer(layer)).await;
     let mut tasks = Vec::new();
@@ -313,7 +312,10 @@ async fn byte_costs_take_the_content_length_and_refuse_oversized_bodies_with_413
         .cost_content_length(100)
         .build()
         .unwrap();
-    let app = Router::new().route("/upload", post(|body: Bytes| async move { body.len().to_string() }));
+    let app = Router::new().route(
+        "/upload",
+        post(|body: Bytes| async move { body.len().to_string() }),
+    );
     let addr = serve(app.layer(layer)).await;
     let client = client_from(2);
 
@@ -334,11 +336,14 @@ async fn byte_costs_take_the_content_length_and_refuse_oversized_bodies_with_413
 
 #[tokio::test]
 async fn a_full_keyed_limiter_answers_503_without_retry_after() {
-    let limiter =
-        KeyedLimiter::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new()).with_max_keys(1);
+    let limiter = KeyedLimiter::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new())
+        .with_max_keys(1);
     let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();
     let addr = serve(hello().layer(layer)).await;
-    assert_eq!(get_from(&client_from(2), addr, "/").await.status, StatusCode::OK);
+    assert_eq!(
+        get_from(&client_from(2), addr, "/").await.status,
+        StatusCode::OK
+    );
     let refused = get_from(&client_from(3), addr, "/").await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(refused.one("retry-after"), None);
@@ -367,17 +372,19 @@ async fn stacked_layers_append_one_member_each() {
     let per_ip = KeyedLimiter::with_clock(Quota::per_minute(5).unwrap(), clock.clone());
     let all = TokenBucket::with_clock(Quota::per_second(100).unwrap(), clock);
     let app = hello()
-        .layer(LimitLayer::keyed(per_ip, peer_ip()).policy_name("per-ip").build().unwrap())
+        .layer(
+            LimitLayer::keyed(per_ip, peer_ip())
+                .policy_name("per-ip")
+                .build()
+                .unwrap(),
+        )
         .layer(LimitLayer::global(all).policy_name("all").build().unwrap());
     let addr = serve(app).await;
     let reply = get_from(&client_from(2), addr, "/").await;
     assert_eq!(reply.status, StatusCode::OK);
     let mut policies = reply.all("ratelimit-policy");
     policies.sort();
-    assert_eq!(
-        policies,
-        [r#""all";q=100;w=1"#, r#""per-ip";q=5;w=60"#]
-    );
+    assert_eq!(policies, [r#""all";q=100;w=1"#, r#""per-ip";q=5;w=60"#]);
     let joined = reply.all("ratelimit").join(", ");
     let names: Vec<String> = members(&joined).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names.len(), 2);
@@ -476,4 +483,199 @@ async fn a_keyless_request_gets_the_configured_answer() {
         get_from(&client, addr, "/").await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
+}
+
+/// gRPC: a hand-written service over a bytes codec (no protoc), behind the layer on tonic's
+/// server.
+mod grpc {
+    use std::convert::Infallible;
+    use std::future::{ready, Ready};
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use bytes::{Buf, BufMut};
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+    use tonic::Status;
+
+    #[derive(Debug, Clone, Copy, Default)]
+    pub(crate) struct BytesCodec;
+
+    impl Codec for BytesCodec {
+        type Encode = Vec<u8>;
+        type Decode = Vec<u8>;
+        type Encoder = BytesCodec;
+        type Decoder = BytesCodec;
+        fn encoder(&mut self) -> BytesCodec {
+            BytesCodec
+        }
+        fn decoder(&mut self) -> BytesCodec {
+            BytesCodec
+        }
+    }
+
+    impl Encoder for BytesCodec {
+        type Item = Vec<u8>;
+        type Error = Status;
+        fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+            dst.put_slice(&item);
+            Ok(())
+        }
+    }
+
+    impl Decoder for BytesCodec {
+        type Item = Vec<u8>;
+        type Error = Status;
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Status> {
+            let mut out = vec![0; src.remaining()];
+            src.copy_to_slice(&mut out);
+            Ok(Some(out))
+        }
+    }
+
+    /// Echoes its request.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Echo;
+
+    impl tonic::server::NamedService for Echo {
+        const NAME: &'static str = "test.Echo";
+    }
+
+    struct Say;
+
+    impl tonic::server::UnaryService<Vec<u8>> for Say {
+        type Response = Vec<u8>;
+        type Future = Ready<Result<tonic::Response<Vec<u8>>, Status>>;
+        fn call(&mut self, request: tonic::Request<Vec<u8>>) -> Self::Future {
+            ready(Ok(tonic::Response::new(request.into_inner())))
+        }
+    }
+
+    type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+    impl tower::Service<http::Request<tonic::body::Body>> for Echo {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = Infallible;
+        type Future = BoxFuture<Result<Self::Response, Infallible>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(BytesCodec);
+                Ok(grpc.unary(Say, req).await)
+            })
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_grpc_denial_is_resource_exhausted_with_a_pushback() {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket).build().unwrap();
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .layer(layer)
+            .add_service(grpc::Echo)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .expect("serve");
+    });
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = tonic::client::Grpc::new(channel);
+    let path = http::uri::PathAndQuery::from_static("/test.Echo/Say");
+
+    client.ready().await.expect("ready");
+    let first = client
+        .unary(
+            tonic::Request::new(b"hi".to_vec()),
+            path.clone(),
+            grpc::BytesCodec,
+        )
+        .await
+        .expect("the first call is admitted");
+    assert_eq!(first.get_ref(), b"hi");
+    assert_eq!(
+        first
+            .metadata()
+            .get("ratelimit")
+            .map(|v| v.to_str().unwrap()),
+        Some(r#""default";r=0;t=60"#)
+    );
+
+    client.ready().await.expect("ready");
+    let status = client
+        .unary(tonic::Request::new(b"hi".to_vec()), path, grpc::BytesCodec)
+        .await
+        .expect_err("the second call is refused");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(status.message(), "rate limit exceeded");
+    let meta = status.metadata();
+    assert_eq!(
+        meta.get("grpc-retry-pushback-ms")
+            .map(|v| v.to_str().unwrap()),
+        Some("60000")
+    );
+    assert_eq!(
+        meta.get("retry-after").map(|v| v.to_str().unwrap()),
+        Some("60")
+    );
+    assert_eq!(
+        meta.get("ratelimit").map(|v| v.to_str().unwrap()),
+        Some(r#""default";r=0;t=60"#)
+    );
+}
+
+/// A backend that answers through a future, as Redis does: here an in-process bucket behind a
+/// task hop, so the layer's waiting path runs without a server.
+struct Later(std::sync::Arc<TokenBucket<ManualClock>>);
+
+impl tollgate::middleware::Backend<()> for Later {
+    type Future = std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<tollgate::Admitted, tollgate::middleware::Refusal>,
+                > + Send,
+        >,
+    >;
+
+    fn decide(&self, _key: &(), cost: u64) -> tollgate::middleware::Decision<Self::Future> {
+        let bucket = std::sync::Arc::clone(&self.0);
+        tollgate::middleware::Decision::Pending(Box::pin(async move {
+            tokio::task::yield_now().await;
+            tollgate::Limiter::try_acquire_n(&*bucket, cost).map_err(Into::into)
+        }))
+    }
+
+    fn quota(&self) -> &Quota {
+        tollgate::Limiter::quota(&*self.0)
+    }
+}
+
+#[tokio::test]
+async fn a_decision_made_later_is_enforced_the_same_way() {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(2).unwrap(), ManualClock::new());
+    let layer = LimitLayer::new(
+        Later(std::sync::Arc::new(bucket)),
+        tollgate::middleware::global(),
+    )
+    .build()
+    .unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let client = client_from(2);
+    let first = get_from(&client, addr, "/").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.body, "hello");
+    assert_eq!(first.one("ratelimit"), Some(r#""default";r=1;t=30"#));
+    assert_eq!(get_from(&client, addr, "/").await.status, StatusCode::OK);
+    let third = get_from(&client, addr, "/").await;
+    assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(third.one("retry-after"), Some("30"));
 }

@@ -374,14 +374,11 @@ mod redis {
             key.write_key(&mut name);
             let limiter = Arc::clone(&self.0);
             Decision::Pending(Box::pin(async move {
-                limiter
-                    .check_key_n(name, cost)
-                    .await
-                    .map_err(|e| match e {
-                        RedisError::Denied(d) => Refusal::Denied(d),
-                        RedisError::InsufficientCapacity(e) => Refusal::InsufficientCapacity(e),
-                        other => Refusal::Unavailable(Arc::new(other)),
-                    })
+                limiter.check_key_n(name, cost).await.map_err(|e| match e {
+                    RedisError::Denied(d) => Refusal::Denied(d),
+                    RedisError::InsufficientCapacity(e) => Refusal::InsufficientCapacity(e),
+                    other => Refusal::Unavailable(Arc::new(other)),
+                })
             }))
         }
 

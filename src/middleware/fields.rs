@@ -211,7 +211,10 @@ mod tests {
     fn whole_second_periods_are_sent_as_they_are() {
         let q = Quota::per_minute(100).unwrap();
         assert_eq!(quota_and_window(&q), (100, 60));
-        assert_eq!(policy_member("\"default\"", &q, false), "\"default\";q=100;w=60");
+        assert_eq!(
+            policy_member("\"default\"", &q, false),
+            "\"default\";q=100;w=60"
+        );
     }
 
     #[test]
@@ -258,10 +261,7 @@ mod tests {
         write_ratelimit(&mut buf, &long, u64::MAX, None);
         write_ratelimit(&mut buf, ", ", 1, Some(u64::MAX));
         let text = String::from_utf8(buf.as_bytes().to_vec()).unwrap();
-        assert_eq!(
-            text,
-            format!("{long};r={}, ;r=1;t={}", u64::MAX, u64::MAX)
-        );
+        assert_eq!(text, format!("{long};r={}, ;r=1;t={}", u64::MAX, u64::MAX));
         assert!(buf.header_value().is_some());
     }
 }

@@ -14,14 +14,14 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::backend::{Backend, Decision, Refusal};
-#[allow(unused_imports)]
-use super::NextAfterShim;
 use super::fields::{self, FieldBuf};
 use super::key::{KeyError, KeyExtractor};
 use super::layer::{
-    EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, RateLimitInfo, Rejection,
-    RejectionKind, Shared,
+    EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, RateLimitInfo, Rejection, RejectionKind,
+    Shared,
 };
+#[allow(unused_imports)]
+use super::NextAfterShim;
 use crate::outcome::Admitted;
 
 /// The message of a missing peer address, in the 500's body and the log line.
@@ -297,8 +297,7 @@ enum Step<SF, ResBody> {
 }
 
 /// The rest of a request whose decision is awaited: run once the backend answers.
-type Resume<SF, ResBody> =
-    Box<dyn FnOnce(Result<Admitted, Refusal>) -> Step<SF, ResBody> + Send>;
+type Resume<SF, ResBody> = Box<dyn FnOnce(Result<Admitted, Refusal>) -> Step<SF, ResBody> + Send>;
 
 pin_project! {
     /// The future of a [`Limit`]'s response.
@@ -503,14 +502,9 @@ where
         };
         let cost = shared.cost.of(&head);
         match shared.backend.decide(key, cost) {
-            Decision::Ready(verdict) => ResponseFuture::step(conclude(
-                shared,
-                &mut self.inner,
-                head,
-                body,
-                verdict,
-                grpc,
-            )),
+            Decision::Ready(verdict) => {
+                ResponseFuture::step(conclude(shared, &mut self.inner, head, body, verdict, grpc))
+            }
             Decision::Pending(fut) => {
                 // The readied service goes with the request; this one keeps a fresh clone
                 // (tower's rule for services called from a later future).
