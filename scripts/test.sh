@@ -73,7 +73,7 @@ step_redis() {
     # shellcheck source=/dev/null
     source "$REDIS_DIR/env"
     # TOLLGATE_REQUIRE_REDIS makes the tests fail, rather than skip, when a server is unreachable.
-    TOLLGATE_REQUIRE_REDIS=1 cargo test --features redis --test redis
+    TOLLGATE_REQUIRE_REDIS=1 cargo test --features redis,tower --test redis
     # The Redis module's doc examples, which return early without a server (in the test step),
     # here run against one.
     cargo test --features redis --doc redis

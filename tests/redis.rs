@@ -1712,3 +1712,102 @@ fn states_at_the_edge_of_the_exact_range() {
         assert!(counter.check_key("last").await.is_ok());
     });
 }
+
+// --- behind the HTTP middleware -------------------------------------------------------------------
+
+/// The tower layer over a Redis limiter: the decision comes back through a future, and the
+/// responses are those of an in-process limiter's.
+#[cfg(feature = "tower")]
+#[test]
+fn the_http_layer_enforces_a_redis_limit() {
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+
+    use http::{Request, Response, StatusCode};
+    use tollgate::middleware::{peer_ip, LimitLayer, Redis};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let Some(url) = var("TOLLGATE_REDIS_URL") else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = manager(&url).await;
+        let limiter =
+            closed::<TokenBucketKeys>(conn, Quota::per_minute(2).unwrap(), &fresh_prefix("layer"));
+        let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip())
+            .build()
+            .unwrap();
+        let svc = layer.layer(service_fn(|_req: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }));
+        let from = |host: u8| {
+            let mut req = Request::new(String::new());
+            req.extensions_mut()
+                .insert(SocketAddr::from(([127, 0, 0, host], 40000)));
+            req
+        };
+        for _ in 0..2 {
+            let res = svc.clone().oneshot(from(2)).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            assert_eq!(res.headers()["ratelimit-policy"], r#""default";q=2;w=60"#);
+        }
+        let denied = svc.clone().oneshot(from(2)).await.unwrap();
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry: u64 = denied.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=30).contains(&retry), "{retry}");
+        // Another client has its own limit on the server.
+        let other = svc.clone().oneshot(from(3)).await.unwrap();
+        assert_eq!(other.status(), StatusCode::OK);
+    });
+}
+
+/// A Redis server out of reach, with the limiter failing closed: 503 with the configured
+/// `Retry-After`, and the inner service is not called.
+#[cfg(feature = "tower")]
+#[test]
+fn the_http_layer_answers_503_when_redis_cannot_decide() {
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+    use std::sync::atomic::AtomicBool;
+
+    use http::{Request, Response, StatusCode};
+    use tollgate::middleware::{peer_ip, LimitLayer, Redis};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    runtime().block_on(async {
+        // Nothing listens on port 1.
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let conn = client
+            .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+            .unwrap();
+        let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(2).unwrap())
+            .timeout(Duration::from_millis(200))
+            .build(FailurePolicy::Closed)
+            .unwrap();
+        let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip())
+            .unavailable(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(Duration::from_millis(2500)),
+            )
+            .build()
+            .unwrap();
+        let called = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&called);
+        let svc = layer.layer(service_fn(move |_req: Request<String>| {
+            seen.store(true, Ordering::Relaxed);
+            async { Ok::<_, Infallible>(Response::new(String::new())) }
+        }));
+        let mut req = Request::new(String::new());
+        req.extensions_mut()
+            .insert(SocketAddr::from(([127, 0, 0, 2], 40000)));
+        let res = svc.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()["retry-after"], "3");
+        assert!(res.headers().get("ratelimit").is_none());
+        assert!(!called.load(Ordering::Relaxed));
+    });
+}
