@@ -57,6 +57,9 @@ step_test() {
     # models need --cfg tollgate_loom (the next step). --no-fail-fast runs every test binary, so each prints
     # its "test result:" line, and still exits non-zero if any test failed.
     cargo test --workspace --all-features --no-fail-fast
+    # The HTTP middleware's example drives itself over loopback and checks what it got (the same
+    # features as above, so nothing is rebuilt but the example).
+    cargo run --all-features --example axum_server -- --self-test
     # The key spray at full size (10 million keys against a bound of 100 000): the debug run above
     # sprays a tenth of that.
     cargo test --release --test keyed_spray
