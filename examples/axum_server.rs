@@ -99,7 +99,9 @@ async fn main() -> Result<(), Error> {
     println!("try:");
     println!("  curl -i http://127.0.0.1:3000/              # repeat: the 6th in a burst gets 429");
     println!("  for i in $(seq 7); do curl -s -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:3000/; done");
-    println!("  curl -i --interface 127.0.0.2 http://127.0.0.1:3000/   # another client, its own limit");
+    println!(
+        "  curl -i --interface 127.0.0.2 http://127.0.0.1:3000/   # another client, its own limit"
+    );
     println!("  curl -i http://127.0.0.1:3000/health        # exempt: never limited, no fields");
     serve(listener, app()?).await
 }

@@ -198,6 +198,10 @@ pub(crate) mod sealed {
         fn evict(policy: &Self::Policy, state: &Self::State, now: Nanos) -> bool;
         /// Whether eviction has marked `state` gone.
         fn is_gone(state: &Self::State) -> bool;
+        /// The tier a keyed state was created in: 0 but for [`Tiered`](crate::keyed::Tiered).
+        fn tier_of(_state: &Self::State) -> usize {
+            0
+        }
         /// Adds the state's fields to a limiter's `Debug` output.
         fn debug_state(
             policy: &Self::Policy,

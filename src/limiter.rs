@@ -192,6 +192,41 @@ pub trait KeyedLimit<Q: ?Sized>: Send + Sync {
     /// The quota enforced (the first tier's, for a tiered limiter).
     fn quota(&self) -> &Quota;
 
+    /// The quota of each tier: the one quota, unless the limiter is
+    /// [tiered](crate::keyed::KeyedLimiter::with_tiers).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{KeyedLimit, Quota};
+    /// let limiter: KeyedLimiter<u8> = KeyedLimiter::new(Quota::per_second(3)?);
+    /// let limits: &dyn KeyedLimit<u8> = &limiter;
+    /// assert_eq!(limits.tiers(), &[Quota::per_second(3)?]);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    fn tiers(&self) -> &[Quota] {
+        std::slice::from_ref(self.quota())
+    }
+
+    /// The index in [`KeyedLimit::tiers`] of the tier that limits `key`: 0 unless tiered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, Tiered};
+    /// use tollgate::{KeyedLimit, ManualClock, Quota};
+    /// let tiers = [Quota::per_second(1)?, Quota::per_second(10)?];
+    /// let limiter: KeyedLimiter<u32, Tiered, _> =
+    ///     KeyedLimiter::with_tiers(&tiers, |user: &u32| usize::from(*user >= 1000), ManualClock::new())?;
+    /// let limits: &dyn KeyedLimit<u32> = &limiter;
+    /// assert_eq!(limits.tier_of_key(&1234), 1);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    fn tier_of_key(&self, _key: &Q) -> usize {
+        0
+    }
+
     /// Admits one request for `key` now.
     ///
     /// # Errors
@@ -581,6 +616,14 @@ macro_rules! keyed_limit_through_pointer {
             fn quota(&self) -> &Quota {
                 (**self).quota()
             }
+
+            fn tiers(&self) -> &[Quota] {
+                (**self).tiers()
+            }
+
+            fn tier_of_key(&self, key: &Q) -> usize {
+                (**self).tier_of_key(key)
+            }
         }
     )*};
 }
@@ -652,6 +695,14 @@ where
 
     fn quota(&self) -> &Quota {
         KeyedLimiter::quota(self)
+    }
+
+    fn tiers(&self) -> &[Quota] {
+        KeyedLimiter::tiers(self)
+    }
+
+    fn tier_of_key(&self, key: &Q) -> usize {
+        KeyedLimiter::tier_of_key(self, key)
     }
 }
 

@@ -679,3 +679,58 @@ async fn a_decision_made_later_is_enforced_the_same_way() {
     assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(third.one("retry-after"), Some("30"));
 }
+
+async fn get_with_key(client: &HttpClient, addr: SocketAddr, key: &str) -> Reply {
+    let req = Request::get(format!("http://{addr}/"))
+        .header("x-api-key", key)
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    send(client, req).await
+}
+
+#[tokio::test]
+async fn each_tier_is_a_policy_of_its_own() {
+    use tollgate::keyed::Tiered;
+    let tiers = [Quota::per_minute(1).unwrap(), Quota::per_minute(100).unwrap()];
+    let limiter: KeyedLimiter<http::HeaderValue, Tiered, _> = KeyedLimiter::with_tiers(
+        &tiers,
+        |key: &http::HeaderValue| usize::from(key.as_bytes().starts_with(b"pro-")),
+        ManualClock::new(),
+    )
+    .unwrap();
+    let name = http::HeaderName::from_static("x-api-key");
+    let layer = LimitLayer::keyed(limiter, tollgate::middleware::header(name))
+        .tier_names(["free", "pro"])
+        .build()
+        .unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let client = client_from(2);
+
+    let free = get_with_key(&client, addr, "free-ann").await;
+    assert_eq!(free.one("ratelimit-policy"), Some(r#""free";q=1;w=60"#));
+    assert_eq!(free.one("ratelimit"), Some(r#""free";r=0;t=60"#));
+    let pro = get_with_key(&client, addr, "pro-bob").await;
+    assert_eq!(pro.one("ratelimit-policy"), Some(r#""pro";q=100;w=60"#));
+    assert_eq!(
+        members(pro.one("ratelimit").unwrap()),
+        vec![("pro".into(), params(&[("r", "99"), ("t", "1")]))]
+    );
+    let refused = get_with_key(&client, addr, "free-ann").await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.one("ratelimit-policy"), Some(r#""free";q=1;w=60"#));
+}
+
+#[test]
+fn tier_names_must_name_each_tier_once() {
+    use tollgate::keyed::Tiered;
+    use tollgate::middleware::LayerError;
+    let tiers = [Quota::per_minute(1).unwrap(), Quota::per_minute(100).unwrap()];
+    let limiter: KeyedLimiter<IpAddr, Tiered, _> =
+        KeyedLimiter::with_tiers(&tiers, |_: &IpAddr| 0, ManualClock::new()).unwrap();
+    let err = LimitLayer::keyed(limiter, peer_ip())
+        .tier_names(["only-one"])
+        .build()
+        .unwrap_err();
+    assert_eq!(err, LayerError::TierNames { names: 1, tiers: 2 });
+    assert!(err.to_string().contains("tier_names"));
+}

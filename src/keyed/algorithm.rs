@@ -343,6 +343,10 @@ impl<A: Algorithm> Contract for Tiered<A> {
         A::is_gone(&state.state)
     }
 
+    fn tier_of(state: &Self::State) -> usize {
+        usize::from(state.tier)
+    }
+
     fn debug_state(policy: &Self::Policy, state: &Self::State, f: &mut fmt::DebugStruct<'_, '_>) {
         let (p, tier) = Self::tier(policy, usize::from(state.tier));
         f.field("tier", &tier);

@@ -1,6 +1,7 @@
 //! Tiers: a keyed limiter whose quota is picked per key, from up to 256 tiers
 //! ([`KeyedLimiter::with_tiers`]).
 
+use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::algorithm::sealed::TieredPolicy;
@@ -27,6 +28,38 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// ```
     pub fn tiers(&self) -> &[Quota] {
         &self.quotas
+    }
+
+    /// The tier `key` is limited by: the one it was given when first seen while it is held, else
+    /// the one it would be given now. 0 unless tiered; an index into [`KeyedLimiter::tiers`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, Tiered};
+    /// use tollgate::{ManualClock, Quota};
+    /// let tiers = [Quota::per_second(1)?, Quota::per_second(10)?];
+    /// let limiter: KeyedLimiter<u32, Tiered, _> =
+    ///     KeyedLimiter::with_tiers(&tiers, |user: &u32| usize::from(*user >= 1000), ManualClock::new())?;
+    /// assert_eq!(limiter.tier_of_key(&7), 0);
+    /// assert_eq!(limiter.tier_of_key(&1234), 1);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn tier_of_key<Q>(&self, key: &Q) -> usize
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if self.pick.is_none() {
+            return 0;
+        }
+        match self.store.with_read(key, |state| Ok(A::tier_of(state))) {
+            Some(Ok(tier)) => tier.min(self.quotas.len().saturating_sub(1)),
+            // Not held, or forgotten: the tier it would be given.
+            _ => self
+                .tier_of(&key.to_owned())
+                .min(self.quotas.len().saturating_sub(1)),
+        }
     }
 
     /// The tier of a new key: 0 unless tiered.

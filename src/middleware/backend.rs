@@ -126,8 +126,19 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// Admits `cost` units for `key`, all or none (`cost = 0` is a query), or says why not.
     fn decide(&self, key: &K, cost: u64) -> Decision<Self::Future>;
 
-    /// The quota enforced, for the `RateLimit-Policy` field.
+    /// The quota enforced, for the `RateLimit-Policy` field (the first tier's, when tiered).
     fn quota(&self) -> &Quota;
+
+    /// The quota of each tier, for a backend whose quota is chosen per key: one policy each.
+    fn tiers(&self) -> &[Quota] {
+        std::slice::from_ref(self.quota())
+    }
+
+    /// The index in [`Backend::tiers`] of the tier that limits `key` (asked only when there is
+    /// more than one).
+    fn tier_of_key(&self, _key: &K) -> usize {
+        0
+    }
 }
 
 /// The answer of an in-process backend's (never built) future.
@@ -193,6 +204,14 @@ where
 
     fn quota(&self) -> &Quota {
         self.0.quota()
+    }
+
+    fn tiers(&self) -> &[Quota] {
+        self.0.tiers()
+    }
+
+    fn tier_of_key(&self, key: &K) -> usize {
+        self.0.tier_of_key(key)
     }
 }
 

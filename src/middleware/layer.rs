@@ -332,16 +332,23 @@ impl RateLimitInfo {
     }
 }
 
+/// One policy (a tier's, or the only one): its quota, name and `RateLimit-Policy` value.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    pub(crate) quota: Quota,
+    /// The name, as an sf-string.
+    pub(crate) name: String,
+    /// The `RateLimit-Policy` value, built once.
+    pub(crate) value: HeaderValue,
+}
+
 /// The layer's configuration, shared by every clone of the layer and of its services.
 pub(crate) struct Shared<B, X: KeyExtractor, D> {
     pub(crate) backend: B,
     pub(crate) extractor: X,
     pub(crate) on_denied: D,
-    pub(crate) quota: Quota,
-    /// The policy's name, as an sf-string.
-    pub(crate) name: String,
-    /// The `RateLimit-Policy` value.
-    pub(crate) policy: HeaderValue,
+    /// One per tier of the backend (at least one).
+    pub(crate) policies: Box<[Policy]>,
     pub(crate) headers: Headers,
     pub(crate) on_missing: OnMissing<X::Key>,
     pub(crate) cost: Cost,
@@ -354,7 +361,26 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
     pub(crate) setup_logged: AtomicBool,
 }
 
+impl<B: Backend<X::Key>, X: KeyExtractor, D> Shared<B, X, D> {
+    /// The tier limiting `key`: asked of the backend only when it has more than one.
+    #[inline]
+    pub(crate) fn tier_of(&self, key: &X::Key) -> usize {
+        if self.policies.len() > 1 {
+            self.backend.tier_of_key(key)
+        } else {
+            0
+        }
+    }
+}
+
 impl<B, X: KeyExtractor, D> Shared<B, X, D> {
+    /// The policy of `tier` (the last one for an index past the end).
+    #[inline]
+    pub(crate) fn policy(&self, tier: usize) -> &Policy {
+        let last = self.policies.len() - 1;
+        &self.policies[tier.min(last)]
+    }
+
     /// Counts a refusal a dry run let through.
     pub(crate) fn count_would_deny(&self) {
         // Relaxed: a statistic; no other memory is published through it.
@@ -405,8 +431,7 @@ impl<B, X: KeyExtractor, D> Clone for LimitLayer<B, X, D> {
 impl<B, X: KeyExtractor, D> fmt::Debug for LimitLayer<B, X, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitLayer")
-            .field("quota", &self.shared.quota)
-            .field("policy", &self.shared.policy)
+            .field("policies", &self.shared.policies)
             .field("headers", &self.shared.headers)
             .field("dry_run", &self.shared.dry_run)
             .finish_non_exhaustive()
@@ -469,6 +494,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor> LimitLayer<B, X> {
             extractor,
             on_denied: EmptyBody,
             name: "default".into(),
+            tier_names: None,
             headers: Headers::Always,
             on_missing: OnMissing::Reject(StatusCode::BAD_REQUEST),
             cost: Cost::One,
@@ -538,12 +564,23 @@ impl<S, B, X: KeyExtractor, D> tower_layer::Layer<S> for LimitLayer<B, X, D> {
 pub enum LayerError {
     /// The policy name cannot be sent.
     PolicyName(PolicyNameError),
+    /// [`tier_names`](LimitLayerBuilder::tier_names) did not name each tier once.
+    TierNames {
+        /// Names given.
+        names: usize,
+        /// Tiers of the backend.
+        tiers: usize,
+    },
 }
 
 impl fmt::Display for LayerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LayerError::PolicyName(e) => e.fmt(f),
+            LayerError::TierNames { names, tiers } => write!(
+                f,
+                "tier_names: {names} names given for {tiers} tiers; give exactly one per tier"
+            ),
         }
     }
 }
@@ -552,6 +589,7 @@ impl std::error::Error for LayerError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             LayerError::PolicyName(e) => Some(e),
+            LayerError::TierNames { .. } => None,
         }
     }
 }
@@ -580,6 +618,7 @@ pub struct LimitLayerBuilder<B, X: KeyExtractor, D = EmptyBody> {
     extractor: X,
     on_denied: D,
     name: String,
+    tier_names: Option<Vec<String>>,
     headers: Headers,
     on_missing: OnMissing<X::Key>,
     cost: Cost,
@@ -618,6 +657,36 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// ```
     pub fn policy_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// The policy names of a [tiered](crate::keyed::KeyedLimiter::with_tiers) limiter's tiers,
+    /// in order: each tier is a policy of its own, and a response carries the policy of its
+    /// key's tier. Unless set, tier `i` is named after the policy name, `"default-0"`,
+    /// `"default-1"`, .... [`build`](Self::build) checks each name and that there is one per
+    /// tier.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use tollgate::keyed::{KeyedLimiter, Tiered};
+    /// use tollgate::middleware::{header, LimitLayer};
+    /// use tollgate::{MonotonicClock, Quota};
+    /// let tiers = [Quota::per_minute(60)?, Quota::per_minute(6000)?];
+    /// let limiter: KeyedLimiter<http::HeaderValue, Tiered, _> = KeyedLimiter::with_tiers(
+    ///     &tiers,
+    ///     |key: &http::HeaderValue| usize::from(key.as_bytes().starts_with(b"pro-")),
+    ///     MonotonicClock::new(),
+    /// )?;
+    /// let layer = LimitLayer::keyed(limiter, header(HeaderName::from_static("x-api-key")))
+    ///     .tier_names(["free", "pro"])
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tier_names(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.tier_names = Some(names.into_iter().map(Into::into).collect());
         self
     }
 
@@ -848,6 +917,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
             extractor: self.extractor,
             on_denied,
             name: self.name,
+            tier_names: self.tier_names,
             headers: self.headers,
             on_missing: self.on_missing,
             cost: self.cost,
@@ -871,19 +941,38 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     ///
     /// See [`LimitLayer`].
     pub fn build(self) -> Result<LimitLayer<B, X, D>, LayerError> {
-        let name = fields::sf_string(&self.name).map_err(LayerError::PolicyName)?;
-        let quota = *self.backend.quota();
-        let member = fields::policy_member(&name, &quota, self.content_bytes);
-        let policy = HeaderValue::from_str(&member)
-            .map_err(|_| LayerError::PolicyName(PolicyNameError::new(&self.name)))?;
+        let tiers = self.backend.tiers();
+        let names = match self.tier_names {
+            Some(names) if names.len() != tiers.len() => {
+                return Err(LayerError::TierNames {
+                    names: names.len(),
+                    tiers: tiers.len(),
+                })
+            }
+            Some(names) => names,
+            None if tiers.len() == 1 => vec![self.name.clone()],
+            None => (0..tiers.len())
+                .map(|i| format!("{}-{i}", self.name))
+                .collect(),
+        };
+        let mut policies = Vec::with_capacity(tiers.len());
+        for (quota, name) in tiers.iter().zip(&names) {
+            let sf = fields::sf_string(name).map_err(LayerError::PolicyName)?;
+            let member = fields::policy_member(&sf, quota, self.content_bytes);
+            let value = HeaderValue::from_str(&member)
+                .map_err(|_| LayerError::PolicyName(PolicyNameError::new(name)))?;
+            policies.push(Policy {
+                quota: *quota,
+                name: sf,
+                value,
+            });
+        }
         Ok(LimitLayer {
             shared: Arc::new(Shared {
                 backend: self.backend,
                 extractor: self.extractor,
                 on_denied: self.on_denied,
-                quota,
-                name,
-                policy,
+                policies: policies.into_boxed_slice(),
                 headers: self.headers,
                 on_missing: self.on_missing,
                 cost: self.cost,

@@ -17,8 +17,8 @@ use super::backend::{Backend, Decision, Refusal};
 use super::fields::{self, FieldBuf};
 use super::key::{KeyError, KeyExtractor};
 use super::layer::{
-    EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, RateLimitInfo, Rejection, RejectionKind,
-    Shared,
+    EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, Policy, RateLimitInfo, Rejection,
+    RejectionKind, Shared,
 };
 #[allow(unused_imports)]
 use super::NextAfterShim;
@@ -86,7 +86,7 @@ impl<S: fmt::Debug, B, X: KeyExtractor, D> fmt::Debug for Limit<S, B, X, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limit")
             .field("inner", &self.inner)
-            .field("quota", &self.shared.quota)
+            .field("policies", &self.shared.policies)
             .finish_non_exhaustive()
     }
 }
@@ -131,35 +131,36 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         }
     }
 
-    /// The `RateLimit` member for `remaining` units left and `t` seconds to the next.
-    fn ratelimit(&self, remaining: u64, t: Option<u64>) -> Option<HeaderValue> {
+    /// The `RateLimit` member of `policy` for `remaining` units left and `t` seconds to the
+    /// next.
+    fn ratelimit(policy: &Policy, remaining: u64, t: Option<u64>) -> Option<HeaderValue> {
         let mut buf = FieldBuf::new();
-        fields::write_ratelimit(&mut buf, &self.name, remaining, t);
+        fields::write_ratelimit(&mut buf, &policy.name, remaining, t);
         buf.header_value()
     }
 
-    fn admitted_fields(&self, admitted: &Admitted) -> Fields {
+    fn admitted_fields(&self, policy: &Policy, admitted: &Admitted) -> Fields {
         if !self.sends_fields(false) {
             return Fields::default();
         }
         Fields {
             retry_after: None,
-            policy: Some(self.policy.clone()),
-            ratelimit: self.ratelimit(admitted.remaining(), t_secs(admitted.next_after())),
+            policy: Some(policy.value.clone()),
+            ratelimit: Self::ratelimit(policy, admitted.remaining(), t_secs(admitted.next_after())),
         }
     }
 
     /// The fields of a refusal the layer enforces (with `Retry-After`), or a dry run lets through
     /// (without it).
-    fn refusal_fields(&self, refusal: &Refusal, enforced: bool) -> Fields {
+    fn refusal_fields(&self, policy: &Policy, refusal: &Refusal, enforced: bool) -> Fields {
         let mut out = Fields::default();
         if enforced {
             out.retry_after = self.retry_after(refusal).map(HeaderValue::from);
         }
         if self.sends_fields(true) {
-            out.policy = Some(self.policy.clone());
+            out.policy = Some(policy.value.clone());
             if let Refusal::Denied(d) = refusal {
-                out.ratelimit = self.ratelimit(d.remaining(), t_secs(d.next_after()));
+                out.ratelimit = Self::ratelimit(policy, d.remaining(), t_secs(d.next_after()));
             }
         }
         out
@@ -181,7 +182,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         }
     }
 
-    fn rejection(&self, refusal: Refusal) -> Rejection {
+    fn rejection(&self, policy: &Policy, refusal: Refusal) -> Rejection {
         let (kind, status) = match &refusal {
             Refusal::Denied(_) => (RejectionKind::Denied, self.statuses.denied),
             Refusal::InsufficientCapacity(_) => {
@@ -195,16 +196,16 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
             status,
             retry_after_secs: self.retry_after(&refusal),
             refusal: Some(refusal),
-            quota: self.quota,
+            quota: policy.quota,
         }
     }
 
-    fn info(&self, head: &mut Parts, decision: InfoDecision, remaining: u64) {
+    fn info(&self, head: &mut Parts, policy: &Policy, decision: InfoDecision, remaining: u64) {
         if self.info {
             head.extensions.insert(RateLimitInfo {
                 decision,
                 remaining,
-                quota: self.quota,
+                quota: policy.quota,
             });
         }
     }
@@ -395,6 +396,7 @@ fn conclude<S, B, X, D, ReqBody, ResBody>(
     mut head: Parts,
     body: ReqBody,
     verdict: Result<Admitted, Refusal>,
+    tier: usize,
     grpc: bool,
 ) -> Step<S::Future, ResBody>
 where
@@ -403,25 +405,31 @@ where
     D: OnDenied<ResBody>,
     ResBody: Default + 'static,
 {
+    let policy = shared.policy(tier);
     match verdict {
         Ok(admitted) => {
-            let fields = shared.admitted_fields(&admitted);
-            shared.info(&mut head, InfoDecision::Admitted, admitted.remaining());
+            let fields = shared.admitted_fields(policy, &admitted);
+            shared.info(
+                &mut head,
+                policy,
+                InfoDecision::Admitted,
+                admitted.remaining(),
+            );
             Step::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) if shared.dry_run => {
             shared.count_would_deny();
-            let fields = shared.refusal_fields(&refusal, false);
+            let fields = shared.refusal_fields(policy, &refusal, false);
             let remaining = match &refusal {
                 Refusal::Denied(d) => d.remaining(),
                 _ => 0,
             };
-            shared.info(&mut head, InfoDecision::WouldDeny, remaining);
+            shared.info(&mut head, policy, InfoDecision::WouldDeny, remaining);
             Step::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) => {
-            let fields = shared.refusal_fields(&refusal, true);
-            let rejection = shared.rejection(refusal);
+            let fields = shared.refusal_fields(policy, &refusal, true);
+            let rejection = shared.rejection(policy, refusal);
             Step::Respond(shared.refuse(&rejection, fields, grpc))
         }
     }
@@ -443,7 +451,7 @@ where
         status,
         retry_after_secs: None,
         refusal: None,
-        quota: shared.quota,
+        quota: shared.policy(0).quota,
     };
     shared.refuse(&rejection, Fields::default(), grpc)
 }
@@ -471,7 +479,7 @@ where
         let shared = &*self.shared;
         let grpc = is_grpc(&head);
         if shared.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
-            shared.info(&mut head, InfoDecision::Exempt, 0);
+            shared.info(&mut head, shared.policy(0), InfoDecision::Exempt, 0);
             let fut = self.inner.call(Request::from_parts(head, body));
             return ResponseFuture::step(Step::Call(fut, Fields::default()));
         }
@@ -484,7 +492,7 @@ where
             Err(KeyError::Missing) => match &shared.on_missing {
                 OnMissing::Key(key) => key,
                 OnMissing::Allow => {
-                    shared.info(&mut head, InfoDecision::Exempt, 0);
+                    shared.info(&mut head, shared.policy(0), InfoDecision::Exempt, 0);
                     let fut = self.inner.call(Request::from_parts(head, body));
                     return ResponseFuture::step(Step::Call(fut, Fields::default()));
                 }
@@ -503,16 +511,19 @@ where
         let cost = shared.cost.of(&head);
         match shared.backend.decide(key, cost) {
             Decision::Ready(verdict) => {
-                ResponseFuture::step(conclude(shared, &mut self.inner, head, body, verdict, grpc))
+                let tier = shared.tier_of(key);
+                let step = conclude(shared, &mut self.inner, head, body, verdict, tier, grpc);
+                ResponseFuture::step(step)
             }
             Decision::Pending(fut) => {
+                let tier = shared.tier_of(key);
                 // The readied service goes with the request; this one keeps a fresh clone
                 // (tower's rule for services called from a later future).
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
                 let shared = Arc::clone(&self.shared);
                 let resume: Resume<S::Future, ResBody> = Box::new(move |verdict| {
-                    conclude(&shared, &mut inner, head, body, verdict, grpc)
+                    conclude(&shared, &mut inner, head, body, verdict, tier, grpc)
                 });
                 ResponseFuture {
                     state: State::Deciding {
