@@ -691,7 +691,10 @@ async fn get_with_key(client: &HttpClient, addr: SocketAddr, key: &str) -> Reply
 #[tokio::test]
 async fn each_tier_is_a_policy_of_its_own() {
     use tollgate::keyed::Tiered;
-    let tiers = [Quota::per_minute(1).unwrap(), Quota::per_minute(100).unwrap()];
+    let tiers = [
+        Quota::per_minute(1).unwrap(),
+        Quota::per_minute(100).unwrap(),
+    ];
     let limiter: KeyedLimiter<http::HeaderValue, Tiered, _> = KeyedLimiter::with_tiers(
         &tiers,
         |key: &http::HeaderValue| usize::from(key.as_bytes().starts_with(b"pro-")),
@@ -724,7 +727,10 @@ async fn each_tier_is_a_policy_of_its_own() {
 fn tier_names_must_name_each_tier_once() {
     use tollgate::keyed::Tiered;
     use tollgate::middleware::LayerError;
-    let tiers = [Quota::per_minute(1).unwrap(), Quota::per_minute(100).unwrap()];
+    let tiers = [
+        Quota::per_minute(1).unwrap(),
+        Quota::per_minute(100).unwrap(),
+    ];
     let limiter: KeyedLimiter<IpAddr, Tiered, _> =
         KeyedLimiter::with_tiers(&tiers, |_: &IpAddr| 0, ManualClock::new()).unwrap();
     let err = LimitLayer::keyed(limiter, peer_ip())

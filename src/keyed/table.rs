@@ -1062,13 +1062,17 @@ mod tests {
                 rebuilds
             })
         };
+        // The workers run at least OPS additions each, and on until some lookup has met a
+        // relocation (how soon depends on the scheduler: on a loaded machine the rebuilder may
+        // not overlap the workers for a while), or a minute has passed.
+        let enough = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..2u64)
             .map(|t| {
-                let table = table.clone();
+                let (table, enough) = (table.clone(), enough.clone());
                 std::thread::spawn(move || {
                     let mut made = 0u64;
                     let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t;
-                    for _ in 0..OPS {
+                    while made < OPS || !enough.load(Ordering::Relaxed) {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
@@ -1090,6 +1094,13 @@ mod tests {
                 })
             })
             .collect();
+        let started = std::time::Instant::now();
+        while table.relooks.load(Ordering::Relaxed) == 0
+            && started.elapsed() < std::time::Duration::from_secs(60)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        enough.store(true, Ordering::Relaxed);
         let made: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
         stop.store(true, Ordering::Relaxed);
         let rebuilds = rebuilder.join().unwrap();
