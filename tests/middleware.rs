@@ -740,3 +740,31 @@ fn tier_names_must_name_each_tier_once() {
     assert_eq!(err, LayerError::TierNames { names: 1, tiers: 2 });
     assert!(err.to_string().contains("tier_names"));
 }
+
+#[tokio::test]
+async fn a_partition_key_is_sent_only_when_configured() {
+    let limiter = KeyedLimiter::with_clock(Quota::per_minute(5).unwrap(), ManualClock::new());
+    let layer = LimitLayer::keyed(limiter, peer_ip())
+        .partition_key(|ip: &IpAddr| match ip {
+            IpAddr::V4(v4) => vec![v4.octets()[3]],
+            IpAddr::V6(_) => vec![0],
+        })
+        .build()
+        .unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let reply = get_from(&client_from(3), addr, "/").await;
+    let value = reply.one("ratelimit").unwrap();
+    assert_eq!(value, r#""default";r=4;t=12;pk=:Aw==:"#);
+    let list: sfv::List = sfv::Parser::new(value).parse().unwrap();
+    let sfv::ListEntry::Item(item) = &list[0] else {
+        panic!("not an item")
+    };
+    let pk = item
+        .params
+        .iter()
+        .find(|(k, _)| k.as_str() == "pk")
+        .unwrap()
+        .1;
+    assert_eq!(pk, &sfv::BareItem::ByteSequence(vec![3]));
+    assert_eq!(reply.one("ratelimit-policy"), Some(r#""default";q=5;w=60"#));
+}

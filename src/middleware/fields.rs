@@ -182,14 +182,42 @@ impl FieldBuf {
     }
 }
 
-/// The `RateLimit` member of one policy: `"name";r=5;t=30` (`t` left out when nothing is taken).
-pub(crate) fn write_ratelimit(buf: &mut FieldBuf, name: &str, remaining: u64, t: Option<u64>) {
+/// The `RateLimit` member of one policy: `"name";r=5;t=30` (`t` left out when nothing is taken),
+/// with `;pk=:<base64>:` (an sf-binary) when a partition key is given.
+pub(crate) fn write_ratelimit(
+    buf: &mut FieldBuf,
+    name: &str,
+    remaining: u64,
+    t: Option<u64>,
+    pk: Option<&[u8]>,
+) {
     buf.push(name.as_bytes());
     buf.push(b";r=");
     buf.push_u64(remaining);
     if let Some(t) = t {
         buf.push(b";t=");
         buf.push_u64(t);
+    }
+    if let Some(pk) = pk {
+        buf.push(b";pk=:");
+        write_base64(buf, pk);
+        buf.push(b":");
+    }
+}
+
+/// `bytes` in base64 with padding (RFC 4648 section 4), as RFC 9651's byte sequences are.
+fn write_base64(buf: &mut FieldBuf, bytes: &[u8]) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let sextet = |v: u32, shift: u32| ALPHABET[((v >> shift) & 63) as usize];
+    for chunk in bytes.chunks(3) {
+        let v = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |v, (i, &b)| v | u32::from(b) << (16 - 8 * i));
+        let out = [sextet(v, 18), sextet(v, 12), sextet(v, 6), sextet(v, 0)];
+        let kept = chunk.len() + 1;
+        buf.push(&out[..kept]);
+        buf.push(&b"=="[..4 - kept]);
     }
 }
 
@@ -254,14 +282,35 @@ mod tests {
     #[test]
     fn the_buffer_spills_long_values_and_writes_numbers() {
         let mut buf = FieldBuf::new();
-        write_ratelimit(&mut buf, "\"default\"", 0, Some(30));
+        write_ratelimit(&mut buf, "\"default\"", 0, Some(30), None);
         assert_eq!(buf.as_bytes(), b"\"default\";r=0;t=30");
         let mut buf = FieldBuf::new();
         let long = format!("\"{}\"", "n".repeat(MAX_POLICY_NAME));
-        write_ratelimit(&mut buf, &long, u64::MAX, None);
-        write_ratelimit(&mut buf, ", ", 1, Some(u64::MAX));
+        write_ratelimit(&mut buf, &long, u64::MAX, None, None);
+        write_ratelimit(&mut buf, ", ", 1, Some(u64::MAX), None);
         let text = String::from_utf8(buf.as_bytes().to_vec()).unwrap();
         assert_eq!(text, format!("{long};r={}, ;r=1;t={}", u64::MAX, u64::MAX));
         assert!(buf.header_value().is_some());
+    }
+
+    #[test]
+    fn partition_keys_are_base64_byte_sequences() {
+        for (bytes, text) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"fooba", "Zm9vYmE="),
+            (b"foobar", "Zm9vYmFy"),
+            (&[0xff, 0xfe, 0x00], "//4A"),
+        ] {
+            let mut buf = FieldBuf::new();
+            write_ratelimit(&mut buf, "\"p\"", 1, None, Some(bytes));
+            assert_eq!(
+                String::from_utf8(buf.as_bytes().to_vec()).unwrap(),
+                format!("\"p\";r=1;pk=:{text}:")
+            );
+        }
     }
 }

@@ -228,6 +228,12 @@ impl<B: Default> OnDenied<B> for EmptyBody {
     }
 }
 
+/// Whether a request is exempt.
+pub(crate) type Exempt = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
+
+/// A key's partition key bytes, for `pk`.
+pub(crate) type PartitionKey<K> = Box<dyn Fn(&K) -> Vec<u8> + Send + Sync>;
+
 /// What a request costs.
 pub(crate) enum Cost {
     /// One unit per request.
@@ -349,10 +355,11 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
     pub(crate) on_denied: D,
     /// One per tier of the backend (at least one).
     pub(crate) policies: Box<[Policy]>,
+    pub(crate) partition_key: Option<PartitionKey<X::Key>>,
     pub(crate) headers: Headers,
     pub(crate) on_missing: OnMissing<X::Key>,
     pub(crate) cost: Cost,
-    pub(crate) exempt: Option<Box<dyn Fn(&Parts) -> bool + Send + Sync>>,
+    pub(crate) exempt: Option<Exempt>,
     pub(crate) dry_run: bool,
     pub(crate) dry_run_headers: bool,
     pub(crate) info: bool,
@@ -362,6 +369,12 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
 }
 
 impl<B: Backend<X::Key>, X: KeyExtractor, D> Shared<B, X, D> {
+    /// The `pk` bytes of `key`, when configured.
+    #[inline]
+    pub(crate) fn partition_key(&self, key: &X::Key) -> Option<Vec<u8>> {
+        self.partition_key.as_ref().map(|pk| pk(key))
+    }
+
     /// The tier limiting `key`: asked of the backend only when it has more than one.
     #[inline]
     pub(crate) fn tier_of(&self, key: &X::Key) -> usize {
@@ -495,6 +508,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor> LimitLayer<B, X> {
             on_denied: EmptyBody,
             name: "default".into(),
             tier_names: None,
+            partition_key: None,
             headers: Headers::Always,
             on_missing: OnMissing::Reject(StatusCode::BAD_REQUEST),
             cost: Cost::One,
@@ -619,11 +633,12 @@ pub struct LimitLayerBuilder<B, X: KeyExtractor, D = EmptyBody> {
     on_denied: D,
     name: String,
     tier_names: Option<Vec<String>>,
+    partition_key: Option<PartitionKey<X::Key>>,
     headers: Headers,
     on_missing: OnMissing<X::Key>,
     cost: Cost,
     content_bytes: bool,
-    exempt: Option<Box<dyn Fn(&Parts) -> bool + Send + Sync>>,
+    exempt: Option<Exempt>,
     dry_run: bool,
     dry_run_headers: bool,
     info: bool,
@@ -687,6 +702,39 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// ```
     pub fn tier_names(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.tier_names = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Adds the draft's `pk` parameter to each `RateLimit` member: the bytes `partition_key`
+    /// makes of the request's key, sent as a byte sequence (`pk=:<base64>:`), so a client that
+    /// shares a policy with others can tell which partition it was counted in. None unless set.
+    /// The draft warns that the key is visible to whoever sees the response: send an opaque
+    /// token (a keyed hash, say), never an address or a credential. Costs one allocation per
+    /// request for the bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::hash::{BuildHasher, Hash, Hasher};
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::middleware::{peer_ip, LimitLayer};
+    /// use tollgate::Quota;
+    /// let secret = std::collections::hash_map::RandomState::new();
+    /// let layer = LimitLayer::keyed(KeyedLimiter::new(Quota::per_minute(60)?), peer_ip())
+    ///     .partition_key(move |ip| {
+    ///         let mut h = secret.build_hasher();
+    ///         ip.hash(&mut h);
+    ///         h.finish().to_be_bytes().to_vec()
+    ///     })
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn partition_key(
+        mut self,
+        partition_key: impl Fn(&X::Key) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        self.partition_key = Some(Box::new(partition_key));
         self
     }
 
@@ -918,6 +966,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
             on_denied,
             name: self.name,
             tier_names: self.tier_names,
+            partition_key: self.partition_key,
             headers: self.headers,
             on_missing: self.on_missing,
             cost: self.cost,
@@ -973,6 +1022,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 extractor: self.extractor,
                 on_denied: self.on_denied,
                 policies: policies.into_boxed_slice(),
+                partition_key: self.partition_key,
                 headers: self.headers,
                 on_missing: self.on_missing,
                 cost: self.cost,

@@ -133,26 +133,42 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
 
     /// The `RateLimit` member of `policy` for `remaining` units left and `t` seconds to the
     /// next.
-    fn ratelimit(policy: &Policy, remaining: u64, t: Option<u64>) -> Option<HeaderValue> {
+    fn ratelimit(
+        policy: &Policy,
+        remaining: u64,
+        t: Option<u64>,
+        pk: Option<&[u8]>,
+    ) -> Option<HeaderValue> {
         let mut buf = FieldBuf::new();
-        fields::write_ratelimit(&mut buf, &policy.name, remaining, t);
+        fields::write_ratelimit(&mut buf, &policy.name, remaining, t, pk);
         buf.header_value()
     }
 
-    fn admitted_fields(&self, policy: &Policy, admitted: &Admitted) -> Fields {
+    fn admitted_fields(&self, policy: &Policy, admitted: &Admitted, pk: Option<&[u8]>) -> Fields {
         if !self.sends_fields(false) {
             return Fields::default();
         }
         Fields {
             retry_after: None,
             policy: Some(policy.value.clone()),
-            ratelimit: Self::ratelimit(policy, admitted.remaining(), t_secs(admitted.next_after())),
+            ratelimit: Self::ratelimit(
+                policy,
+                admitted.remaining(),
+                t_secs(admitted.next_after()),
+                pk,
+            ),
         }
     }
 
     /// The fields of a refusal the layer enforces (with `Retry-After`), or a dry run lets through
     /// (without it).
-    fn refusal_fields(&self, policy: &Policy, refusal: &Refusal, enforced: bool) -> Fields {
+    fn refusal_fields(
+        &self,
+        policy: &Policy,
+        refusal: &Refusal,
+        enforced: bool,
+        pk: Option<&[u8]>,
+    ) -> Fields {
         let mut out = Fields::default();
         if enforced {
             out.retry_after = self.retry_after(refusal).map(HeaderValue::from);
@@ -160,7 +176,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         if self.sends_fields(true) {
             out.policy = Some(policy.value.clone());
             if let Refusal::Denied(d) = refusal {
-                out.ratelimit = Self::ratelimit(policy, d.remaining(), t_secs(d.next_after()));
+                out.ratelimit = Self::ratelimit(policy, d.remaining(), t_secs(d.next_after()), pk);
             }
         }
         out
@@ -388,16 +404,24 @@ where
     }
 }
 
+/// A request whose decision is being made, with what its response needs to know.
+struct Decided<ReqBody> {
+    head: Parts,
+    body: ReqBody,
+    /// The tier that limits its key.
+    tier: usize,
+    /// Its key's `pk` bytes, when configured.
+    pk: Option<Vec<u8>>,
+    grpc: bool,
+}
+
 /// Decides a request whose verdict is in: the inner service's future with the fields to add,
 /// or the refusal's response.
 fn conclude<S, B, X, D, ReqBody, ResBody>(
     shared: &Shared<B, X, D>,
     inner: &mut S,
-    mut head: Parts,
-    body: ReqBody,
+    req: Decided<ReqBody>,
     verdict: Result<Admitted, Refusal>,
-    tier: usize,
-    grpc: bool,
 ) -> Step<S::Future, ResBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -405,21 +429,24 @@ where
     D: OnDenied<ResBody>,
     ResBody: Default + 'static,
 {
+    let Decided {
+        mut head,
+        body,
+        tier,
+        pk,
+        grpc,
+    } = req;
     let policy = shared.policy(tier);
     match verdict {
         Ok(admitted) => {
-            let fields = shared.admitted_fields(policy, &admitted);
-            shared.info(
-                &mut head,
-                policy,
-                InfoDecision::Admitted,
-                admitted.remaining(),
-            );
+            let fields = shared.admitted_fields(policy, &admitted, pk.as_deref());
+            let remaining = admitted.remaining();
+            shared.info(&mut head, policy, InfoDecision::Admitted, remaining);
             Step::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) if shared.dry_run => {
             shared.count_would_deny();
-            let fields = shared.refusal_fields(policy, &refusal, false);
+            let fields = shared.refusal_fields(policy, &refusal, false, pk.as_deref());
             let remaining = match &refusal {
                 Refusal::Denied(d) => d.remaining(),
                 _ => 0,
@@ -428,7 +455,7 @@ where
             Step::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) => {
-            let fields = shared.refusal_fields(policy, &refusal, true);
+            let fields = shared.refusal_fields(policy, &refusal, true, pk.as_deref());
             let rejection = shared.rejection(policy, refusal);
             Step::Respond(shared.refuse(&rejection, fields, grpc))
         }
@@ -509,22 +536,26 @@ where
             }
         };
         let cost = shared.cost.of(&head);
-        match shared.backend.decide(key, cost) {
+        let verdict = shared.backend.decide(key, cost);
+        let req = Decided {
+            tier: shared.tier_of(key),
+            pk: shared.partition_key(key),
+            head,
+            body,
+            grpc,
+        };
+        match verdict {
             Decision::Ready(verdict) => {
-                let tier = shared.tier_of(key);
-                let step = conclude(shared, &mut self.inner, head, body, verdict, tier, grpc);
-                ResponseFuture::step(step)
+                ResponseFuture::step(conclude(shared, &mut self.inner, req, verdict))
             }
             Decision::Pending(fut) => {
-                let tier = shared.tier_of(key);
                 // The readied service goes with the request; this one keeps a fresh clone
                 // (tower's rule for services called from a later future).
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
                 let shared = Arc::clone(&self.shared);
-                let resume: Resume<S::Future, ResBody> = Box::new(move |verdict| {
-                    conclude(&shared, &mut inner, head, body, verdict, tier, grpc)
-                });
+                let resume: Resume<S::Future, ResBody> =
+                    Box::new(move |verdict| conclude(&shared, &mut inner, req, verdict));
                 ResponseFuture {
                     state: State::Deciding {
                         fut,
