@@ -83,6 +83,10 @@
 //! | --- | --- |
 //! | `loom` | builds against loom for the model checks in `loom-tests/` (with `RUSTFLAGS="--cfg tollgate_loom"`); not for production |
 //! | `tokio` | async `send_async` and `recv_async` on the [`leaky`] queue (tokio's `Notify` and timer) |
+//! | `redis` | the Redis backend, `redis` (limits shared across machines, decided by server-side Lua) |
+//! | `tower` | the HTTP middleware, `middleware` (a tower layer for axum, hyper and tonic) |
+//! | `axum` | `tower`, and the middleware's `peer_ip()` reads axum's `ConnectInfo<SocketAddr>` |
+//! | `tonic` | `tower`, and the middleware's `peer_ip()` reads tonic's `TcpConnectInfo` |
 
 // Denied everywhere but in the keyed limiter's table and its epoch (`keyed::table`,
 // `keyed::epoch`), whose lock-free lookups read entries published by atomics and whose reclaimer
