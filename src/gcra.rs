@@ -21,7 +21,7 @@
 use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::Nanos;
-use crate::outcome::{Admitted, Denied, InsufficientCapacity, Span};
+use crate::outcome::{Admitted, Denied, InsufficientCapacity, Next, Span};
 use crate::quota::{Quota, QuotaError};
 
 /// An algorithm on the GCRA's word: the token bucket or the leaky meter. They differ only in their
@@ -304,9 +304,16 @@ impl Gcra {
     #[inline]
     pub(crate) fn decide(&self, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
         match self.conform(word, now, n) {
+            // The level is counted from the reading rounded down, the refill from `c.start`: a
+            // refill restarted at the reading rounded up brings the next token one unit later.
             Ok(c) => Step::Write(
                 c.new,
-                Admitted::new(self.burst - c.gap, self.interval, self.span(c.gap, now)),
+                Admitted::new(
+                    self.burst - c.gap,
+                    self.interval,
+                    self.span(c.gap, now),
+                    Next::token(c.new - c.gap - now.units),
+                ),
             ),
             Err(wait) => Step::Refuse(self.denied(word, now, wait)),
         }
@@ -322,7 +329,20 @@ impl Gcra {
             tat.level(now.units, self.burst),
             self.interval,
             self.span(tat.until_full(now.units), now),
+            self.next(tat.until_full(now.units)),
         )
+    }
+
+    /// When the whole tokens (free places) grow, `until_full` units from full at the reading: the
+    /// level's next whole interval, or, for a level below zero (a reading earlier than one
+    /// applied, which the outcome's level shows as 0), one interval above zero.
+    #[inline]
+    pub(crate) fn next(&self, until_full: u64) -> Next {
+        match until_full.checked_sub(self.burst) {
+            _ if until_full == 0 => Next::FULL,
+            Some(below) if below > 0 => Next::units(self.interval.saturating_add(below)),
+            _ => Next::TOKEN,
+        }
     }
 
     /// The answer to a request for nothing: what the bucket holds (the queue's free places) at
@@ -333,6 +353,7 @@ impl Gcra {
             tat.level(now.units, self.burst),
             self.interval,
             self.span(tat.until_full(now.units), now),
+            self.next(tat.until_full(now.units)),
         )
     }
 

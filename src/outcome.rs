@@ -8,10 +8,33 @@
 //! The figures are computed when asked for, not when the decision is made, so a caller that only
 //! needs yes or no pays for no division.
 //!
+//! # When one more is free: `next_after`
+//!
+//! [`Admitted::next_after`], [`Denied::next_after`] and [`Scheduled::next_after`] answer the
+//! time, from the reading the decision used, until `remaining()` would be one higher if nothing
+//! else were taken, and `None` exactly when nothing is taken (`remaining()` is already the most
+//! the limiter can show). It is what the IETF `RateLimit` field's `t` parameter reports (rounded
+//! up to whole seconds), and it is exact, per algorithm:
+//!
+//! | algorithm | `next_after` |
+//! | --- | --- |
+//! | [token bucket](crate::token_bucket) (GCRA) | the next whole token: the level's distance to the next whole interval |
+//! | [leaky meter](crate::leaky::meter) | the next request drained from the virtual queue (a whole interval after the last drained) |
+//! | [sharded bucket](crate::sharded) | as `remaining()`: the home shard's next token for an admission at home; otherwise (`remaining()` is then the shards' whole tokens, summed) the soonest any shard gains one more whole token |
+//! | [fixed window](crate::window::fixed) | the window's end, when all of it comes back; `None` for a window nothing was taken in |
+//! | [sliding counter](crate::window::sliding_counter) and [sub-window counter](crate::window::SubWindowCounter) | the soonest the estimate has dropped by enough for one more whole request: the oldest (sub-)window's weight falls continuously, so this can be before it leaves; where it is not, when the next counted (sub-)window starts leaving enough |
+//! | [sliding log](crate::window::sliding_log) | when the oldest entry in the window leaves it |
+//!
+//! For a denied request for one, `next_after` is `retry_after`; for more, it is the earlier wait
+//! for the first of them. The keyed limiters answer with the same outcomes for every algorithm
+//! and tier. The token bucket and the leaky meter with time units coarser than a nanosecond
+//! (burst windows over 2^62 ns, see [`Quota`](crate::quota#very-long-burst-windows)) count it,
+//! like `reset_after`, from the reading rounded down to a whole unit.
+//!
 //! # Requests for zero tokens
 //!
 //! A request for `n = 0` tokens is always admitted, consumes nothing and writes nothing: it is a
-//! query that reports `remaining` and `reset_after`, like a peek that cannot fail.
+//! query that reports `remaining`, `reset_after` and `next_after`, like a peek that cannot fail.
 //!
 //! # Examples
 //!
@@ -23,6 +46,7 @@
 //! let now = bucket.try_acquire_n(0)?; // a query: never fails, takes nothing
 //! assert_eq!(now.remaining(), 0);
 //! assert_eq!(now.reset_after().as_secs(), 1);
+//! assert_eq!(now.next_after(), Some(std::time::Duration::from_millis(200))); // one token
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -71,6 +95,116 @@ fn nanos_to_duration(nanos: u128) -> Duration {
     }
 }
 
+/// When [`remaining`](Admitted::remaining) next grows, as an outcome holds it: in the frame of the
+/// outcome's `reset` span (its time unit, and the nanoseconds of the reading below one unit), so
+/// that it shares their rounding, and in one word, so that an outcome grows by eight bytes only.
+/// Most decisions store a constant ([`Next::FULL`], [`Next::TOKEN`]) or a figure they computed
+/// anyway; the one-word sliding counter stores two counts ([`Next::counter`]) and the division it
+/// needs is done only when [`next_after`](Admitted::next_after) is asked for.
+///
+/// | word | meaning |
+/// | --- | --- |
+/// | `0` ([`Next::FULL`]) | nothing is taken: `next_after` is `None` |
+/// | `1..=EXPLICIT_MAX` | that many units of the frame |
+/// | [`Next::TOKEN`], and one more ([`Next::token`]) | the next whole unit of `level`: `unit − level mod unit` units (the GCRA's level grows one unit per unit of time), or one unit later |
+/// | `COUNTER` and above | the two-window counter's counts `oldest` and `full` (31 bits each), see [`Next::counter`] |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Next(u64);
+
+impl Next {
+    /// Nothing is taken.
+    pub(crate) const FULL: Next = Next(0);
+    /// The level grows one unit per unit of time, from the outcome's level (the token bucket, the
+    /// leaky meter): the next whole `unit` is `unit − level mod unit` units away.
+    pub(crate) const TOKEN: Next = Next(Next::COUNTER - 2);
+    const TOKEN_0: u64 = Next::COUNTER - 2;
+    const TOKEN_1: u64 = Next::COUNTER - 1;
+    /// The first word of the counter encoding.
+    const COUNTER: u64 = 3 << 62;
+    /// The largest span held as a number of units (`3 × 2^62 − 3`); longer ones saturate there.
+    const EXPLICIT_MAX: u64 = Next::COUNTER - 3;
+    /// Each of the counter's two counts.
+    const COUNT_BITS: u32 = 31;
+
+    /// [`Next::TOKEN`], `late` (0 or 1) units later: a GCRA admission whose refill restarts at the
+    /// reading rounded up to a whole unit, while its level is counted from the reading rounded
+    /// down (only with time units coarser than a nanosecond).
+    #[inline]
+    pub(crate) fn token(late: u64) -> Next {
+        Next(Next::TOKEN.0 + late.min(1))
+    }
+
+    /// `units` of the outcome's frame (0 means nothing is taken), saturating at `3 × 2^62 − 3`.
+    #[inline]
+    pub(crate) fn units(units: u64) -> Next {
+        Next(units.min(Next::EXPLICIT_MAX))
+    }
+
+    /// Nanoseconds (an outcome whose frame is whole nanoseconds), 0 meaning nothing is taken.
+    #[inline]
+    pub(crate) fn nanos(nanos: u128) -> Next {
+        Next::units(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// The one-word sliding counter's admission on a reading in the word's window: `oldest`, the
+    /// weighted window's count (its weight falls by `oldest` units of `1 / w` per nanosecond),
+    /// and `full`, the current window's count (after the admission), both below 2^31. The
+    /// outcome's `unit` is the window `w`, its `level` the room `N × w − used` and its `reset`
+    /// `2w − e` ns (`e` the reading's offset in its window); see [`Next::span`]. `None` when a
+    /// count does not fit (never, for the counter's words).
+    #[inline]
+    pub(crate) fn counter(oldest: u64, full: u64) -> Option<Next> {
+        let fits = (oldest | full) >> Next::COUNT_BITS == 0;
+        fits.then_some(Next(Next::COUNTER | (oldest << Next::COUNT_BITS) | full))
+    }
+
+    /// The span from the reading until `level` (in `unit`s) gains one whole `unit`, in the frame
+    /// of `reset`; `None` when nothing is taken.
+    fn span(self, level: u64, unit: u64, reset: Span) -> Option<Span> {
+        let units = match self.0 {
+            0 => return None,
+            w @ (Next::TOKEN_0..=Next::TOKEN_1) => {
+                // `unit` is at least 1 by construction; `checked_rem` keeps a broken invariant
+                // panic-free.
+                unit - level.checked_rem(unit).unwrap_or(0) + (w - Next::TOKEN_0)
+            }
+            w if w >= Next::COUNTER => {
+                return Some(Span::from_nanos(self.counter_nanos(level, unit, reset)?))
+            }
+            w => w,
+        };
+        Some(Span { units, ..reset })
+    }
+
+    /// The two-window counter's next whole request, in nanoseconds (its frame): within the
+    /// current window the room grows by `oldest` per nanosecond up to `(N − full) × w` at the
+    /// window's end; after it, by `full` per nanosecond (the current window becomes the weighted
+    /// one). `None` when nothing is taken.
+    fn counter_nanos(self, level: u64, w: u64, reset: Span) -> Option<u128> {
+        let mask = (1u64 << Next::COUNT_BITS) - 1;
+        let payload = self.0 & !Next::COUNTER;
+        let (oldest, full) = (
+            u128::from(payload >> Next::COUNT_BITS),
+            u128::from(payload & mask),
+        );
+        let (level, w) = (u128::from(level), u128::from(w.max(1)));
+        // reset = 2w − e: the nanoseconds left in the current window are w − e.
+        let left = u128::from(reset.units).saturating_sub(w);
+        // The room must reach the next multiple of w.
+        let need = (level / w + 1) * w - level;
+        if need <= oldest * left {
+            // oldest > 0 here (need >= 1).
+            return Some(need.div_ceil(oldest));
+        }
+        if full == 0 {
+            return None;
+        }
+        // At the window's end the room is a multiple of w, (N − full) × w, and still below the next
+        // whole request: one more w, at `full` per nanosecond.
+        Some(left + w.div_ceil(full))
+    }
+}
+
 /// A request was admitted.
 ///
 /// # Examples
@@ -91,12 +225,19 @@ pub struct Admitted {
     level: u64,
     unit: u64,
     reset: Span,
+    /// When `remaining` next grows, in `reset`'s frame.
+    next: Next,
 }
 
 impl Admitted {
     #[inline]
-    pub(crate) fn new(level: u64, unit: u64, reset: Span) -> Admitted {
-        Admitted { level, unit, reset }
+    pub(crate) fn new(level: u64, unit: u64, reset: Span, next: Next) -> Admitted {
+        Admitted {
+            level,
+            unit,
+            reset,
+            next,
+        }
     }
 
     /// Whole tokens left after this admission.
@@ -126,6 +267,33 @@ impl Admitted {
     /// ```
     pub fn reset_after(&self) -> Duration {
         self.reset.duration()
+    }
+
+    /// The time, from the reading the decision used, until [`remaining`](Admitted::remaining)
+    /// would be one higher if nothing else were taken: the wait for one more unit (the next
+    /// token, an entry leaving the log, the end of the fixed window, ...; the
+    /// [module docs](crate::outcome#when-one-more-is-free-next_after) say it per algorithm).
+    /// `None` exactly when nothing is taken: the limiter is full, and `remaining` is already the
+    /// most it can show. What the IETF `RateLimit` field's `t` parameter reports, rounded up to
+    /// whole seconds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// assert_eq!(bucket.try_acquire_n_at(0, Nanos::new(0))?.next_after(), None); // full
+    /// let ok = bucket.try_acquire_n_at(3, Nanos::new(0))?;
+    /// assert_eq!(ok.remaining(), 7);
+    /// assert_eq!(ok.next_after(), Some(Duration::from_millis(100))); // the next token
+    /// assert_eq!(ok.reset_after(), Duration::from_millis(300)); // all three
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn next_after(&self) -> Option<Duration> {
+        self.next
+            .span(self.level, self.unit, self.reset)
+            .map(Span::duration)
     }
 }
 
@@ -175,6 +343,8 @@ pub struct Scheduled {
     unit: u64,
     /// From the reading until the virtual queue is empty.
     reset: Span,
+    /// When `remaining` next grows, in `reset`'s frame.
+    next: Next,
 }
 
 impl Scheduled {
@@ -186,6 +356,7 @@ impl Scheduled {
         level: u64,
         unit: u64,
         reset: Span,
+        next: Next,
     ) -> Scheduled {
         Scheduled {
             now,
@@ -194,6 +365,7 @@ impl Scheduled {
             level,
             unit,
             reset,
+            next,
         }
     }
 
@@ -208,6 +380,7 @@ impl Scheduled {
             level: a.level,
             unit: a.unit,
             reset: a.reset,
+            next: a.next,
         }
     }
 
@@ -299,6 +472,28 @@ impl Scheduled {
     pub fn reset_after(&self) -> Duration {
         self.reset.duration()
     }
+
+    /// The time, from the reading the decision used, until [`remaining`](Scheduled::remaining)
+    /// would be one higher if nothing else were scheduled: until the queue's next request has
+    /// drained. `None` exactly when the queue is empty.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// assert_eq!(meter.try_schedule_n(0)?.next_after(), None); // empty queue
+    /// let s = meter.try_schedule_n(3)?;
+    /// assert_eq!(s.next_after(), Some(Duration::from_millis(100)));
+    /// assert_eq!(s.reset_after(), Duration::from_millis(300));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn next_after(&self) -> Option<Duration> {
+        self.next
+            .span(self.level, self.unit, self.reset)
+            .map(Span::duration)
+    }
 }
 
 impl fmt::Display for Scheduled {
@@ -337,17 +532,27 @@ pub struct Denied {
     level: u64,
     unit: u64,
     reset: Span,
+    /// When `remaining` next grows, in `reset`'s frame.
+    next: Next,
 }
 
 impl Denied {
     #[inline]
-    pub(crate) fn new(now: u64, retry: Span, level: u64, unit: u64, reset: Span) -> Denied {
+    pub(crate) fn new(
+        now: u64,
+        retry: Span,
+        level: u64,
+        unit: u64,
+        reset: Span,
+        next: Next,
+    ) -> Denied {
         Denied {
             now,
             retry,
             level,
             unit,
             reset,
+            next,
         }
     }
 
@@ -414,6 +619,31 @@ impl Denied {
     /// ```
     pub fn reset_after(&self) -> Duration {
         self.reset.duration()
+    }
+
+    /// The time, from the reading the decision used, until [`remaining`](Denied::remaining) would
+    /// be one higher if nothing else were taken (see [`Admitted::next_after`]); at most
+    /// [`retry_after`](Denied::retry_after), and equal to it for a request for one. Never `None`
+    /// on a denial of a limiter the crate decides in-process (something is taken, or the
+    /// request would have been admitted).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+    /// bucket.try_acquire_n_at(4, Nanos::new(0))?;
+    /// let err = bucket.try_acquire_n_at(2, Nanos::new(0)).unwrap_err();
+    /// let denied = err.denied().unwrap();
+    /// assert_eq!(denied.next_after(), Some(Duration::from_millis(250))); // one token
+    /// assert_eq!(denied.retry_after(), Duration::from_millis(500)); // the two asked for
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn next_after(&self) -> Option<Duration> {
+        self.next
+            .span(self.level, self.unit, self.reset)
+            .map(Span::duration)
     }
 }
 

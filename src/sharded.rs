@@ -144,7 +144,7 @@ use crossbeam_utils::CachePadded;
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::gcra::Gcra as Policy;
-use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Next, Span};
 use crate::quota::Quota;
 use crate::sync::{fence, AtomicU64, Ordering};
 
@@ -564,6 +564,7 @@ impl<C: Clock> ShardedBucket<C> {
             survey.tokens - n,
             1,
             Span::from_nanos(after.full_in),
+            after.next(),
         ))
     }
 
@@ -808,6 +809,7 @@ impl<C: Clock> ShardedBucket<C> {
                     after.tokens,
                     1,
                     Span::from_nanos(after.full_in),
+                    after.next(),
                 ));
             }
         }
@@ -852,7 +854,12 @@ impl<C: Clock> ShardedBucket<C> {
     fn query(&self, now: Nanos) -> Admitted {
         // One read of each shard, straight into the survey: no later step needs the words.
         let survey = self.survey(now, |i| cas::read(&self.shards[i].word));
-        Admitted::new(survey.tokens, 1, Span::from_nanos(survey.full_in))
+        Admitted::new(
+            survey.tokens,
+            1,
+            Span::from_nanos(survey.full_in),
+            survey.next(),
+        )
     }
 
     /// One read of every shard's word.
@@ -875,15 +882,23 @@ impl<C: Clock> ShardedBucket<C> {
         let mut survey = Survey {
             tokens: 0,
             first_token_in: u128::MAX,
+            next_in: u128::MAX,
             full_in: 0,
         };
         for (i, shard) in self.shards.iter().enumerate() {
             let word = words(i);
             let t = shard.policy.time(now);
-            survey.tokens += shard.policy.remaining(word, t);
+            let tokens = shard.policy.remaining(word, t);
+            survey.tokens += tokens;
             survey.first_token_in = survey
                 .first_token_in
                 .min(shard.policy.wait_nanos(word, t, 1));
+            if tokens < shard.policy.capacity() {
+                // The sum of whole tokens grows when any shard's does.
+                survey.next_in = survey
+                    .next_in
+                    .min(shard.policy.wait_nanos(word, t, tokens + 1));
+            }
             survey.full_in = survey.full_in.max(shard.policy.full_in_nanos(word, t));
         }
         survey
@@ -925,6 +940,7 @@ impl<C: Clock> ShardedBucket<C> {
             survey.tokens,
             1,
             Span::from_nanos(survey.full_in),
+            survey.next(),
         )
     }
 }
@@ -969,19 +985,33 @@ struct Taken {
 struct Survey {
     tokens: u64,
     first_token_in: u128,
+    /// The wait until any shard holds one more whole token (`u128::MAX`: every shard is full).
+    next_in: u128,
     full_in: u128,
+}
+
+impl Survey {
+    /// When the shards' whole tokens, summed, grow by one.
+    fn next(&self) -> Next {
+        match self.next_in {
+            u128::MAX => Next::FULL,
+            wait => Next::nanos(wait.max(1)),
+        }
+    }
 }
 
 /// The refusal of one token at the clamped reading `base`, from a hint whose `until` is after it:
 /// what the full scan that published the hint answers at `base` (see [`Hint`]).
 #[inline]
 fn hinted_denial(base: u64, until: u64, full: u64) -> Denied {
+    // No shard holds a whole token: the first one anywhere is the one the retry waits for.
     Denied::new(
         base,
         Span::from_nanos(u128::from(until - base)),
         0,
         1,
         Span::from_nanos(u128::from(full - base)),
+        Next::nanos(u128::from(until - base)),
     )
 }
 

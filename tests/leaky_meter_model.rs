@@ -148,6 +148,7 @@ fn scheduled(
     queued: u64,
     remaining: u64,
     reset_after_ns: u128,
+    next_after_ns: Option<u128>,
 ) -> RefSchedule {
     RefSchedule::Scheduled {
         delay_ns,
@@ -155,6 +156,7 @@ fn scheduled(
         queued,
         remaining,
         reset_after_ns,
+        next_after_ns,
     }
 }
 
@@ -166,14 +168,30 @@ fn three_per_second_burst_is_spaced_and_the_fourth_refused() {
     let mut model = RefMeter::new(p, 3, 0).unwrap();
     let meter = LeakyMeter::with_clock(Quota::per_second(3).unwrap(), ManualClock::new());
     let expect = [
-        scheduled(0, 0, 1, 2, u128::from(I)),
-        scheduled(u128::from(I), I, 2, 1, u128::from(2 * I)),
-        scheduled(u128::from(2 * I), 2 * I, 3, 0, u128::from(3 * I)),
+        // One place comes free each time the first in the queue has drained, an interval on.
+        scheduled(0, 0, 1, 2, u128::from(I), Some(u128::from(I))),
+        scheduled(
+            u128::from(I),
+            I,
+            2,
+            1,
+            u128::from(2 * I),
+            Some(u128::from(I)),
+        ),
+        scheduled(
+            u128::from(2 * I),
+            2 * I,
+            3,
+            0,
+            u128::from(3 * I),
+            Some(u128::from(I)),
+        ),
         RefSchedule::Refused(Outcome::denied_until(
             u128::from(I),
             I,
             0,
             u128::from(3 * I),
+            Some(u128::from(I)),
         )),
     ];
     for want in expect {
@@ -190,6 +208,7 @@ fn three_per_second_burst_is_spaced_and_the_fourth_refused() {
         retry_at_ns: 3 * I,
         remaining: 0,
         reset_after_ns: u128::from(3 * I - half),
+        next_after_ns: Some(u128::from(I - half)),
     };
     assert_eq!(model.peek(1, half), want);
     assert_eq!(
@@ -197,7 +216,14 @@ fn three_per_second_burst_is_spaced_and_the_fourth_refused() {
         want
     );
     // At the retry reading the fourth is scheduled behind the third.
-    let want = scheduled(u128::from(2 * I), 3 * I, 3, 0, u128::from(3 * I));
+    let want = scheduled(
+        u128::from(2 * I),
+        3 * I,
+        3,
+        0,
+        u128::from(3 * I),
+        Some(u128::from(I)),
+    );
     assert_eq!(model.schedule(1, I), want);
     assert_eq!(
         observe_schedule(meter.try_schedule_at(Nanos::new(I)).map_err(Into::into)),
@@ -222,6 +248,8 @@ fn coarse_units_round_the_departure_up_and_report_it_exactly() {
         1,
         (1 << 40) - 1,
         u128::from(UNIT + I - 1_000),
+        // The place comes back when the request has left, a whole interval after its departure.
+        Some(u128::from(UNIT + I - 1_000)),
     );
     assert_eq!(model.schedule(1, 1_000), want);
     assert_eq!(
@@ -237,6 +265,8 @@ fn coarse_units_round_the_departure_up_and_report_it_exactly() {
         3,
         (1 << 40) - 3,
         u128::from(UNIT + 2 * I - 2_000),
+        // The rounding unit counted as a third request is gone at the end of the reading's unit.
+        Some(u128::from(UNIT - 2_000)),
     );
     assert_eq!(model.schedule(1, 2_000), want);
     assert_eq!(

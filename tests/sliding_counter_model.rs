@@ -100,7 +100,10 @@ fn the_model_agrees_with_paper() {
         m.acquire(900, 4, true),
         Outcome::Admitted {
             remaining: 0,
-            reset_after_ns: 1100
+            reset_after_ns: 1100,
+            // One is free once a quarter of the 4 has been weighed off: 4 × (1000 − e) <= 3 × 1000
+            // at e = 250 of the next window.
+            next_after_ns: Some(350),
         }
     );
     // At 1250: 4 × 750 / 1000 = 3 still count; one left.
@@ -112,7 +115,9 @@ fn the_model_agrees_with_paper() {
             retry_after_ns: 250,
             retry_at_ns: 1500,
             remaining: 1,
-            reset_after_ns: 750
+            reset_after_ns: 750,
+            // A second whole one is free exactly when the two asked for are.
+            next_after_ns: Some(250),
         }
     );
 }

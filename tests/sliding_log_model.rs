@@ -132,16 +132,17 @@ fn three_per_hundred_nanoseconds() {
     let quota = Quota::per_period(3, Duration::from_nanos(100)).unwrap();
     let log = SlidingWindowLog::with_clock(quota, ManualClock::new()).unwrap();
     let steps: [(u64, u64, Outcome); 7] = [
-        (1, 0, Outcome::admitted(2, 100)),
-        (1, 30, Outcome::admitted(1, 100)),
-        (1, 60, Outcome::admitted(0, 100)),
+        // One more is free when the oldest in the window leaves: 0 at 100.
+        (1, 0, Outcome::admitted(2, 100, Some(100))),
+        (1, 30, Outcome::admitted(1, 100, Some(70))),
+        (1, 60, Outcome::admitted(0, 100, Some(40))),
         // Full: 0 leaves at 100.
-        (1, 70, Outcome::denied_until(30, 100, 0, 90)),
-        // Two need 30 gone too.
-        (2, 100, Outcome::denied_until(30, 130, 1, 60)),
-        (1, 100, Outcome::admitted(0, 100)),
+        (1, 70, Outcome::denied_until(30, 100, 0, 90, Some(30))),
+        // Two need 30 gone too, which is also when one more is free.
+        (2, 100, Outcome::denied_until(30, 130, 1, 60, Some(30))),
+        (1, 100, Outcome::admitted(0, 100, Some(30))),
         // A backward reading is judged at 100: 30 leaves at 130, 130 - 20 = 110 to wait.
-        (1, 20, Outcome::denied_until(110, 130, 0, 180)),
+        (1, 20, Outcome::denied_until(110, 130, 0, 180, Some(110))),
     ];
     for (n, at, want) in steps {
         assert_eq!(model.acquire(n, at), want, "model: {n} at {at}");
@@ -171,7 +172,7 @@ fn idle_periods_of_any_length() {
         );
     }
     // Readings are clamped at 2^62: the log is full there for good, and says when it would not be.
-    let want = Outcome::denied_until(1_000, MAX_USABLE + 1_000, 0, 1_000);
+    let want = Outcome::denied_until(1_000, MAX_USABLE + 1_000, 0, 1_000, Some(1_000));
     assert_eq!(model.acquire(1, u64::MAX), want);
     assert_eq!(
         testkit::outcome::observe_one(log.try_acquire_at(Nanos::new(u64::MAX))),

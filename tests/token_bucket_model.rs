@@ -213,10 +213,17 @@ fn three_per_second() {
     let mut model = RefBucket::new(p, 3, 0).unwrap();
     let bucket = TokenBucket::with_clock(Quota::per_second(3).unwrap(), ManualClock::new());
     let expect = [
-        Outcome::admitted(2, 333_333_334),
-        Outcome::admitted(1, 666_666_668),
-        Outcome::admitted(0, 1_000_000_002),
-        Outcome::denied_until(333_333_334, 333_333_334, 0, 1_000_000_002),
+        // Each time the next token is one interval away.
+        Outcome::admitted(2, 333_333_334, Some(333_333_334)),
+        Outcome::admitted(1, 666_666_668, Some(333_333_334)),
+        Outcome::admitted(0, 1_000_000_002, Some(333_333_334)),
+        Outcome::denied_until(
+            333_333_334,
+            333_333_334,
+            0,
+            1_000_000_002,
+            Some(333_333_334),
+        ),
     ];
     for want in expect {
         assert_eq!(model.acquire(1, 0), want);
@@ -226,7 +233,7 @@ fn three_per_second() {
         );
     }
     // 100 ns later everything is 100 ns shorter.
-    let want = Outcome::denied_until(333_333_234, 333_333_334, 0, 999_999_902);
+    let want = Outcome::denied_until(333_333_234, 333_333_334, 0, 999_999_902, Some(333_333_234));
     assert_eq!(model.peek(1, 100), want);
     assert_eq!(
         testkit::outcome::observe(bucket.peek_n_at(1, Nanos::new(100))),
@@ -241,7 +248,7 @@ fn three_per_second() {
         }
     ));
     assert!(bucket.try_acquire_at(Nanos::new(333_333_333)).is_err());
-    let want = Outcome::admitted(0, 1_000_000_002);
+    let want = Outcome::admitted(0, 1_000_000_002, Some(333_333_334));
     assert_eq!(model.acquire(1, 333_333_334), want);
     assert_eq!(
         testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(333_333_334))),
@@ -279,6 +286,7 @@ fn one_per_day_with_huge_capacity_uses_coarse_units() {
         UNIT_INTERVAL_NS,
         0,
         full_ns - 1_000,
+        Some(u128::from(UNIT_INTERVAL_NS) - 1_000),
     );
     assert_eq!(model.acquire(1, 1_000), want);
     assert_eq!(
@@ -291,13 +299,14 @@ fn one_per_day_with_huge_capacity_uses_coarse_units() {
         UNIT_INTERVAL_NS,
         0,
         full_ns - u128::from(UNIT_INTERVAL_NS) + 1,
+        Some(1),
     );
     assert_eq!(model.acquire(1, UNIT_INTERVAL_NS - 1), want);
     assert_eq!(
         testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS - 1))),
         want
     );
-    let want = Outcome::admitted(0, full_ns);
+    let want = Outcome::admitted(0, full_ns, Some(u128::from(UNIT_INTERVAL_NS)));
     assert_eq!(model.acquire(1, UNIT_INTERVAL_NS), want);
     assert_eq!(
         testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(UNIT_INTERVAL_NS))),
@@ -317,11 +326,12 @@ fn backwards_reading_sees_less() {
     );
     assert_eq!(
         model.acquire(1, 10 * S),
-        Outcome::admitted(0, u128::from(S))
+        Outcome::admitted(0, u128::from(S), Some(u128::from(S)))
     );
     assert!(bucket.try_acquire_at(Nanos::new(10 * S)).is_ok());
     // Five seconds earlier the bucket was 5 s in debt: six seconds to the next token.
-    let want = Outcome::denied_until(6 * u128::from(S), 11 * S, 0, 6 * u128::from(S));
+    let six = 6 * u128::from(S);
+    let want = Outcome::denied_until(six, 11 * S, 0, six, Some(six));
     assert_eq!(model.acquire(1, 5 * S), want);
     assert_eq!(
         testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(5 * S))),
@@ -330,7 +340,8 @@ fn backwards_reading_sees_less() {
     // A refund at that earlier reading pays back one token of the debt only.
     model.refund(1, 5 * S);
     bucket.refund_at(1, Nanos::new(5 * S));
-    let want = Outcome::denied_until(5 * u128::from(S), 10 * S, 0, 5 * u128::from(S));
+    let five = 5 * u128::from(S);
+    let want = Outcome::denied_until(five, 10 * S, 0, five, Some(five));
     assert_eq!(model.peek(1, 5 * S), want);
     assert_eq!(
         testkit::outcome::observe(bucket.peek_n_at(1, Nanos::new(5 * S))),
@@ -350,7 +361,13 @@ fn readings_beyond_max_usable_are_clamped() {
         Quota::per_second(10).unwrap().with_initial(0).unwrap(),
         ManualClock::starting_at(Nanos::new(u64::MAX)),
     );
-    let want = Outcome::denied_until(100_000_000, MAX_USABLE_NS + 100_000_000, 0, 1_000_000_000);
+    let want = Outcome::denied_until(
+        100_000_000,
+        MAX_USABLE_NS + 100_000_000,
+        0,
+        1_000_000_000,
+        Some(100_000_000),
+    );
     assert_eq!(model.acquire(1, u64::MAX), want);
     assert_eq!(testkit::outcome::observe_one(bucket.try_acquire()), want);
     assert_eq!(bucket.remaining_at(Nanos::new(u64::MAX)), 0);
@@ -365,10 +382,11 @@ fn idle_refund_and_capacity_edges() {
     let mut model = RefBucket::new(p, 5, 0).unwrap();
     let bucket = TokenBucket::with_clock(Quota::per_second(5).unwrap(), ManualClock::new());
     let at = Nanos::new(0);
-    assert_eq!(model.acquire(5, 0), Outcome::admitted(0, 1_000_000_000));
+    let emptied = Outcome::admitted(0, 1_000_000_000, Some(200_000_000));
+    assert_eq!(model.acquire(5, 0), emptied);
     assert_eq!(
         testkit::outcome::observe(bucket.try_acquire_n_at(5, at)),
-        Outcome::admitted(0, 1_000_000_000)
+        emptied
     );
     model.refund(u64::MAX, 0);
     bucket.refund_at(u64::MAX, at);
@@ -376,10 +394,10 @@ fn idle_refund_and_capacity_edges() {
     // Full: a refund changes nothing, and a query reports no time to full.
     model.refund(3, 0);
     bucket.refund_at(3, at);
-    assert_eq!(model.acquire(0, 0), Outcome::admitted(5, 0));
+    assert_eq!(model.acquire(0, 0), Outcome::admitted(5, 0, None));
     assert_eq!(
         testkit::outcome::observe(bucket.try_acquire_n_at(0, at)),
-        Outcome::admitted(5, 0)
+        Outcome::admitted(5, 0, None)
     );
     let never = InsufficientCapacity {
         requested: 6,
@@ -425,7 +443,9 @@ fn spans_beyond_duration_max_saturate_to_duration_max() {
     let mut model = RefBucket::new(p, 0, 0).unwrap();
     let full_ns: u128 = 10_059 << 81;
     assert_eq!(full_ns, 24_321_169_639_007_109_736_738_848_768);
-    assert_eq!(model.acquire(0, 0), Outcome::admitted(0, full_ns));
+    // The next token is one interval away, well within a `Duration`.
+    let next = Some(10_059u128 << 33);
+    assert_eq!(model.acquire(0, 0), Outcome::admitted(0, full_ns, next));
 
     let quota = Quota::per_day(1)
         .unwrap()
@@ -441,6 +461,35 @@ fn spans_beyond_duration_max_saturate_to_duration_max() {
     assert_eq!(denied.retry_after(), Duration::MAX);
     assert_eq!(denied.reset_after(), Duration::MAX);
     assert_eq!(denied.retry_at(), Nanos::new(u64::MAX));
+    assert_eq!(query.next_after(), Some(Duration::from_nanos(10_059 << 33)));
+    assert_eq!(
+        denied.next_after(),
+        Some(Duration::from_nanos(10_059 << 33))
+    );
+}
+
+/// With a time unit coarser than 1 ns, a full bucket's refill restarts at the reading rounded up
+/// to a whole unit, while its figures are counted from the reading rounded down: the next token
+/// after taking from a full bucket is one interval and one unit from the unit of the reading.
+#[test]
+fn next_after_counts_the_refill_from_the_reading_rounded_up() {
+    // One per day, capacity 2^40: units of 2^25 ns, an interval of 2_574_921 units.
+    const T0: u64 = (1 << 25) - 1;
+    let quota = Quota::per_day(1).unwrap().with_capacity(1 << 40).unwrap();
+    let p = policy(1, Duration::from_secs(86_400), 1 << 40);
+    let mut model = RefBucket::new(p, 1 << 40, T0).unwrap();
+    let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(Nanos::new(T0)));
+    let next = ((2_574_921u128 + 1) << 25) - u128::from(T0);
+    let got = testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(T0)));
+    assert!(
+        matches!(got, Outcome::Admitted { next_after_ns: Some(n), .. } if n == next),
+        "{got:?}"
+    );
+    assert_eq!(model.acquire(1, T0), got);
+    // Exactly then, and not a nanosecond before, the bucket holds all its tokens again.
+    let then = T0 + u64::try_from(next).unwrap();
+    assert_eq!(bucket.remaining_at(Nanos::new(then - 1)), (1 << 40) - 1);
+    assert_eq!(bucket.remaining_at(Nanos::new(then)), 1 << 40);
 }
 
 /// The rate bound in nanoseconds, where the time unit is coarser than 1 ns (a regression test).

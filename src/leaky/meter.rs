@@ -97,7 +97,7 @@ use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::gcra::{gcra_constructors, Gcra, GcraWord, Tat, Time};
 use crate::limiter::Direct;
-use crate::outcome::{AcquireError, Admitted, Denied, Scheduled};
+use crate::outcome::{AcquireError, Admitted, Denied, Next, Scheduled};
 
 /// The leaky bucket as a meter, with strict admission, as an [`Algorithm`](crate::Algorithm): the
 /// marker of [`LeakyMeter`] and, per key, of [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys). The
@@ -137,7 +137,13 @@ fn strict(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
         let new = now.units_up + cost;
         Step::Write(
             new,
-            Admitted::new(g.burst() - cost, g.interval(), g.span(new - now.units, now)),
+            // The first of the `n` leaves one interval after the reading rounded up.
+            Admitted::new(
+                g.burst() - cost,
+                g.interval(),
+                g.span(new - now.units, now),
+                Next::token(now.units_up - now.units),
+            ),
         )
     } else {
         Step::Refuse(g.denied(word, now, drain.until_full(now.units)))
@@ -158,6 +164,7 @@ fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
                 g.burst() - c.gap,
                 g.interval(),
                 g.span(c.new - now.units, now),
+                Next::token(c.new - c.gap - now.units),
             ),
         ),
         Err(wait) => Step::Refuse(g.denied(word, now, wait)),
@@ -175,6 +182,7 @@ fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
         g.burst().saturating_sub(backlog),
         g.interval(),
         g.span(backlog, now),
+        g.next(backlog),
     )
 }
 

@@ -58,7 +58,7 @@ use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::limiter::Direct;
-use crate::outcome::{Admitted, Denied, Span};
+use crate::outcome::{Admitted, Denied, Next, Span};
 use crate::quota::{Quota, QuotaError};
 
 /// The fixed window's constants, derived once from a [`Quota`].
@@ -168,8 +168,17 @@ impl Policy {
     /// start, since `n <= N`.
     #[cold]
     fn denied(&self, view: View) -> Denied {
-        let wait = Span::from_nanos(self.until_window_end(view));
-        Denied::new(view.now, wait, self.limit - view.count, 1, wait)
+        let end = self.until_window_end(view);
+        let wait = Span::from_nanos(end);
+        // Everything comes back at the window's end, and nothing before it.
+        Denied::new(
+            view.now,
+            wait,
+            self.limit - view.count,
+            1,
+            wait,
+            Next::nanos(end),
+        )
     }
 }
 
@@ -242,12 +251,15 @@ impl OneWord for FixedWindowAlgorithm {
         // count <= N and n <= N < 2^63: no overflow.
         let after = view.count + n;
         if after <= policy.limit {
+            let end = policy.until_window_end(view);
             Step::Write(
                 Word::new(view.index, after, policy.count_bits).0,
+                // All of the window's count comes back at its end, and nothing before it.
                 Admitted::new(
                     policy.limit - after,
                     1,
-                    Span::from_nanos(policy.until_window_end(view)),
+                    Span::from_nanos(end),
+                    Next::nanos(end),
                 ),
             )
         } else {
@@ -263,7 +275,13 @@ impl OneWord for FixedWindowAlgorithm {
         } else {
             policy.until_window_end(view)
         };
-        Admitted::new(policy.limit - view.count, 1, Span::from_nanos(reset))
+        // An untouched window (reset 0) is full: nothing comes back.
+        Admitted::new(
+            policy.limit - view.count,
+            1,
+            Span::from_nanos(reset),
+            Next::nanos(reset),
+        )
     }
 
     /// Admissions left in the window of `now`, seen from `word`.

@@ -41,7 +41,8 @@
 //!   test is at most `prev × W + (cur + n) × W <= 3 × N × W`. The policy checks once, when it is
 //!   built, that `3 × N × W` fits a `u64`; then the test and the room left (`N × W − used`) are
 //!   computed in `u64` with the same values as in `u128`, so the answer, the word written and the
-//!   reported figures are identical. That covers every `N` for windows up to 48 minutes, and
+//!   reported figures are the same (the admission leaves the division `next_after` needs to the
+//!   outcome, which does it only if asked). That covers every `N` for windows up to 48 minutes, and
 //!   for example `N` up to 1 708 031 per hour, 71 167 per day, 10 166 per week; past it, or for a
 //!   word holding a count above `N`, the decision uses `u128`.
 //! - **Admissions only.** Denials, queries (`n = 0`) and readings before window `i` go through the
@@ -110,7 +111,7 @@ use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::limiter::Direct;
 #[cfg(doc)]
 use crate::outcome::AcquireError;
-use crate::outcome::{Admitted, Denied, InsufficientCapacity, Span};
+use crate::outcome::{Admitted, Denied, InsufficientCapacity, Next, Span};
 use crate::quota::{Quota, QuotaError};
 
 // ---------------------------------------------------------------------------------------------
@@ -457,6 +458,29 @@ impl Policy {
         Some(u128::from(v.at.lead) + u128::from(self.k + 2) * w - e0)
     }
 
+    /// When the whole admissions left, `⌊level / unit⌋` at the view `v`, grow by one: the wait
+    /// until a request for one more would be admitted (`None`: the history was stale).
+    fn next(
+        &self,
+        v: &View,
+        (level, unit): (u64, u64),
+        count: &mut impl FnMut(Option<u64>) -> Option<u64>,
+    ) -> Option<Next> {
+        // `unit` is at least 1 by construction.
+        let left = level.checked_div(unit).unwrap_or(0);
+        if left >= self.limit {
+            // Nothing counts any more.
+            return Some(Next::FULL);
+        }
+        // The view's own sub-window holds `v.cur` (after an admission, with it).
+        let (j, cur) = (v.at.index, v.cur);
+        let mut count = |h: Option<u64>| if h == Some(j) { Some(cur) } else { count(h) };
+        // More admitted than left now: the wait is at least 1 ns.
+        Some(Next::nanos(
+            self.wait_nanos(v, left + 1, &mut count)?.max(1),
+        ))
+    }
+
     /// Decides `n` (`0..=N`; 0 is a query, always answered) at `r` on the stored fields
     /// `(i, settled, cur)`. `Ok` admits, with the view after the admission (its `cur` includes
     /// `n`); `None`: the history was stale.
@@ -481,24 +505,25 @@ impl Policy {
                 self.reset_nanos(&v, &mut count)?
             };
             let (level, unit) = self.level(v.oldest, full + n, e);
-            let answer = Admitted::new(level, unit, Span::from_nanos(reset));
-            return Some(Ok((
-                View {
-                    cur: v.cur + n,
-                    ..v
-                },
-                answer,
-            )));
+            let after = View {
+                cur: v.cur + n,
+                ..v
+            };
+            let next = self.next(&after, (level, unit), &mut count)?;
+            let answer = Admitted::new(level, unit, Span::from_nanos(reset), next);
+            return Some(Ok((after, answer)));
         }
         let retry = self.wait_nanos(&v, n, &mut count)?;
         let reset = self.reset_nanos(&v, &mut count)?;
         let (level, unit) = self.level(v.oldest, full, e);
+        let next = self.next(&v, (level, unit), &mut count)?;
         Some(Err(Denied::new(
             r.ns,
             Span::from_nanos(retry),
             level,
             unit,
             Span::from_nanos(reset),
+            next,
         )))
     }
 
@@ -542,18 +567,16 @@ impl Policy {
         if used > limit_w {
             return None;
         }
-        // As `level`: whole admissions when the oldest window counts nothing, else `N × w − used`
-        // in units of 1 / w (which fits a u64 here).
-        let (level, unit) = if oldest == 0 {
-            (self.limit.saturating_sub(full), 1)
-        } else {
-            (limit_w - used, w)
-        };
+        // The room left, `N × w − used`, in units of 1 / w (which fits a u64 here): the figures
+        // `weigh` reports, in the units `Next::counter` reads them in.
+        let (level, unit) = (limit_w - used, w);
         // As `weigh`'s reset for an admission with k = 1 and no lead: 2w − e <= 2^63.
         let reset = Span::from_nanos(u128::from(2 * w - e));
+        // The wait for one more is worked out from the two counts only if asked for.
+        let next = Next::counter(oldest, full)?;
         Some((
             self.pack(r.index, oldest, full),
-            Admitted::new(level, unit, reset),
+            Admitted::new(level, unit, reset, next),
         ))
     }
 
@@ -581,6 +604,7 @@ impl Policy {
                 0,
                 1,
                 Span::from_nanos(0),
+                Next::FULL,
             )),
         }
     }
@@ -682,7 +706,7 @@ impl OneWord for SlidingWindowCounterAlgorithm {
             Step::Keep(a) | Step::Write(_, a) => a,
             // A request for nothing is always answered with an admission (`weigh` admits
             // `n = 0`); were it ever refused, nothing is left.
-            Step::Refuse(_) => Admitted::new(0, 1, Span::from_nanos(0)),
+            Step::Refuse(_) => Admitted::new(0, 1, Span::from_nanos(0), Next::FULL),
         }
     }
 
@@ -828,17 +852,48 @@ pub(crate) mod tests {
     }
 
     /// A `Step` as a value the tests can compare.
-    fn outcome(step: Step<Admitted, Denied>) -> (Option<u64>, Result<Admitted, Denied>) {
+    /// An admission's figures: remaining, reset, next.
+    type Admission = (u64, std::time::Duration, Option<std::time::Duration>);
+    /// A denial's figures: retry, retry at, remaining, reset, next.
+    type Denial = (
+        std::time::Duration,
+        Nanos,
+        u64,
+        std::time::Duration,
+        Option<std::time::Duration>,
+    );
+
+    /// What an admission reports: the one-word path and `weigh` may hold the same figures
+    /// differently (the one-word path leaves the division `next_after` needs to the caller).
+    fn seen(a: Admitted) -> Admission {
+        (a.remaining(), a.reset_after(), a.next_after())
+    }
+
+    fn outcome(step: Step<Admitted, Denied>) -> (Option<u64>, Result<Admission, Denial>) {
+        let denial = |d: Denied| {
+            (
+                d.retry_after(),
+                d.retry_at(),
+                d.remaining(),
+                d.reset_after(),
+                d.next_after(),
+            )
+        };
         match step {
-            Step::Write(word, a) => (Some(word), Ok(a)),
-            Step::Keep(a) => (None, Ok(a)),
-            Step::Refuse(d) => (None, Err(d)),
+            Step::Write(word, a) => (Some(word), Ok(seen(a))),
+            Step::Keep(a) => (None, Ok(seen(a))),
+            Step::Refuse(d) => (None, Err(denial(d))),
         }
     }
 
     /// The one-word counter's decision as it was before its `u64` path: the reading located by a
     /// division, every request through `weigh`.
-    fn general(p: &Policy, word: u64, now: u64, n: u64) -> (Option<u64>, Result<Admitted, Denied>) {
+    fn general(
+        p: &Policy,
+        word: u64,
+        now: u64,
+        n: u64,
+    ) -> (Option<u64>, Result<Admission, Denial>) {
         let (i, prev, cur) = p.unpack(word);
         let history = |h: u64| Some(if h + 1 == i { prev } else { 0 });
         outcome(
@@ -853,7 +908,7 @@ pub(crate) mod tests {
         )
     }
 
-    fn decide(p: &Policy, word: u64, now: u64, n: u64) -> (Option<u64>, Result<Admitted, Denied>) {
+    fn decide(p: &Policy, word: u64, now: u64, n: u64) -> (Option<u64>, Result<Admission, Denial>) {
         outcome(SlidingWindowCounterAlgorithm::decide(
             p,
             word,
@@ -876,8 +931,11 @@ pub(crate) mod tests {
         assert_eq!(p.unpack(new), (1, 4, 3));
         assert_eq!(a.remaining(), 5);
         assert_eq!(a.reset_after().as_nanos(), u128::from(SEC + SEC / 2));
+        // The 4 of window 0 weigh 4 × (W − e) / W: one more whole request is free once a quarter
+        // of a second has taken one of them off.
+        assert_eq!(a.next_after(), Some(std::time::Duration::from_millis(250)));
         assert_eq!(
-            (Some(new), Ok(a)),
+            (Some(new), Ok(seen(a))),
             general(&p, word, SEC + SEC / 2, 3),
             "the general decision agrees"
         );

@@ -147,7 +147,7 @@ use crate::algorithm::sealed::{Contract, Held};
 use crate::cas::{self, retries, Backoff, Gone};
 use crate::clock::{MonotonicClock, Nanos};
 use crate::limiter::Direct;
-use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Span};
+use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Next, Span};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{yield_now, AtomicU64, Ordering};
 
@@ -187,12 +187,19 @@ pub(crate) struct Grant {
     level: u64,
     /// Nanoseconds from the reading until the newest entry leaves the window.
     reset: u64,
+    /// Nanoseconds from the reading until the oldest entry in the window leaves it (0 for none).
+    next: u64,
 }
 
 impl Grant {
     fn admitted(self) -> Admitted {
         // unit 1: the level is in whole admissions.
-        Admitted::new(self.level, 1, Span::from_nanos(u128::from(self.reset)))
+        Admitted::new(
+            self.level,
+            1,
+            Span::from_nanos(u128::from(self.reset)),
+            Next::nanos(u128::from(self.next)),
+        )
     }
 }
 
@@ -257,19 +264,23 @@ impl Policy {
     ) -> Result<Grant, Denied> {
         let last = if s > 0 { Some(ts(s - 1)) } else { None };
         let at = now.max(floor).max(last.unwrap_or(0));
-        // Nanoseconds from the reading until the newest entry leaves the window (0 for none).
-        let reset_of =
-            |newest: Option<u64>| newest.map_or(0, |t| (t + self.window).saturating_sub(now));
-        // Admissions left in the window at `at`, before this request.
+        // Nanoseconds from the reading until the entry at `t` leaves the window (0 for none): the
+        // newest for `reset`, the oldest in the window for `next`.
+        let leaves =
+            |entry: Option<u64>| entry.map_or(0, |t| (t + self.window).saturating_sub(now));
+        // Admissions left in the window at `at`, before this request, and the oldest entry in it.
         let left = || {
             let first = self.first_in_window(s.saturating_sub(self.count), s, at, &ts);
-            self.count.saturating_sub(s - first)
+            let oldest = (first < s).then(|| ts(first));
+            (self.count.saturating_sub(s - first), oldest)
         };
         if n == 0 {
+            let (level, oldest) = left();
             return Ok(Grant {
                 at,
-                level: left(),
-                reset: reset_of(last),
+                level,
+                reset: leaves(last),
+                next: leaves(oldest),
             });
         }
         // The request's last admission goes to position `p`; its entry `p - N` must have left.
@@ -288,14 +299,19 @@ impl Policy {
                     Span::from_nanos(u128::from(retry_at.saturating_sub(now))),
                     self.count.saturating_sub(s - first),
                     1,
-                    Span::from_nanos(u128::from(reset_of(last))),
+                    Span::from_nanos(u128::from(leaves(last))),
+                    // `first <= p - N < s`: the oldest entry in the window.
+                    Next::nanos(u128::from(leaves(Some(ts(first))))),
                 ));
             }
         }
+        let (level, oldest) = if tally { left() } else { (n, None) };
         Ok(Grant {
             at,
-            level: if tally { left().saturating_sub(n) } else { 0 },
-            reset: reset_of(Some(at)),
+            level: level.saturating_sub(n),
+            reset: leaves(Some(at)),
+            // The oldest entry in the window once the request's own (at `at`) are in it.
+            next: leaves(Some(oldest.unwrap_or(at))),
         })
     }
 }
@@ -890,9 +906,17 @@ impl Log {
         // those still in the window. Counted from the ring as it is now: a racer's later claims
         // can only make entries look newer, so the count errs low, never high.
         let from = (last + 1).saturating_sub(policy.count);
-        let first_in = policy.first_in_window(from, last + 1, first.at, &|p| self.load(p).ts());
+        let ts = |p| self.load(p).ts();
+        let first_in = policy.first_in_window(from, last + 1, first.at, &ts);
         let level = policy.count.saturating_sub(last + 1 - first_in);
-        Ok(Ok(Grant { level, ..first }.admitted()))
+        // The oldest entry in the window: `first_in <= last`, as the request's own are in it.
+        let next = (ts(first_in) + policy.window).saturating_sub(now);
+        Ok(Ok(Grant {
+            level,
+            next,
+            ..first
+        }
+        .admitted()))
     }
 
     /// The judgment of `n` (`0..=N`) admissions at reading `now`, writing nothing; [`Gone`] if

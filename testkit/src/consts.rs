@@ -23,3 +23,11 @@ pub const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// assert_eq!(testkit::consts::YEAR_NS / testkit::consts::NANOS_PER_SEC, 31_557_600);
 /// ```
 pub const YEAR_NS: u64 = 31_557_600 * NANOS_PER_SEC;
+
+/// The longest `next_after` a limiter reports in nanoseconds: `3 × 2^62 − 3` ns (about 438
+/// years); longer waits (only a sharded bucket's coarse-unit shards have them) are reported as it.
+///
+/// ```
+/// assert_eq!(testkit::consts::NEXT_MAX_NS, (3 << 62) - 3);
+/// ```
+pub const NEXT_MAX_NS: u128 = (3 << 62) - 3;

@@ -19,9 +19,9 @@ use crate::consts::MAX_USABLE_NS;
 ///
 /// let bucket = TokenBucket::with_clock(Quota::per_second(1)?, ManualClock::new());
 /// let first = testkit::outcome::observe_one(bucket.try_acquire());
-/// assert_eq!(first, Outcome::Admitted { remaining: 0, reset_after_ns: 1_000_000_000 });
+/// assert_eq!(first, Outcome::Admitted { remaining: 0, reset_after_ns: 1_000_000_000, next_after_ns: Some(1_000_000_000) });
 /// let second = testkit::outcome::observe(bucket.try_acquire_n(1));
-/// assert_eq!(second, Outcome::denied(0, 1_000_000_000, 0, 1_000_000_000));
+/// assert_eq!(second, Outcome::denied(0, 1_000_000_000, 0, 1_000_000_000, Some(1_000_000_000)));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,9 @@ pub enum Outcome {
         remaining: u64,
         /// Nanoseconds until the limiter is full again, if nothing else is taken.
         reset_after_ns: u128,
+        /// Nanoseconds until `remaining` would be one higher, if nothing else is taken; `None` when
+        /// the limiter is full.
+        next_after_ns: Option<u128>,
     },
     /// Refused for now.
     Denied {
@@ -43,6 +46,8 @@ pub enum Outcome {
         remaining: u64,
         /// Nanoseconds until the limiter is full again, if nothing else is taken.
         reset_after_ns: u128,
+        /// Nanoseconds until `remaining` would be one higher, if nothing else is taken.
+        next_after_ns: Option<u128>,
     },
     /// Refused for ever: more than the capacity was asked for.
     InsufficientCapacity {
@@ -54,16 +59,18 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// An admission leaving `remaining`, full again after `reset_after_ns`.
+    /// An admission leaving `remaining`, full again after `reset_after_ns`, one more free after
+    /// `next_after_ns`.
     ///
     /// ```
     /// use testkit::Outcome;
-    /// assert!(Outcome::admitted(2, 100).is_admitted());
+    /// assert!(Outcome::admitted(2, 100, Some(50)).is_admitted());
     /// ```
-    pub fn admitted(remaining: u64, reset_after_ns: u128) -> Outcome {
+    pub fn admitted(remaining: u64, reset_after_ns: u128, next_after_ns: Option<u128>) -> Outcome {
         Outcome::Admitted {
             remaining,
             reset_after_ns,
+            next_after_ns,
         }
     }
 
@@ -72,19 +79,21 @@ impl Outcome {
     ///
     /// ```
     /// use testkit::Outcome;
-    /// assert_eq!(Outcome::denied_until(5, 12, 0, 5), Outcome::denied(7, 5, 0, 5));
+    /// assert_eq!(Outcome::denied_until(5, 12, 0, 5, Some(5)), Outcome::denied(7, 5, 0, 5, Some(5)));
     /// ```
     pub fn denied_until(
         retry_after_ns: u128,
         retry_at_ns: u64,
         remaining: u64,
         reset_after_ns: u128,
+        next_after_ns: Option<u128>,
     ) -> Outcome {
         Outcome::Denied {
             retry_after_ns,
             retry_at_ns,
             remaining,
             reset_after_ns,
+            next_after_ns,
         }
     }
 
@@ -93,7 +102,7 @@ impl Outcome {
     ///
     /// ```
     /// use testkit::Outcome;
-    /// let d = Outcome::denied(u64::MAX, 5, 0, 5);
+    /// let d = Outcome::denied(u64::MAX, 5, 0, 5, Some(5));
     /// assert!(matches!(d, Outcome::Denied { retry_at_ns, .. } if retry_at_ns == (1 << 62) + 5));
     /// ```
     pub fn denied(
@@ -101,6 +110,7 @@ impl Outcome {
         retry_after_ns: u128,
         remaining: u64,
         reset_after_ns: u128,
+        next_after_ns: Option<u128>,
     ) -> Outcome {
         let at = u128::from(now_ns.min(MAX_USABLE_NS)) + retry_after_ns;
         Outcome::Denied {
@@ -108,6 +118,7 @@ impl Outcome {
             retry_at_ns: u64::try_from(at).unwrap_or(u64::MAX),
             remaining,
             reset_after_ns,
+            next_after_ns,
         }
     }
 
@@ -126,9 +137,9 @@ impl Outcome {
     ///
     /// ```
     /// use testkit::Outcome;
-    /// let long = Outcome::Admitted { remaining: 0, reset_after_ns: u128::MAX };
+    /// let long = Outcome::admitted(0, u128::MAX, Some(u128::MAX));
     /// let max = std::time::Duration::MAX.as_nanos();
-    /// assert_eq!(long.representable(), Outcome::Admitted { remaining: 0, reset_after_ns: max });
+    /// assert_eq!(long.representable(), Outcome::admitted(0, max, Some(max)));
     /// ```
     pub fn representable(self) -> Outcome {
         let max = Duration::MAX.as_nanos();
@@ -136,20 +147,24 @@ impl Outcome {
             Outcome::Admitted {
                 remaining,
                 reset_after_ns,
+                next_after_ns,
             } => Outcome::Admitted {
                 remaining,
                 reset_after_ns: reset_after_ns.min(max),
+                next_after_ns: next_after_ns.map(|n| n.min(max)),
             },
             Outcome::Denied {
                 retry_after_ns,
                 retry_at_ns,
                 remaining,
                 reset_after_ns,
+                next_after_ns,
             } => Outcome::Denied {
                 retry_after_ns: retry_after_ns.min(max),
                 retry_at_ns,
                 remaining,
                 reset_after_ns: reset_after_ns.min(max),
+                next_after_ns: next_after_ns.map(|n| n.min(max)),
             },
             Outcome::InsufficientCapacity { .. } => self,
         }
@@ -189,7 +204,7 @@ pub fn observe(result: Result<Admitted, AcquireError>) -> Outcome {
 /// use testkit::{outcome::observe_one, Outcome};
 /// use tollgate::{ManualClock, Quota, TokenBucket};
 /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
-/// let want = Outcome::Admitted { remaining: 1, reset_after_ns: 500_000_000 };
+/// let want = Outcome::admitted(1, 500_000_000, Some(500_000_000));
 /// assert_eq!(observe_one(bucket.try_acquire()), want);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
@@ -198,12 +213,14 @@ pub fn observe_one(result: Result<Admitted, Denied>) -> Outcome {
         Ok(admitted) => Outcome::Admitted {
             remaining: admitted.remaining(),
             reset_after_ns: admitted.reset_after().as_nanos(),
+            next_after_ns: admitted.next_after().map(|d| d.as_nanos()),
         },
         Err(denied) => Outcome::Denied {
             retry_after_ns: denied.retry_after().as_nanos(),
             retry_at_ns: denied.retry_at().as_u64(),
             remaining: denied.remaining(),
             reset_after_ns: denied.reset_after().as_nanos(),
+            next_after_ns: denied.next_after().map(|d| d.as_nanos()),
         },
     }
 }

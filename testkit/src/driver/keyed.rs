@@ -62,7 +62,7 @@ pub enum KeyedOp {
 /// let limiter = KeyedLimiter::with_clock(Quota::per_second(2)?, ManualClock::new());
 /// assert!(call_key(&limiter, 7, Call::Acquire(2), 0).is_admitted());
 /// assert!(!call_key(&limiter, 7, Call::AcquireOne, 0).is_admitted());
-/// assert_eq!(call_key(&limiter, 8, Call::Remaining, 0), Outcome::Admitted { remaining: 2, reset_after_ns: 0 });
+/// assert_eq!(call_key(&limiter, 8, Call::Remaining, 0), Outcome::Admitted { remaining: 2, reset_after_ns: 0, next_after_ns: None });
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub fn call_key<A: Algorithm, C: Clock>(
@@ -80,6 +80,7 @@ pub fn call_key<A: Algorithm, C: Clock>(
             return Outcome::Admitted {
                 remaining: limiter.remaining_key_at(&key, at),
                 reset_after_ns: 0,
+                next_after_ns: None,
             }
         }
     })
@@ -149,6 +150,7 @@ impl RefKeyed {
             Call::Remaining => Outcome::Admitted {
                 remaining: bucket(self).remaining(now),
                 reset_after_ns: 0,
+                next_after_ns: None,
             },
         }
     }

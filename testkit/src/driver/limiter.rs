@@ -268,7 +268,7 @@ impl Request {
 /// use tollgate::{ManualClock, Quota, TokenBucket};
 /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
 /// assert!(call(&bucket, Call::Acquire(2), 0, true).is_admitted());
-/// assert_eq!(call(&bucket, Call::Remaining, 0, false), Outcome::Admitted { remaining: 0, reset_after_ns: 0 });
+/// assert_eq!(call(&bucket, Call::Remaining, 0, false), Outcome::Admitted { remaining: 0, reset_after_ns: 0, next_after_ns: None });
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub fn call<L: Limiter + ?Sized>(limiter: &L, call: Call, now: u64, read_clock: bool) -> Outcome {
@@ -289,6 +289,7 @@ pub fn call<L: Limiter + ?Sized>(limiter: &L, call: Call, now: u64, read_clock: 
             return Outcome::Admitted {
                 remaining,
                 reset_after_ns: 0,
+                next_after_ns: None,
             };
         }
     };
@@ -313,6 +314,7 @@ pub fn expect<M: Model + ?Sized>(model: &mut M, call: Call, now_ns: u64) -> Outc
         Call::Remaining => Outcome::Admitted {
             remaining: model.remaining(now_ns),
             reset_after_ns: 0,
+            next_after_ns: None,
         },
     }
 }

@@ -56,6 +56,7 @@ pub fn observe_schedule(result: Result<Scheduled, AcquireError>) -> RefSchedule 
             queued: s.queued(),
             remaining: s.remaining(),
             reset_after_ns: s.reset_after().as_nanos(),
+            next_after_ns: s.next_after().map(|d| d.as_nanos()),
         },
         // Refused as every limiter refuses (`observe` panics on a kind the model does not know).
         Err(e) => RefSchedule::Refused(observe(Err(e))),
@@ -72,12 +73,14 @@ pub fn representable_schedule(outcome: RefSchedule) -> RefSchedule {
             queued,
             remaining,
             reset_after_ns,
+            next_after_ns,
         } => RefSchedule::Scheduled {
             delay_ns: delay_ns.min(max),
             depart_at_ns,
             queued,
             remaining,
             reset_after_ns: reset_after_ns.min(max),
+            next_after_ns: next_after_ns.map(|n| n.min(max)),
         },
         RefSchedule::Refused(refusal) => RefSchedule::Refused(refusal.representable()),
     }

@@ -197,34 +197,66 @@ impl RefBucket {
         }
         let lvl = self.level_at(at.t);
         if n == 0 {
+            let remaining = p.tokens(lvl);
             let outcome = Outcome::Admitted {
-                remaining: p.tokens(lvl),
+                remaining,
                 reset_after_ns: p.span_ns(p.burst - lvl, at),
+                next_after_ns: self.next_after(remaining, at),
             };
             return (outcome, None);
         }
         let cost = i128::from(n) * p.interval;
         if lvl >= cost {
             let left = lvl - cost;
-            let outcome = Outcome::Admitted {
-                remaining: p.tokens(left),
-                reset_after_ns: p.span_ns(p.burst - left, at),
-            };
             // Taking from a full bucket starts its refill at the first whole unit at or after the
             // reading, so no refill is credited for time before the reading.
             let last = if lvl == p.burst { at.t_up() } else { at.t };
+            let after = RefBucket {
+                level: left,
+                last,
+                ..*self
+            };
+            let remaining = p.tokens(left);
+            let outcome = Outcome::Admitted {
+                remaining,
+                reset_after_ns: p.span_ns(p.burst - left, at),
+                next_after_ns: after.next_after(remaining, at),
+            };
             (outcome, Some((left, last)))
         } else {
             let retry_after_ns = p.span_ns(cost - lvl, at);
             let retry_at = u128::from(at.ns) + retry_after_ns;
+            let remaining = p.tokens(lvl);
             let outcome = Outcome::Denied {
                 retry_after_ns,
                 retry_at_ns: u64::try_from(retry_at).unwrap_or(u64::MAX),
-                remaining: p.tokens(lvl),
+                remaining,
                 reset_after_ns: p.span_ns(p.burst - lvl, at),
+                next_after_ns: self.next_after(remaining, at),
             };
             (outcome, None)
         }
+    }
+
+    /// Nanoseconds from the reading `at` until this bucket, left alone, holds `remaining + 1` whole
+    /// tokens: the first whole unit `t >= at.t` with `f(t) >= (remaining + 1) × I`. `None` when
+    /// `remaining` is the capacity (the bucket is full: nothing is taken).
+    fn next_after(&self, remaining: u64, at: Reading) -> Option<u128> {
+        let p = &self.policy;
+        if remaining >= p.capacity {
+            return None;
+        }
+        let want = i128::from(remaining + 1) * p.interval;
+        // f(t) = level + (t - last) below B reaches `want` (<= B) at t = last + want - level.
+        let t = (self.last + want - self.level).max(at.t);
+        Some(p.span_ns(t - at.t, at))
+    }
+
+    /// Nanoseconds from `now_ns` until the bucket, left alone, holds one more whole token than it
+    /// does at `now_ns`; `None` when it is full (for the sharded model).
+    pub fn next_token_ns(&self, now_ns: u64) -> Option<u128> {
+        let at = self.policy.reading(now_ns);
+        self.next_after(self.policy.tokens(self.level_at(at.t)), at)
     }
 
     /// Takes `n` tokens at `now_ns` if they are there (`n = 0` is a query).

@@ -150,19 +150,32 @@ impl RefCounter {
     }
 
     fn retry(&self, m0: u64, e0: u64, ns: u64, n: u64) -> u128 {
+        self.first(m0, e0, ns, |m, e| self.admits(m, e, n))
+    }
+
+    /// Nanoseconds from the reading until `remaining` exceeds `left`, if nothing else is admitted:
+    /// `None` when it is already `N` (nothing counts).
+    fn next(&self, m0: u64, e0: u64, ns: u64, left: u64) -> Option<u128> {
+        (left < self.limit).then(|| self.first(m0, e0, ns, |m, e| self.remaining(m, e) > left))
+    }
+
+    /// Nanoseconds from the reading `ns` to the earliest point at or after `(m0, e0)` at which
+    /// `holds(m, e)`, a predicate that, once true, stays true as time passes (and is true once
+    /// the window is empty), found by binary search within each sub-window.
+    fn first(&self, m0: u64, e0: u64, ns: u64, holds: impl Fn(u64, u64) -> bool) -> u128 {
         for m in m0..=m0 + self.k + 1 {
             let lo = if m == m0 { e0 } else { 0 };
             // The estimate only falls within a sub-window: try its last nanosecond first.
-            if !self.admits(m, self.w - 1, n) {
+            if !holds(m, self.w - 1) {
                 continue;
             }
             let (mut lo, mut hi) = (lo, self.w - 1);
-            if !self.admits(m, hi, n) || lo > hi {
+            if !holds(m, hi) || lo > hi {
                 continue;
             }
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                if self.admits(m, mid, n) {
+                if holds(m, mid) {
                     hi = mid;
                 } else {
                     lo = mid + 1;
@@ -171,7 +184,7 @@ impl RefCounter {
             let at = self.start(m) + i128::from(lo);
             return u128::try_from(at - i128::from(ns)).unwrap();
         }
-        unreachable!("n <= N is admitted once the window is empty")
+        unreachable!("the predicate holds once the window is empty")
     }
 
     /// Asks for `n` at reading `ns`; records an admission only when `write`.
@@ -184,9 +197,11 @@ impl RefCounter {
         }
         let (m, e, ns) = self.point(ns);
         if n == 0 {
+            let left = self.remaining(m, e);
             return Outcome::Admitted {
-                remaining: self.remaining(m, e),
+                remaining: left,
                 reset_after_ns: self.reset(m, ns),
+                next_after_ns: self.next(m, e, ns, left),
             };
         }
         if self.admits(m, e, n) {
@@ -199,16 +214,20 @@ impl RefCounter {
             // What the counter looks like with this admission counted.
             let mut after = self.clone();
             *after.counts.entry(m).or_insert(0) += if write { 0 } else { n };
+            let left = after.remaining(m, e);
             Outcome::Admitted {
-                remaining: after.remaining(m, e),
+                remaining: left,
                 reset_after_ns: after.reset(m, ns),
+                next_after_ns: after.next(m, e, ns, left),
             }
         } else {
+            let left = self.remaining(m, e);
             Outcome::denied(
                 ns,
                 self.retry(m, e, ns, n),
-                self.remaining(m, e),
+                left,
                 self.reset(m, ns),
+                self.next(m, e, ns, left),
             )
         }
     }

@@ -67,9 +67,11 @@ impl RefFixed {
         let to_end = u128::try_from(self.end_of(window) - now).expect("the window ends after now");
         if n == 0 {
             let reset_after = if count == 0 { 0 } else { to_end };
+            // Nothing comes back before the window's end, and then all of it.
             return Outcome::Admitted {
                 remaining: self.limit - count,
                 reset_after_ns: reset_after,
+                next_after_ns: (count > 0).then_some(to_end),
             };
         }
         if count + n <= self.limit {
@@ -80,10 +82,11 @@ impl RefFixed {
             Outcome::Admitted {
                 remaining: self.limit - count - n,
                 reset_after_ns: to_end,
+                next_after_ns: Some(to_end),
             }
         } else {
             let now = u64::try_from(now).expect("a clamped reading");
-            Outcome::denied(now, to_end, self.limit - count, to_end)
+            Outcome::denied(now, to_end, self.limit - count, to_end, Some(to_end))
         }
     }
 

@@ -71,10 +71,15 @@ impl RefLog {
         let t = self.effective(reading);
         let held = self.in_window(t);
         let k = held.len() as u64;
+        // Nanoseconds from the reading until the oldest time in the window leaves it: only then is
+        // one more admission free.
+        let leaves =
+            |oldest: u64| u128::from(oldest) + u128::from(self.window) - u128::from(reading);
         if n == 0 {
             return Outcome::Admitted {
                 remaining: self.count - k,
                 reset_after_ns: self.reset_after(reading),
+                next_after_ns: held.first().map(|&oldest| leaves(oldest)),
             };
         }
         if k + n <= self.count {
@@ -84,6 +89,8 @@ impl RefLog {
             return Outcome::Admitted {
                 remaining: self.count - k - n,
                 reset_after_ns: u128::from(t) + u128::from(self.window) - u128::from(reading),
+                // The request's own times, at `t`, are the oldest if none was held.
+                next_after_ns: Some(leaves(held.first().copied().unwrap_or(t))),
             };
         }
         // The `d` oldest in the window must leave first; the last of them leaves at its time + W.
@@ -95,6 +102,7 @@ impl RefLog {
             retry_at_ns: u64::try_from(retry_at).expect("below 2^63"),
             remaining: self.count - k,
             reset_after_ns: self.reset_after(reading),
+            next_after_ns: Some(leaves(held[0])),
         }
     }
 

@@ -41,6 +41,8 @@ pub enum RefSchedule {
         remaining: u64,
         /// Nanoseconds until the queue is empty.
         reset_after_ns: u128,
+        /// Nanoseconds until one more place is free (`None`: the queue is empty).
+        next_after_ns: Option<u128>,
     },
     /// Refused, as every limiter refuses: [`Outcome::Denied`] for now (its `remaining` the free
     /// places at the reading, its reset the time until the queue is empty), or
@@ -126,6 +128,30 @@ impl RefMeter {
         u64::try_from(free.max(0)).expect("at most C")
     }
 
+    /// Nanoseconds from the reading `at` until a queue draining at `drain` has more than `free`
+    /// places free: the first whole unit `t >= at.t` with `C - ceil((drain - t) / I) > free`,
+    /// searched for. `None` when `free` is the capacity (the queue is empty).
+    fn next_after(&self, drain: i128, free: u64, at: Reading) -> Option<u128> {
+        if free >= self.policy.capacity {
+            return None;
+        }
+        // No place is free beyond the capacity, and all are once drained.
+        let (mut lo, mut hi) = (at.t, drain.max(at.t));
+        if self.free_at(drain, lo) > free {
+            return Some(0);
+        }
+        // Invariant: not more at lo, more at hi.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.free_at(drain, mid) > free {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Some(self.ns_from(hi, at))
+    }
+
     /// Whether a scheduling of `n` read at `t` units fits a queue draining at `drain`.
     fn fits(&self, drain: i128, t: i128, n: u64) -> bool {
         let after = drain.max(t) + i128::from(n) * self.interval();
@@ -153,11 +179,13 @@ impl RefMeter {
     fn denied(&self, drain: i128, at: Reading, retry_at_units: i128) -> Outcome {
         let retry_after_ns = self.ns_from(retry_at_units, at);
         let retry_at = u128::from(at.ns) + retry_after_ns;
+        let free = self.free_at(drain, at.t);
         Outcome::denied_until(
             retry_after_ns,
             u64::try_from(retry_at).unwrap_or(u64::MAX),
-            self.free_at(drain, at.t),
+            free,
             self.ns_from(drain.max(at.t), at),
+            self.next_after(drain, free, at),
         )
     }
 
@@ -173,29 +201,29 @@ impl RefMeter {
         }
         let drain = self.drain();
         let start = drain.max(at.t_up());
-        let scheduled = |queued: i128, drain_after: i128| {
+        let scheduled = |queued: i128, drain_after: i128, free: u64| {
             let delay_ns = self.ns_from(start, at);
             let depart = u128::from(at.ns) + delay_ns;
             RefSchedule::Scheduled {
                 delay_ns,
                 depart_at_ns: u64::try_from(depart).unwrap_or(u64::MAX),
                 queued: u64::try_from(queued).expect("a queue of at most 2^64"),
-                remaining: self.free_at(drain_after, at.t),
+                remaining: free,
                 reset_after_ns: self.ns_from(drain_after.max(at.t), at),
+                next_after_ns: self.next_after(drain_after, free, at),
             }
         };
         if n == 0 {
-            return (scheduled(self.queue_len(drain, at.t), drain), None);
+            let free = self.free_at(drain, at.t);
+            return (scheduled(self.queue_len(drain, at.t), drain, free), None);
         }
         if self.fits(drain, at.t, n) {
             let departure = Departure { start, n };
             // The queue is counted from the reading rounded down, whatever unit the request starts.
             let queued = self.queue_len(drain.max(at.t) + i128::from(n) * self.interval(), at.t);
             let drain_after = start + i128::from(n) * self.interval();
-            let mut outcome = scheduled(queued, drain_after);
-            if let RefSchedule::Scheduled { remaining, .. } = &mut outcome {
-                *remaining = u64::try_from(i128::from(p.capacity) - queued).expect("fits");
-            }
+            let free = u64::try_from(i128::from(p.capacity) - queued).expect("fits");
+            let outcome = scheduled(queued, drain_after, free);
             (outcome, Some(departure))
         } else {
             let retry = self.earliest_fit(drain, at.t, n);
@@ -215,9 +243,11 @@ impl RefMeter {
         }
         let drain = self.drain();
         if n == 0 {
+            let free = self.free_at(drain, at.t);
             let outcome = Outcome::Admitted {
-                remaining: self.free_at(drain, at.t),
+                remaining: free,
                 reset_after_ns: self.ns_from(drain.max(at.t), at),
+                next_after_ns: self.next_after(drain, free, at),
             };
             return (outcome, None);
         }
@@ -231,6 +261,7 @@ impl RefMeter {
                 // n places taken from an empty queue.
                 remaining: p.capacity - n,
                 reset_after_ns: self.ns_from(drain_after, at),
+                next_after_ns: self.next_after(drain_after, p.capacity - n, at),
             };
             (outcome, Some(departure))
         } else {

@@ -27,10 +27,13 @@
 //! - **A peek of `n`** (`peek_n_at`, by a caller whose home is `h`) is denied as a take would be;
 //!   admitted, it reports the shards' whole tokens less `n` and the time until every shard is full
 //!   as they would be after the caller's own take of `n` (from home on).
+//! - **`next_after`** is, wherever `remaining` is the shards' whole tokens summed, the soonest any
+//!   shard holds one more whole token than it does (`None` when all are full), stopping at
+//!   [`NEXT_MAX_NS`]; an admission at home reports the home shard's own, as its `remaining` is.
 //! - **`n = 0`** is a query answered with the shards' whole tokens and the time until all are full;
 //!   **`n > C`** is `InsufficientCapacity` for the whole quota's capacity.
 
-use crate::consts::MAX_USABLE_NS;
+use crate::consts::{MAX_USABLE_NS, NEXT_MAX_NS};
 use crate::reference::bucket::{self as reference, RefBucket, RefPolicy};
 use crate::Outcome;
 
@@ -142,11 +145,22 @@ impl ShardedModel {
         full.min(u128::from(u64::MAX))
     }
 
+    /// Nanoseconds until the shards' whole tokens, summed, grow by one, as of `now_ns`: the soonest
+    /// any shard gains one (stopping at [`NEXT_MAX_NS`]); `None` when every shard is full.
+    fn next_ns(&self, now_ns: u64) -> Option<u128> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.bucket.next_token_ns(now_ns))
+            .min()
+            .map(|ns| ns.min(NEXT_MAX_NS))
+    }
+
     /// The answer to a request for nothing.
     fn query(&self, now_ns: u64) -> Outcome {
         Outcome::Admitted {
             remaining: self.tokens(now_ns),
             reset_after_ns: self.full_ns(now_ns),
+            next_after_ns: self.next_ns(now_ns),
         }
     }
 
@@ -182,6 +196,7 @@ impl ShardedModel {
             retry_at_ns: u64::try_from(u128::from(base) + wait).unwrap_or(u64::MAX),
             remaining: self.tokens(now_ns),
             reset_after_ns: full,
+            next_after_ns: self.next_ns(now_ns),
         }
     }
 
@@ -251,6 +266,7 @@ impl ShardedModel {
             Outcome::Admitted {
                 remaining: total - n,
                 reset_after_ns: after.full_ns(now_ns),
+                next_after_ns: after.next_ns(now_ns),
             }
         } else {
             self.denied(n, now_ns)
