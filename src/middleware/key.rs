@@ -85,3 +85,21 @@ impl KeyExtractor for HeaderKey {
         head.headers.get(&self.0).cloned().ok_or(KeyError::Missing)
     }
 }
+
+/// Interim.
+#[derive(Debug, Clone)]
+pub struct FnKey<F>(F);
+/// Interim.
+pub fn from_fn<F>(f: F) -> FnKey<F> {
+    FnKey(f)
+}
+impl<F, K> KeyExtractor for FnKey<F>
+where
+    F: Fn(&http::request::Parts) -> Option<K> + Send + Sync + 'static,
+    K: Clone + Hash + Eq + fmt::Debug + Send + Sync + 'static,
+{
+    type Key = K;
+    fn extract(&self, head: &http::request::Parts) -> Result<K, KeyError> {
+        (self.0)(head).ok_or(KeyError::Missing)
+    }
+}

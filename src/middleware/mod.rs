@@ -118,18 +118,3 @@ pub use layer::{
     OnMissing, RateLimitInfo, Rejection, RejectionKind,
 };
 pub use service::{Limit, ResponseFuture};
-
-/// Interim: `next_after` until the outcomes carry their own.
-pub(crate) trait NextAfterShim {
-    fn next_after(&self) -> Option<std::time::Duration>;
-}
-impl NextAfterShim for crate::Admitted {
-    fn next_after(&self) -> Option<std::time::Duration> {
-        Some(self.reset_after()).filter(|d| !d.is_zero())
-    }
-}
-impl NextAfterShim for crate::Denied {
-    fn next_after(&self) -> Option<std::time::Duration> {
-        Some(self.reset_after()).filter(|d| !d.is_zero())
-    }
-}

@@ -20,8 +20,6 @@ use super::layer::{
     EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, Policy, RateLimitInfo, Rejection,
     RejectionKind, Shared,
 };
-#[allow(unused_imports)]
-use super::NextAfterShim;
 use crate::outcome::Admitted;
 
 /// The message of a missing peer address, in the 500's body and the log line.

@@ -1,0 +1,252 @@
+//! The fields the layer sends, checked against the outcomes of the limiter behind it, for every
+//! algorithm, keyed and direct: a property test over random costs and clock steps.
+//!
+//! Each case runs the same requests through the layer and through a twin limiter (same
+//! algorithm, same quota, a clock moved in step) called directly, and checks that every response
+//! says what the twin's outcome says: the status, `r` = `remaining()`, `t` = `next_after()`
+//! rounded up to whole seconds (absent exactly when it is `None`), `Retry-After` = the wait
+//! rounded up, at least 1 and not before `t`, and the policy's `q` and `w`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use proptest::prelude::*;
+use tollgate::keyed::{
+    FixedWindowKeys, KeyedError, KeyedLimiter, LeakyMeterKeys, SlidingWindowCounterKeys,
+    SlidingWindowLogKeys, TokenBucketKeys,
+};
+use tollgate::middleware::{global, Global, Keyed, LimitLayer};
+use tollgate::{Admitted, Algorithm, Direct, ManualClock, Quota};
+use tower::{service_fn, Layer, Service};
+
+/// Polls a future that is ready at once to completion.
+fn now<F: Future>(fut: F) -> F::Output {
+    let mut fut = pin!(fut);
+    match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("an in-process decision waited"),
+    }
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// What the response must say, from the twin's outcome.
+#[derive(Debug, PartialEq, Eq)]
+struct Expected {
+    status: StatusCode,
+    ratelimit: Option<String>,
+    retry_after: Option<String>,
+}
+
+fn expect(outcome: Result<Admitted, KeyedError>) -> Expected {
+    let field = |r: u64, next: Option<Duration>| match next.map(ceil_secs) {
+        Some(t) => format!("\"default\";r={r};t={t}"),
+        None => format!("\"default\";r={r}"),
+    };
+    match outcome {
+        Ok(a) => Expected {
+            status: StatusCode::OK,
+            ratelimit: Some(field(a.remaining(), a.next_after())),
+            retry_after: None,
+        },
+        Err(KeyedError::Denied(d)) => {
+            let t = d.next_after().map(ceil_secs);
+            let retry = ceil_secs(d.retry_after()).max(1).max(t.unwrap_or(0));
+            Expected {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                ratelimit: Some(field(d.remaining(), d.next_after())),
+                retry_after: Some(retry.to_string()),
+            }
+        }
+        Err(KeyedError::InsufficientCapacity(_)) => Expected {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            ratelimit: None,
+            retry_after: None,
+        },
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+}
+
+fn observed(res: &Response<()>) -> Expected {
+    let one = |name: &str| {
+        let mut all = res.headers().get_all(name).iter();
+        let first = all.next().map(|v| v.to_str().unwrap().to_string());
+        assert!(all.next().is_none());
+        first
+    };
+    Expected {
+        status: res.status(),
+        ratelimit: one("ratelimit"),
+        retry_after: one("retry-after"),
+    }
+}
+
+/// The policy member the layer must send for `quota`.
+fn policy_of(quota: &Quota) -> String {
+    let period = quota.period().as_nanos();
+    let w = period.div_ceil(1_000_000_000).max(1);
+    let q = u128::from(quota.count()) * w * 1_000_000_000 / period;
+    let mut out = format!("\"default\";q={q};w={w}");
+    if quota.capacity() != quota.count() {
+        out.push_str(&format!(";tollgate-burst={}", quota.capacity()));
+    }
+    out
+}
+
+/// One step: a request costing `cost`, after the clock moved `advance_ms`.
+#[derive(Debug, Clone)]
+struct Step {
+    advance_ms: u64,
+    cost: u64,
+}
+
+fn steps(capacity: u64) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (
+            prop_oneof![Just(0u64), 0u64..50, 0u64..3_000],
+            prop_oneof![4 => 1u64..=capacity, 1 => Just(0u64), 1 => Just(capacity + 1)],
+        )
+            .prop_map(|(advance_ms, cost)| Step { advance_ms, cost }),
+        1..40,
+    )
+}
+
+fn quotas() -> impl Strategy<Value = Quota> {
+    (
+        1u64..6,
+        prop_oneof![Just(1_000u64), Just(1_500), Just(60_000), 100u64..5_000],
+    )
+        .prop_map(|(count, period_ms)| {
+            Quota::per_period(count, Duration::from_millis(period_ms)).unwrap()
+        })
+}
+
+/// Runs `steps` through a keyed layer over algorithm `A` and through its twin.
+fn keyed_case<A: Algorithm>(quota: Quota, steps: &[Step]) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new();
+    let (Ok(limiter), Ok(twin)) = (
+        KeyedLimiter::<u8, A, _>::with_algorithm(quota, clock.clone()),
+        KeyedLimiter::<u8, A, _>::with_algorithm(quota, clock.clone()),
+    ) else {
+        return Ok(()); // a quota this algorithm cannot enforce
+    };
+    let layer = LimitLayer::new(Keyed::new(limiter), global_key())
+        .cost(cost_header)
+        .build()
+        .unwrap();
+    run(&layer, &clock, steps, &quota, |cost| {
+        twin.check_key_n(&0, cost)
+    })
+}
+
+/// Runs `steps` through a direct layer over algorithm `A` and through its twin.
+fn direct_case<A: Algorithm>(quota: Quota, steps: &[Step]) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new();
+    let (Ok(limiter), Ok(twin)) = (
+        Direct::<A, _>::with_algorithm(quota, clock.clone()),
+        Direct::<A, _>::with_algorithm(quota, clock.clone()),
+    ) else {
+        return Ok(());
+    };
+    let layer = LimitLayer::new(Global::new(limiter), global())
+        .cost(cost_header)
+        .build()
+        .unwrap();
+    run(&layer, &clock, steps, &quota, |cost| {
+        twin.try_acquire_n(cost).map_err(KeyedError::from)
+    })
+}
+
+/// A key extractor giving every request key 0, for the keyed limiters.
+fn global_key() -> tollgate::middleware::key::FnKey<fn(&http::request::Parts) -> Option<u8>> {
+    tollgate::middleware::key::from_fn(|_| Some(0))
+}
+
+fn cost_header(head: &http::request::Parts) -> u64 {
+    head.headers["x-cost"].to_str().unwrap().parse().unwrap()
+}
+
+fn run<L>(
+    layer: &L,
+    clock: &ManualClock,
+    steps: &[Step],
+    quota: &Quota,
+    twin: impl Fn(u64) -> Result<Admitted, KeyedError>,
+) -> Result<(), TestCaseError>
+where
+    L: Layer<
+        tower::util::ServiceFn<
+            fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>>,
+        >,
+    >,
+    L::Service: Service<Request<()>, Response = Response<()>, Error = Infallible>,
+{
+    let handler: fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>> =
+        |_| std::future::ready(Ok(Response::new(())));
+    let mut svc = layer.layer(service_fn(handler));
+    let policy = policy_of(quota);
+    for step in steps {
+        clock.advance(Duration::from_millis(step.advance_ms));
+        let req = Request::builder()
+            .header("x-cost", step.cost)
+            .body(())
+            .unwrap();
+        let res = now(svc.call(req)).unwrap();
+        let want = expect(twin(step.cost));
+        prop_assert_eq!(observed(&res), want, "{:?}", step);
+        prop_assert_eq!(
+            res.headers()
+                .get("ratelimit-policy")
+                .map(|v| v.to_str().unwrap().to_string()),
+            Some(policy.clone())
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn token_bucket_fields(quota in quotas(), steps in steps(6)) {
+        keyed_case::<TokenBucketKeys>(quota, &steps)?;
+        direct_case::<TokenBucketKeys>(quota, &steps)?;
+    }
+
+    #[test]
+    fn fixed_window_fields(quota in quotas(), steps in steps(6)) {
+        keyed_case::<FixedWindowKeys>(quota, &steps)?;
+        direct_case::<FixedWindowKeys>(quota, &steps)?;
+    }
+
+    #[test]
+    fn sliding_counter_fields(quota in quotas(), steps in steps(6)) {
+        keyed_case::<SlidingWindowCounterKeys>(quota, &steps)?;
+        direct_case::<SlidingWindowCounterKeys>(quota, &steps)?;
+    }
+
+    #[test]
+    fn sliding_log_fields(quota in quotas(), steps in steps(6)) {
+        keyed_case::<SlidingWindowLogKeys>(quota, &steps)?;
+        direct_case::<SlidingWindowLogKeys>(quota, &steps)?;
+    }
+
+    #[test]
+    fn leaky_meter_fields(quota in quotas(), steps in steps(6)) {
+        keyed_case::<LeakyMeterKeys>(quota, &steps)?;
+        direct_case::<LeakyMeterKeys>(quota, &steps)?;
+    }
+
+    #[test]
+    fn bursts_are_advertised(count in 1u64..10, burst in 1u64..20) {
+        let quota = Quota::per_minute(count).unwrap().with_capacity(burst).unwrap();
+        let steps = [Step { advance_ms: 0, cost: 1 }];
+        keyed_case::<TokenBucketKeys>(quota, &steps)?;
+    }
+}
