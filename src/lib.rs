@@ -105,12 +105,15 @@ pub mod redis;
 pub mod sharded;
 mod sync;
 pub mod token_bucket;
+pub mod wait;
 pub mod window;
 
 pub use algorithm::{
     Algorithm, FixedWindowAlgorithm, LeakyMeterAlgorithm, SlidingWindowCounterAlgorithm,
     SlidingWindowLogAlgorithm, TokenBucketAlgorithm,
 };
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
 pub use limiter::{Direct, KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
