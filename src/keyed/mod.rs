@@ -173,6 +173,7 @@ mod epoch;
 mod error;
 mod evict;
 mod limiter;
+mod schedule;
 mod store;
 #[cfg(not(tollgate_loom))]
 mod sweeper;

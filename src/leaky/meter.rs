@@ -147,7 +147,7 @@ fn strict(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
 /// Schedules `n` requests (`1 <= n <= capacity`) behind the queue in `word`, or says when they
 /// would fit: the GCRA's conformance test, answered with a departure slot.
 #[inline]
-fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
+pub(crate) fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
     match g.conform(word, now, n) {
         Ok(c) => Step::Write(
             c.new,
@@ -166,7 +166,7 @@ fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
 
 /// The answer to a scheduling of nothing: the delay a request made at `now` would get, and the
 /// queue as it is.
-fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
+pub(crate) fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
     let backlog = Tat(word).until_full(now.units);
     Scheduled::new(
         now.ns,
