@@ -1,10 +1,12 @@
-//! Time sources: the [`Clock`] trait, the [`Nanos`] it returns, and three clocks.
+//! Time sources: the [`Clock`] trait, the [`Nanos`] it returns, and three clocks (four with the
+//! `tokio` feature).
 //!
 //! | clock | cost of a reading | staleness | use it for |
 //! | --- | --- | --- | --- |
 //! | [`MonotonicClock`] | one TSC read and a multiply (about 12 ns on the 2-core bench machine) | none | the default |
 //! | [`CoarseClock`] | one atomic load | up to its upkeep interval (default 1 ms) behind | the hottest paths, where a millisecond of lag is fine |
 //! | [`ManualClock`] | one atomic load | whatever you set | tests, simulations, replaying traces |
+//! | `TokioClock` (feature `tokio`) | a `std::time::Instant` read (and, in a runtime with paused time enabled, a look at the runtime's clock) | none | tests on tokio's paused time: the limiter moves with tokio's timers |
 //!
 //! Limiters never read a clock inside their decision: they read it once per call and hand the
 //! reading to a pure function. Every limiter also has `*_at(now)` methods that take a reading you

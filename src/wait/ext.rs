@@ -30,7 +30,8 @@ use crate::outcome::{AcquireError, Admitted};
 /// ```
 pub trait LimiterExt: Limiter {
     /// Blocks the thread until `n` requests are admitted, all or none, sleeping each denial's
-    /// `retry_after`.
+    /// `retry_after`. It parks the calling thread: on an async runtime's worker, await
+    /// `until_n_ready` instead.
     ///
     /// # Errors
     ///
@@ -274,7 +275,8 @@ impl<L: Limiter + ?Sized> LimiterExt for L {}
 /// ```
 pub trait KeyedLimitExt<Q: ?Sized>: KeyedLimit<Q> {
     /// Blocks the thread until `n` requests for `key` are admitted, all or none, sleeping each
-    /// denial's `retry_after`.
+    /// denial's `retry_after`. It parks the calling thread: on an async runtime's worker, await
+    /// `until_key_n_ready` instead.
     ///
     /// # Errors
     ///

@@ -17,7 +17,7 @@
 //! ```
 //!
 //! With the `tokio` feature, the same loops run as futures (`until_ready`, `until_n_ready`,
-//! `until_key_ready`, ...) sleeping on tokio's timer; with [`TokioClock`](crate::TokioClock) as the
+//! `until_key_ready`, ...) sleeping on tokio's timer; with [`TokioClock`] as the
 //! limiter's clock, a test on tokio's paused time moves the limiter with the timer:
 //!
 //! ```
@@ -87,10 +87,14 @@
 //! A waiter sleeps on real time (`std::thread::sleep`, or tokio's timer) and asks a limiter that
 //! reads its own clock. With [`MonotonicClock`](crate::MonotonicClock) or
 //! [`CoarseClock`](crate::CoarseClock) the two move together. Under tokio's paused time
-//! (`#[tokio::test(start_paused = true)]`) only [`TokioClock`](crate::TokioClock) moves with the
+//! (`#[tokio::test(start_paused = true)]`) only [`TokioClock`] moves with the
 //! timer: a TSC clock keeps real time and a waiter would wait in earnest. A
 //! [`ManualClock`](crate::ManualClock) never moves on its own, so a waiter on one waits until
 //! something advances it.
+//!
+#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: crate::TokioClock")]
+#![cfg_attr(not(feature = "tokio"), doc = "[`TokioClock`]: crate::clock")]
+// (`TokioClock` exists with the `tokio` feature only; without it, the links point at the clocks.)
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
@@ -337,7 +341,7 @@ pub(crate) fn block<T, E: Retry>(
 }
 
 /// The async loop: as [`block`], sleeping on tokio's timer (whose paused time a
-/// [`TokioClock`](crate::TokioClock) follows).
+/// [`TokioClock`] follows).
 #[cfg(feature = "tokio")]
 pub(crate) async fn until<T, E: Retry>(
     wait: Wait,
