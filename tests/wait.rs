@@ -389,3 +389,33 @@ fn wait_n_within_a_bound_too_short_returns_the_denial_at_once() {
     let err = bucket.wait_n_within(1, 10 * MS).expect_err("a minute away");
     assert!(err.denied().expect("a denial").retry_after() > Duration::from_secs(50));
 }
+
+#[tokio::test(start_paused = true)]
+async fn spawned_waiters_share_one_limiter_and_none_is_lost() {
+    // The futures are `Send`: tasks can own them. 30 waiters on a bucket of 10 a second (full):
+    // the first 10 pass at once, the other 20 need two seconds of refill, and all 30 get in.
+    let bucket = std::sync::Arc::new(TokenBucket::with_clock(q(10), TokioClock::new()));
+    let keyed = std::sync::Arc::new(KeyedLimiter::<u8, _, _>::with_clock(
+        q(10),
+        TokioClock::new(),
+    ));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..30)
+        .map(|_| {
+            let (bucket, keyed) = (bucket.clone(), keyed.clone());
+            tokio::spawn(async move {
+                bucket.until_ready().await.expect("admitted");
+                keyed.until_key_ready(&1).await.expect("admitted");
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("the task ran");
+    }
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(bucket.remaining(), 0);
+}
