@@ -224,6 +224,11 @@ pub trait LimiterExt: Limiter {
     ///
     /// As [`LimiterExt::until_n_ready_within`].
     ///
+    /// # Panics
+    ///
+    /// Like `tokio::time::sleep` (as every `until_*` future does), when polled outside a tokio
+    /// runtime with the time driver enabled.
+    ///
     /// # Examples
     ///
     /// ```
@@ -494,6 +499,11 @@ pub trait KeyedLimitExt<Q: ?Sized>: KeyedLimit<Q> {
     /// # Errors
     ///
     /// As [`KeyedLimitExt::until_key_n_ready_within`].
+    ///
+    /// # Panics
+    ///
+    /// Like `tokio::time::sleep` (as every `until_key_*` future does), when polled outside a
+    /// tokio runtime with the time driver enabled.
     ///
     /// # Examples
     ///

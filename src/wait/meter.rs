@@ -25,6 +25,11 @@ impl<C: Clock> LeakyMeter<C> {
     ///
     /// [`Denied`], at once, when the queue has no free place now.
     ///
+    /// # Panics
+    ///
+    /// Like `tokio::time::sleep`, when polled outside a tokio runtime with the time driver
+    /// enabled (a delay of zero does not touch the timer).
+    ///
     /// # Examples
     ///
     /// ```
@@ -57,6 +62,10 @@ impl<C: Clock> LeakyMeter<C> {
     ///
     /// At once: [`AcquireError::Denied`] when the queue has no room for `n` now,
     /// [`AcquireError::InsufficientCapacity`] when `n` exceeds the capacity.
+    ///
+    /// # Panics
+    ///
+    /// As [`LeakyMeter::schedule_async`].
     ///
     /// # Examples
     ///

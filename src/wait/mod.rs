@@ -82,6 +82,17 @@
 //!   randomly keyed `RandomState` (no extra dependency). With a bound, the extra delay is cut so
 //!   that the sleep still ends by `max`.
 //!
+//! # The async forms
+//!
+//! They sleep with `tokio::time::sleep`, so, like it, they panic when polled outside a tokio
+//! runtime whose time driver is enabled (`enable_time()`, or `#[tokio::main]`). tokio's timer
+//! fires on whole milliseconds: a sleep ends up to about a millisecond after the `retry_after` it
+//! was asked for, never before. Tokens that come back meanwhile wait in the bucket, so the rate
+//! is kept, unless the capacity holds less than a millisecond of refill (a capacity of 1 at more
+//! than 1000 a second): then a lone waiter gets about one admission per millisecond. For
+//! sub-millisecond pacing, use the blocking `wait_n` on a thread of its own, or schedule on a
+//! [`LeakyMeter`](crate::leaky::LeakyMeter).
+//!
 //! # Which clock
 //!
 //! A waiter sleeps on real time (`std::thread::sleep`, or tokio's timer) and asks a limiter that
