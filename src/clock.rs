@@ -1,10 +1,12 @@
-//! Time sources: the [`Clock`] trait, the [`Nanos`] it returns, and three clocks.
+//! Time sources: the [`Clock`] trait, the [`Nanos`] it returns, and three clocks (four with the
+//! `tokio` feature).
 //!
 //! | clock | cost of a reading | staleness | use it for |
 //! | --- | --- | --- | --- |
 //! | [`MonotonicClock`] | one TSC read and a multiply (about 12 ns on the 2-core bench machine) | none | the default |
 //! | [`CoarseClock`] | one atomic load | up to its upkeep interval (default 1 ms) behind | the hottest paths, where a millisecond of lag is fine |
 //! | [`ManualClock`] | one atomic load | whatever you set | tests, simulations, replaying traces |
+//! | `TokioClock` (feature `tokio`) | a `std::time::Instant` read (and, in a runtime with paused time enabled, a look at the runtime's clock) | none | tests on tokio's paused time: the limiter moves with tokio's timers |
 //!
 //! Limiters never read a clock inside their decision: they read it once per call and hand the
 //! reading to a pure function. Every limiter also has `*_at(now)` methods that take a reading you
@@ -721,5 +723,75 @@ impl Clock for ManualClock {
     fn now(&self) -> Nanos {
         // Relaxed: pairs with nothing; the reading carries no other data.
         Nanos(self.nanos.load(Ordering::Relaxed))
+    }
+}
+
+/// A clock that reads tokio's `Instant` (feature `tokio`): nanoseconds since the clock was made.
+///
+/// Under tokio's paused time (`#[tokio::test(start_paused = true)]`, or
+/// `tokio::time::pause()`) it stands still until the runtime advances it, and moves exactly as far
+/// as tokio's timers do, so a limiter on it and code sleeping on tokio's timer (the
+/// [`wait`](crate::wait) futures, a `tokio::time::sleep`) agree: tests of waiting run in virtual
+/// time, without a real wait. [`MonotonicClock`] reads the TSC, which no runtime can pause.
+/// Outside paused time it follows real monotonic time (tokio's `Instant` is `std`'s then), at the
+/// cost of a `std::time::Instant` read and, in a runtime with paused time enabled, a lookup of
+/// the runtime's clock.
+///
+/// Clones (it is `Copy`) share the epoch, the moment [`TokioClock::new`] was called, so their
+/// readings compare. Readings saturate after 584 years.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tollgate::QuotaError> {
+/// use std::time::Duration;
+/// use tollgate::{Clock, Nanos, Quota, TokenBucket, TokioClock};
+///
+/// let clock = TokioClock::new();
+/// let bucket = TokenBucket::with_clock(Quota::per_second(1)?, clock);
+/// assert!(bucket.try_acquire().is_ok());
+/// assert!(bucket.try_acquire().is_err());
+/// tokio::time::sleep(Duration::from_secs(1)).await; // paused: returns at once, a second later
+/// assert!(clock.now() >= Nanos::new(1_000_000_000));
+/// assert!(bucket.try_acquire().is_ok());
+/// # Ok(())
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    epoch: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock reading zero now, on tokio's time (paused or not, as the current runtime's is).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, TokioClock};
+    /// let clock = TokioClock::new();
+    /// assert!(clock.now() <= clock.now());
+    /// ```
+    pub fn new() -> TokioClock {
+        TokioClock {
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        TokioClock::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    fn now(&self) -> Nanos {
+        Nanos::from(tokio::time::Instant::now().saturating_duration_since(self.epoch))
     }
 }

@@ -33,12 +33,14 @@
 //! | [`leaky::queue()`]: [`leaky::LeakySender`], [`leaky::LeakyReceiver`] | the leaky bucket as a queue: producers enqueue up to C items (a refused item is handed back), one consumer receives them at exactly R per second |
 //! | [`keyed::KeyedLimiter`] | one limit per key (`&str` lookups for `String` keys), a bound on the keys held, idle keys forgotten losslessly; a new key that finds no room is refused ([`keyed::KeyedError::TooManyKeys`]) or shares one overflow limit |
 //! | [`Limiter`], [`KeyedLimit`] | one interface for every limiter (object-safe: `Arc<dyn Limiter>`), and for every keyed limiter |
+//! | [`wait::LimiterExt`], [`wait::KeyedLimitExt`], [`wait::Wait`] | waiting instead of being refused, on every limiter: blocking `wait_n`, and with `tokio` the futures `until_ready`, `until_n_ready`, `until_key_ready`; optionally bounded (`_within`) and jittered |
 //! | [`Direct`], [`Algorithm`] | the one facade the direct limiters are aliases of, and the sealed algorithm markers it (and [`keyed::KeyedLimiter`]) runs |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
 //! | [`CoarseClock`] | a timestamp refreshed by a background thread: one load per reading, up to 1 ms stale |
 //! | [`ManualClock`] | time you set, forwards or backwards, for tests |
+//! | `TokioClock` | tokio's `Instant` (feature `tokio`): follows tokio's paused time, for tests of waiting |
 //!
 //! # Code generic over a limiter
 //!
@@ -82,7 +84,7 @@
 //! | feature | what it adds |
 //! | --- | --- |
 //! | `loom` | builds against loom for the model checks in `loom-tests/` (with `RUSTFLAGS="--cfg tollgate_loom"`); not for production |
-//! | `tokio` | async `send_async` and `recv_async` on the [`leaky`] queue (tokio's `Notify` and timer) |
+//! | `tokio` | async `send_async` and `recv_async` on the [`leaky`] queue (tokio's `Notify` and timer); the [`wait`] futures (`until_ready`, `until_n_ready`, `until_key_ready`, ...); `LeakyMeter::schedule_async`; `TokioClock` |
 //! | `redis` | the Redis backend, `redis` (limits shared across machines, decided by server-side Lua) |
 //! | `tower` | the HTTP middleware, `middleware` (a tower layer for axum, hyper and tonic) |
 //! | `axum` | `tower`, and the middleware's `peer_ip()` reads axum's `ConnectInfo<SocketAddr>` |
@@ -111,12 +113,15 @@ pub mod redis;
 pub mod sharded;
 mod sync;
 pub mod token_bucket;
+pub mod wait;
 pub mod window;
 
 pub use algorithm::{
     Algorithm, FixedWindowAlgorithm, LeakyMeterAlgorithm, SlidingWindowCounterAlgorithm,
     SlidingWindowLogAlgorithm, TokenBucketAlgorithm,
 };
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
 pub use limiter::{Direct, KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};

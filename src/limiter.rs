@@ -9,6 +9,10 @@
 //!   `SlidingWindowCounter`, `SlidingWindowLog` and `LeakyMeter` are aliases of it, so their
 //!   `try_acquire*`, `peek_n*`, `remaining*`, `quota` and `clock` are written once, here.
 //!
+//! To wait for capacity rather than be refused, bring [`wait::LimiterExt`](crate::wait::LimiterExt)
+//! or [`wait::KeyedLimitExt`](crate::wait::KeyedLimitExt) into scope: they add `wait_n` and the
+//! `until_*` futures to every limiter, keeping these traits object-safe.
+//!
 //! # Being generic over a limiter
 //!
 //! ```

@@ -68,7 +68,9 @@ pub type TokenBucketKeys = crate::TokenBucketAlgorithm;
 
 /// The [leaky bucket as a meter](crate::leaky::meter) per key, with strict admission (the meter's
 /// `try_acquire`): a request is admitted only when the key's virtual queue is empty, and then takes
-/// `n` intervals of it; a key is forgotten once its queue is empty again.
+/// `n` intervals of it; a key is forgotten once its queue is empty again. A keyed limiter running
+/// it also schedules: [`KeyedLimiter::schedule_key_n`](super::KeyedLimiter::schedule_key_n) gives
+/// each request a place in its key's queue and the delay before it may go.
 ///
 /// # Examples
 ///

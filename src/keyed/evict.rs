@@ -7,9 +7,9 @@ use std::hash::Hash;
 
 use crossbeam_utils::CachePadded;
 
+use super::limiter::Request;
 use super::{Algorithm, KeyedError, KeyedLimiter, TooManyKeys};
 use crate::clock::{Clock, Nanos};
-use crate::outcome::Admitted;
 use crate::quota::{Quota, QuotaError};
 use crate::sync::Ordering;
 
@@ -338,7 +338,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// A request from a new key that found no room.
     #[cold]
-    pub(super) fn overflow_take(&self, n: u64, now: Nanos) -> Result<Admitted, KeyedError> {
+    pub(super) fn overflow_take<R: Request<A>>(
+        &self,
+        n: u64,
+        now: Nanos,
+    ) -> Result<R::Out, KeyedError> {
         // Relaxed: a statistic; it orders nothing.
         self.overflowed.fetch_add(1, Ordering::Relaxed);
         match &self.overflow {
@@ -346,7 +350,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 max_keys: self.max_keys,
             })),
             Some(shared) => {
-                A::acquire(&shared.policy, &shared.state, now, n).map_err(KeyedError::from)
+                R::shared(&shared.policy, &shared.state, now, n).map_err(KeyedError::from)
             }
         }
     }

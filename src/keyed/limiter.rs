@@ -18,22 +18,90 @@ use super::{Algorithm, KeyedError, TokenBucketKeys, TooManyKeys};
 use crate::algorithm::sealed::Held;
 use crate::cas::Gone;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::outcome::Admitted;
+use crate::outcome::{AcquireError, Admitted};
 use crate::quota::{Quota, QuotaError};
 #[cfg(not(tollgate_loom))]
 use crate::sync::Mutex;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// What an attempt to create a key under its shard's lock came to.
-enum Created {
+enum Created<T> {
     /// Decided: `true` when a key was inserted.
-    Done(Result<Admitted, KeyedError>, bool),
+    Done(Result<T, KeyedError>, bool),
     /// Vacant, and no place left.
     Full,
 }
 
 /// The function that picks a new key's tier.
 pub(super) type Pick<K> = Box<dyn Fn(&K) -> usize + Send + Sync>;
+
+/// What a request does to a key's state, for the protocol that creates a key
+/// ([`KeyedLimiter::check_new`]): written once, whatever the request. [`Acquire`] is the
+/// algorithm's admission (every `check_key*`); the keyed meter's scheduling
+/// (`schedule_key*`, in `keyed::schedule`) is the other.
+pub(super) trait Request<A: Algorithm> {
+    /// What an admitted request answers.
+    type Out;
+    /// The request on a held state, or [`Gone`] if eviction marked it (then nothing took effect).
+    fn held(
+        policy: &A::Policy,
+        state: &A::State,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Self::Out, AcquireError>, Gone>;
+    /// The request on a key not held, fresh as of `fresh` in `tier`: the answer, and the state to
+    /// insert if the request wrote (`None`: nothing was built).
+    fn create(
+        policy: &A::Policy,
+        tier: usize,
+        fresh: Nanos,
+        now: Nanos,
+        n: u64,
+    ) -> (Option<A::State>, Result<Self::Out, AcquireError>);
+    /// The request on the shared overflow limiter's state.
+    fn shared(
+        policy: &A::Policy,
+        state: &A::State,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Self::Out, AcquireError>;
+}
+
+/// The algorithm's own admission: what `check_key*` asks of a key.
+pub(super) struct Acquire;
+
+impl<A: Algorithm> Request<A> for Acquire {
+    type Out = Admitted;
+
+    #[inline(always)]
+    fn held(
+        policy: &A::Policy,
+        state: &A::State,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
+        A::acquire_keyed(policy, state, now, n)
+    }
+
+    fn create(
+        policy: &A::Policy,
+        tier: usize,
+        fresh: Nanos,
+        now: Nanos,
+        n: u64,
+    ) -> (Option<A::State>, Result<Admitted, AcquireError>) {
+        A::create(policy, tier, fresh, now, n)
+    }
+
+    fn shared(
+        policy: &A::Policy,
+        state: &A::State,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Admitted, AcquireError> {
+        A::acquire(policy, state, now, n)
+    }
+}
 
 /// A rate limiter with one state per key, bounded memory and lossless eviction of idle keys.
 ///
@@ -313,7 +381,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
             // A query never creates a key.
             _ if n == 0 => self.peek_key_n_at(key, 0, now()),
-            _ => self.check_new(key, n, now()),
+            _ => self.check_new::<Acquire, _>(key, n, now()),
         }
     }
 
@@ -322,14 +390,19 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// a state eviction has marked gone and not yet removed), sweeping first if the map is full
     /// and a sweep is due; failing that, the overflow policy.
     #[cold]
-    fn check_new<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
+    pub(super) fn check_new<R: Request<A>, Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        now: Nanos,
+    ) -> Result<R::Out, KeyedError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         for attempt in 0..2 {
             let created = self.store.with_entry(key.to_owned(), |slot| match slot {
-                Slot::Occupied(key, state) => match A::acquire_keyed(&self.policy, state, now, n) {
+                Slot::Occupied(key, state) => match R::held(&self.policy, state, now, n) {
                     // Another thread created it between our lookup and our lock.
                     Ok(outcome) => (
                         None,
@@ -343,7 +416,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     Err(Gone) => {
                         let tier = self.tier_of(key);
                         let (state, outcome) =
-                            A::create(&self.policy, tier, self.fresh_at(now), now, n);
+                            R::create(&self.policy, tier, self.fresh_at(now), now, n);
                         let replaced = state.is_some();
                         (
                             state,
@@ -358,7 +431,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 Slot::Vacant(_) if !self.has_room() => (None, Created::Full),
                 Slot::Vacant(key) => {
                     let tier = self.tier_of(key);
-                    match A::create(&self.policy, tier, self.fresh_at(now), now, n) {
+                    match R::create(&self.policy, tier, self.fresh_at(now), now, n) {
                         // The place is reserved under the shard lock, so a second thread creating
                         // the same key waits for the lock and then finds it occupied: one
                         // reservation, one state, both admissions counted. (Another key may have
@@ -398,7 +471,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 }
             }
         }
-        self.overflow_take(n, now)
+        self.overflow_take::<R>(n, now)
     }
 
     /// Would `n` tokens for `key` be admitted now? Consumes nothing, writes nothing, creates no key.

@@ -33,7 +33,7 @@
 //! | marker | per key | state per key | a key is forgotten when |
 //! | --- | --- | --- | --- |
 //! | [`TokenBucketKeys`] (the default) | the [token bucket](crate::token_bucket): bursts up to C, then R per second | 8 bytes | its bucket is full again (`tat <= now`) |
-//! | [`LeakyMeterKeys`] | the [leaky meter](crate::leaky::meter), strict: admitted only when the key's virtual queue is empty | 8 bytes | its queue is empty again |
+//! | [`LeakyMeterKeys`] | the [leaky meter](crate::leaky::meter), strict: admitted only when the key's virtual queue is empty; or scheduled, with a delay ([`KeyedLimiter::schedule_key_n`]) | 8 bytes | its queue is empty again |
 //! | [`FixedWindowKeys`] | the [fixed window](crate::window::fixed): N per window, windows on the clock's epoch | 8 bytes | its window is over |
 //! | [`SlidingWindowCounterKeys`] | the one-word [sliding window counter](crate::window::sliding_counter) | 8 bytes | both windows it counts are over |
 //! | [`SlidingWindowLogKeys`] | the exact [sliding window log](crate::window::sliding_log) | 24 bytes + 8 (N + 2) + 16 on the heap | its newest admission has left the window |
@@ -173,6 +173,7 @@ mod epoch;
 mod error;
 mod evict;
 mod limiter;
+mod schedule;
 mod store;
 #[cfg(not(tollgate_loom))]
 mod sweeper;

@@ -46,7 +46,10 @@
 //!   departure instant and the queue behind it, or [`Denied`] with an exact `retry_after`: the
 //!   earliest reading at which the same request fits (`D + n × I - C × I`). A request for more than
 //!   `C` is [`InsufficientCapacity`](crate::InsufficientCapacity); a request for 0 is a query that writes nothing and reports the
-//!   delay a request made now would get.
+//!   delay a request made now would get. With the `tokio` feature, `LeakyMeter::schedule_async`
+//!   takes the place and sleeps its delay on tokio's timer (a dropped future keeps its place: see
+//!   No refund, below). Per key, [`KeyedLimiter::schedule_key_n`](crate::keyed::KeyedLimiter::schedule_key_n)
+//!   schedules the same way in each key's queue.
 //! - **Strict acquisition** ([`LeakyMeter::try_acquire_n`]) admits only a request whose delay would
 //!   be zero, when the queue is empty at `now`, and then drains at `now + n × I`: strict spacing, no
 //!   burst, one request per interval at most. A denial's `retry_after` is `D - now`, the instant the
@@ -153,7 +156,7 @@ fn strict(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
 /// Schedules `n` requests (`1 <= n <= capacity`) behind the queue in `word`, or says when they
 /// would fit: the GCRA's conformance test, answered with a departure slot.
 #[inline]
-fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
+pub(crate) fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
     match g.conform(word, now, n) {
         Ok(c) => Step::Write(
             c.new,
@@ -173,7 +176,7 @@ fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
 
 /// The answer to a scheduling of nothing: the delay a request made at `now` would get, and the
 /// queue as it is.
-fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
+pub(crate) fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
     let backlog = Tat(word).until_full(now.units);
     Scheduled::new(
         now.ns,
