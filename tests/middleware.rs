@@ -768,3 +768,114 @@ async fn a_partition_key_is_sent_only_when_configured() {
     assert_eq!(pk, &sfv::BareItem::ByteSequence(vec![3]));
     assert_eq!(reply.one("ratelimit-policy"), Some(r#""default";q=5;w=60"#));
 }
+
+#[tokio::test(start_paused = true)]
+async fn delay_up_to_waits_out_a_place_in_the_meter_or_refuses_without_taking_one() {
+    use std::convert::Infallible;
+    use tokio::time::Instant;
+    use tollgate::leaky::LeakyMeter;
+    use tollgate::middleware::{global, Meter};
+    use tollgate::TokioClock;
+    use tower::{service_fn, Layer, ServiceExt};
+
+    // One request every 100 ms; a request waits at most 250 ms.
+    let meter = LeakyMeter::with_clock(Quota::per_second(10).unwrap(), TokioClock::new());
+    let layer = LimitLayer::new(Meter::new(meter), global())
+        .delay_up_to(Duration::from_millis(250))
+        .build()
+        .unwrap();
+    let svc = layer.layer(service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::from("ok")))
+    }));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let svc = svc.clone();
+        tasks.push(tokio::spawn(async move {
+            let res = svc.oneshot(Request::new(String::new())).await.unwrap();
+            (
+                res.status(),
+                start.elapsed(),
+                res.headers().get("retry-after").cloned(),
+            )
+        }));
+        // Each request's place is taken in call, in the order they arrive.
+        tokio::task::yield_now().await;
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    let passed: Vec<Duration> = answers
+        .iter()
+        .filter(|(s, _, _)| *s == StatusCode::OK)
+        .map(|(_, at, _)| *at)
+        .collect();
+    assert_eq!(
+        passed,
+        [0, 100, 200].map(Duration::from_millis),
+        "three fit within 250 ms and leave one interval apart"
+    );
+    for (status, at, retry) in answers.iter().filter(|(s, _, _)| *s != StatusCode::OK) {
+        assert_eq!(*status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(*at, Duration::ZERO, "refused at once, without waiting");
+        assert_eq!(retry.as_ref().unwrap(), "1");
+    }
+    assert_eq!(answers.len(), 5);
+    // The refused two took no place: at 300 ms the queue is empty again, and a request passes
+    // without waiting.
+    tokio::time::sleep_until(start + Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let res = svc.oneshot(Request::new(String::new())).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(t.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delay_up_to_queues_each_key_of_a_keyed_meter_on_its_own() {
+    use std::convert::Infallible;
+    use tokio::time::Instant;
+    use tollgate::keyed::LeakyMeterKeys;
+    use tollgate::middleware::Meter;
+    use tollgate::TokioClock;
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let meter: KeyedLimiter<http::HeaderValue, LeakyMeterKeys, _> =
+        KeyedLimiter::with_algorithm(Quota::per_second(10).unwrap(), TokioClock::new()).unwrap();
+    let name = http::HeaderName::from_static("x-api-key");
+    let layer = LimitLayer::new(Meter::new(meter), tollgate::middleware::header(name))
+        .delay_up_to(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let svc = layer.layer(service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for key in ["a", "a", "a", "b"] {
+        let svc = svc.clone();
+        let req = Request::builder()
+            .header("x-api-key", key)
+            .body(String::new())
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            let res = svc.oneshot(req).await.unwrap();
+            (key, res.status(), start.elapsed())
+        }));
+        tokio::task::yield_now().await;
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.unwrap());
+    }
+    got.sort_by_key(|(key, status, at)| (*key, status.as_u16(), *at));
+    assert_eq!(
+        got,
+        [
+            ("a", StatusCode::OK, Duration::ZERO),
+            ("a", StatusCode::OK, Duration::from_millis(100)),
+            ("a", StatusCode::TOO_MANY_REQUESTS, Duration::ZERO),
+            ("b", StatusCode::OK, Duration::ZERO),
+        ]
+    );
+}

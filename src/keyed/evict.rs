@@ -340,6 +340,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     #[cold]
     pub(super) fn overflow_take<R: Request<A>>(
         &self,
+        req: &R,
         n: u64,
         now: Nanos,
     ) -> Result<R::Out, KeyedError> {
@@ -349,9 +350,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             None => Err(KeyedError::TooManyKeys(TooManyKeys {
                 max_keys: self.max_keys,
             })),
-            Some(shared) => {
-                R::shared(&shared.policy, &shared.state, now, n).map_err(KeyedError::from)
-            }
+            Some(shared) => req
+                .shared(&shared.policy, &shared.state, now, n)
+                .map_err(KeyedError::from),
         }
     }
 }

@@ -44,6 +44,7 @@ pub(super) trait Request<A: Algorithm> {
     type Out;
     /// The request on a held state, or [`Gone`] if eviction marked it (then nothing took effect).
     fn held(
+        &self,
         policy: &A::Policy,
         state: &A::State,
         now: Nanos,
@@ -52,6 +53,7 @@ pub(super) trait Request<A: Algorithm> {
     /// The request on a key not held, fresh as of `fresh` in `tier`: the answer, and the state to
     /// insert if the request wrote (`None`: nothing was built).
     fn create(
+        &self,
         policy: &A::Policy,
         tier: usize,
         fresh: Nanos,
@@ -60,6 +62,7 @@ pub(super) trait Request<A: Algorithm> {
     ) -> (Option<A::State>, Result<Self::Out, AcquireError>);
     /// The request on the shared overflow limiter's state.
     fn shared(
+        &self,
         policy: &A::Policy,
         state: &A::State,
         now: Nanos,
@@ -75,6 +78,7 @@ impl<A: Algorithm> Request<A> for Acquire {
 
     #[inline(always)]
     fn held(
+        &self,
         policy: &A::Policy,
         state: &A::State,
         now: Nanos,
@@ -84,6 +88,7 @@ impl<A: Algorithm> Request<A> for Acquire {
     }
 
     fn create(
+        &self,
         policy: &A::Policy,
         tier: usize,
         fresh: Nanos,
@@ -94,6 +99,7 @@ impl<A: Algorithm> Request<A> for Acquire {
     }
 
     fn shared(
+        &self,
         policy: &A::Policy,
         state: &A::State,
         now: Nanos,
@@ -381,7 +387,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
             // A query never creates a key.
             _ if n == 0 => self.peek_key_n_at(key, 0, now()),
-            _ => self.check_new::<Acquire, _>(key, n, now()),
+            _ => self.check_new(&Acquire, key, n, now()),
         }
     }
 
@@ -392,6 +398,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     #[cold]
     pub(super) fn check_new<R: Request<A>, Q>(
         &self,
+        req: &R,
         key: &Q,
         n: u64,
         now: Nanos,
@@ -402,7 +409,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         for attempt in 0..2 {
             let created = self.store.with_entry(key.to_owned(), |slot| match slot {
-                Slot::Occupied(key, state) => match R::held(&self.policy, state, now, n) {
+                Slot::Occupied(key, state) => match req.held(&self.policy, state, now, n) {
                     // Another thread created it between our lookup and our lock.
                     Ok(outcome) => (
                         None,
@@ -416,7 +423,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     Err(Gone) => {
                         let tier = self.tier_of(key);
                         let (state, outcome) =
-                            R::create(&self.policy, tier, self.fresh_at(now), now, n);
+                            req.create(&self.policy, tier, self.fresh_at(now), now, n);
                         let replaced = state.is_some();
                         (
                             state,
@@ -431,7 +438,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 Slot::Vacant(_) if !self.has_room() => (None, Created::Full),
                 Slot::Vacant(key) => {
                     let tier = self.tier_of(key);
-                    match R::create(&self.policy, tier, self.fresh_at(now), now, n) {
+                    match req.create(&self.policy, tier, self.fresh_at(now), now, n) {
                         // The place is reserved under the shard lock, so a second thread creating
                         // the same key waits for the lock and then finds it occupied: one
                         // reservation, one state, both admissions counted. (Another key may have
@@ -471,7 +478,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 }
             }
         }
-        self.overflow_take::<R>(n, now)
+        self.overflow_take(req, n, now)
     }
 
     /// Would `n` tokens for `key` be admitted now? Consumes nothing, writes nothing, creates no key.

@@ -8,19 +8,33 @@ use super::limiter::Request;
 use super::{KeyedError, KeyedLimiter, LeakyMeterKeys};
 use crate::cas::{self, Gone};
 use crate::clock::{Clock, Nanos};
-use crate::gcra::Gcra;
-use crate::leaky::meter::{query_schedule, schedule};
-use crate::outcome::{AcquireError, Scheduled};
+use crate::gcra::{Gcra, Time};
+use crate::leaky::meter::{query_schedule, schedule, schedule_within};
+use crate::outcome::{AcquireError, Denied, Scheduled};
 use crate::sync::AtomicU64;
 
 /// The meter's scheduling ([`LeakyMeter::try_schedule_n`](crate::leaky::LeakyMeter::try_schedule_n))
 /// as a request on a key's word.
-struct Schedule;
+/// A place in the key's queue; with `within`, only one that leaves within that many of the
+/// policy's units of the reading (else refused, writing nothing).
+pub(super) struct Schedule {
+    pub(super) within: Option<u64>,
+}
+
+impl Schedule {
+    fn step(&self, policy: &Gcra, word: u64, now: Time, n: u64) -> cas::Step<Scheduled, Denied> {
+        match self.within {
+            None => schedule(policy, word, now, n),
+            Some(max) => schedule_within(policy, word, now, n, max),
+        }
+    }
+}
 
 impl Request<LeakyMeterKeys> for Schedule {
     type Out = Scheduled;
 
     fn held(
+        &self,
         policy: &Gcra,
         state: &AtomicU64,
         now: Nanos,
@@ -30,7 +44,7 @@ impl Request<LeakyMeterKeys> for Schedule {
         match policy.check_n(n) {
             Err(e) => Ok(Err(e.into())),
             Ok(true) => Ok(
-                cas::update_live(state, |word| schedule(policy, word, now, n))?
+                cas::update_live(state, |word| self.step(policy, word, now, n))?
                     .map_err(AcquireError::Denied),
             ),
             Ok(false) => match cas::read(state) {
@@ -41,6 +55,7 @@ impl Request<LeakyMeterKeys> for Schedule {
     }
 
     fn create(
+        &self,
         policy: &Gcra,
         _tier: usize,
         fresh: Nanos,
@@ -54,7 +69,7 @@ impl Request<LeakyMeterKeys> for Schedule {
         match policy.check_n(n) {
             Err(e) => (None, Err(e.into())),
             Ok(false) => (None, Ok(query_schedule(policy, word, now))),
-            Ok(true) => match schedule(policy, word, now, n) {
+            Ok(true) => match self.step(policy, word, now, n) {
                 cas::Step::Write(new, scheduled) => (Some(AtomicU64::new(new)), Ok(scheduled)),
                 cas::Step::Keep(scheduled) => (None, Ok(scheduled)),
                 cas::Step::Refuse(denied) => (None, Err(AcquireError::Denied(denied))),
@@ -63,6 +78,7 @@ impl Request<LeakyMeterKeys> for Schedule {
     }
 
     fn shared(
+        &self,
         policy: &Gcra,
         state: &AtomicU64,
         now: Nanos,
@@ -70,7 +86,7 @@ impl Request<LeakyMeterKeys> for Schedule {
     ) -> Result<Scheduled, AcquireError> {
         let now = policy.time(now);
         if policy.check_n(n)? {
-            cas::update(state, |word| schedule(policy, word, now, n)).map_err(AcquireError::Denied)
+            cas::update(state, |word| self.step(policy, word, now, n)).map_err(AcquireError::Denied)
         } else {
             Ok(query_schedule(policy, cas::read(state), now))
         }
@@ -210,16 +226,49 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, LeakyMeterKeys, C> {
     {
         // As `check_key_n_at`: a known key is decided by a compare-and-swap on its word; a key
         // not held (or forgotten meanwhile) is created under its shard's lock.
+        self.schedule_key_with(&Schedule { within: None }, key, n, now)
+    }
+
+    /// `schedule_key_n_at`, refused (writing nothing) when the place would leave more than
+    /// `max` after `now`: for the HTTP middleware's `delay_up_to`.
+    #[cfg(all(feature = "tower", feature = "tokio"))]
+    pub(crate) fn schedule_key_n_within<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        max: std::time::Duration,
+        now: Nanos,
+    ) -> Result<Scheduled, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let max = self.policy.time(Nanos::from(max)).units;
+        self.schedule_key_with(&Schedule { within: Some(max) }, key, n, now)
+    }
+
+    fn schedule_key_with<Q>(
+        &self,
+        req: &Schedule,
+        key: &Q,
+        n: u64,
+        now: Nanos,
+    ) -> Result<Scheduled, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let known = self
             .store
-            .with_read(key, |state| Schedule::held(&self.policy, state, now, n));
+            .with_read(key, |state| req.held(&self.policy, state, now, n));
         match known {
             Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
             // A query never creates a key: a key not held has an empty queue.
-            _ if n == 0 => Schedule::create(&self.policy, 0, self.fresh_at(now), now, 0)
+            _ if n == 0 => req
+                .create(&self.policy, 0, self.fresh_at(now), now, 0)
                 .1
                 .map_err(KeyedError::from),
-            _ => self.check_new::<Schedule, _>(key, n, now),
+            _ => self.check_new(req, key, n, now),
         }
     }
 }

@@ -174,6 +174,25 @@ pub(crate) fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled
     }
 }
 
+/// [`schedule`], refused (writing nothing) when the request would leave more than `max` units
+/// after the reading: its denial says when it would leave within `max`. For callers that wait out
+/// the delay but only so long (the HTTP middleware's `delay_up_to`).
+#[inline]
+pub(crate) fn schedule_within(
+    g: &Gcra,
+    word: u64,
+    now: Time,
+    n: u64,
+    max: u64,
+) -> Step<Scheduled, Denied> {
+    match g.conform(word, now, n) {
+        Ok(c) if c.start - now.units > max => {
+            Step::Refuse(g.denied(word, now, c.start - now.units - max))
+        }
+        _ => schedule(g, word, now, n),
+    }
+}
+
 /// The answer to a scheduling of nothing: the delay a request made at `now` would get, and the
 /// queue as it is.
 pub(crate) fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
@@ -348,6 +367,27 @@ impl<C: Clock> LeakyMeter<C> {
         if self.policy.check_n(n)? {
             cas::update(&self.state, |w| schedule(&self.policy, w, now, n))
                 .map_err(AcquireError::Denied)
+        } else {
+            Ok(query_schedule(&self.policy, cas::read(&self.state), now))
+        }
+    }
+
+    /// `try_schedule_n_at`, refused (writing nothing) when the place would leave more than
+    /// `max` after `now`: for the HTTP middleware's `delay_up_to`.
+    #[cfg(all(feature = "tower", feature = "tokio"))]
+    pub(crate) fn try_schedule_n_within(
+        &self,
+        n: u64,
+        max: std::time::Duration,
+        now: Nanos,
+    ) -> Result<Scheduled, AcquireError> {
+        let max = self.policy.time(Nanos::from(max)).units;
+        let now = self.policy.time(now);
+        if self.policy.check_n(n)? {
+            cas::update(&self.state, |w| {
+                schedule_within(&self.policy, w, now, n, max)
+            })
+            .map_err(AcquireError::Denied)
         } else {
             Ok(query_schedule(&self.policy, cas::read(&self.state), now))
         }

@@ -82,6 +82,11 @@ pub enum Decision<F> {
     Ready(Result<Admitted, Refusal>),
     /// To be decided by the future.
     Pending(F),
+    /// Admitted once [`Scheduled::delay`](crate::Scheduled::delay) has passed: a place in a
+    /// leaky meter's queue (see [`Backend::decide_within`]). The layer waits it out before
+    /// calling the inner service.
+    #[cfg(feature = "tokio")]
+    Delayed(crate::outcome::Scheduled),
 }
 
 /// A limit the layer can enforce for keys of type `K`: what [`LimitLayer`](super::LimitLayer)
@@ -128,6 +133,22 @@ pub trait Backend<K>: Send + Sync + 'static {
 
     /// The quota enforced, for the `RateLimit-Policy` field (the first tier's, when tiered).
     fn quota(&self) -> &Quota;
+
+    /// Admits `cost` units for `key`, possibly after a wait of at most `max_delay`
+    /// ([`Decision::Delayed`]), or says why not; what the layer asks under
+    /// [`delay_up_to`](super::LimitLayerBuilder::delay_up_to). A backend that cannot queue
+    /// decides as [`Backend::decide`] does (the default): the request is refused rather than
+    /// delayed. [`Meter`] queues.
+    #[cfg(feature = "tokio")]
+    fn decide_within(
+        &self,
+        key: &K,
+        cost: u64,
+        max_delay: std::time::Duration,
+    ) -> Decision<Self::Future> {
+        let _ = max_delay;
+        self.decide(key, cost)
+    }
 
     /// The quota of each tier, for a backend whose quota is chosen per key: one policy each.
     fn tiers(&self) -> &[Quota] {
@@ -267,6 +288,94 @@ where
     #[inline]
     fn decide(&self, _key: &K, cost: u64) -> Decision<Immediate> {
         Decision::Ready(self.0.try_acquire_n(cost).map_err(Refusal::from))
+    }
+
+    fn quota(&self) -> &Quota {
+        self.0.quota()
+    }
+}
+
+/// A leaky meter behind the layer, direct ([`LeakyMeter`](crate::leaky::LeakyMeter), one queue
+/// for all) or keyed (a [`KeyedLimiter`](crate::keyed::KeyedLimiter) of
+/// [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys), one queue per key). Without
+/// `delay_up_to` it is the strict meter (admitted only when the queue is empty: requests at
+/// least one interval apart); with the builder's `delay_up_to` (feature `tokio`), a request that
+/// would leave the queue within the bound waits its turn and is then passed on, and one that
+/// would not is refused, taking no place.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::{KeyedLimiter, LeakyMeterKeys};
+/// use tollgate::middleware::{peer_ip, LimitLayer, Meter};
+/// use tollgate::{MonotonicClock, Quota};
+/// // Each client: one request every 100 ms, up to 10 queued.
+/// let quota = Quota::per_second(10)?;
+/// let meter: KeyedLimiter<std::net::IpAddr, LeakyMeterKeys, _> =
+///     KeyedLimiter::with_algorithm(quota, MonotonicClock::new())?;
+/// let layer = LimitLayer::new(Meter::new(meter), peer_ip()).build()?;
+/// # drop(layer);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Meter<L>(L);
+
+impl<L> Meter<L> {
+    /// `meter`, as a backend.
+    ///
+    /// # Examples
+    ///
+    /// See [`Meter`].
+    pub fn new(meter: L) -> Meter<L> {
+        Meter(meter)
+    }
+}
+
+impl<K, C> Backend<K> for Meter<crate::leaky::LeakyMeter<C>>
+where
+    K: 'static,
+    C: crate::clock::Clock + 'static,
+{
+    type Future = Immediate;
+
+    fn decide(&self, _key: &K, cost: u64) -> Decision<Immediate> {
+        Decision::Ready(self.0.try_acquire_n(cost).map_err(Refusal::from))
+    }
+
+    #[cfg(feature = "tokio")]
+    fn decide_within(&self, _key: &K, cost: u64, max: std::time::Duration) -> Decision<Immediate> {
+        match self
+            .0
+            .try_schedule_n_within(cost, max, Limiter::now(&self.0))
+        {
+            Ok(scheduled) => Decision::Delayed(scheduled),
+            Err(e) => Decision::Ready(Err(e.into())),
+        }
+    }
+
+    fn quota(&self) -> &Quota {
+        Limiter::quota(&self.0)
+    }
+}
+
+impl<K, C> Backend<K> for Meter<crate::keyed::KeyedLimiter<K, crate::keyed::LeakyMeterKeys, C>>
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    C: crate::clock::Clock + 'static,
+{
+    type Future = Immediate;
+
+    fn decide(&self, key: &K, cost: u64) -> Decision<Immediate> {
+        Decision::Ready(self.0.check_key_n(key, cost).map_err(Refusal::from))
+    }
+
+    #[cfg(feature = "tokio")]
+    fn decide_within(&self, key: &K, cost: u64, max: std::time::Duration) -> Decision<Immediate> {
+        let now = crate::clock::Clock::now(self.0.clock());
+        match self.0.schedule_key_n_within(key, cost, max, now) {
+            Ok(scheduled) => Decision::Delayed(scheduled),
+            Err(e) => Decision::Ready(Err(e.into())),
+        }
     }
 
     fn quota(&self) -> &Quota {

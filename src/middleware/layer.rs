@@ -356,6 +356,8 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
     /// One per tier of the backend (at least one).
     pub(crate) policies: Box<[Policy]>,
     pub(crate) partition_key: Option<PartitionKey<X::Key>>,
+    #[cfg(feature = "tokio")]
+    pub(crate) max_delay: Option<Duration>,
     pub(crate) headers: Headers,
     pub(crate) on_missing: OnMissing<X::Key>,
     pub(crate) cost: Cost,
@@ -509,6 +511,8 @@ impl<B: Backend<X::Key>, X: KeyExtractor> LimitLayer<B, X> {
             name: "default".into(),
             tier_names: None,
             partition_key: None,
+            #[cfg(feature = "tokio")]
+            max_delay: None,
             headers: Headers::Always,
             on_missing: OnMissing::Reject(StatusCode::BAD_REQUEST),
             cost: Cost::One,
@@ -634,6 +638,8 @@ pub struct LimitLayerBuilder<B, X: KeyExtractor, D = EmptyBody> {
     name: String,
     tier_names: Option<Vec<String>>,
     partition_key: Option<PartitionKey<X::Key>>,
+    #[cfg(feature = "tokio")]
+    max_delay: Option<Duration>,
     headers: Headers,
     on_missing: OnMissing<X::Key>,
     cost: Cost,
@@ -735,6 +741,36 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
         partition_key: impl Fn(&X::Key) -> Vec<u8> + Send + Sync + 'static,
     ) -> Self {
         self.partition_key = Some(Box::new(partition_key));
+        self
+    }
+
+    /// Waits instead of refusing, up to `max` (feature `tokio`): over a [`Meter`](super::Meter)
+    /// (a leaky meter, direct or keyed), a request that would leave the meter's queue within
+    /// `max` takes its place, waits its turn (a tokio timer) and is then passed on; one that would
+    /// wait longer is refused as a denial (429), taking no place, its `Retry-After` saying when
+    /// it would fit within `max`. Requests passed on this way leave one interval apart, so the
+    /// service behind sees a smooth rate rather than bursts. Backends that do not queue ignore
+    /// it. A client that gives up while waiting does not give its place back: the meter has
+    /// scheduled it. The fields of a delayed request describe the queue when it took its place.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::leaky::LeakyMeter;
+    /// use tollgate::middleware::{global, LimitLayer, Meter};
+    /// use tollgate::Quota;
+    /// // At most 50 requests a second reach the database, evenly; a request waits at most 200 ms.
+    /// let meter = LeakyMeter::new(Quota::per_second(50)?);
+    /// let layer = LimitLayer::new(Meter::new(meter), global())
+    ///     .delay_up_to(Duration::from_millis(200))
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn delay_up_to(mut self, max: Duration) -> Self {
+        self.max_delay = Some(max);
         self
     }
 
@@ -967,6 +1003,8 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
             name: self.name,
             tier_names: self.tier_names,
             partition_key: self.partition_key,
+            #[cfg(feature = "tokio")]
+            max_delay: self.max_delay,
             headers: self.headers,
             on_missing: self.on_missing,
             cost: self.cost,
@@ -1023,6 +1061,8 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 on_denied: self.on_denied,
                 policies: policies.into_boxed_slice(),
                 partition_key: self.partition_key,
+                #[cfg(feature = "tokio")]
+                max_delay: self.max_delay,
                 headers: self.headers,
                 on_missing: self.on_missing,
                 cost: self.cost,

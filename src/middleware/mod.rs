@@ -94,6 +94,13 @@
 //! - Limits per route: put the layer on the route (axum's `route_layer`), or key on
 //!   [`from_fn`](key::from_fn) with the route's `MatchedPath` extension in the key.
 //!
+//! # Waiting instead of refusing
+//!
+//! Over a leaky meter ([`Meter`], direct or keyed), `LimitLayerBuilder::delay_up_to`
+//! (feature `tokio`) holds a request until its place in the meter's queue comes up, if that is
+//! within the bound, and refuses it (taking no place) if not: the service behind sees requests
+//! evenly spaced instead of bursts, and clients a short wait instead of a 429.
+//!
 //! # Cost
 //!
 //! The layer's own work on an admitted request is the key's extraction, one limiter check, and,
@@ -108,7 +115,7 @@ pub mod key;
 mod layer;
 mod service;
 
-pub use backend::{Backend, Decision, Global, Keyed, Refusal};
+pub use backend::{Backend, Decision, Global, Keyed, Meter, Refusal};
 #[cfg(feature = "redis")]
 pub use backend::{KeyBytes, Redis};
 pub use fields::{PolicyNameError, MAX_POLICY_NAME};

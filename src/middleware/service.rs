@@ -22,6 +22,37 @@ use super::layer::{
 };
 use crate::outcome::Admitted;
 
+/// What an admission's fields say: the units left and the wait until one more is free. From an
+/// [`Admitted`], or from a place in a leaky meter's queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    remaining: u64,
+    next: Option<std::time::Duration>,
+}
+
+impl From<Admitted> for Grant {
+    #[inline]
+    fn from(a: Admitted) -> Grant {
+        Grant {
+            remaining: a.remaining(),
+            next: a.next_after(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl From<&crate::outcome::Scheduled> for Grant {
+    fn from(s: &crate::outcome::Scheduled) -> Grant {
+        Grant {
+            remaining: s.remaining(),
+            next: s.next_after(),
+        }
+    }
+}
+
+/// A request admitted after a wait: the wait, then its grant.
+type Waiting = Pin<Box<dyn Future<Output = Result<Grant, Refusal>> + Send>>;
+
 /// The message of a missing peer address, in the 500's body and the log line.
 pub(crate) const NO_CONNECT_INFO: &str = "the rate limit is keyed by the peer's address, but the \
     request carries none: serve the axum router with \
@@ -142,19 +173,14 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         buf.header_value()
     }
 
-    fn admitted_fields(&self, policy: &Policy, admitted: &Admitted, pk: Option<&[u8]>) -> Fields {
+    fn admitted_fields(&self, policy: &Policy, grant: &Grant, pk: Option<&[u8]>) -> Fields {
         if !self.sends_fields(false) {
             return Fields::default();
         }
         Fields {
             retry_after: None,
             policy: Some(policy.value.clone()),
-            ratelimit: Self::ratelimit(
-                policy,
-                admitted.remaining(),
-                t_secs(admitted.next_after()),
-                pk,
-            ),
+            ratelimit: Self::ratelimit(policy, grant.remaining, t_secs(grant.next), pk),
         }
     }
 
@@ -312,7 +338,7 @@ enum Step<SF, ResBody> {
 }
 
 /// The rest of a request whose decision is awaited: run once the backend answers.
-type Resume<SF, ResBody> = Box<dyn FnOnce(Result<Admitted, Refusal>) -> Step<SF, ResBody> + Send>;
+type Resume<SF, ResBody> = Box<dyn FnOnce(Result<Grant, Refusal>) -> Step<SF, ResBody> + Send>;
 
 pin_project! {
     /// The future of a [`Limit`]'s response.
@@ -327,6 +353,7 @@ pin_project! {
     enum State<SF, BF, ResBody> {
         Call { #[pin] fut: SF, fields: Option<Fields> },
         Deciding { #[pin] fut: BF, resume: Option<Resume<SF, ResBody>> },
+        Waiting { fut: Waiting, resume: Option<Resume<SF, ResBody>> },
         Done { response: Option<Response<ResBody>> },
     }
 }
@@ -338,6 +365,23 @@ impl<SF, BF, ResBody> fmt::Debug for ResponseFuture<SF, BF, ResBody> {
 }
 
 impl<SF, BF, ResBody> ResponseFuture<SF, BF, ResBody> {
+    /// The state after an awaited verdict: the rest of the request run on it.
+    fn resume(
+        resume: Option<Resume<SF, ResBody>>,
+        verdict: Result<Grant, Refusal>,
+    ) -> State<SF, BF, ResBody> {
+        match resume.map(|resume| resume(verdict)) {
+            Some(Step::Call(fut, fields)) => State::Call {
+                fut,
+                fields: Some(fields),
+            },
+            Some(Step::Respond(res)) => State::Done {
+                response: Some(res),
+            },
+            None => State::Done { response: None },
+        }
+    }
+
     fn step(step: Step<SF, ResBody>) -> Self {
         let state = match step {
             Step::Call(fut, fields) => State::Call {
@@ -372,20 +416,14 @@ where
                     return Poll::Ready(Ok(res));
                 }
                 StateProj::Deciding { fut, resume } => {
-                    let verdict = ready!(fut.poll(cx));
-                    let next = match resume.take() {
-                        Some(resume) => match resume(verdict) {
-                            Step::Call(fut, fields) => State::Call {
-                                fut,
-                                fields: Some(fields),
-                            },
-                            Step::Respond(res) => State::Done {
-                                response: Some(res),
-                            },
-                        },
-                        None => State::Done { response: None },
-                    };
-                    this.state.set(next);
+                    let verdict = ready!(fut.poll(cx)).map(Grant::from);
+                    let resume = resume.take();
+                    this.state.set(Self::resume(resume, verdict));
+                }
+                StateProj::Waiting { fut, resume } => {
+                    let verdict = ready!(fut.as_mut().poll(cx));
+                    let resume = resume.take();
+                    this.state.set(Self::resume(resume, verdict));
                 }
                 StateProj::Done { response } => {
                     // Polled again after completing: a contract violation by the caller,
@@ -419,7 +457,7 @@ fn conclude<S, B, X, D, ReqBody, ResBody>(
     shared: &Shared<B, X, D>,
     inner: &mut S,
     req: Decided<ReqBody>,
-    verdict: Result<Admitted, Refusal>,
+    verdict: Result<Grant, Refusal>,
 ) -> Step<S::Future, ResBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -436,9 +474,9 @@ where
     } = req;
     let policy = shared.policy(tier);
     match verdict {
-        Ok(admitted) => {
-            let fields = shared.admitted_fields(policy, &admitted, pk.as_deref());
-            let remaining = admitted.remaining();
+        Ok(grant) => {
+            let fields = shared.admitted_fields(policy, &grant, pk.as_deref());
+            let remaining = grant.remaining;
             shared.info(&mut head, policy, InfoDecision::Admitted, remaining);
             Step::Call(inner.call(Request::from_parts(head, body)), fields)
         }
@@ -479,6 +517,30 @@ where
         quota: shared.policy(0).quota,
     };
     shared.refuse(&rejection, Fields::default(), grpc)
+}
+
+impl<S, B, X, D> Limit<S, B, X, D>
+where
+    X: KeyExtractor,
+{
+    /// The rest of `req`, to run once its verdict is in: the readied service goes with it, and
+    /// this one keeps a fresh clone (tower's rule for services called from a later future).
+    fn resume_later<ReqBody, ResBody>(
+        &mut self,
+        req: Decided<ReqBody>,
+    ) -> Resume<S::Future, ResBody>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        B: Send + Sync + 'static,
+        D: OnDenied<ResBody>,
+        ReqBody: Send + 'static,
+        ResBody: Default + 'static,
+    {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        Box::new(move |verdict| conclude(&shared, &mut inner, req, verdict))
+    }
 }
 
 impl<S, B, X, D, ReqBody, ResBody> Service<Request<ReqBody>> for Limit<S, B, X, D>
@@ -534,6 +596,12 @@ where
             }
         };
         let cost = shared.cost.of(&head);
+        #[cfg(feature = "tokio")]
+        let verdict = match shared.max_delay {
+            Some(max) => shared.backend.decide_within(key, cost, max),
+            None => shared.backend.decide(key, cost),
+        };
+        #[cfg(not(feature = "tokio"))]
         let verdict = shared.backend.decide(key, cost);
         let req = Decided {
             tier: shared.tier_of(key),
@@ -544,16 +612,27 @@ where
         };
         match verdict {
             Decision::Ready(verdict) => {
+                let verdict = verdict.map(Grant::from);
                 ResponseFuture::step(conclude(shared, &mut self.inner, req, verdict))
             }
+            #[cfg(feature = "tokio")]
+            Decision::Delayed(scheduled) => {
+                let grant = Grant::from(&scheduled);
+                let delay = scheduled.delay();
+                let resume = self.resume_later(req);
+                let fut: Waiting = Box::pin(async move {
+                    tokio::time::sleep(delay).await;
+                    Ok(grant)
+                });
+                ResponseFuture {
+                    state: State::Waiting {
+                        fut,
+                        resume: Some(resume),
+                    },
+                }
+            }
             Decision::Pending(fut) => {
-                // The readied service goes with the request; this one keeps a fresh clone
-                // (tower's rule for services called from a later future).
-                let clone = self.inner.clone();
-                let mut inner = std::mem::replace(&mut self.inner, clone);
-                let shared = Arc::clone(&self.shared);
-                let resume: Resume<S::Future, ResBody> =
-                    Box::new(move |verdict| conclude(&shared, &mut inner, req, verdict));
+                let resume = self.resume_later(req);
                 ResponseFuture {
                     state: State::Deciding {
                         fut,
