@@ -98,6 +98,8 @@ pub mod leaky;
 #[cfg(any(feature = "redis", tollgate_loom))]
 pub mod lease;
 pub mod limiter;
+#[cfg(feature = "tower")]
+pub mod middleware;
 pub mod outcome;
 pub mod quota;
 #[cfg(feature = "redis")]
