@@ -1402,3 +1402,906 @@ impl KeyExtractor for Global {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::Ipv4Addr;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn head_from(peer: Option<&str>, name: &str, lines: &[&str]) -> Parts {
+        let mut builder = http::Request::builder();
+        for line in lines {
+            builder = builder.header(name, HeaderValue::from_bytes(line.as_bytes()).unwrap());
+        }
+        if let Some(peer) = peer {
+            builder = builder.extension(peer.parse::<SocketAddr>().unwrap());
+        }
+        builder.body(()).unwrap().into_parts().0
+    }
+
+    fn xff() -> Forwarded {
+        forwarded(
+            ["127.0.0.1/32", "10.0.0.0/8", "::1/128"],
+            ForwardedHeader::XForwardedFor,
+        )
+        .unwrap()
+    }
+
+    fn rfc() -> Forwarded {
+        forwarded(
+            ["127.0.0.1/32", "10.0.0.0/8", "::1/128"],
+            ForwardedHeader::Forwarded,
+        )
+        .unwrap()
+    }
+
+    /// The key `forwarded` gives a request from `peer` with these field lines of its header.
+    fn key(extractor: &Forwarded, peer: &str, lines: &[&str]) -> IpAddr {
+        let name = extractor.header().name();
+        extractor
+            .extract(&head_from(Some(peer), name.as_str(), lines))
+            .unwrap()
+    }
+
+    #[test]
+    fn ipv6_peers_are_grouped_by_prefix() {
+        let head = head_from(Some("[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1"), "x", &[]);
+        assert_eq!(peer_ip().extract(&head), Ok(ip("2001:db8:1:2::")));
+        let by = |bits| peer_ip().ipv6_prefix(bits).unwrap().extract(&head).unwrap();
+        assert_eq!(by(48), ip("2001:db8:1::"));
+        assert_eq!(by(1), ip("::"));
+        assert_eq!(by(127), ip("2001:db8:1:2:aaaa:bbbb:cccc:dddc"));
+        assert_eq!(by(128), ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd"));
+        // IPv4 is never grouped.
+        let v4 = head_from(Some("192.0.2.77:1"), "x", &[]);
+        assert_eq!(
+            peer_ip().ipv6_prefix(1).unwrap().extract(&v4),
+            Ok(ip("192.0.2.77"))
+        );
+    }
+
+    #[test]
+    fn ipv6_prefix_outside_1_to_128_is_refused_naming_the_range() {
+        for bits in [0, 129, 255] {
+            let err = peer_ip().ipv6_prefix(bits).unwrap_err();
+            assert_eq!(err, KeyConfigError::Ipv6Prefix { bits });
+            assert_eq!(
+                err.to_string(),
+                format!("ipv6_prefix must be between 1 and 128 bits, got {bits}")
+            );
+            assert_eq!(
+                xff().ipv6_prefix(bits).unwrap_err(),
+                KeyConfigError::Ipv6Prefix { bits }
+            );
+        }
+    }
+
+    #[test]
+    fn forwarded_keys_are_grouped_like_peer_ip() {
+        let k = key(&xff(), "127.0.0.1:1", &["2001:db8:1:2:3:4:5:6"]);
+        assert_eq!(k, ip("2001:db8:1:2::"));
+        let k = key(
+            &xff().ipv6_prefix(128).unwrap(),
+            "127.0.0.1:1",
+            &["2001:db8:1:2:3:4:5:6"],
+        );
+        assert_eq!(k, ip("2001:db8:1:2:3:4:5:6"));
+        // The ungrouped address stays available for logs.
+        let headers = head_from(None, "x-forwarded-for", &["2001:db8:1:2:3:4:5:6"]).headers;
+        assert_eq!(
+            xff().client_ip(ip("127.0.0.1"), &headers),
+            ip("2001:db8:1:2:3:4:5:6")
+        );
+    }
+
+    #[test]
+    fn mapped_ipv4_addresses_are_keyed_and_trusted_as_ipv4() {
+        let head = head_from(Some("[::ffff:192.0.2.1]:1"), "x", &[]);
+        assert_eq!(peer_ip().extract(&head), Ok(ip("192.0.2.1")));
+        // A mapped peer in a trusted IPv4 network is trusted; a mapped entry is an IPv4 key.
+        assert_eq!(
+            key(&xff(), "[::ffff:10.0.0.1]:1", &["::ffff:198.51.100.3"]),
+            ip("198.51.100.3")
+        );
+        // A mapped trusted hop is passed like the IPv4 one.
+        assert_eq!(
+            key(&xff(), "10.0.0.1:1", &["198.51.100.3, ::ffff:10.9.9.9"]),
+            ip("198.51.100.3")
+        );
+        // An IPv6 CIDR over the mapped range trusts those IPv4 addresses.
+        let mapped = forwarded(["::ffff:10.0.0.0/104"], ForwardedHeader::XForwardedFor).unwrap();
+        assert!(mapped.is_trusted(ip("10.1.2.3")));
+        assert!(mapped.is_trusted(ip("::ffff:10.1.2.3")));
+        assert!(!mapped.is_trusted(ip("11.1.2.3")));
+        assert_eq!(
+            key(&mapped, "10.0.0.1:1", &["198.51.100.3"]),
+            ip("198.51.100.3")
+        );
+    }
+
+    #[test]
+    fn the_peer_comes_from_socket_addr_then_axum_then_tonic() {
+        let socket: SocketAddr = "192.0.2.1:1".parse().unwrap();
+        let other: SocketAddr = "192.0.2.2:1".parse().unwrap();
+        let third: SocketAddr = "192.0.2.3:1".parse().unwrap();
+        let mut head = http::Request::builder().body(()).unwrap().into_parts().0;
+        assert_eq!(peer_addr(&head), None);
+        assert_eq!(peer_ip().extract(&head), Err(KeyError::NoConnectInfo));
+        assert_eq!(xff().extract(&head), Err(KeyError::NoConnectInfo));
+        #[cfg(feature = "tonic")]
+        {
+            head.extensions
+                .insert(tonic::transport::server::TcpConnectInfo {
+                    local_addr: Some(other),
+                    remote_addr: None,
+                });
+            // tonic's connect info without a remote address is no peer address.
+            assert_eq!(peer_addr(&head), None);
+            head.extensions
+                .insert(tonic::transport::server::TcpConnectInfo {
+                    local_addr: Some(other),
+                    remote_addr: Some(third),
+                });
+            assert_eq!(peer_addr(&head), Some(third));
+        }
+        #[cfg(feature = "axum")]
+        {
+            head.extensions.insert(axum::extract::ConnectInfo(other));
+            assert_eq!(peer_addr(&head), Some(other));
+        }
+        head.extensions.insert(socket);
+        assert_eq!(peer_addr(&head), Some(socket));
+        assert_eq!(peer_ip().extract(&head), Ok(socket.ip()));
+        let _ = (other, third);
+    }
+
+    fn cidr_error(cidr: &str) -> Option<CidrError> {
+        match forwarded(["10.0.0.0/8", cidr], ForwardedHeader::XForwardedFor) {
+            Ok(_) => None,
+            Err(KeyConfigError::Cidr {
+                cidr: named,
+                reason,
+            }) => {
+                assert_eq!(named, cidr, "the error names the offending string");
+                Some(reason)
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn cidrs_parse_or_name_the_string_and_why() {
+        for ok in [
+            "10.0.0.0/8",
+            "192.168.1.0/24",
+            "192.0.2.1",
+            "192.0.2.1/32",
+            " 10.0.0.0/8\t",
+            "2001:db8::/32",
+            "::1",
+            "::1/128",
+            "fe80::/10",
+            "10.0.0.0/08",
+            "0.0.0.0/1",
+        ] {
+            assert_eq!(cidr_error(ok), None, "{ok}");
+        }
+        assert_eq!(cidr_error(""), Some(CidrError::Address));
+        assert_eq!(cidr_error("localhost"), Some(CidrError::Address));
+        assert_eq!(cidr_error("10.0.0/8"), Some(CidrError::Address));
+        assert_eq!(cidr_error("[::1]/128"), Some(CidrError::Address));
+        assert_eq!(cidr_error("fe80::1%eth0/64"), Some(CidrError::Address));
+        assert_eq!(cidr_error("10.0.0.0/"), Some(CidrError::Prefix));
+        assert_eq!(cidr_error("10.0.0.0/+8"), Some(CidrError::Prefix));
+        assert_eq!(cidr_error("10.0.0.0/8/8"), Some(CidrError::Prefix));
+        assert_eq!(cidr_error("10.0.0.0/1000"), Some(CidrError::Prefix));
+        assert_eq!(cidr_error("10.0.0.0/ 8"), Some(CidrError::Prefix));
+        assert_eq!(
+            cidr_error("10.0.0.0/33"),
+            Some(CidrError::PrefixTooLong {
+                prefix: 33,
+                max: 32
+            })
+        );
+        assert_eq!(
+            cidr_error("::/129"),
+            Some(CidrError::PrefixTooLong {
+                prefix: 129,
+                max: 128
+            })
+        );
+        assert_eq!(
+            cidr_error("::/999"),
+            Some(CidrError::PrefixTooLong {
+                prefix: 255,
+                max: 128
+            })
+        );
+        assert_eq!(cidr_error("0.0.0.0/0"), Some(CidrError::ZeroPrefix));
+        assert_eq!(cidr_error("::/0"), Some(CidrError::ZeroPrefix));
+        assert_eq!(
+            cidr_error("10.1.2.3/8"),
+            Some(CidrError::HostBits {
+                network: ip("10.0.0.0"),
+                prefix: 8
+            })
+        );
+        assert_eq!(
+            cidr_error("2001:db8::1/64"),
+            Some(CidrError::HostBits {
+                network: ip("2001:db8::"),
+                prefix: 64
+            })
+        );
+        let message = |cidr| {
+            forwarded([cidr], ForwardedHeader::Forwarded)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            message("10.1.2.3/8"),
+            "trusted CIDR \"10.1.2.3/8\": bits below the /8 prefix are set; write the network \
+             (10.0.0.0/8) or a single host (no prefix)"
+        );
+        assert!(message("nope").starts_with("trusted CIDR \"nope\": the address"));
+        assert!(message("::/0").contains("at least 1"));
+        assert!(message("::/200").ends_with("between 1 and 128 for IPv6, got 200"));
+    }
+
+    #[test]
+    fn trusted_networks_hold_exactly_their_addresses() {
+        let k = forwarded(
+            ["192.168.1.0/24", "2001:db8:aa::/48", "198.51.100.9"],
+            ForwardedHeader::XForwardedFor,
+        )
+        .unwrap();
+        for (addr, trusted) in [
+            ("192.168.1.0", true),
+            ("192.168.1.255", true),
+            ("192.168.0.255", false),
+            ("192.168.2.0", false),
+            ("198.51.100.9", true),
+            ("198.51.100.8", false),
+            ("2001:db8:aa::", true),
+            ("2001:db8:aa:ffff:ffff:ffff:ffff:ffff", true),
+            ("2001:db8:ab::", false),
+            ("::ffff:192.168.1.7", true),
+            ("::192.168.1.7", false),
+        ] {
+            assert_eq!(k.is_trusted(ip(addr)), trusted, "{addr}");
+        }
+        // No trusted network: always the peer.
+        let none = forwarded(Vec::<String>::new(), ForwardedHeader::XForwardedFor).unwrap();
+        assert_eq!(key(&none, "10.0.0.1:1", &["198.51.100.1"]), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn a_spoofed_header_from_an_untrusted_peer_is_ignored() {
+        for (k, spoof) in [(xff(), "203.0.113.1"), (rfc(), "for=203.0.113.1")] {
+            assert_eq!(key(&k, "198.51.100.7:1", &[spoof]), ip("198.51.100.7"));
+            assert_eq!(
+                key(&k, "[2001:db8::5]:1", &[spoof]),
+                ip("2001:db8::"),
+                "grouped"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rotated_left_part_behind_the_trusted_proxy_does_not_change_the_key() {
+        let lefts = [
+            "",
+            "1.1.1.1",
+            "2.2.2.2, 3.3.3.3",
+            "unknown",
+            "garbage!!",
+            "\"",
+            "for=\"",
+            "for=\"unterminated, \\",
+            "10.0.0.1",
+            ";;;,,,",
+        ];
+        for left in lefts {
+            // The proxy appended to the client's line ...
+            let line = format!("{left}, 198.51.100.7, 10.0.0.2");
+            assert_eq!(key(&xff(), "127.0.0.1:1", &[&line]), ip("198.51.100.7"));
+            // ... or added its own line after the client's.
+            assert_eq!(
+                key(&xff(), "127.0.0.1:1", &[left, "198.51.100.7, 10.0.0.2"]),
+                ip("198.51.100.7")
+            );
+            let line = format!("{left}, for=198.51.100.7, for=\"[::1]:443\"");
+            assert_eq!(key(&rfc(), "127.0.0.1:1", &[&line]), ip("198.51.100.7"));
+            assert_eq!(
+                key(
+                    &rfc(),
+                    "127.0.0.1:1",
+                    &[left, "for=198.51.100.7;proto=https, for=10.0.0.2"]
+                ),
+                ip("198.51.100.7")
+            );
+        }
+    }
+
+    #[test]
+    fn field_lines_are_joined_in_order() {
+        let k = xff();
+        assert_eq!(
+            key(&k, "10.0.0.1:1", &["198.51.100.1", "198.51.100.2"]),
+            ip("198.51.100.2")
+        );
+        assert_eq!(
+            key(
+                &k,
+                "10.0.0.1:1",
+                &["198.51.100.1", "10.0.0.3, 10.0.0.4", "10.0.0.5"]
+            ),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            key(&rfc(), "10.0.0.1:1", &["for=198.51.100.1", "for=10.0.0.3"]),
+            ip("198.51.100.1")
+        );
+        // An empty line is an empty entry: the walk stops at the nearest trusted hop.
+        assert_eq!(
+            key(&k, "10.0.0.1:1", &["198.51.100.1", "10.0.0.3", ""]),
+            ip("10.0.0.1")
+        );
+        assert_eq!(
+            key(&k, "10.0.0.1:1", &["198.51.100.1", "", "10.0.0.3"]),
+            ip("10.0.0.3")
+        );
+    }
+
+    #[test]
+    fn whitespace_around_entries_is_allowed() {
+        assert_eq!(
+            key(&xff(), "10.0.0.1:1", &[" \t198.51.100.1 \t,\t 10.0.0.2 "]),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            key(&xff(), "10.0.0.1:1", &["198.51.100.1,10.0.0.2"]),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            key(
+                &rfc(),
+                "10.0.0.1:1",
+                &[" for=198.51.100.1 ;\tproto=https\t, for=10.0.0.2 "]
+            ),
+            ip("198.51.100.1")
+        );
+        // Not around '=' (RFC 7239 has none): malformed, the walk stops at 10.0.0.2.
+        assert_eq!(
+            key(&rfc(), "10.0.0.1:1", &["for = 198.51.100.1, for=10.0.0.2"]),
+            ip("10.0.0.2")
+        );
+        // Not inside an address.
+        assert_eq!(
+            key(&xff(), "10.0.0.1:1", &["198.51.100.1, 10.0. 0.2"]),
+            ip("10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn unusable_entries_stop_at_the_nearest_trusted_hop() {
+        let k = xff();
+        for stop in [
+            "unknown",
+            "UNKNOWN",
+            "_hidden",
+            "",
+            "  ",
+            "not-an-ip",
+            "198.51.100.1:",
+            "198.51.100.1:65536",
+            "198.51.100.1:123456",
+            "198.51.100.1:+80",
+            ":80",
+            "01.2.3.4",
+            "1.2.3",
+            "[198.51.100.1]",
+            "[2001:db8::1",
+            "[2001:db8::1]x",
+            "[2001:db8::1]:",
+            "fe80::1%eth0",
+            "2001:db8::1:80:",
+            "198.51.100.1 198.51.100.2",
+            "é",
+        ] {
+            // A stop right after the peer: the peer is the key.
+            assert_eq!(
+                key(&k, "10.0.0.1:1", &[&format!("198.51.100.9, {stop}")]),
+                ip("10.0.0.1"),
+                "{stop:?}"
+            );
+            // After trusted hops: the last of them.
+            assert_eq!(
+                key(
+                    &k,
+                    "10.0.0.1:1",
+                    &[&format!("198.51.100.9, {stop}, 10.0.0.7, 127.0.0.1")]
+                ),
+                ip("10.0.0.7"),
+                "{stop:?}"
+            );
+        }
+        let r = rfc();
+        for stop in [
+            "for=unknown",
+            "for=\"unknown\"",
+            "for=\"unknown:80\"",
+            "for=_hidden",
+            "for=\"_SEVKISEK\"",
+            "for=\"[_x]\"",
+            "proto=https",
+            "",
+            "for=198.51.100.1;for=198.51.100.2",
+            "for=198.51.100.1;;FOR=198.51.100.2",
+            "for=",
+            "for=\"\"",
+            "=198.51.100.1",
+            "for=198.51.100.1 proto=http",
+            "for=\"198.51.100.1",
+            "for=198.51.100.1\"",
+            "for=\"198.51.100.1\\\"",
+            "for=\"[2001:db8::1]\":80",
+            "for=<198.51.100.1>",
+            "for=\"198.51.100.1\u{e9}\"",
+        ] {
+            assert_eq!(
+                key(&r, "10.0.0.1:1", &[&format!("for=198.51.100.9, {stop}")]),
+                ip("10.0.0.1"),
+                "{stop:?}"
+            );
+            assert_eq!(
+                key(
+                    &r,
+                    "10.0.0.1:1",
+                    &[&format!("for=198.51.100.9, {stop}, for=10.0.0.7")]
+                ),
+                ip("10.0.0.7"),
+                "{stop:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn accepted_address_forms() {
+        for (entry, expect) in [
+            ("198.51.100.1", "198.51.100.1"),
+            ("198.51.100.1:8080", "198.51.100.1"),
+            ("198.51.100.1:0", "198.51.100.1"),
+            ("198.51.100.1:65535", "198.51.100.1"),
+            ("198.51.100.1:_port", "198.51.100.1"),
+            ("2001:db8:1:2::1", "2001:db8:1:2::"),
+            ("[2001:db8:1:2::1]", "2001:db8:1:2::"),
+            ("[2001:db8:1:2::1]:443", "2001:db8:1:2::"),
+            ("::ffff:198.51.100.1", "198.51.100.1"),
+            ("[::ffff:198.51.100.1]:1", "198.51.100.1"),
+        ] {
+            assert_eq!(
+                key(&xff(), "10.0.0.1:1", &[entry]),
+                ip(expect),
+                "xff {entry}"
+            );
+            // In Forwarded quoted, and (leniently) as a bare token.
+            let quoted = format!("for=\"{entry}\"");
+            assert_eq!(
+                key(&rfc(), "10.0.0.1:1", &[&quoted]),
+                ip(expect),
+                "{quoted}"
+            );
+            let bare = format!("for={entry}");
+            assert_eq!(key(&rfc(), "10.0.0.1:1", &[&bare]), ip(expect), "{bare}");
+        }
+        for (element, expect) in [
+            ("For=198.51.100.1", "198.51.100.1"),
+            ("FOR=\"198.51.100.1\"", "198.51.100.1"),
+            ("for=\"\\[2001:db8::1\\]\"", "2001:db8::"),
+            (
+                "by=10.0.0.1;for=198.51.100.1;host=example.com;proto=https",
+                "198.51.100.1",
+            ),
+            ("for=198.51.100.1;by=\"[::1]:80\"", "198.51.100.1"),
+            ("proto=\"a,b;c\";for=198.51.100.1", "198.51.100.1"),
+            ("host=\"x\\\"y\";for=198.51.100.1", "198.51.100.1"),
+            ("host=\"x\\\\\";for=198.51.100.1", "198.51.100.1"),
+            (";for=198.51.100.1;", "198.51.100.1"),
+        ] {
+            assert_eq!(
+                key(&rfc(), "10.0.0.1:1", &[element]),
+                ip(expect),
+                "{element}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_all_trusted_chain_is_keyed_on_its_leftmost_hop() {
+        assert_eq!(
+            key(&xff(), "127.0.0.1:1", &["10.0.0.3, 10.0.0.2, 127.0.0.1"]),
+            ip("10.0.0.3")
+        );
+        assert_eq!(
+            key(&rfc(), "127.0.0.1:1", &["for=10.0.0.3, for=\"[::1]\""]),
+            ip("10.0.0.3")
+        );
+        // No header at all: the trusted peer itself.
+        assert_eq!(key(&xff(), "127.0.0.1:1", &[]), ip("127.0.0.1"));
+        assert_eq!(key(&rfc(), "[::1]:1", &[]), ip("::"));
+    }
+
+    #[test]
+    fn only_the_configured_header_is_read() {
+        let mut head = head_from(Some("10.0.0.1:1"), "forwarded", &["for=198.51.100.1"]);
+        assert_eq!(xff().extract(&head), Ok(ip("10.0.0.1")));
+        head.headers
+            .append("x-forwarded-for", HeaderValue::from_static("198.51.100.2"));
+        assert_eq!(xff().extract(&head), Ok(ip("198.51.100.2")));
+        assert_eq!(rfc().extract(&head), Ok(ip("198.51.100.1")));
+        head.headers.remove("forwarded");
+        assert_eq!(rfc().extract(&head), Ok(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn header_keys_are_the_first_value_up_to_256_bytes() {
+        let k = header(HeaderName::from_static("x-api-key"));
+        let with = |values: &[&[u8]]| {
+            let mut head = head_from(None, "x", &[]);
+            for v in values {
+                head.headers
+                    .append("x-api-key", HeaderValue::from_bytes(v).unwrap());
+            }
+            k.extract(&head)
+        };
+        assert_eq!(with(&[]), Err(KeyError::Missing));
+        assert_eq!(with(&[b""]), Err(KeyError::Missing));
+        assert_eq!(with(&[b"a", b"b"]), Ok(HeaderValue::from_static("a")));
+        assert_eq!(
+            with(&[b"\xff\x80"]),
+            Ok(HeaderValue::from_bytes(b"\xff\x80").unwrap())
+        );
+        let max = vec![b'k'; MAX_HEADER_KEY_LEN];
+        assert_eq!(with(&[&max]), Ok(HeaderValue::from_bytes(&max).unwrap()));
+        let over = vec![b'k'; MAX_HEADER_KEY_LEN + 1];
+        assert_eq!(with(&[&over]), Err(KeyError::Missing));
+        // Only the first value counts, even when a later one would fit.
+        assert_eq!(with(&[&over, b"short"]), Err(KeyError::Missing));
+    }
+
+    #[test]
+    fn extension_fn_and_global_keys() {
+        let mut head = head_from(None, "x", &[]);
+        assert_eq!(extension::<u32>().extract(&head), Err(KeyError::Missing));
+        head.extensions.insert(7u32);
+        assert_eq!(extension::<u32>().extract(&head), Ok(7));
+        let f = from_fn(|head: &Parts| head.extensions.get::<u32>().map(|n| n * 2));
+        assert_eq!(f.extract(&head), Ok(14));
+        head.extensions.clear();
+        assert_eq!(f.extract(&head), Err(KeyError::Missing));
+        assert_eq!(global().extract(&head), Ok(()));
+        let shared: Arc<dyn KeyExtractor<Key = ()>> = Arc::new(global());
+        assert_eq!(shared.extract(&head), Ok(()));
+    }
+
+    #[test]
+    fn key_errors_say_what_to_do() {
+        assert!(KeyError::NoConnectInfo
+            .to_string()
+            .contains("into_make_service_with_connect_info::<SocketAddr>()"));
+        assert_eq!(
+            KeyError::Missing.to_string(),
+            "the request has no rate-limit key"
+        );
+    }
+
+    // ---- property tests -------------------------------------------------------------------------
+
+    /// The trusted networks of the property tests, and an independent membership test.
+    const TRUSTED: [(&str, u8); 4] = [
+        ("10.0.0.0", 8),
+        ("192.168.1.0", 24),
+        ("2001:db8:aaaa::", 48),
+        ("::1", 128),
+    ];
+
+    fn model_trusted(addr: IpAddr) -> bool {
+        let bits = |a: IpAddr| -> (u128, u32) {
+            match a.to_canonical() {
+                IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32),
+                IpAddr::V6(v6) => (u128::from(v6), 128),
+            }
+        };
+        let (a, width) = bits(addr);
+        TRUSTED.iter().any(|&(net, prefix)| {
+            let (n, nwidth) = bits(net.parse().unwrap());
+            let shift = nwidth - u32::from(prefix);
+            nwidth == width && (a >> shift) == (n >> shift)
+        })
+    }
+
+    fn extractor(header: ForwardedHeader) -> Forwarded {
+        let cidrs: Vec<String> = TRUSTED.iter().map(|(n, p)| format!("{n}/{p}")).collect();
+        forwarded(&cidrs, header).unwrap()
+    }
+
+    /// Addresses of every kind: in and out of the trusted networks, both families, mapped.
+    fn any_addr() -> impl Strategy<Value = IpAddr> {
+        prop_oneof![
+            any::<u32>().prop_map(|n| IpAddr::V4(Ipv4Addr::from(n))),
+            (0u32..1 << 24).prop_map(|n| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | n))),
+            (0u32..256).prop_map(|n| IpAddr::V4(Ipv4Addr::from(0xc0a8_0100 | n))),
+            any::<u128>().prop_map(|n| IpAddr::V6(Ipv6Addr::from(n))),
+            any::<u128>().prop_map(|n| IpAddr::V6(Ipv6Addr::from(
+                (0x2001_0db8_aaaa_u128 << 80) | (n >> 48)
+            ))),
+            Just(ip("::1")),
+            (0u32..1 << 24)
+                .prop_map(|n| IpAddr::V6(Ipv4Addr::from(0x0a00_0000 | n).to_ipv6_mapped())),
+            any::<u32>().prop_map(|n| IpAddr::V6(Ipv4Addr::from(n).to_ipv6_mapped())),
+        ]
+    }
+
+    /// One entry of a forwarding list, as a proxy would write it.
+    #[derive(Debug, Clone)]
+    enum Entry {
+        /// An address, in one of the written forms (`form` picks it), with `port`.
+        Addr {
+            addr: IpAddr,
+            form: u8,
+            port: u16,
+        },
+        Unknown,
+        Obfuscated(String),
+        Garbage(String),
+        Empty,
+    }
+
+    fn any_entry() -> impl Strategy<Value = Entry> {
+        prop_oneof![
+            6 => (any_addr(), any::<u8>(), any::<u16>())
+                .prop_map(|(addr, form, port)| Entry::Addr { addr, form, port }),
+            1 => Just(Entry::Unknown),
+            1 => "[a-zA-Z0-9._-]{1,8}".prop_map(Entry::Obfuscated),
+            1 => "[a-z0-9.:!]{0,8}".prop_map(|s| Entry::Garbage(format!("!{s}"))),
+            1 => Just(Entry::Empty),
+        ]
+    }
+
+    impl Entry {
+        /// Whether the walk must stop here.
+        fn addr(&self) -> Option<IpAddr> {
+            match self {
+                Entry::Addr { addr, .. } => Some(*addr),
+                _ => None,
+            }
+        }
+
+        /// The address as text: bare, with a port, or bracketed (IPv6).
+        fn node(&self) -> String {
+            match self {
+                Entry::Addr { addr, form, port } => match (addr, form % 3) {
+                    (IpAddr::V4(v4), 0) => v4.to_string(),
+                    (IpAddr::V4(v4), _) => format!("{v4}:{port}"),
+                    (IpAddr::V6(v6), 0) => v6.to_string(),
+                    (IpAddr::V6(v6), 1) => format!("[{v6}]"),
+                    (IpAddr::V6(v6), _) => format!("[{v6}]:{port}"),
+                },
+                Entry::Unknown => "unknown".to_owned(),
+                Entry::Obfuscated(s) => format!("_{s}"),
+                Entry::Garbage(s) => s.clone(),
+                Entry::Empty => String::new(),
+            }
+        }
+
+        fn render(&self, header: ForwardedHeader, style: u8) -> String {
+            let pad = [" ", "", "\t", "  "][usize::from(style % 4)];
+            match header {
+                ForwardedHeader::XForwardedFor => format!("{pad}{}{pad}", self.node()),
+                _ => {
+                    if let Entry::Empty = self {
+                        return pad.to_owned();
+                    }
+                    let node = self.node();
+                    let value = if style & 4 != 0 || node.contains([':', '[']) && style & 8 != 0 {
+                        format!("\"{}\"", node.replace('\\', "\\\\").replace('"', "\\\""))
+                    } else {
+                        node
+                    };
+                    let name = ["for", "For", "FOR"][usize::from(style / 16 % 3)];
+                    match style / 64 {
+                        0 => format!("{pad}{name}={value}{pad}"),
+                        1 => format!("{pad}proto=https;{name}={value}"),
+                        2 => format!("{name}={value};by=\"[::1]:80\";host=\"a,b\"{pad}"),
+                        _ => format!("{pad};{name}={value};{pad}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The field lines of a list: `breaks[i]` starts a new line before entry `i`.
+    fn render_lines(
+        entries: &[(Entry, u8)],
+        breaks: &[bool],
+        header: ForwardedHeader,
+    ) -> Vec<String> {
+        let mut lines = vec![String::new()];
+        for (i, (entry, style)) in entries.iter().enumerate() {
+            let line = lines.last_mut().unwrap();
+            if i > 0 {
+                if breaks.get(i).copied().unwrap_or(false) {
+                    lines.push(String::new());
+                } else {
+                    line.push(',');
+                }
+            }
+            lines
+                .last_mut()
+                .unwrap()
+                .push_str(&entry.render(header, *style));
+        }
+        lines
+    }
+
+    /// The rules, on the list as written: the key the walk must find.
+    fn model_key(peer: IpAddr, entries: &[(Entry, u8)]) -> IpAddr {
+        let peer = peer.to_canonical();
+        if !model_trusted(peer) {
+            return peer;
+        }
+        let mut nearest = peer;
+        for (entry, _) in entries.iter().rev() {
+            match entry.addr() {
+                Some(a) if model_trusted(a) => nearest = a.to_canonical(),
+                Some(a) => return a.to_canonical(),
+                None => return nearest,
+            }
+        }
+        nearest
+    }
+
+    fn headers_of(header: ForwardedHeader, lines: &[impl AsRef<[u8]>]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for line in lines {
+            // Only bytes a header value may hold: no controls but tab, no DEL.
+            let clean: Vec<u8> = line
+                .as_ref()
+                .iter()
+                .copied()
+                .filter(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+                .collect();
+            map.append(header.name(), HeaderValue::from_bytes(&clean).unwrap());
+        }
+        map
+    }
+
+    fn any_header() -> impl Strategy<Value = ForwardedHeader> {
+        prop_oneof![
+            Just(ForwardedHeader::XForwardedFor),
+            Just(ForwardedHeader::Forwarded)
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// Lists as proxies write them: the key is exactly the rules' key, and it is the peer,
+        /// a trusted hop, or an address whose right-hand entries and peer are all trusted.
+        #[test]
+        fn the_key_follows_the_rules(
+            header in any_header(),
+            peer in any_addr(),
+            entries in proptest::collection::vec((any_entry(), any::<u8>()), 0..8),
+            breaks in proptest::collection::vec(any::<bool>(), 8),
+            bits in 1u8..=128,
+        ) {
+            let k = extractor(header).ipv6_prefix(bits).unwrap();
+            let headers = headers_of(header, &render_lines(&entries, &breaks, header));
+            let got = k.client_ip(peer, &headers);
+            prop_assert_eq!(got, model_key(peer, &entries));
+            // The property itself, spelled out.
+            let peer_c = peer.to_canonical();
+            let trusted_hop = entries.iter().any(|(e, _)| {
+                e.addr().is_some_and(|a| a.to_canonical() == got && model_trusted(a))
+            });
+            let behind_trusted = model_trusted(peer_c) && entries.iter().enumerate().any(|(i, (e, _))| {
+                e.addr().is_some_and(|a| a.to_canonical() == got)
+                    && entries[i + 1..].iter().all(|(r, _)| r.addr().is_some_and(model_trusted))
+            });
+            prop_assert!(got == peer_c || trusted_hop || behind_trusted);
+            // extract() is the same address, grouped.
+            let mut head = http::Request::builder().body(()).unwrap().into_parts().0;
+            head.headers = headers;
+            head.extensions.insert(SocketAddr::new(peer, 1));
+            prop_assert_eq!(k.extract(&head), Ok(Ipv6Prefix(bits).group(got)));
+        }
+
+        /// Whatever a client writes to the left of the first untrusted entry changes nothing.
+        #[test]
+        fn the_client_written_part_never_matters(
+            header in any_header(),
+            left in proptest::collection::vec(any::<u8>(), 0..40),
+            client in any_addr().prop_map(|a| if model_trusted(a) { ip("198.51.100.1") } else { a }),
+            hops in proptest::collection::vec((0u32..1 << 24, any::<u8>()), 0..4),
+            style in any::<u8>(),
+        ) {
+            let k = extractor(header);
+            let mut entries = vec![(Entry::Addr { addr: client, form: style, port: 80 }, style)];
+            entries.extend(hops.iter().map(|&(n, s)| {
+                (Entry::Addr { addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | n)), form: s, port: 1 }, s)
+            }));
+            let right = render_lines(&entries, &[], header).remove(0);
+            let mut joined = left.clone();
+            joined.extend_from_slice(b",");
+            joined.extend_from_slice(right.as_bytes());
+            let peer = ip("10.0.0.1");
+            let want = client.to_canonical();
+            prop_assert_eq!(k.client_ip(peer, &headers_of(header, &[joined])), want);
+            prop_assert_eq!(k.client_ip(peer, &headers_of(header, &[left.clone(), right.into_bytes()])), want);
+        }
+
+        /// Arbitrary bytes in several field lines never panic, and the key is the peer, a
+        /// trusted address, or (from a trusted peer) an address written in the header.
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            header in any_header(),
+            lines in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..60), 0..4),
+            peer in any_addr(),
+        ) {
+            let k = extractor(header);
+            let headers = headers_of(header, &lines);
+            let got = k.client_ip(peer, &headers);
+            let peer = peer.to_canonical();
+            prop_assert!(got == peer || model_trusted(got) || model_trusted(peer));
+        }
+
+        /// Every valid CIDR string is accepted, and trusts exactly its network.
+        #[test]
+        fn cidrs_round_trip(addr in any_addr(), prefix in 1u8..=128, probe in any_addr()) {
+            let (width, bits) = match addr {
+                IpAddr::V4(v4) => (32u8, u128::from(u32::from(v4)) << 96),
+                IpAddr::V6(v6) => (128u8, u128::from(v6)),
+            };
+            let prefix = prefix.min(width);
+            let network_bits = bits & (u128::MAX << (128 - u32::from(prefix)));
+            let network = match addr {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from((network_bits >> 96) as u32)),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(network_bits)),
+            };
+            let cidr = format!("{network}/{prefix}");
+            let k = forwarded([&cidr], ForwardedHeader::XForwardedFor).unwrap();
+            prop_assert!(k.is_trusted(network));
+            let host = format!("{addr}/{prefix}");
+            let parsed = forwarded([&host], ForwardedHeader::XForwardedFor);
+            if addr == network {
+                prop_assert!(parsed.is_ok());
+            } else {
+                prop_assert_eq!(
+                    parsed.unwrap_err(),
+                    KeyConfigError::Cidr { cidr: host, reason: CidrError::HostBits { network, prefix } }
+                );
+            }
+            // Membership, by prefix comparison on the canonical probe.
+            let expected = match (network, probe.to_canonical()) {
+                (IpAddr::V4(n), IpAddr::V4(p)) => {
+                    let shift = 32 - u32::from(prefix);
+                    u32::from(n).checked_shr(shift).unwrap_or(0) == u32::from(p).checked_shr(shift).unwrap_or(0)
+                }
+                (IpAddr::V6(n), p) => {
+                    let p = match p { IpAddr::V4(v4) => v4.to_ipv6_mapped(), IpAddr::V6(v6) => v6 };
+                    let shift = 128 - u32::from(prefix);
+                    u128::from(n).checked_shr(shift).unwrap_or(0) == u128::from(p).checked_shr(shift).unwrap_or(0)
+                }
+                (IpAddr::V4(_), IpAddr::V6(_)) => false,
+            };
+            prop_assert_eq!(k.is_trusted(probe), expected);
+        }
+    }
+}
