@@ -65,7 +65,8 @@
 //!
 //! What is accepted as an address, in both headers: `192.0.2.1`, `192.0.2.1:8080`, `2001:db8::1`,
 //! `[2001:db8::1]` and `[2001:db8::1]:8080` (a port, or an RFC 7239 obfuscated port `_abc`, is
-//! ignored); anything else is not an address. In `Forwarded`, only the `for` parameter is read
+//! ignored); anything else is not an address, and neither is an empty entry (`a,,b`, a trailing
+//! comma, an empty field line), which stops the walk too. In `Forwarded`, only the `for` parameter is read
 //! (its name in any case), its value a token or a quoted string; a bracketed or ported value is
 //! accepted unquoted too, since some proxies send it so. Whitespace is allowed around `,` and `;`
 //! but not around `=`. An element without `for`, an empty element, or one with `for` twice stops
@@ -582,6 +583,8 @@ impl ForwardedHeader {
 pub struct Forwarded {
     trusted: Arc<[Net]>,
     header: ForwardedHeader,
+    /// `header.name()`, made once.
+    name: HeaderName,
     prefix: Ipv6Prefix,
 }
 
@@ -645,6 +648,7 @@ pub fn forwarded(
     Ok(Forwarded {
         trusted,
         header,
+        name: header.name(),
         prefix: Ipv6Prefix::DEFAULT,
     })
 }
@@ -730,7 +734,7 @@ impl Forwarded {
         if !self.is_trusted(peer) {
             return peer;
         }
-        let lines = headers.get_all(self.header.name()).iter();
+        let lines = headers.get_all(&self.name).iter();
         let prev = match self.header {
             ForwardedHeader::XForwardedFor => prev_xff_entry,
             ForwardedHeader::Forwarded => prev_forwarded_element,
