@@ -1,105 +1,2311 @@
-//! Interim copy of the key extractor interface; replaced by the keys branch at merge.
+//! Where a request's rate-limit key comes from: the [`KeyExtractor`] trait and the extractors the
+//! layer ships with.
+//!
+//! | extractor | key | missing when |
+//! | --- | --- | --- |
+//! | [`peer_ip()`] | the peer's [`IpAddr`], IPv6 grouped by prefix (`/64`) | never: no peer address at all is [`KeyError::NoConnectInfo`], a setup error |
+//! | [`forwarded()`] | the client's [`IpAddr`] behind trusted proxies (`X-Forwarded-For` or `Forwarded`) | never: as `peer_ip()` |
+//! | [`header()`] | the first value of a header, as [`HeaderValue`] | absent, empty, or over [`MAX_HEADER_KEY_LEN`] bytes |
+//! | [`extension()`] | a `T` from the request's extensions (set by an earlier layer, e.g. authentication) | no `T` there |
+//! | [`from_fn()`] | whatever the function returns | it returns `None` |
+//! | [`global()`] | `()`: one limit for everyone | never |
+//!
+//! An extractor sees only the request's head ([`http::request::Parts`]), never its body. A missing
+//! key ([`KeyError::Missing`]) gets the layer's `OnMissing` policy; a missing peer address
+//! ([`KeyError::NoConnectInfo`]) means the server was not set up to record it, and the layer
+//! answers 500.
+//!
+//! # The peer address
+//!
+//! [`peer_addr`] looks in the request's extensions, in this order, for
+//!
+//! 1. a [`SocketAddr`], which a plain hyper server inserts itself (`req.extensions_mut().insert(peer)`
+//!    in its `service_fn`);
+//! 2. axum's `ConnectInfo<SocketAddr>` (feature `axum`), there when the app is served with
+//!    `into_make_service_with_connect_info::<SocketAddr>()`;
+//! 3. tonic's `TcpConnectInfo` (feature `tonic`), which tonic's server inserts on TCP connections.
+//!
+//! An IPv4-mapped IPv6 peer (`::ffff:192.0.2.1`, what a dual-stack socket reports for an IPv4
+//! client) is keyed as the IPv4 address. Any other IPv6 address is grouped by its first 64 bits
+//! ([`DEFAULT_IPV6_PREFIX`], one key per subnet): one host is usually handed a whole /64, so
+//! keying single addresses would give it 2^64 keys. [`PeerIp::ipv6_prefix`] and
+//! [`Forwarded::ipv6_prefix`] change it (`128` keys single addresses).
+//!
+//! # Behind proxies: which address is the client
+//!
+//! Behind a load balancer every request arrives from the balancer's address, so [`peer_ip()`]
+//! would put every client under one key. The proxy says who its client was in a header that each
+//! proxy on the way appends to: `X-Forwarded-For: client, proxy1, proxy2` (each proxy appends the
+//! address it received the request from) or RFC 7239's `Forwarded: for=client, for=proxy1`.
+//!
+//! **The leftmost entry is not the client; it is whatever the client wrote.** A client may send
+//! its own `X-Forwarded-For: 203.0.113.7` and the first proxy appends the real address after it:
+//! `203.0.113.7, 198.51.100.20`. Keying on the leftmost entry (as tower-governor's
+//! `SmartIpKeyExtractor` does) lets any client pick a fresh key for every request, so it is never
+//! limited at all, or pick a victim's address to exhaust the victim's limit. Only what the
+//! proxies themselves appended can be believed, and only proxies you know are yours.
+//!
+//! So [`forwarded()`] takes the networks of your proxies, and reads:
+//!
+//! 1. If the peer is not one of them, the header is ignored (anyone can send it) and the key is the
+//!    peer.
+//! 2. Otherwise all of the configured header's field lines are taken in order, as one list, and
+//!    walked from the right: each trusted address is a proxy of yours, who says who sent the
+//!    request to it; the first address that is not trusted is the client, and its key.
+//! 3. An entry that is not an address (malformed, `unknown`, or an obfuscated RFC 7239 identifier
+//!    such as `for=_hidden`), or the end of the list, stops the walk: the key is then the nearest
+//!    trusted hop (the last trusted address seen, starting with the peer). Requests keyed this way
+//!    share that proxy's key, which is a key no client chose.
+//!
+//! Only the configured header is read: a server behind proxies that append `X-Forwarded-For`
+//! ignores any `Forwarded` a client sends, and the other way round. Entries to the left of the
+//! first untrusted one are never looked at, so a client cannot change its key by changing what it
+//! writes there. If every entry is trusted (a request from inside your own network), the walk
+//! ends at the leftmost entry, which is trusted, and that is the key.
+//!
+//! What is accepted as an address, in both headers: `192.0.2.1`, `192.0.2.1:8080`, `2001:db8::1`,
+//! `[2001:db8::1]` and `[2001:db8::1]:8080` (a port, or an RFC 7239 obfuscated port `_abc`, is
+//! ignored); anything else is not an address, and neither is an empty entry (`a,,b`, a trailing
+//! comma, an empty field line), which stops the walk too. In `Forwarded`, only the `for` parameter is read
+//! (its name in any case), its value a token or a quoted string; a bracketed or ported value is
+//! accepted unquoted too, since some proxies send it so. Whitespace is allowed around `,` and `;`
+//! but not around `=`. An element without `for`, an empty element, or one with `for` twice stops
+//! the walk. A quoted string must end within its field line.
+
 use std::fmt;
 use std::hash::Hash;
+use std::marker::PhantomData;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+// Not the crate's `sync` shim: nothing here is atomic, and `Arc<X>` below is the std type users
+// hold.
 use std::sync::Arc;
 
-/// Where a request's key comes from.
+use http::header::ValueIter;
+use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// Where a request's key comes from. Called with the request's head (the layer splits the request
+/// into parts and puts it back together), so extractors never see the body.
+///
+/// The module's functions build the common ones; implement it for anything else.
+///
+/// # Examples
+///
+/// A key per client address and route:
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use tollgate::middleware::{peer_ip, KeyError, KeyExtractor, PeerIp};
+///
+/// struct IpAndPath(PeerIp);
+///
+/// impl KeyExtractor for IpAndPath {
+///     type Key = (IpAddr, String);
+///     fn extract(&self, head: &http::request::Parts) -> Result<Self::Key, KeyError> {
+///         Ok((self.0.extract(head)?, head.uri.path().to_owned()))
+///     }
+/// }
+///
+/// let peer: SocketAddr = "192.0.2.1:40000".parse()?;
+/// let head = http::Request::builder().uri("/login").extension(peer).body(())?.into_parts().0;
+/// let key = IpAndPath(peer_ip()).extract(&head)?;
+/// assert_eq!(key, ("192.0.2.1".parse::<IpAddr>()?, "/login".to_owned()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait KeyExtractor: Send + Sync + 'static {
-    /// The key.
+    /// The key a limit is kept for.
     type Key: Clone + Hash + Eq + fmt::Debug + Send + Sync + 'static;
-    /// The key of a request, from its head.
+
+    /// The key of the request whose head this is.
     ///
     /// # Errors
     ///
-    /// [`KeyError`].
-    fn extract(&self, head: &http::request::Parts) -> Result<Self::Key, KeyError>;
+    /// [`KeyError::Missing`] when the request has none, [`KeyError::NoConnectInfo`] when an
+    /// address-based extractor finds no peer address.
+    fn extract(&self, head: &Parts) -> Result<Self::Key, KeyError>;
 }
 
+/// An extractor shared behind an `Arc` extracts as the extractor itself.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::middleware::{global, KeyExtractor};
+///
+/// let shared = Arc::new(global());
+/// let head = http::Request::builder().body(())?.into_parts().0;
+/// assert_eq!(shared.extract(&head), Ok(()));
+/// # Ok::<(), http::Error>(())
+/// ```
 impl<X: KeyExtractor + ?Sized> KeyExtractor for Arc<X> {
     type Key = X::Key;
-    fn extract(&self, head: &http::request::Parts) -> Result<Self::Key, KeyError> {
+
+    fn extract(&self, head: &Parts) -> Result<Self::Key, KeyError> {
         (**self).extract(head)
     }
 }
 
-/// Why there is no key.
+/// A boxed extractor (`Box<dyn KeyExtractor<Key = K>>`) extracts as the extractor itself.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{global, KeyExtractor};
+///
+/// let boxed: Box<dyn KeyExtractor<Key = ()>> = Box::new(global());
+/// let head = http::Request::builder().body(())?.into_parts().0;
+/// assert_eq!(boxed.extract(&head), Ok(()));
+/// # Ok::<(), http::Error>(())
+/// ```
+impl<X: KeyExtractor + ?Sized> KeyExtractor for Box<X> {
+    type Key = X::Key;
+
+    fn extract(&self, head: &Parts) -> Result<Self::Key, KeyError> {
+        (**self).extract(head)
+    }
+}
+
+/// A `'static` reference to an extractor (one in a `static`, or leaked) extracts as the
+/// extractor itself.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{Global, KeyExtractor};
+///
+/// static EVERYONE: Global = Global;
+/// let head = http::Request::builder().body(())?.into_parts().0;
+/// assert_eq!((&EVERYONE).extract(&head), Ok(()));
+/// # Ok::<(), http::Error>(())
+/// ```
+impl<X: KeyExtractor + ?Sized> KeyExtractor for &'static X {
+    type Key = X::Key;
+
+    fn extract(&self, head: &Parts) -> Result<Self::Key, KeyError> {
+        (**self).extract(head)
+    }
+}
+
+/// Why a request has no key.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{header, peer_ip, KeyError, KeyExtractor};
+///
+/// let head = http::Request::builder().body(())?.into_parts().0;
+/// assert_eq!(header(http::HeaderName::from_static("x-api-key")).extract(&head), Err(KeyError::Missing));
+/// // No connection info: the server was not set up to record the peer.
+/// assert_eq!(peer_ip().extract(&head), Err(KeyError::NoConnectInfo));
+/// # Ok::<(), http::Error>(())
+/// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyError {
-    /// No key.
+    /// The request has no key (no such header, an over-long value, ...): the layer applies its
+    /// `OnMissing`.
     Missing,
-    /// No peer address.
+    /// A peer-address extractor found no peer address in the extensions: a setup error (the layer
+    /// answers 500 naming `into_make_service_with_connect_info::<SocketAddr>()`).
     NoConnectInfo,
 }
 
-/// One key for all.
-#[derive(Debug, Clone, Copy, Default)]
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::Missing => f.write_str("the request has no rate-limit key"),
+            KeyError::NoConnectInfo => f.write_str(
+                "no peer address in the request's extensions: serve an axum app with \
+                 `into_make_service_with_connect_info::<SocketAddr>()`, or insert the \
+                 connection's `SocketAddr` into each request (hyper)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+/// A key extractor's configuration that cannot be used: the field, what was given, and what is
+/// accepted.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{forwarded, peer_ip, CidrError, ForwardedHeader, KeyConfigError};
+///
+/// assert_eq!(peer_ip().ipv6_prefix(0).unwrap_err(), KeyConfigError::Ipv6Prefix { bits: 0 });
+/// let err = forwarded(["10.0.0.0/8", "10.0.0.1/33"], ForwardedHeader::XForwardedFor).unwrap_err();
+/// assert!(matches!(err, KeyConfigError::Cidr { ref cidr, reason: CidrError::PrefixTooLong { .. } } if cidr == "10.0.0.1/33"));
+/// assert_eq!(
+///     err.to_string(),
+///     "trusted CIDR \"10.0.0.1/33\": the prefix length must be between 1 and 32 for IPv4, got 33"
+/// );
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyConfigError {
+    /// `ipv6_prefix` was outside `1..=128`.
+    Ipv6Prefix {
+        /// The prefix length asked for.
+        bits: u8,
+    },
+    /// One of the trusted CIDRs given to [`forwarded()`] cannot be used.
+    Cidr {
+        /// The string as given.
+        cidr: String,
+        /// What is wrong with it.
+        reason: CidrError,
+    },
+}
+
+/// What is wrong with a trusted CIDR ([`KeyConfigError::Cidr`]).
+///
+/// A CIDR is an address, optionally `/` and a prefix length in decimal: `10.0.0.0/8`,
+/// `2001:db8::/32`; an address alone is that one host (`/32` or `/128`). Surrounding whitespace
+/// is ignored.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{forwarded, CidrError, ForwardedHeader, KeyConfigError};
+///
+/// let reason = |cidr: &str| match forwarded([cidr], ForwardedHeader::Forwarded) {
+///     Err(KeyConfigError::Cidr { reason, .. }) => Some(reason),
+///     _ => None,
+/// };
+/// assert_eq!(reason("10.0.0.0/8"), None);
+/// assert_eq!(reason("10.0.0.0/x"), Some(CidrError::Prefix));
+/// assert_eq!(reason("localhost"), Some(CidrError::Address));
+/// assert_eq!(reason("0.0.0.0/0"), Some(CidrError::ZeroPrefix));
+/// assert!(matches!(reason("10.1.2.3/8"), Some(CidrError::HostBits { .. })));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CidrError {
+    /// The part before `/` is not an IPv4 or IPv6 address.
+    Address,
+    /// The part after `/` is not a decimal number of at most three digits.
+    Prefix,
+    /// The prefix length exceeds the address's bits.
+    PrefixTooLong {
+        /// The prefix length given.
+        prefix: u8,
+        /// 32 for IPv4, 128 for IPv6.
+        max: u8,
+    },
+    /// A `/0` would trust every address, so every client could write its own key.
+    ZeroPrefix,
+    /// Bits below the prefix are set (`10.1.2.3/8`). Refused rather than masked: such a string is
+    /// usually a single host written with the wrong prefix, and masking it would silently trust a
+    /// whole network.
+    HostBits {
+        /// The network the prefix describes (`10.0.0.0` for `10.1.2.3/8`).
+        network: IpAddr,
+        /// The prefix length given.
+        prefix: u8,
+    },
+}
+
+impl fmt::Display for KeyConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyConfigError::Ipv6Prefix { bits } => {
+                write!(f, "ipv6_prefix must be between 1 and 128 bits, got {bits}")
+            }
+            KeyConfigError::Cidr { cidr, reason } => {
+                write!(f, "trusted CIDR {cidr:?}: ")?;
+                match reason {
+                    CidrError::Address => f.write_str(
+                        "the address (before any '/') must be an IPv4 or IPv6 address, \
+                         such as 10.0.0.0 or 2001:db8::",
+                    ),
+                    CidrError::Prefix => f.write_str(
+                        "the prefix length (after '/') must be a decimal number of bits, \
+                         such as 8 in 10.0.0.0/8",
+                    ),
+                    CidrError::PrefixTooLong { prefix, max } => {
+                        let family = if *max == 32 { "IPv4" } else { "IPv6" };
+                        write!(
+                            f,
+                            "the prefix length must be between 1 and {max} for {family}, got {prefix}"
+                        )
+                    }
+                    CidrError::ZeroPrefix => f.write_str(
+                        "the prefix length must be at least 1: a /0 trusts every address, so \
+                         any client could choose its own key",
+                    ),
+                    CidrError::HostBits { network, prefix } => write!(
+                        f,
+                        "bits below the /{prefix} prefix are set; write the network \
+                         ({network}/{prefix}) or a single host (no prefix)"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for KeyConfigError {}
+
+/// The IPv6 prefix length [`peer_ip()`] and [`forwarded()`] group addresses by, unless told
+/// otherwise: one key per /64, the block one host is usually given.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use tollgate::middleware::{peer_ip, KeyExtractor, DEFAULT_IPV6_PREFIX};
+///
+/// assert_eq!(DEFAULT_IPV6_PREFIX, 64);
+/// let peer: SocketAddr = "[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:443".parse()?;
+/// let head = http::Request::builder().extension(peer).body(())?.into_parts().0;
+/// assert_eq!(peer_ip().extract(&head)?, "2001:db8:1:2::".parse::<IpAddr>()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// A validated IPv6 prefix length, `1..=128`, shared by every address extractor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ipv6Prefix(u8);
+
+impl Ipv6Prefix {
+    const DEFAULT: Ipv6Prefix = Ipv6Prefix(DEFAULT_IPV6_PREFIX);
+
+    fn new(bits: u8) -> Result<Ipv6Prefix, KeyConfigError> {
+        if (1..=128).contains(&bits) {
+            Ok(Ipv6Prefix(bits))
+        } else {
+            Err(KeyConfigError::Ipv6Prefix { bits })
+        }
+    }
+
+    /// The key of an address: IPv4 (a mapped IPv6 address included) as it is, IPv6 with the bits
+    /// below the prefix cleared.
+    fn group(self, ip: IpAddr) -> IpAddr {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => IpAddr::V4(v4),
+            IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask128(self.0))),
+        }
+    }
+}
+
+/// The top `bits` of 128 set (`bits` above 128 counts as 128).
+fn mask128(bits: u8) -> u128 {
+    u128::MAX
+        .checked_shl(128u32.saturating_sub(u32::from(bits)))
+        .unwrap_or(0)
+}
+
+/// The top `bits` of 32 set (`bits` above 32 counts as 32).
+fn mask32(bits: u8) -> u32 {
+    u32::MAX
+        .checked_shl(32u32.saturating_sub(u32::from(bits)))
+        .unwrap_or(0)
+}
+
+/// The peer's socket address, from the request's extensions: a [`SocketAddr`] (a plain hyper
+/// server inserts one), axum's `ConnectInfo<SocketAddr>` (feature `axum`), or tonic's
+/// `TcpConnectInfo` (feature `tonic`), in that order. `None` when there is none.
+///
+/// Useful in a [`from_fn()`] key that combines the address with something else.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use tollgate::middleware::peer_addr;
+///
+/// let peer: SocketAddr = "192.0.2.1:40000".parse()?;
+/// let head = http::Request::builder().extension(peer).body(())?.into_parts().0;
+/// assert_eq!(peer_addr(&head), Some(peer));
+/// assert_eq!(peer_addr(&http::Request::builder().body(())?.into_parts().0), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn peer_addr(head: &Parts) -> Option<SocketAddr> {
+    let extensions = &head.extensions;
+    if let Some(addr) = extensions.get::<SocketAddr>() {
+        return Some(*addr);
+    }
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) =
+        extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*addr);
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(addr) = extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .and_then(|info| info.remote_addr())
+    {
+        return Some(addr);
+    }
+    None
+}
+
+/// Keys each request by its peer's IP address ([`peer_ip()`]).
+///
+/// # Examples
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use tollgate::middleware::{peer_ip, KeyExtractor};
+///
+/// let peer: SocketAddr = "[::ffff:192.0.2.1]:40000".parse()?;
+/// let head = http::Request::builder().extension(peer).body(())?.into_parts().0;
+/// // A dual-stack socket's IPv4-mapped address is keyed as the IPv4 address.
+/// assert_eq!(peer_ip().extract(&head)?, "192.0.2.1".parse::<IpAddr>()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerIp {
+    prefix: Ipv6Prefix,
+}
+
+/// Keys each request by its peer's IP address: IPv4 as it is (IPv4-mapped IPv6 included), IPv6
+/// grouped by its first [`DEFAULT_IPV6_PREFIX`] (64) bits. The peer comes from the request's
+/// extensions (see [`peer_addr`]); none is [`KeyError::NoConnectInfo`].
+///
+/// Behind a proxy or load balancer every request has the proxy's address: use [`forwarded()`].
+///
+/// # Examples
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use tollgate::middleware::{peer_ip, KeyExtractor};
+///
+/// let peer: SocketAddr = "192.0.2.1:40000".parse()?;
+/// let head = http::Request::builder().extension(peer).body(())?.into_parts().0;
+/// assert_eq!(peer_ip().extract(&head)?, "192.0.2.1".parse::<IpAddr>()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn peer_ip() -> PeerIp {
+    PeerIp {
+        prefix: Ipv6Prefix::DEFAULT,
+    }
+}
+
+impl PeerIp {
+    /// Groups IPv6 peers by their first `bits` bits instead of 64 (128: one key per address).
+    ///
+    /// # Errors
+    ///
+    /// [`KeyConfigError::Ipv6Prefix`] unless `bits` is in `1..=128`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::net::{IpAddr, SocketAddr};
+    /// use tollgate::middleware::{peer_ip, KeyExtractor};
+    ///
+    /// let peer: SocketAddr = "[2001:db8:1:2:3:4:5:6]:443".parse()?;
+    /// let head = http::Request::builder().extension(peer).body(())?.into_parts().0;
+    /// assert_eq!(peer_ip().ipv6_prefix(48)?.extract(&head)?, "2001:db8:1::".parse::<IpAddr>()?);
+    /// assert_eq!(peer_ip().ipv6_prefix(128)?.extract(&head)?, peer.ip());
+    /// assert!(peer_ip().ipv6_prefix(129).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ipv6_prefix(self, bits: u8) -> Result<PeerIp, KeyConfigError> {
+        Ok(PeerIp {
+            prefix: Ipv6Prefix::new(bits)?,
+        })
+    }
+}
+
+impl KeyExtractor for PeerIp {
+    type Key = IpAddr;
+
+    fn extract(&self, head: &Parts) -> Result<IpAddr, KeyError> {
+        let peer = peer_addr(head).ok_or(KeyError::NoConnectInfo)?;
+        Ok(self.prefix.group(peer.ip()))
+    }
+}
+
+/// The header [`forwarded()`] reads.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::ForwardedHeader;
+///
+/// assert_eq!(ForwardedHeader::XForwardedFor.name(), "x-forwarded-for");
+/// assert_eq!(ForwardedHeader::Forwarded.name(), http::header::FORWARDED);
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`: comma-separated addresses, the de-facto
+    /// standard (nginx's `$proxy_add_x_forwarded_for`, AWS and Google load balancers).
+    XForwardedFor,
+    /// RFC 7239's `Forwarded: for=client;proto=https, for="[2001:db8::1]:4711"`: only `for` is
+    /// read.
+    Forwarded,
+}
+
+impl ForwardedHeader {
+    /// The header's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::ForwardedHeader;
+    ///
+    /// assert_eq!(ForwardedHeader::Forwarded.name(), "forwarded");
+    /// ```
+    pub fn name(self) -> HeaderName {
+        match self {
+            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::Forwarded => http::header::FORWARDED,
+        }
+    }
+}
+
+/// Keys each request by its client's address behind trusted proxies ([`forwarded()`]).
+///
+/// # Examples
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use tollgate::middleware::{forwarded, ForwardedHeader, KeyExtractor};
+///
+/// let key = forwarded(["10.0.0.0/8"], ForwardedHeader::XForwardedFor)?;
+/// let proxy: SocketAddr = "10.0.0.2:50000".parse()?;
+/// let head = http::Request::builder()
+///     .header("x-forwarded-for", "198.51.100.7, 10.0.0.9")
+///     .extension(proxy)
+///     .body(())?
+///     .into_parts()
+///     .0;
+/// assert_eq!(key.extract(&head)?, "198.51.100.7".parse::<IpAddr>()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Forwarded {
+    trusted: Arc<[Net]>,
+    header: ForwardedHeader,
+    /// `header.name()`, made once.
+    name: HeaderName,
+    prefix: Ipv6Prefix,
+}
+
+/// Keys each request by its client's address as your proxies report it in `header`, believing
+/// only proxies whose addresses are in `trusted_cidrs` (such as `["10.0.0.0/8", "::1"]`). See
+/// [the module docs](self#behind-proxies-which-address-is-the-client) for the rules and why the
+/// leftmost entry is never used.
+///
+/// In short: a peer outside `trusted_cidrs` is the key, whatever it sends. From a trusted peer,
+/// the header's entries are walked from the right past trusted addresses; the first untrusted one
+/// is the key. An entry that is not an address (`unknown`, `_hidden`, garbage) stops the walk at
+/// the nearest trusted hop, which then is the key. Keys are grouped as [`peer_ip()`]'s: IPv6 by
+/// its first 64 bits, mapped IPv4 as IPv4.
+///
+/// A CIDR is an address, `/`, and a prefix length (`10.0.0.0/8`, `2001:db8::/32`), or an address
+/// alone for one host. A prefix with bits set below it (`10.1.2.3/8`) is refused, not masked
+/// (usually a host written with the wrong prefix; masking would trust a whole network), and so is
+/// `/0`. An IPv6 CIDR that covers IPv4-mapped addresses (`::ffff:10.0.0.0/104`) trusts those IPv4
+/// addresses too. An empty list trusts nobody: every key is the peer, as with [`peer_ip()`].
+///
+/// # Errors
+///
+/// [`KeyConfigError::Cidr`] naming the first string that is not a usable CIDR, and why
+/// ([`CidrError`]).
+///
+/// # Examples
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use tollgate::middleware::{forwarded, ForwardedHeader, KeyExtractor};
+///
+/// let key = forwarded(["127.0.0.1/32", "10.0.0.0/8", "::1/128"], ForwardedHeader::Forwarded)?;
+/// let head = |peer: &str, fwd: &str| -> Result<_, Box<dyn std::error::Error>> {
+///     let peer: SocketAddr = peer.parse()?;
+///     Ok(http::Request::builder().header("forwarded", fwd).extension(peer).body(())?.into_parts().0)
+/// };
+/// let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+///
+/// // Through the proxy at 127.0.0.1, which appended its client 203.0.113.9.
+/// assert_eq!(key.extract(&head("127.0.0.1:5000", "for=192.0.2.66, for=203.0.113.9")?)?, ip("203.0.113.9"));
+/// // The same header straight from a client is not believed.
+/// assert_eq!(key.extract(&head("198.51.100.1:5000", "for=192.0.2.66")?)?, ip("198.51.100.1"));
+/// // An obfuscated client: keyed on the nearest trusted hop, 10.0.0.5.
+/// assert_eq!(key.extract(&head("127.0.0.1:5000", "for=_hidden, for=10.0.0.5")?)?, ip("10.0.0.5"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn forwarded(
+    trusted_cidrs: impl IntoIterator<Item = impl AsRef<str>>,
+    header: ForwardedHeader,
+) -> Result<Forwarded, KeyConfigError> {
+    let trusted = trusted_cidrs
+        .into_iter()
+        .map(|cidr| {
+            let cidr = cidr.as_ref();
+            Net::parse(cidr).map_err(|reason| KeyConfigError::Cidr {
+                cidr: cidr.to_owned(),
+                reason,
+            })
+        })
+        .collect::<Result<Arc<[Net]>, KeyConfigError>>()?;
+    Ok(Forwarded {
+        trusted,
+        header,
+        name: header.name(),
+        prefix: Ipv6Prefix::DEFAULT,
+    })
+}
+
+impl Forwarded {
+    /// Groups IPv6 keys by their first `bits` bits instead of 64 (128: one key per address).
+    ///
+    /// # Errors
+    ///
+    /// [`KeyConfigError::Ipv6Prefix`] unless `bits` is in `1..=128`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{forwarded, ForwardedHeader, KeyConfigError};
+    ///
+    /// let key = forwarded(["::1"], ForwardedHeader::XForwardedFor)?.ipv6_prefix(56)?;
+    /// assert!(matches!(key.ipv6_prefix(200), Err(KeyConfigError::Ipv6Prefix { bits: 200 })));
+    /// # Ok::<(), KeyConfigError>(())
+    /// ```
+    pub fn ipv6_prefix(self, bits: u8) -> Result<Forwarded, KeyConfigError> {
+        Ok(Forwarded {
+            prefix: Ipv6Prefix::new(bits)?,
+            ..self
+        })
+    }
+
+    /// The header this reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{forwarded, ForwardedHeader};
+    ///
+    /// let key = forwarded(["10.0.0.0/8"], ForwardedHeader::Forwarded)?;
+    /// assert_eq!(key.header(), ForwardedHeader::Forwarded);
+    /// # Ok::<(), tollgate::middleware::KeyConfigError>(())
+    /// ```
+    pub fn header(&self) -> ForwardedHeader {
+        self.header
+    }
+
+    /// Whether `ip` is in one of the trusted CIDRs (an IPv4-mapped IPv6 address is looked up as
+    /// its IPv4 address).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{forwarded, ForwardedHeader};
+    ///
+    /// let key = forwarded(["10.0.0.0/8"], ForwardedHeader::XForwardedFor)?;
+    /// assert!(key.is_trusted("10.200.0.1".parse()?));
+    /// assert!(key.is_trusted("::ffff:10.0.0.1".parse()?));
+    /// assert!(!key.is_trusted("11.0.0.1".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.trusted.iter().any(|net| net.contains(ip))
+    }
+
+    /// The client's address by the rules of [`forwarded()`], before grouping: the request came
+    /// from `peer` and carries `headers`. IPv4-mapped addresses come back as IPv4. The key
+    /// [`extract`](KeyExtractor::extract) returns is this address grouped (IPv6 by its prefix);
+    /// this one is for logs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use tollgate::middleware::{forwarded, ForwardedHeader};
+    ///
+    /// let key = forwarded(["10.0.0.0/8"], ForwardedHeader::XForwardedFor)?;
+    /// let mut headers = http::HeaderMap::new();
+    /// headers.append("x-forwarded-for", "192.0.2.1".parse()?);
+    /// headers.append("x-forwarded-for", "2001:db8::7, 10.1.1.1".parse()?);
+    /// let proxy: IpAddr = "10.0.0.1".parse()?;
+    /// assert_eq!(key.client_ip(proxy, &headers), "2001:db8::7".parse::<IpAddr>()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let peer = peer.to_canonical();
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        let lines = headers.get_all(&self.name).iter();
+        let prev = match self.header {
+            ForwardedHeader::XForwardedFor => prev_xff_entry,
+            ForwardedHeader::Forwarded => prev_forwarded_element,
+        };
+        let mut nearest = peer;
+        for hop in Hops::new(lines, prev) {
+            match hop {
+                Hop::Addr(ip) => {
+                    let ip = ip.to_canonical();
+                    if self.is_trusted(ip) {
+                        nearest = ip;
+                    } else {
+                        return ip;
+                    }
+                }
+                Hop::Stop => break,
+            }
+        }
+        nearest
+    }
+}
+
+impl KeyExtractor for Forwarded {
+    type Key = IpAddr;
+
+    fn extract(&self, head: &Parts) -> Result<IpAddr, KeyError> {
+        let peer = peer_addr(head).ok_or(KeyError::NoConnectInfo)?;
+        Ok(self.prefix.group(self.client_ip(peer.ip(), &head.headers)))
+    }
+}
+
+/// One trusted network, its address bits already masked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Net {
+    V4 { net: u32, prefix: u8 },
+    V6 { net: u128, prefix: u8 },
+}
+
+impl fmt::Debug for Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Net::V4 { net, prefix } => write!(f, "{}/{prefix}", std::net::Ipv4Addr::from(net)),
+            Net::V6 { net, prefix } => write!(f, "{}/{prefix}", Ipv6Addr::from(net)),
+        }
+    }
+}
+
+impl Net {
+    fn parse(cidr: &str) -> Result<Net, CidrError> {
+        let cidr = cidr.trim();
+        let (addr, prefix) = match cidr.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (cidr, None),
+        };
+        let addr: IpAddr = addr.parse().map_err(|_| CidrError::Address)?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(digits) => {
+                if digits.is_empty()
+                    || digits.len() > 3
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                {
+                    return Err(CidrError::Prefix);
+                }
+                // At most three digits, so at most 999: fits a u16, and above 255 is too long.
+                let value: u16 = digits.parse().map_err(|_| CidrError::Prefix)?;
+                let Ok(value) = u8::try_from(value) else {
+                    return Err(CidrError::PrefixTooLong {
+                        prefix: u8::MAX,
+                        max,
+                    });
+                };
+                value
+            }
+        };
+        if prefix == 0 {
+            return Err(CidrError::ZeroPrefix);
+        }
+        if prefix > max {
+            return Err(CidrError::PrefixTooLong { prefix, max });
+        }
+        let (net, network) = match addr {
+            IpAddr::V4(v4) => {
+                let net = u32::from(v4) & mask32(prefix);
+                (
+                    Net::V4 { net, prefix },
+                    IpAddr::V4(std::net::Ipv4Addr::from(net)),
+                )
+            }
+            IpAddr::V6(v6) => {
+                let net = u128::from(v6) & mask128(prefix);
+                (Net::V6 { net, prefix }, IpAddr::V6(Ipv6Addr::from(net)))
+            }
+        };
+        if network != addr {
+            return Err(CidrError::HostBits { network, prefix });
+        }
+        Ok(net)
+    }
+
+    /// Whether `ip` (canonical: IPv4-mapped addresses as IPv4) is in this network. An IPv4
+    /// address is in an IPv6 network when its mapped form is.
+    fn contains(self, ip: IpAddr) -> bool {
+        match (self, ip) {
+            (Net::V4 { net, prefix }, IpAddr::V4(v4)) => u32::from(v4) & mask32(prefix) == net,
+            (Net::V6 { net, prefix }, IpAddr::V6(v6)) => u128::from(v6) & mask128(prefix) == net,
+            (Net::V6 { net, prefix }, IpAddr::V4(v4)) => {
+                u128::from(v4.to_ipv6_mapped()) & mask128(prefix) == net
+            }
+            (Net::V4 { .. }, IpAddr::V6(_)) => false,
+        }
+    }
+}
+
+/// One entry of a forwarding header, read from the right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hop {
+    /// An address.
+    Addr(IpAddr),
+    /// Anything else: malformed, `unknown`, obfuscated, empty. The walk stops here.
+    Stop,
+}
+
+/// Reads the entry of a field line that ends at `end` (exclusive), leftwards. Returns it and the
+/// index of the `,` before it, or `None` when it is the line's first entry (or when it is a
+/// `Stop`, after which nothing more is read).
+type PrevEntry = fn(&[u8], usize) -> (Hop, Option<usize>);
+
+/// A forwarding header's entries from the right: its field lines from the last, each line's
+/// entries from the last, read lazily so that the part a client wrote is never parsed unless the
+/// walk gets there.
+struct Hops<'a> {
+    lines: ValueIter<'a, HeaderValue>,
+    line: &'a [u8],
+    /// Where the next entry of `line` ends; `None` to take the previous line.
+    end: Option<usize>,
+    prev: PrevEntry,
+}
+
+impl<'a> Hops<'a> {
+    fn new(lines: ValueIter<'a, HeaderValue>, prev: PrevEntry) -> Hops<'a> {
+        Hops {
+            lines,
+            line: &[],
+            end: None,
+            prev,
+        }
+    }
+}
+
+impl Iterator for Hops<'_> {
+    type Item = Hop;
+
+    fn next(&mut self) -> Option<Hop> {
+        let end = match self.end {
+            Some(end) => end,
+            None => {
+                self.line = self.lines.next_back()?.as_bytes();
+                self.line.len()
+            }
+        };
+        let (hop, next_end) = (self.prev)(self.line, end);
+        self.end = next_end;
+        Some(hop)
+    }
+}
+
+/// The longest address text read (with brackets and a port), longer than any address: an
+/// IPv6 address with an embedded IPv4 one is at most 45 characters.
+const MAX_NODE_LEN: usize = 64;
+
+/// Reads one address, in any accepted form: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
+/// `[2001:db8::1]`, `[2001:db8::1]:80` (a port may also be an RFC 7239 obfuscated `_port`).
+/// Anything else (`unknown`, `_hidden`, a zone index, garbage) is a `Stop`.
+fn parse_node(bytes: &[u8]) -> Hop {
+    if bytes.is_empty() || bytes.len() > MAX_NODE_LEN {
+        return Hop::Stop;
+    }
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Hop::Stop;
+    };
+    let addr = if let Some(rest) = text.strip_prefix('[') {
+        let Some((inner, after)) = rest.split_once(']') else {
+            return Hop::Stop;
+        };
+        let port_ok = after.is_empty() || after.strip_prefix(':').is_some_and(is_port);
+        match inner.parse::<Ipv6Addr>() {
+            Ok(v6) if port_ok => IpAddr::V6(v6),
+            _ => return Hop::Stop,
+        }
+    } else if text.bytes().filter(|&b| b == b':').count() == 1 {
+        // One colon: an IPv4 address and a port (an IPv6 address has at least two).
+        let Some((host, port)) = text.split_once(':') else {
+            return Hop::Stop;
+        };
+        match host.parse::<std::net::Ipv4Addr>() {
+            Ok(v4) if is_port(port) => IpAddr::V4(v4),
+            _ => return Hop::Stop,
+        }
+    } else {
+        match text.parse::<IpAddr>() {
+            Ok(ip) => ip,
+            Err(_) => return Hop::Stop,
+        }
+    };
+    Hop::Addr(addr)
+}
+
+/// A port: 1 to 5 digits up to 65535, or RFC 7239's obfuscated port (`_` and letters, digits,
+/// `.`, `_`, `-`).
+fn is_port(port: &str) -> bool {
+    if let Some(obfuscated) = port.strip_prefix('_') {
+        return !obfuscated.is_empty()
+            && obfuscated
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    }
+    (1..=5).contains(&port.len())
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u32>().is_ok_and(|p| p <= 65_535)
+}
+
+/// Optional whitespace (RFC 9110's OWS): spaces and tabs.
+fn is_ows(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// The byte before index `i`, if any.
+fn before(s: &[u8], i: usize) -> Option<u8> {
+    i.checked_sub(1).and_then(|j| s.get(j)).copied()
+}
+
+/// Moves `i` left past optional whitespace.
+fn skip_ows_left(s: &[u8], mut i: usize) -> usize {
+    while before(s, i).is_some_and(is_ows) {
+        i -= 1;
+    }
+    i
+}
+
+/// The `X-Forwarded-For` entry ending at `end`: the text after the previous `,`, without the
+/// surrounding whitespace.
+fn prev_xff_entry(line: &[u8], end: usize) -> (Hop, Option<usize>) {
+    let line = line.get(..end).unwrap_or_default();
+    let comma = line.iter().rposition(|&b| b == b',');
+    let entry = line.get(comma.map_or(0, |c| c + 1)..).unwrap_or_default();
+    let start = entry
+        .iter()
+        .position(|&b| !is_ows(b))
+        .unwrap_or(entry.len());
+    let stop = entry
+        .iter()
+        .rposition(|&b| !is_ows(b))
+        .map_or(start, |i| i + 1);
+    (
+        parse_node(entry.get(start..stop).unwrap_or_default()),
+        comma,
+    )
+}
+
+/// RFC 9110's tchar: what a token (a parameter name, an unquoted value) is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// An unquoted `Forwarded` value: a token, or (leniently, as some proxies send it) an address
+/// with brackets or a port, which RFC 7239 wants quoted.
+fn is_value_char(b: u8) -> bool {
+    is_tchar(b) || b == b':' || b == b'[' || b == b']'
+}
+
+/// A `Forwarded` parameter's value as written.
+enum Value<'a> {
+    Token(&'a [u8]),
+    /// Between the quotes, quoted pairs (`\x`) still escaped; already checked well formed.
+    Quoted(&'a [u8]),
+}
+
+impl Value<'_> {
+    /// The value read as an address.
+    fn node(&self) -> Hop {
+        match *self {
+            Value::Token(token) => parse_node(token),
+            Value::Quoted(content) => {
+                let mut buf = [0u8; MAX_NODE_LEN];
+                let mut len = 0;
+                let mut escaped = false;
+                for &b in content {
+                    if b == b'\\' && !escaped {
+                        escaped = true;
+                        continue;
+                    }
+                    escaped = false;
+                    let Some(slot) = buf.get_mut(len) else {
+                        return Hop::Stop;
+                    };
+                    *slot = b;
+                    len += 1;
+                }
+                parse_node(buf.get(..len).unwrap_or_default())
+            }
+        }
+    }
+}
+
+/// Whether `content` is the inside of a well-formed quoted-string (RFC 9110): qdtext and quoted
+/// pairs, no bare `"`, no `\` left without its character.
+fn is_quoted_content(content: &[u8]) -> bool {
+    let qdtext = |b: u8| {
+        b == b'\t'
+            || b == b' '
+            || b == 0x21
+            || (0x23..=0x5B).contains(&b)
+            || (0x5D..=0x7E).contains(&b)
+            || b >= 0x80
+    };
+    let escapable = |b: u8| b == b'\t' || (0x20..=0x7E).contains(&b) || b >= 0x80;
+    let mut i = 0;
+    while let Some(&b) = content.get(i) {
+        if b == b'\\' {
+            match content.get(i + 1) {
+                Some(&next) if escapable(next) => i += 2,
+                _ => return false,
+            }
+        } else if qdtext(b) {
+            i += 1;
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+/// The `"` that opens the quoted string closed by the `"` at `close`: the nearest `"` to its left
+/// preceded by an even number of backslashes. (A run of backslashes before a `"` always starts
+/// fresh, after qdtext, a quoted pair or the opening quote, so an odd run escapes the `"` and an
+/// even one does not; the first unescaped `"` leftwards is the only possible opening. The content
+/// is then checked from the left by [`is_quoted_content`].)
+fn opening_quote(s: &[u8], close: usize) -> Option<usize> {
+    let mut p = close;
+    while p > 0 {
+        p -= 1;
+        if s.get(p) == Some(&b'"') {
+            let mut run = 0;
+            while before(s, p - run) == Some(b'\\') {
+                run += 1;
+            }
+            if run % 2 == 0 {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// The `Forwarded` pair (`name=value`) ending at `end`, leftwards: its name, its value and the
+/// index where it starts. `None` when it is malformed.
+fn prev_pair(s: &[u8], end: usize) -> Option<(&[u8], Value<'_>, usize)> {
+    let (value, value_start) = if before(s, end) == Some(b'"') {
+        let close = end - 1;
+        let open = opening_quote(s, close)?;
+        let content = s.get(open + 1..close)?;
+        if !is_quoted_content(content) {
+            return None;
+        }
+        (Value::Quoted(content), open)
+    } else {
+        let mut start = end;
+        while before(s, start).is_some_and(is_value_char) {
+            start -= 1;
+        }
+        if start == end {
+            return None;
+        }
+        (Value::Token(s.get(start..end)?), start)
+    };
+    if before(s, value_start) != Some(b'=') {
+        return None;
+    }
+    let name_end = value_start - 1;
+    let mut name_start = name_end;
+    while before(s, name_start).is_some_and(is_tchar) {
+        name_start -= 1;
+    }
+    if name_start == name_end {
+        return None;
+    }
+    Some((s.get(name_start..name_end)?, value, name_start))
+}
+
+/// The `Forwarded` element ending at `end`, leftwards: its `for` address, or `Stop` when it has
+/// none, has it twice, or is malformed anywhere.
+fn prev_forwarded_element(line: &[u8], end: usize) -> (Hop, Option<usize>) {
+    let mut i = end;
+    let mut node = None;
+    loop {
+        i = skip_ows_left(line, i);
+        if !matches!(before(line, i), None | Some(b';' | b',')) {
+            let Some((name, value, start)) = prev_pair(line, i) else {
+                return (Hop::Stop, None);
+            };
+            if name.eq_ignore_ascii_case(b"for") {
+                if node.is_some() {
+                    return (Hop::Stop, None);
+                }
+                node = Some(value.node());
+            }
+            i = skip_ows_left(line, start);
+        }
+        match before(line, i) {
+            None => return (node.unwrap_or(Hop::Stop), None),
+            Some(b';') => i -= 1,
+            Some(b',') => return (node.unwrap_or(Hop::Stop), Some(i - 1)),
+            Some(_) => return (Hop::Stop, None),
+        }
+    }
+}
+
+/// The largest header value [`header()`] uses as a key, in bytes; a longer one counts as missing
+/// (so that a client cannot make the limiter hold large keys).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{header, KeyError, KeyExtractor, MAX_HEADER_KEY_LEN};
+///
+/// let long = "k".repeat(MAX_HEADER_KEY_LEN + 1);
+/// let head = http::Request::builder().header("x-api-key", long).body(())?.into_parts().0;
+/// let key = header(http::HeaderName::from_static("x-api-key"));
+/// assert_eq!(key.extract(&head), Err(KeyError::Missing));
+/// # Ok::<(), http::Error>(())
+/// ```
+pub const MAX_HEADER_KEY_LEN: usize = 256;
+
+/// Keys each request by one header's value ([`header()`]).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{header, HeaderKey};
+///
+/// let key: HeaderKey = header(http::HeaderName::from_static("x-api-key"));
+/// assert_eq!(key.name(), "x-api-key");
+/// ```
+#[derive(Debug, Clone)]
+pub struct HeaderKey {
+    name: HeaderName,
+}
+
+/// Keys each request by the first value of the header `name` (an API key, a tenant id). An
+/// absent or empty header, or a value over [`MAX_HEADER_KEY_LEN`] (256) bytes, is
+/// [`KeyError::Missing`].
+///
+/// The key is a copy of the value (one small allocation), not a view into the request's buffer:
+/// a limiter that keeps it would otherwise keep the whole received header block alive.
+///
+/// A client chooses its headers: use this for keys you check elsewhere (an authenticated API
+/// key), or count on the keyed limiter's bound on the keys it holds.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{header, KeyError, KeyExtractor};
+///
+/// let key = header(http::HeaderName::from_static("x-api-key"));
+/// let head = http::Request::builder()
+///     .header("x-api-key", "alpha")
+///     .header("x-api-key", "beta")
+///     .body(())?
+///     .into_parts()
+///     .0;
+/// assert_eq!(key.extract(&head), Ok(http::HeaderValue::from_static("alpha")));
+/// let none = http::Request::builder().body(())?.into_parts().0;
+/// assert_eq!(key.extract(&none), Err(KeyError::Missing));
+/// # Ok::<(), http::Error>(())
+/// ```
+pub fn header(name: HeaderName) -> HeaderKey {
+    HeaderKey { name }
+}
+
+impl HeaderKey {
+    /// The header read.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::header;
+    ///
+    /// assert_eq!(header(http::header::AUTHORIZATION).name(), http::header::AUTHORIZATION);
+    /// ```
+    pub fn name(&self) -> &HeaderName {
+        &self.name
+    }
+}
+
+impl KeyExtractor for HeaderKey {
+    type Key = HeaderValue;
+
+    fn extract(&self, head: &Parts) -> Result<HeaderValue, KeyError> {
+        let value = head.headers.get(&self.name).ok_or(KeyError::Missing)?;
+        if value.is_empty() || value.len() > MAX_HEADER_KEY_LEN {
+            return Err(KeyError::Missing);
+        }
+        // A copy: the received value shares the buffer of the whole header block.
+        HeaderValue::from_bytes(value.as_bytes()).map_err(|_| KeyError::Missing)
+    }
+}
+
+/// Keys each request by a `T` from its extensions ([`extension()`]).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{extension, ExtensionKey};
+///
+/// let key: ExtensionKey<u64> = extension::<u64>();
+/// assert_eq!(format!("{key:?}"), "ExtensionKey<u64>");
+/// ```
+pub struct ExtensionKey<T> {
+    // `fn() -> T`: the extractor holds no `T`, so it is Send, Sync and Clone whatever `T` is.
+    _key: PhantomData<fn() -> T>,
+}
+
+/// Keys each request by a clone of the `T` in its extensions, put there by an earlier layer (a
+/// user or tenant id from authentication). None there is [`KeyError::Missing`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{extension, KeyError, KeyExtractor};
+///
+/// #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// struct UserId(u64);
+///
+/// let key = extension::<UserId>();
+/// let head = http::Request::builder().extension(UserId(7)).body(())?.into_parts().0;
+/// assert_eq!(key.extract(&head), Ok(UserId(7)));
+/// let anonymous = http::Request::builder().body(())?.into_parts().0;
+/// assert_eq!(key.extract(&anonymous), Err(KeyError::Missing));
+/// # Ok::<(), http::Error>(())
+/// ```
+pub fn extension<T>() -> ExtensionKey<T>
+where
+    T: Clone + Hash + Eq + fmt::Debug + Send + Sync + 'static,
+{
+    ExtensionKey { _key: PhantomData }
+}
+
+impl<T> fmt::Debug for ExtensionKey<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ExtensionKey<{}>", std::any::type_name::<T>())
+    }
+}
+
+impl<T> Clone for ExtensionKey<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for ExtensionKey<T> {}
+
+impl<T> KeyExtractor for ExtensionKey<T>
+where
+    T: Clone + Hash + Eq + fmt::Debug + Send + Sync + 'static,
+{
+    type Key = T;
+
+    fn extract(&self, head: &Parts) -> Result<T, KeyError> {
+        head.extensions.get::<T>().cloned().ok_or(KeyError::Missing)
+    }
+}
+
+/// Keys each request by what a function returns ([`from_fn()`]).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::from_fn;
+///
+/// let key = from_fn(|head: &http::request::Parts| Some(head.method.clone()));
+/// assert_eq!(format!("{key:?}"), "FnKey { .. }");
+/// ```
+#[derive(Clone)]
+pub struct FnKey<F> {
+    f: F,
+}
+
+/// Keys each request by what `f` returns for its head; `None` is [`KeyError::Missing`].
+///
+/// # Examples
+///
+/// A key per client address and route template (with axum, `MatchedPath` would be the
+/// template):
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use tollgate::middleware::{from_fn, peer_addr, KeyError, KeyExtractor};
+///
+/// let key = from_fn(|head| Some((peer_addr(head)?.ip(), head.uri.path().to_owned())));
+/// let peer: SocketAddr = "192.0.2.1:40000".parse()?;
+/// let head = http::Request::builder().uri("/a").extension(peer).body(())?.into_parts().0;
+/// assert_eq!(key.extract(&head)?, (peer.ip(), "/a".to_owned()));
+/// let no_peer = http::Request::builder().body(())?.into_parts().0;
+/// assert_eq!(key.extract(&no_peer), Err(KeyError::Missing));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn from_fn<F, K>(f: F) -> FnKey<F>
+where
+    F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    K: Clone + Hash + Eq + fmt::Debug + Send + Sync + 'static,
+{
+    FnKey { f }
+}
+
+impl<F> fmt::Debug for FnKey<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnKey").finish_non_exhaustive()
+    }
+}
+
+impl<F, K> KeyExtractor for FnKey<F>
+where
+    F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    K: Clone + Hash + Eq + fmt::Debug + Send + Sync + 'static,
+{
+    type Key = K;
+
+    fn extract(&self, head: &Parts) -> Result<K, KeyError> {
+        (self.f)(head).ok_or(KeyError::Missing)
+    }
+}
+
+/// One key, `()`, for every request: one limit for everyone ([`global()`]).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{Global, KeyExtractor};
+///
+/// let head = http::Request::builder().body(())?.into_parts().0;
+/// assert_eq!(Global.extract(&head), Ok(()));
+/// # Ok::<(), http::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Global;
 
-/// One key for all.
+/// One key, `()`, for every request, never missing: one limit shared by everyone (a direct
+/// limiter's single key).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{global, KeyExtractor};
+///
+/// let head = http::Request::builder().uri("/anything").body(())?.into_parts().0;
+/// assert_eq!(global().extract(&head), Ok(()));
+/// # Ok::<(), http::Error>(())
+/// ```
 pub fn global() -> Global {
     Global
 }
 
 impl KeyExtractor for Global {
     type Key = ();
-    fn extract(&self, _: &http::request::Parts) -> Result<(), KeyError> {
+
+    fn extract(&self, _head: &Parts) -> Result<(), KeyError> {
         Ok(())
     }
 }
 
-/// Interim.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PeerIp;
-/// Interim.
-pub fn peer_ip() -> PeerIp {
-    PeerIp
-}
-impl KeyExtractor for PeerIp {
-    type Key = std::net::IpAddr;
-    fn extract(&self, head: &http::request::Parts) -> Result<Self::Key, KeyError> {
-        #[cfg(feature = "axum")]
-        if let Some(c) = head
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        {
-            return Ok(c.0.ip());
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::Ipv4Addr;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn head_from(peer: Option<&str>, name: &str, lines: &[&str]) -> Parts {
+        let mut builder = http::Request::builder();
+        for line in lines {
+            builder = builder.header(name, HeaderValue::from_bytes(line.as_bytes()).unwrap());
         }
-        head.extensions
-            .get::<std::net::SocketAddr>()
-            .map(|a| a.ip())
-            .ok_or(KeyError::NoConnectInfo)
+        if let Some(peer) = peer {
+            builder = builder.extension(peer.parse::<SocketAddr>().unwrap());
+        }
+        builder.body(()).unwrap().into_parts().0
     }
-}
 
-/// Interim.
-#[derive(Debug, Clone)]
-pub struct HeaderKey(http::HeaderName);
-/// Interim.
-pub fn header(name: http::HeaderName) -> HeaderKey {
-    HeaderKey(name)
-}
-impl KeyExtractor for HeaderKey {
-    type Key = http::HeaderValue;
-    fn extract(&self, head: &http::request::Parts) -> Result<Self::Key, KeyError> {
-        head.headers.get(&self.0).cloned().ok_or(KeyError::Missing)
+    fn xff() -> Forwarded {
+        forwarded(
+            ["127.0.0.1/32", "10.0.0.0/8", "::1/128"],
+            ForwardedHeader::XForwardedFor,
+        )
+        .unwrap()
     }
-}
 
-/// Interim.
-#[derive(Debug, Clone)]
-pub struct FnKey<F>(F);
-/// Interim.
-pub fn from_fn<F>(f: F) -> FnKey<F> {
-    FnKey(f)
-}
-impl<F, K> KeyExtractor for FnKey<F>
-where
-    F: Fn(&http::request::Parts) -> Option<K> + Send + Sync + 'static,
-    K: Clone + Hash + Eq + fmt::Debug + Send + Sync + 'static,
-{
-    type Key = K;
-    fn extract(&self, head: &http::request::Parts) -> Result<K, KeyError> {
-        (self.0)(head).ok_or(KeyError::Missing)
+    fn rfc() -> Forwarded {
+        forwarded(
+            ["127.0.0.1/32", "10.0.0.0/8", "::1/128"],
+            ForwardedHeader::Forwarded,
+        )
+        .unwrap()
+    }
+
+    /// The key `forwarded` gives a request from `peer` with these field lines of its header.
+    fn key(extractor: &Forwarded, peer: &str, lines: &[&str]) -> IpAddr {
+        let name = extractor.header().name();
+        extractor
+            .extract(&head_from(Some(peer), name.as_str(), lines))
+            .unwrap()
+    }
+
+    #[test]
+    fn ipv6_peers_are_grouped_by_prefix() {
+        let head = head_from(Some("[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1"), "x", &[]);
+        assert_eq!(peer_ip().extract(&head), Ok(ip("2001:db8:1:2::")));
+        let by = |bits| peer_ip().ipv6_prefix(bits).unwrap().extract(&head).unwrap();
+        assert_eq!(by(48), ip("2001:db8:1::"));
+        assert_eq!(by(1), ip("::"));
+        assert_eq!(by(127), ip("2001:db8:1:2:aaaa:bbbb:cccc:dddc"));
+        assert_eq!(by(128), ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd"));
+        // IPv4 is never grouped.
+        let v4 = head_from(Some("192.0.2.77:1"), "x", &[]);
+        assert_eq!(
+            peer_ip().ipv6_prefix(1).unwrap().extract(&v4),
+            Ok(ip("192.0.2.77"))
+        );
+    }
+
+    #[test]
+    fn ipv6_prefix_outside_1_to_128_is_refused_naming_the_range() {
+        for bits in [0, 129, 255] {
+            let err = peer_ip().ipv6_prefix(bits).unwrap_err();
+            assert_eq!(err, KeyConfigError::Ipv6Prefix { bits });
+            assert_eq!(
+                err.to_string(),
+                format!("ipv6_prefix must be between 1 and 128 bits, got {bits}")
+            );
+            assert_eq!(
+                xff().ipv6_prefix(bits).unwrap_err(),
+                KeyConfigError::Ipv6Prefix { bits }
+            );
+        }
+    }
+
+    #[test]
+    fn forwarded_keys_are_grouped_like_peer_ip() {
+        let k = key(&xff(), "127.0.0.1:1", &["2001:db8:1:2:3:4:5:6"]);
+        assert_eq!(k, ip("2001:db8:1:2::"));
+        let k = key(
+            &xff().ipv6_prefix(128).unwrap(),
+            "127.0.0.1:1",
+            &["2001:db8:1:2:3:4:5:6"],
+        );
+        assert_eq!(k, ip("2001:db8:1:2:3:4:5:6"));
+        // The ungrouped address stays available for logs.
+        let headers = head_from(None, "x-forwarded-for", &["2001:db8:1:2:3:4:5:6"]).headers;
+        assert_eq!(
+            xff().client_ip(ip("127.0.0.1"), &headers),
+            ip("2001:db8:1:2:3:4:5:6")
+        );
+    }
+
+    #[test]
+    fn mapped_ipv4_addresses_are_keyed_and_trusted_as_ipv4() {
+        let head = head_from(Some("[::ffff:192.0.2.1]:1"), "x", &[]);
+        assert_eq!(peer_ip().extract(&head), Ok(ip("192.0.2.1")));
+        // A mapped peer in a trusted IPv4 network is trusted; a mapped entry is an IPv4 key.
+        assert_eq!(
+            key(&xff(), "[::ffff:10.0.0.1]:1", &["::ffff:198.51.100.3"]),
+            ip("198.51.100.3")
+        );
+        // A mapped trusted hop is passed like the IPv4 one.
+        assert_eq!(
+            key(&xff(), "10.0.0.1:1", &["198.51.100.3, ::ffff:10.9.9.9"]),
+            ip("198.51.100.3")
+        );
+        // An IPv6 CIDR over the mapped range trusts those IPv4 addresses.
+        let mapped = forwarded(["::ffff:10.0.0.0/104"], ForwardedHeader::XForwardedFor).unwrap();
+        assert!(mapped.is_trusted(ip("10.1.2.3")));
+        assert!(mapped.is_trusted(ip("::ffff:10.1.2.3")));
+        assert!(!mapped.is_trusted(ip("11.1.2.3")));
+        assert_eq!(
+            key(&mapped, "10.0.0.1:1", &["198.51.100.3"]),
+            ip("198.51.100.3")
+        );
+    }
+
+    #[test]
+    fn the_peer_comes_from_socket_addr_then_axum_then_tonic() {
+        let socket: SocketAddr = "192.0.2.1:1".parse().unwrap();
+        let other: SocketAddr = "192.0.2.2:1".parse().unwrap();
+        let third: SocketAddr = "192.0.2.3:1".parse().unwrap();
+        let mut head = http::Request::builder().body(()).unwrap().into_parts().0;
+        assert_eq!(peer_addr(&head), None);
+        assert_eq!(peer_ip().extract(&head), Err(KeyError::NoConnectInfo));
+        assert_eq!(xff().extract(&head), Err(KeyError::NoConnectInfo));
+        #[cfg(feature = "tonic")]
+        {
+            head.extensions
+                .insert(tonic::transport::server::TcpConnectInfo {
+                    local_addr: Some(other),
+                    remote_addr: None,
+                });
+            // tonic's connect info without a remote address is no peer address.
+            assert_eq!(peer_addr(&head), None);
+            head.extensions
+                .insert(tonic::transport::server::TcpConnectInfo {
+                    local_addr: Some(other),
+                    remote_addr: Some(third),
+                });
+            assert_eq!(peer_addr(&head), Some(third));
+        }
+        #[cfg(feature = "axum")]
+        {
+            head.extensions.insert(axum::extract::ConnectInfo(other));
+            assert_eq!(peer_addr(&head), Some(other));
+        }
+        head.extensions.insert(socket);
+        assert_eq!(peer_addr(&head), Some(socket));
+        assert_eq!(peer_ip().extract(&head), Ok(socket.ip()));
+        let _ = (other, third);
+    }
+
+    fn cidr_error(cidr: &str) -> Option<CidrError> {
+        match forwarded(["10.0.0.0/8", cidr], ForwardedHeader::XForwardedFor) {
+            Ok(_) => None,
+            Err(KeyConfigError::Cidr {
+                cidr: named,
+                reason,
+            }) => {
+                assert_eq!(named, cidr, "the error names the offending string");
+                Some(reason)
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn cidrs_parse_or_name_the_string_and_why() {
+        for ok in [
+            "10.0.0.0/8",
+            "192.168.1.0/24",
+            "192.0.2.1",
+            "192.0.2.1/32",
+            " 10.0.0.0/8\t",
+            "2001:db8::/32",
+            "::1",
+            "::1/128",
+            "fe80::/10",
+            "10.0.0.0/08",
+            "0.0.0.0/1",
+        ] {
+            assert_eq!(cidr_error(ok), None, "{ok}");
+        }
+        assert_eq!(cidr_error(""), Some(CidrError::Address));
+        assert_eq!(cidr_error("localhost"), Some(CidrError::Address));
+        assert_eq!(cidr_error("10.0.0/8"), Some(CidrError::Address));
+        assert_eq!(cidr_error("[::1]/128"), Some(CidrError::Address));
+        assert_eq!(cidr_error("fe80::1%eth0/64"), Some(CidrError::Address));
+        assert_eq!(cidr_error("10.0.0.0/"), Some(CidrError::Prefix));
+        assert_eq!(cidr_error("10.0.0.0/+8"), Some(CidrError::Prefix));
+        assert_eq!(cidr_error("10.0.0.0/8/8"), Some(CidrError::Prefix));
+        assert_eq!(cidr_error("10.0.0.0/1000"), Some(CidrError::Prefix));
+        assert_eq!(cidr_error("10.0.0.0/ 8"), Some(CidrError::Prefix));
+        assert_eq!(
+            cidr_error("10.0.0.0/33"),
+            Some(CidrError::PrefixTooLong {
+                prefix: 33,
+                max: 32
+            })
+        );
+        assert_eq!(
+            cidr_error("::/129"),
+            Some(CidrError::PrefixTooLong {
+                prefix: 129,
+                max: 128
+            })
+        );
+        assert_eq!(
+            cidr_error("::/999"),
+            Some(CidrError::PrefixTooLong {
+                prefix: 255,
+                max: 128
+            })
+        );
+        assert_eq!(cidr_error("0.0.0.0/0"), Some(CidrError::ZeroPrefix));
+        assert_eq!(cidr_error("::/0"), Some(CidrError::ZeroPrefix));
+        assert_eq!(
+            cidr_error("10.1.2.3/8"),
+            Some(CidrError::HostBits {
+                network: ip("10.0.0.0"),
+                prefix: 8
+            })
+        );
+        assert_eq!(
+            cidr_error("2001:db8::1/64"),
+            Some(CidrError::HostBits {
+                network: ip("2001:db8::"),
+                prefix: 64
+            })
+        );
+        let message = |cidr| {
+            forwarded([cidr], ForwardedHeader::Forwarded)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            message("10.1.2.3/8"),
+            "trusted CIDR \"10.1.2.3/8\": bits below the /8 prefix are set; write the network \
+             (10.0.0.0/8) or a single host (no prefix)"
+        );
+        assert!(message("nope").starts_with("trusted CIDR \"nope\": the address"));
+        assert!(message("::/0").contains("at least 1"));
+        assert!(message("::/200").ends_with("between 1 and 128 for IPv6, got 200"));
+    }
+
+    #[test]
+    fn trusted_networks_hold_exactly_their_addresses() {
+        let k = forwarded(
+            ["192.168.1.0/24", "2001:db8:aa::/48", "198.51.100.9"],
+            ForwardedHeader::XForwardedFor,
+        )
+        .unwrap();
+        for (addr, trusted) in [
+            ("192.168.1.0", true),
+            ("192.168.1.255", true),
+            ("192.168.0.255", false),
+            ("192.168.2.0", false),
+            ("198.51.100.9", true),
+            ("198.51.100.8", false),
+            ("2001:db8:aa::", true),
+            ("2001:db8:aa:ffff:ffff:ffff:ffff:ffff", true),
+            ("2001:db8:ab::", false),
+            ("::ffff:192.168.1.7", true),
+            ("::192.168.1.7", false),
+        ] {
+            assert_eq!(k.is_trusted(ip(addr)), trusted, "{addr}");
+        }
+        // No trusted network: always the peer.
+        let none = forwarded(Vec::<String>::new(), ForwardedHeader::XForwardedFor).unwrap();
+        assert_eq!(key(&none, "10.0.0.1:1", &["198.51.100.1"]), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn a_spoofed_header_from_an_untrusted_peer_is_ignored() {
+        for (k, spoof) in [(xff(), "203.0.113.1"), (rfc(), "for=203.0.113.1")] {
+            assert_eq!(key(&k, "198.51.100.7:1", &[spoof]), ip("198.51.100.7"));
+            assert_eq!(
+                key(&k, "[2001:db8::5]:1", &[spoof]),
+                ip("2001:db8::"),
+                "grouped"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rotated_left_part_behind_the_trusted_proxy_does_not_change_the_key() {
+        let lefts = [
+            "",
+            "1.1.1.1",
+            "2.2.2.2, 3.3.3.3",
+            "unknown",
+            "garbage!!",
+            "\"",
+            "for=\"",
+            "for=\"unterminated, \\",
+            "10.0.0.1",
+            ";;;,,,",
+        ];
+        for left in lefts {
+            // The proxy appended to the client's line ...
+            let line = format!("{left}, 198.51.100.7, 10.0.0.2");
+            assert_eq!(key(&xff(), "127.0.0.1:1", &[&line]), ip("198.51.100.7"));
+            // ... or added its own line after the client's.
+            assert_eq!(
+                key(&xff(), "127.0.0.1:1", &[left, "198.51.100.7, 10.0.0.2"]),
+                ip("198.51.100.7")
+            );
+            let line = format!("{left}, for=198.51.100.7, for=\"[::1]:443\"");
+            assert_eq!(key(&rfc(), "127.0.0.1:1", &[&line]), ip("198.51.100.7"));
+            assert_eq!(
+                key(
+                    &rfc(),
+                    "127.0.0.1:1",
+                    &[left, "for=198.51.100.7;proto=https, for=10.0.0.2"]
+                ),
+                ip("198.51.100.7")
+            );
+        }
+    }
+
+    #[test]
+    fn field_lines_are_joined_in_order() {
+        let k = xff();
+        assert_eq!(
+            key(&k, "10.0.0.1:1", &["198.51.100.1", "198.51.100.2"]),
+            ip("198.51.100.2")
+        );
+        assert_eq!(
+            key(
+                &k,
+                "10.0.0.1:1",
+                &["198.51.100.1", "10.0.0.3, 10.0.0.4", "10.0.0.5"]
+            ),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            key(&rfc(), "10.0.0.1:1", &["for=198.51.100.1", "for=10.0.0.3"]),
+            ip("198.51.100.1")
+        );
+        // An empty line is an empty entry: the walk stops at the nearest trusted hop.
+        assert_eq!(
+            key(&k, "10.0.0.1:1", &["198.51.100.1", "10.0.0.3", ""]),
+            ip("10.0.0.1")
+        );
+        assert_eq!(
+            key(&k, "10.0.0.1:1", &["198.51.100.1", "", "10.0.0.3"]),
+            ip("10.0.0.3")
+        );
+    }
+
+    #[test]
+    fn whitespace_around_entries_is_allowed() {
+        assert_eq!(
+            key(&xff(), "10.0.0.1:1", &[" \t198.51.100.1 \t,\t 10.0.0.2 "]),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            key(&xff(), "10.0.0.1:1", &["198.51.100.1,10.0.0.2"]),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            key(
+                &rfc(),
+                "10.0.0.1:1",
+                &[" for=198.51.100.1 ;\tproto=https\t, for=10.0.0.2 "]
+            ),
+            ip("198.51.100.1")
+        );
+        // Not around '=' (RFC 7239 has none): malformed, the walk stops at 10.0.0.2.
+        assert_eq!(
+            key(&rfc(), "10.0.0.1:1", &["for = 198.51.100.1, for=10.0.0.2"]),
+            ip("10.0.0.2")
+        );
+        // Not inside an address.
+        assert_eq!(
+            key(&xff(), "10.0.0.1:1", &["198.51.100.1, 10.0. 0.2"]),
+            ip("10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn unusable_entries_stop_at_the_nearest_trusted_hop() {
+        let k = xff();
+        for stop in [
+            "unknown",
+            "UNKNOWN",
+            "_hidden",
+            "",
+            "  ",
+            "not-an-ip",
+            "198.51.100.1:",
+            "198.51.100.1:65536",
+            "198.51.100.1:123456",
+            "198.51.100.1:+80",
+            ":80",
+            "01.2.3.4",
+            "1.2.3",
+            "[198.51.100.1]",
+            "[2001:db8::1",
+            "[2001:db8::1]x",
+            "[2001:db8::1]:",
+            "fe80::1%eth0",
+            "2001:db8::1:80:",
+            "198.51.100.1 198.51.100.2",
+            "é",
+        ] {
+            // A stop right after the peer: the peer is the key.
+            assert_eq!(
+                key(&k, "10.0.0.1:1", &[&format!("198.51.100.9, {stop}")]),
+                ip("10.0.0.1"),
+                "{stop:?}"
+            );
+            // After trusted hops: the last of them.
+            assert_eq!(
+                key(
+                    &k,
+                    "10.0.0.1:1",
+                    &[&format!("198.51.100.9, {stop}, 10.0.0.7, 127.0.0.1")]
+                ),
+                ip("10.0.0.7"),
+                "{stop:?}"
+            );
+        }
+        let r = rfc();
+        for stop in [
+            "for=unknown",
+            "for=\"unknown\"",
+            "for=\"unknown:80\"",
+            "for=_hidden",
+            "for=\"_SEVKISEK\"",
+            "for=\"[_x]\"",
+            "proto=https",
+            "",
+            "for=198.51.100.1;for=198.51.100.2",
+            "for=198.51.100.1;;FOR=198.51.100.2",
+            "for=",
+            "for=\"\"",
+            "=198.51.100.1",
+            "for=198.51.100.1 proto=http",
+            "for=\"198.51.100.1",
+            "for=198.51.100.1\"",
+            "for=\"198.51.100.1\\\"",
+            "for=\"[2001:db8::1]\":80",
+            "for=<198.51.100.1>",
+            "for=\"198.51.100.1\u{e9}\"",
+        ] {
+            assert_eq!(
+                key(&r, "10.0.0.1:1", &[&format!("for=198.51.100.9, {stop}")]),
+                ip("10.0.0.1"),
+                "{stop:?}"
+            );
+            assert_eq!(
+                key(
+                    &r,
+                    "10.0.0.1:1",
+                    &[&format!("for=198.51.100.9, {stop}, for=10.0.0.7")]
+                ),
+                ip("10.0.0.7"),
+                "{stop:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn accepted_address_forms() {
+        for (entry, expect) in [
+            ("198.51.100.1", "198.51.100.1"),
+            ("198.51.100.1:8080", "198.51.100.1"),
+            ("198.51.100.1:0", "198.51.100.1"),
+            ("198.51.100.1:65535", "198.51.100.1"),
+            ("198.51.100.1:_port", "198.51.100.1"),
+            ("2001:db8:1:2::1", "2001:db8:1:2::"),
+            ("[2001:db8:1:2::1]", "2001:db8:1:2::"),
+            ("[2001:db8:1:2::1]:443", "2001:db8:1:2::"),
+            ("::ffff:198.51.100.1", "198.51.100.1"),
+            ("[::ffff:198.51.100.1]:1", "198.51.100.1"),
+        ] {
+            assert_eq!(
+                key(&xff(), "10.0.0.1:1", &[entry]),
+                ip(expect),
+                "xff {entry}"
+            );
+            // In Forwarded quoted, and (leniently) as a bare token.
+            let quoted = format!("for=\"{entry}\"");
+            assert_eq!(
+                key(&rfc(), "10.0.0.1:1", &[&quoted]),
+                ip(expect),
+                "{quoted}"
+            );
+            let bare = format!("for={entry}");
+            assert_eq!(key(&rfc(), "10.0.0.1:1", &[&bare]), ip(expect), "{bare}");
+        }
+        for (element, expect) in [
+            ("For=198.51.100.1", "198.51.100.1"),
+            ("FOR=\"198.51.100.1\"", "198.51.100.1"),
+            ("for=\"\\[2001:db8::1\\]\"", "2001:db8::"),
+            (
+                "by=10.0.0.1;for=198.51.100.1;host=example.com;proto=https",
+                "198.51.100.1",
+            ),
+            ("for=198.51.100.1;by=\"[::1]:80\"", "198.51.100.1"),
+            ("proto=\"a,b;c\";for=198.51.100.1", "198.51.100.1"),
+            ("host=\"x\\\"y\";for=198.51.100.1", "198.51.100.1"),
+            ("host=\"x\\\\\";for=198.51.100.1", "198.51.100.1"),
+            (";for=198.51.100.1;", "198.51.100.1"),
+        ] {
+            assert_eq!(
+                key(&rfc(), "10.0.0.1:1", &[element]),
+                ip(expect),
+                "{element}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_all_trusted_chain_is_keyed_on_its_leftmost_hop() {
+        assert_eq!(
+            key(&xff(), "127.0.0.1:1", &["10.0.0.3, 10.0.0.2, 127.0.0.1"]),
+            ip("10.0.0.3")
+        );
+        assert_eq!(
+            key(&rfc(), "127.0.0.1:1", &["for=10.0.0.3, for=\"[::1]\""]),
+            ip("10.0.0.3")
+        );
+        // No header at all: the trusted peer itself.
+        assert_eq!(key(&xff(), "127.0.0.1:1", &[]), ip("127.0.0.1"));
+        assert_eq!(key(&rfc(), "[::1]:1", &[]), ip("::"));
+    }
+
+    #[test]
+    fn only_the_configured_header_is_read() {
+        let mut head = head_from(Some("10.0.0.1:1"), "forwarded", &["for=198.51.100.1"]);
+        assert_eq!(xff().extract(&head), Ok(ip("10.0.0.1")));
+        head.headers
+            .append("x-forwarded-for", HeaderValue::from_static("198.51.100.2"));
+        assert_eq!(xff().extract(&head), Ok(ip("198.51.100.2")));
+        assert_eq!(rfc().extract(&head), Ok(ip("198.51.100.1")));
+        head.headers.remove("forwarded");
+        assert_eq!(rfc().extract(&head), Ok(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn header_keys_are_the_first_value_up_to_256_bytes() {
+        let k = header(HeaderName::from_static("x-api-key"));
+        let with = |values: &[&[u8]]| {
+            let mut head = head_from(None, "x", &[]);
+            for v in values {
+                head.headers
+                    .append("x-api-key", HeaderValue::from_bytes(v).unwrap());
+            }
+            k.extract(&head)
+        };
+        assert_eq!(with(&[]), Err(KeyError::Missing));
+        assert_eq!(with(&[b""]), Err(KeyError::Missing));
+        assert_eq!(with(&[b"a", b"b"]), Ok(HeaderValue::from_static("a")));
+        assert_eq!(
+            with(&[b"\xff\x80"]),
+            Ok(HeaderValue::from_bytes(b"\xff\x80").unwrap())
+        );
+        let max = vec![b'k'; MAX_HEADER_KEY_LEN];
+        assert_eq!(with(&[&max]), Ok(HeaderValue::from_bytes(&max).unwrap()));
+        let over = vec![b'k'; MAX_HEADER_KEY_LEN + 1];
+        assert_eq!(with(&[&over]), Err(KeyError::Missing));
+        // Only the first value counts, even when a later one would fit.
+        assert_eq!(with(&[&over, b"short"]), Err(KeyError::Missing));
+    }
+
+    #[test]
+    fn extension_fn_and_global_keys() {
+        let mut head = head_from(None, "x", &[]);
+        assert_eq!(extension::<u32>().extract(&head), Err(KeyError::Missing));
+        head.extensions.insert(7u32);
+        assert_eq!(extension::<u32>().extract(&head), Ok(7));
+        let f = from_fn(|head: &Parts| head.extensions.get::<u32>().map(|n| n * 2));
+        assert_eq!(f.extract(&head), Ok(14));
+        head.extensions.clear();
+        assert_eq!(f.extract(&head), Err(KeyError::Missing));
+        assert_eq!(global().extract(&head), Ok(()));
+        let shared: Arc<dyn KeyExtractor<Key = ()>> = Arc::new(global());
+        assert_eq!(shared.extract(&head), Ok(()));
+    }
+
+    #[test]
+    fn key_errors_say_what_to_do() {
+        assert!(KeyError::NoConnectInfo
+            .to_string()
+            .contains("into_make_service_with_connect_info::<SocketAddr>()"));
+        assert_eq!(
+            KeyError::Missing.to_string(),
+            "the request has no rate-limit key"
+        );
+    }
+
+    // ---- property tests -------------------------------------------------------------------------
+
+    /// The trusted networks of the property tests, and an independent membership test.
+    const TRUSTED: [(&str, u8); 4] = [
+        ("10.0.0.0", 8),
+        ("192.168.1.0", 24),
+        ("2001:db8:aaaa::", 48),
+        ("::1", 128),
+    ];
+
+    fn model_trusted(addr: IpAddr) -> bool {
+        let bits = |a: IpAddr| -> (u128, u32) {
+            match a.to_canonical() {
+                IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32),
+                IpAddr::V6(v6) => (u128::from(v6), 128),
+            }
+        };
+        let (a, width) = bits(addr);
+        TRUSTED.iter().any(|&(net, prefix)| {
+            let (n, nwidth) = bits(net.parse().unwrap());
+            let shift = nwidth - u32::from(prefix);
+            nwidth == width && (a >> shift) == (n >> shift)
+        })
+    }
+
+    fn extractor(header: ForwardedHeader) -> Forwarded {
+        let cidrs: Vec<String> = TRUSTED.iter().map(|(n, p)| format!("{n}/{p}")).collect();
+        forwarded(&cidrs, header).unwrap()
+    }
+
+    /// Addresses of every kind: in and out of the trusted networks, both families, mapped.
+    fn any_addr() -> impl Strategy<Value = IpAddr> {
+        prop_oneof![
+            any::<u32>().prop_map(|n| IpAddr::V4(Ipv4Addr::from(n))),
+            (0u32..1 << 24).prop_map(|n| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | n))),
+            (0u32..256).prop_map(|n| IpAddr::V4(Ipv4Addr::from(0xc0a8_0100 | n))),
+            any::<u128>().prop_map(|n| IpAddr::V6(Ipv6Addr::from(n))),
+            any::<u128>().prop_map(|n| IpAddr::V6(Ipv6Addr::from(
+                (0x2001_0db8_aaaa_u128 << 80) | (n >> 48)
+            ))),
+            Just(ip("::1")),
+            (0u32..1 << 24)
+                .prop_map(|n| IpAddr::V6(Ipv4Addr::from(0x0a00_0000 | n).to_ipv6_mapped())),
+            any::<u32>().prop_map(|n| IpAddr::V6(Ipv4Addr::from(n).to_ipv6_mapped())),
+        ]
+    }
+
+    /// One entry of a forwarding list, as a proxy would write it.
+    #[derive(Debug, Clone)]
+    enum Entry {
+        /// An address, in one of the written forms (`form` picks it), with `port`.
+        Addr {
+            addr: IpAddr,
+            form: u8,
+            port: u16,
+        },
+        Unknown,
+        Obfuscated(String),
+        Garbage(String),
+        Empty,
+    }
+
+    fn any_entry() -> impl Strategy<Value = Entry> {
+        prop_oneof![
+            6 => (any_addr(), any::<u8>(), any::<u16>())
+                .prop_map(|(addr, form, port)| Entry::Addr { addr, form, port }),
+            1 => Just(Entry::Unknown),
+            1 => "[a-zA-Z0-9._-]{1,8}".prop_map(Entry::Obfuscated),
+            1 => "[a-z0-9.:!]{0,8}".prop_map(|s| Entry::Garbage(format!("!{s}"))),
+            1 => Just(Entry::Empty),
+        ]
+    }
+
+    impl Entry {
+        /// Whether the walk must stop here.
+        fn addr(&self) -> Option<IpAddr> {
+            match self {
+                Entry::Addr { addr, .. } => Some(*addr),
+                _ => None,
+            }
+        }
+
+        /// The address as text: bare, with a port, or bracketed (IPv6).
+        fn node(&self) -> String {
+            match self {
+                Entry::Addr { addr, form, port } => match (addr, form % 3) {
+                    (IpAddr::V4(v4), 0) => v4.to_string(),
+                    (IpAddr::V4(v4), _) => format!("{v4}:{port}"),
+                    (IpAddr::V6(v6), 0) => v6.to_string(),
+                    (IpAddr::V6(v6), 1) => format!("[{v6}]"),
+                    (IpAddr::V6(v6), _) => format!("[{v6}]:{port}"),
+                },
+                Entry::Unknown => "unknown".to_owned(),
+                Entry::Obfuscated(s) => format!("_{s}"),
+                Entry::Garbage(s) => s.clone(),
+                Entry::Empty => String::new(),
+            }
+        }
+
+        fn render(&self, header: ForwardedHeader, style: u8) -> String {
+            let pad = [" ", "", "\t", "  "][usize::from(style % 4)];
+            match header {
+                ForwardedHeader::XForwardedFor => format!("{pad}{}{pad}", self.node()),
+                _ => {
+                    if let Entry::Empty = self {
+                        return pad.to_owned();
+                    }
+                    let node = self.node();
+                    let value = if style & 4 != 0 || node.contains([':', '[']) && style & 8 != 0 {
+                        format!("\"{}\"", node.replace('\\', "\\\\").replace('"', "\\\""))
+                    } else {
+                        node
+                    };
+                    let name = ["for", "For", "FOR"][usize::from(style / 16 % 3)];
+                    match style / 64 {
+                        0 => format!("{pad}{name}={value}{pad}"),
+                        1 => format!("{pad}proto=https;{name}={value}"),
+                        2 => format!("{name}={value};by=\"[::1]:80\";host=\"a,b\"{pad}"),
+                        _ => format!("{pad};{name}={value};{pad}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The field lines of a list: `breaks[i]` starts a new line before entry `i`.
+    fn render_lines(
+        entries: &[(Entry, u8)],
+        breaks: &[bool],
+        header: ForwardedHeader,
+    ) -> Vec<String> {
+        let mut lines = vec![String::new()];
+        for (i, (entry, style)) in entries.iter().enumerate() {
+            let line = lines.last_mut().unwrap();
+            if i > 0 {
+                if breaks.get(i).copied().unwrap_or(false) {
+                    lines.push(String::new());
+                } else {
+                    line.push(',');
+                }
+            }
+            lines
+                .last_mut()
+                .unwrap()
+                .push_str(&entry.render(header, *style));
+        }
+        lines
+    }
+
+    /// The rules, on the list as written: the key the walk must find.
+    fn model_key(peer: IpAddr, entries: &[(Entry, u8)]) -> IpAddr {
+        let peer = peer.to_canonical();
+        if !model_trusted(peer) {
+            return peer;
+        }
+        let mut nearest = peer;
+        for (entry, _) in entries.iter().rev() {
+            match entry.addr() {
+                Some(a) if model_trusted(a) => nearest = a.to_canonical(),
+                Some(a) => return a.to_canonical(),
+                None => return nearest,
+            }
+        }
+        nearest
+    }
+
+    fn headers_of(header: ForwardedHeader, lines: &[impl AsRef<[u8]>]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for line in lines {
+            // Only bytes a header value may hold: no controls but tab, no DEL.
+            let clean: Vec<u8> = line
+                .as_ref()
+                .iter()
+                .copied()
+                .filter(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+                .collect();
+            map.append(header.name(), HeaderValue::from_bytes(&clean).unwrap());
+        }
+        map
+    }
+
+    fn any_header() -> impl Strategy<Value = ForwardedHeader> {
+        prop_oneof![
+            Just(ForwardedHeader::XForwardedFor),
+            Just(ForwardedHeader::Forwarded)
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// Lists as proxies write them: the key is exactly the rules' key, and it is the peer,
+        /// a trusted hop, or an address whose right-hand entries and peer are all trusted.
+        #[test]
+        fn the_key_follows_the_rules(
+            header in any_header(),
+            peer in any_addr(),
+            entries in proptest::collection::vec((any_entry(), any::<u8>()), 0..8),
+            breaks in proptest::collection::vec(any::<bool>(), 8),
+            bits in 1u8..=128,
+        ) {
+            let k = extractor(header).ipv6_prefix(bits).unwrap();
+            let headers = headers_of(header, &render_lines(&entries, &breaks, header));
+            let got = k.client_ip(peer, &headers);
+            prop_assert_eq!(got, model_key(peer, &entries));
+            // The property itself, spelled out.
+            let peer_c = peer.to_canonical();
+            let trusted_hop = entries.iter().any(|(e, _)| {
+                e.addr().is_some_and(|a| a.to_canonical() == got && model_trusted(a))
+            });
+            let behind_trusted = model_trusted(peer_c) && entries.iter().enumerate().any(|(i, (e, _))| {
+                e.addr().is_some_and(|a| a.to_canonical() == got)
+                    && entries[i + 1..].iter().all(|(r, _)| r.addr().is_some_and(model_trusted))
+            });
+            prop_assert!(got == peer_c || trusted_hop || behind_trusted);
+            // extract() is the same address, grouped.
+            let mut head = http::Request::builder().body(()).unwrap().into_parts().0;
+            head.headers = headers;
+            head.extensions.insert(SocketAddr::new(peer, 1));
+            prop_assert_eq!(k.extract(&head), Ok(Ipv6Prefix(bits).group(got)));
+        }
+
+        /// Whatever a client writes to the left of the first untrusted entry changes nothing.
+        #[test]
+        fn the_client_written_part_never_matters(
+            header in any_header(),
+            left in proptest::collection::vec(any::<u8>(), 0..40),
+            client in any_addr().prop_map(|a| if model_trusted(a) { ip("198.51.100.1") } else { a }),
+            hops in proptest::collection::vec((0u32..1 << 24, any::<u8>()), 0..4),
+            style in any::<u8>(),
+        ) {
+            let k = extractor(header);
+            let mut entries = vec![(Entry::Addr { addr: client, form: style, port: 80 }, style)];
+            entries.extend(hops.iter().map(|&(n, s)| {
+                (Entry::Addr { addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | n)), form: s, port: 1 }, s)
+            }));
+            let right = render_lines(&entries, &[], header).remove(0);
+            let mut joined = left.clone();
+            joined.extend_from_slice(b",");
+            joined.extend_from_slice(right.as_bytes());
+            let peer = ip("10.0.0.1");
+            let want = client.to_canonical();
+            prop_assert_eq!(k.client_ip(peer, &headers_of(header, &[joined])), want);
+            prop_assert_eq!(k.client_ip(peer, &headers_of(header, &[left.clone(), right.into_bytes()])), want);
+        }
+
+        /// Arbitrary bytes in several field lines never panic, and the key is the peer, a
+        /// trusted address, or (from a trusted peer) an address written in the header.
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            header in any_header(),
+            lines in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..60), 0..4),
+            peer in any_addr(),
+        ) {
+            let k = extractor(header);
+            let headers = headers_of(header, &lines);
+            let got = k.client_ip(peer, &headers);
+            let peer = peer.to_canonical();
+            prop_assert!(got == peer || model_trusted(got) || model_trusted(peer));
+        }
+
+        /// Every valid CIDR string is accepted, and trusts exactly its network.
+        #[test]
+        fn cidrs_round_trip(addr in any_addr(), prefix in 1u8..=128, probe in any_addr()) {
+            let (width, bits) = match addr {
+                IpAddr::V4(v4) => (32u8, u128::from(u32::from(v4)) << 96),
+                IpAddr::V6(v6) => (128u8, u128::from(v6)),
+            };
+            let prefix = prefix.min(width);
+            let network_bits = bits & (u128::MAX << (128 - u32::from(prefix)));
+            let network = match addr {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from((network_bits >> 96) as u32)),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(network_bits)),
+            };
+            let cidr = format!("{network}/{prefix}");
+            let k = forwarded([&cidr], ForwardedHeader::XForwardedFor).unwrap();
+            prop_assert!(k.is_trusted(network));
+            let host = format!("{addr}/{prefix}");
+            let parsed = forwarded([&host], ForwardedHeader::XForwardedFor);
+            if addr == network {
+                prop_assert!(parsed.is_ok());
+            } else {
+                prop_assert_eq!(
+                    parsed.unwrap_err(),
+                    KeyConfigError::Cidr { cidr: host, reason: CidrError::HostBits { network, prefix } }
+                );
+            }
+            // Membership, by prefix comparison on the canonical probe.
+            let expected = match (network, probe.to_canonical()) {
+                (IpAddr::V4(n), IpAddr::V4(p)) => {
+                    let shift = 32 - u32::from(prefix);
+                    u32::from(n).checked_shr(shift).unwrap_or(0) == u32::from(p).checked_shr(shift).unwrap_or(0)
+                }
+                (IpAddr::V6(n), p) => {
+                    let p = match p { IpAddr::V4(v4) => v4.to_ipv6_mapped(), IpAddr::V6(v6) => v6 };
+                    let shift = 128 - u32::from(prefix);
+                    u128::from(n).checked_shr(shift).unwrap_or(0) == u128::from(p).checked_shr(shift).unwrap_or(0)
+                }
+                (IpAddr::V4(_), IpAddr::V6(_)) => false,
+            };
+            prop_assert_eq!(k.is_trusted(probe), expected);
+        }
     }
 }

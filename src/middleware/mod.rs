@@ -119,7 +119,11 @@ pub use backend::{Backend, Decision, Global, Keyed, Meter, Refusal};
 #[cfg(feature = "redis")]
 pub use backend::{KeyBytes, Redis};
 pub use fields::{PolicyNameError, MAX_POLICY_NAME};
-pub use key::{global, header, peer_ip, KeyError, KeyExtractor};
+pub use key::{
+    extension, forwarded, from_fn, global, header, peer_addr, peer_ip, CidrError, ExtensionKey,
+    FnKey, Forwarded, ForwardedHeader, HeaderKey, KeyConfigError, KeyError, KeyExtractor, PeerIp,
+    DEFAULT_IPV6_PREFIX, MAX_HEADER_KEY_LEN,
+};
 pub use layer::{
     EmptyBody, Headers, InfoDecision, LayerError, LimitLayer, LimitLayerBuilder, OnDenied,
     OnMissing, RateLimitInfo, Rejection, RejectionKind,
