@@ -91,17 +91,20 @@ enum Seen {
     Admitted {
         remaining: u64,
         reset: Duration,
+        next: Option<Duration>,
     },
     Denied {
         remaining: u64,
         retry: Duration,
         reset: Duration,
+        next: Option<Duration>,
     },
     Scheduled {
         delay: Duration,
         queued: u64,
         remaining: u64,
         reset: Duration,
+        next: Option<Duration>,
     },
     InsufficientCapacity,
 }
@@ -110,6 +113,7 @@ fn admitted(a: Admitted) -> Seen {
     Seen::Admitted {
         remaining: a.remaining(),
         reset: a.reset_after(),
+        next: a.next_after(),
     }
 }
 
@@ -118,6 +122,7 @@ fn denied(d: Denied) -> Seen {
         remaining: d.remaining(),
         retry: d.retry_after(),
         reset: d.reset_after(),
+        next: d.next_after(),
     }
 }
 
@@ -127,6 +132,7 @@ fn scheduled(s: Scheduled) -> Seen {
         queued: s.queued(),
         remaining: s.remaining(),
         reset: s.reset_after(),
+        next: s.next_after(),
     }
 }
 
@@ -346,18 +352,31 @@ fn the_fixed_window_answers_as_in_process() {
     same_as_keyed::<FixedWindowKeys>(window_quotas(1 << 52, 104_249), true, |seen| seen);
 }
 
-/// `seen` with a denial's `retry_after` rounded up to a whole microsecond: the earliest reading
-/// Redis can name (its clock counts microseconds) when the in-process limiter names a nanosecond.
+/// `seen` with a denial's `retry_after` and any `next_after` rounded up to a whole microsecond:
+/// the earliest reading Redis can name (its clock counts microseconds) when the in-process limiter
+/// names a nanosecond.
 fn to_micros(seen: Seen) -> Seen {
+    let up = |d: Duration| Duration::from_micros(d.as_nanos().div_ceil(1000) as u64);
     match seen {
         Seen::Denied {
             remaining,
             retry,
             reset,
+            next,
         } => Seen::Denied {
             remaining,
-            retry: Duration::from_micros(retry.as_nanos().div_ceil(1000) as u64),
+            retry: up(retry),
             reset,
+            next: next.map(up),
+        },
+        Seen::Admitted {
+            remaining,
+            reset,
+            next,
+        } => Seen::Admitted {
+            remaining,
+            reset,
+            next: next.map(up),
         },
         other => other,
     }

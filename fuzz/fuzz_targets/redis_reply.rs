@@ -2,7 +2,7 @@
 //! documented shape accepted, and every field of an accepted reply read back as the crate's
 //! outcomes say.
 //!
-//! A reply is accepted exactly when it is an array of 7 `Int`s, none negative, the first 0 or 1,
+//! A reply is accepted exactly when it is an array of 8 `Int`s, none negative, the first 0 or 1,
 //! the second (the reading, in us) below 2^53 and the fourth (the unit) not 0
 //! (`src/redis/reply.rs`); anything else is a `BadReply`. Each input decodes one value with both
 //! decoders (an admission's and a scheduling's) at a tick of 1 ns, 1000 ns or any `u64`, and
@@ -11,10 +11,11 @@
 //! - accepted iff well-formed, by both decoders alike, every refusal of kind `BadReply`;
 //! - an admission only from a first field of 1 (a denial from 0);
 //! - every accessor of an accepted outcome (`remaining`, `reset_after`, `retry_after`,
-//!   `retry_at`, `delay`, `depart_at`, `queued`) and its `Display` runs without a panic, and
-//!   answers what the fields say, derived here on their own: `remaining = level / unit`,
-//!   `queued = ceil(backlog / unit)`, spans `ticks x tick` ns saturating at `u64::MAX` ns,
-//!   `retry_at = depart_at = now_us x 1000 + wait` ns, saturating.
+//!   `retry_at`, `delay`, `depart_at`, `queued`, `next_after`) and its `Display` runs without a
+//!   panic, and answers what the fields say, derived here on their own: `remaining = level /
+//!   unit`, `queued = ceil(backlog / unit)`, spans `ticks x tick` ns saturating at `u64::MAX` ns,
+//!   `retry_at = depart_at = now_us x 1000 + wait` ns, saturating; `next_after` is `None` for
+//!   `next x tick = 0`, else that many ns, saturating at `3 x 2^62 - 3` ns.
 //!
 //! Values come from three generators: any value (nested arrays, maps, sets, attributes, pushes,
 //! strings, doubles, booleans, big numbers, up to 4 levels and 64 nodes), a well-formed reply
@@ -105,9 +106,9 @@ fn value(u: &mut Unstructured<'_>, depth: u32, nodes: &mut usize) -> Result<Valu
 }
 
 fn values(u: &mut Unstructured<'_>, depth: u32, nodes: &mut usize) -> Result<Vec<Value>> {
-    // Seven elements as often as any other length: the one the decoder looks for.
+    // Eight elements as often as any other length: the one the decoder looks for.
     let len = match u.int_in_range(0..=3u8)? {
-        0 => 7,
+        0 => 8,
         _ => u.int_in_range(0..=MAX_LEN)?,
     };
     let mut out = Vec::with_capacity(len);
@@ -156,9 +157,10 @@ fn reply(u: &mut Unstructured<'_>) -> Result<Value> {
         field(u, top)?,
         field(u, top)?,
         field(u, top)?,
+        field(u, top)?,
     ];
     let mut items: Vec<Value> = Vec::new();
-    let at = u.int_in_range(0..=6usize)?;
+    let at = u.int_in_range(0..=7usize)?;
     match u.int_in_range(0..=11u8)? {
         0 => fields[at] = u.int_in_range(i64::MIN..=-1)?,
         1 => fields[0] = u.int_in_range(2..=i64::MAX)?,
@@ -219,14 +221,14 @@ impl<'a> Arbitrary<'a> for Input {
 }
 
 /// The fields of a well-formed reply (see the module docs), or `None`.
-fn well_formed(value: &Value) -> Option<[u64; 7]> {
+fn well_formed(value: &Value) -> Option<[u64; 8]> {
     let Value::Array(items) = value else {
         return None;
     };
-    if items.len() != 7 {
+    if items.len() != 8 {
         return None;
     }
-    let mut fields = [0u64; 7];
+    let mut fields = [0u64; 8];
     for (slot, item) in fields.iter_mut().zip(items) {
         let Value::Int(i) = item else {
             return None;
@@ -241,6 +243,14 @@ fn well_formed(value: &Value) -> Option<[u64; 7]> {
 fn span(ticks: u64, tick: u64) -> Duration {
     let nanos = u128::from(ticks) * u128::from(tick);
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// `next` ticks of `tick` ns as `next_after` reports them: `None` for none, saturating at
+/// `3 x 2^62 - 3` ns.
+fn next_span(next: u64, tick: u64) -> Option<Duration> {
+    let nanos = u128::from(next) * u128::from(tick);
+    let max = (3u128 << 62) - 3;
+    (nanos > 0).then(|| Duration::from_nanos(u64::try_from(nanos.min(max)).unwrap_or(u64::MAX)))
 }
 
 /// `now_us` in ns plus `wait` (saturating at `u64::MAX`).
@@ -267,12 +277,13 @@ fuzz_target!(|input: Input| {
         (Ok(_), Ok(_)) => {}
         _ => panic!("the two decoders disagree on {value:?}: {outcome:?} vs {scheduled:?}"),
     }
-    let Some([admitted, now_us, level, unit, reset, wait, backlog]) = expected else {
+    let Some([admitted, now_us, level, unit, reset, wait, backlog, next]) = expected else {
         panic!("a reply of another shape accepted: {value:?} as {outcome:?}");
     };
     let remaining = level / unit;
     let reset = span(reset, tick);
     let wait = span(wait, tick);
+    let next = next_span(next, tick);
     match (outcome.unwrap(), scheduled.unwrap()) {
         (Ok(a), Ok(s)) => {
             assert_eq!(admitted, 1, "an admission from {value:?}");
@@ -284,6 +295,8 @@ fuzz_target!(|input: Input| {
             assert_eq!(s.delay(), wait);
             assert_eq!(s.depart_at(), instant(now_us, wait));
             assert_eq!(s.queued(), backlog.div_ceil(unit));
+            assert_eq!(a.next_after(), next);
+            assert_eq!(s.next_after(), next);
         }
         (Err(a), Err(b)) => {
             assert_eq!(admitted, 0, "a denial from {value:?}");
@@ -293,6 +306,7 @@ fuzz_target!(|input: Input| {
             assert_eq!(a.reset_after(), reset);
             assert_eq!(a.retry_after(), wait);
             assert_eq!(a.retry_at(), instant(now_us, wait));
+            assert_eq!(a.next_after(), next);
         }
         (a, s) => panic!("the two decoders disagree on {value:?}: {a:?} vs {s:?}"),
     }

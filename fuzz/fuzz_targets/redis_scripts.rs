@@ -65,8 +65,9 @@
 //! # Checks
 //!
 //! - While every write to the key was made under the sequence's quota, every answer (admitted or
-//!   denied, `remaining`, `reset_after`, `retry_after`, `retry_at`; for schedulings `delay`,
-//!   `queued`, `remaining`, `reset_after`, `depart_at`; for leases the tokens granted and
+//!   denied, `remaining`, `reset_after`, `retry_after`, `retry_at`, `next_after`; for
+//!   schedulings `delay`, `queued`, `remaining`, `reset_after`, `depart_at`, `next_after`; for
+//!   leases the tokens granted and
 //!   `retry_after`; or `InsufficientCapacity`, without a round trip) equals the in-process
 //!   limiter's at `(reading - base) x 1000` ns, `base` a multiple of the window at or below the
 //!   earliest reading: a direct `TokenBucket` (a lease is `refund_at`, then `try_acquire_n_at` of
@@ -77,16 +78,16 @@
 //!   enforces exactly. The documented clamps are applied to the reference's answer: a GCRA state
 //!   more than 2^53 ticks ahead of the reading is read as 2^53 ticks ahead; the windows' spans
 //!   are at most 2^53 us (the prelude's `LIMIT`, "the largest span a reply carries"). The
-//!   counter's `retry_after` is compared rounded up to a whole microsecond on both sides (in
-//!   process it is exact to the nanosecond).
+//!   counter's `retry_after` and `next_after` are compared rounded up to a whole microsecond on
+//!   both sides (in process they are exact to the nanosecond).
 //! - Under a quota other than the one the state was written with, while that state still counts
 //!   (the old quota's own query reads a `reset_after` above zero): `remaining` is never more than
 //!   the old quota's alone nor more than the new capacity; a request admitted under the new quota
 //!   fits the old one too (its peek admits it; a lease takes no more than its remaining); a
 //!   denial's `remaining` is the query's. After any admission that no in-process twin follows,
 //!   the answers are self-consistent: `remaining` is the query's before it less what was taken,
-//!   and a query right after (no time passed) answers the admission's `remaining` and
-//!   `reset_after`.
+//!   and a query right after (no time passed) answers the admission's `remaining`, `reset_after`
+//!   and `next_after`.
 //! - Denials, peeks and queries never write (the store is the same before and after, expiry
 //!   times included); an admission writes the state the script's header describes, at the
 //!   reading, under the plan's quota, one the script itself reads as its own, with a TTL of the
@@ -1073,13 +1074,13 @@ struct Eval {
 }
 
 impl Eval {
-    /// The seven integers of the script's reply.
-    fn fields(&self) -> [u64; 7] {
+    /// The eight integers of the script's reply.
+    fn fields(&self) -> [u64; 8] {
         let Answer::Reply(Value::Array(items)) = &self.answer else {
             panic!("expected a reply, the script answered {:?}", self.answer);
         };
-        let mut out = [0; 7];
-        assert_eq!(items.len(), 7, "a reply of 7 integers: {items:?}");
+        let mut out = [0; 8];
+        assert_eq!(items.len(), 8, "a reply of 8 integers: {items:?}");
         for (slot, item) in out.iter_mut().zip(items) {
             let Value::Int(i) = item else {
                 panic!("a reply of integers: {items:?}");
@@ -2025,12 +2026,14 @@ enum Seen {
     Admitted {
         remaining: u64,
         reset: Duration,
+        next: Option<Duration>,
     },
     Denied {
         remaining: u64,
         retry: Duration,
         reset: Duration,
         retry_at: u64,
+        next: Option<Duration>,
     },
     Scheduled {
         delay: Duration,
@@ -2038,6 +2041,7 @@ enum Seen {
         remaining: u64,
         reset: Duration,
         depart_at: u64,
+        next: Option<Duration>,
     },
     Lease {
         granted: u64,
@@ -2054,6 +2058,7 @@ impl Seen {
         Seen::Admitted {
             remaining: a.remaining(),
             reset: a.reset_after(),
+            next: a.next_after(),
         }
     }
 
@@ -2064,6 +2069,7 @@ impl Seen {
             retry: d.retry_after(),
             reset: d.reset_after(),
             retry_at: d.retry_at().as_u64() - base_ns,
+            next: d.next_after(),
         }
     }
 
@@ -2074,6 +2080,7 @@ impl Seen {
             remaining: s.remaining(),
             reset: s.reset_after(),
             depart_at: s.depart_at().as_u64() - base_ns,
+            next: s.next_after(),
         }
     }
 
@@ -2107,26 +2114,34 @@ impl Seen {
         }
         let excess = reset - limit;
         let excess_ns = excess.as_nanos() as u64;
+        // The wait for one more token is measured from the state, as the retry is.
+        let less = |next: Option<Duration>| next.map(|d| d.saturating_sub(excess));
         match self {
-            Seen::Admitted { remaining, .. } => Seen::Admitted {
+            Seen::Admitted {
+                remaining, next, ..
+            } => Seen::Admitted {
                 remaining,
                 reset: limit,
+                next: less(next),
             },
             Seen::Denied {
                 remaining,
                 retry,
                 retry_at,
+                next,
                 ..
             } => Seen::Denied {
                 remaining,
                 retry: retry.saturating_sub(excess),
                 reset: limit,
                 retry_at: retry_at.saturating_sub(excess_ns),
+                next: less(next),
             },
             Seen::Scheduled {
                 delay,
                 remaining,
                 depart_at,
+                next,
                 ..
             } => Seen::Scheduled {
                 delay: delay.saturating_sub(excess),
@@ -2134,23 +2149,31 @@ impl Seen {
                 remaining,
                 reset: limit,
                 depart_at: depart_at.saturating_sub(excess_ns),
+                next: less(next),
             },
             Seen::Lease { .. } | Seen::InsufficientCapacity => self,
         }
     }
 
-    /// `f` applied to `reset_after` and `retry_after` (a denial's `retry_at` moving with it).
+    /// `f` applied to `reset_after`, `retry_after` (a denial's `retry_at` moving with it) and
+    /// `next_after`.
     fn map_spans(self, f: impl Fn(Duration) -> Duration) -> Seen {
         match self {
-            Seen::Admitted { remaining, reset } => Seen::Admitted {
+            Seen::Admitted {
+                remaining,
+                reset,
+                next,
+            } => Seen::Admitted {
                 remaining,
                 reset: f(reset),
+                next: next.map(&f),
             },
             Seen::Denied {
                 remaining,
                 retry,
                 reset,
                 retry_at,
+                next,
             } => {
                 let mapped = f(retry);
                 Seen::Denied {
@@ -2159,6 +2182,7 @@ impl Seen {
                     reset: f(reset),
                     retry_at: (i128::from(retry_at) - retry.as_nanos() as i128
                         + mapped.as_nanos() as i128) as u64,
+                    next: next.map(&f),
                 }
             }
             other => other,
@@ -2169,6 +2193,11 @@ impl Seen {
 /// `ticks` of `tick` ns as the client reads a span: saturating at `u64::MAX` ns.
 fn span(ticks: u64, tick: u64) -> Duration {
     Duration::from_nanos(u64::try_from(u128::from(ticks) * u128::from(tick)).unwrap_or(u64::MAX))
+}
+
+/// `ticks` of `tick` ns as `next_after` reads them: `None` for 0.
+fn next_span(ticks: u64, tick: u64) -> Option<Duration> {
+    (ticks > 0).then(|| span(ticks, tick))
 }
 
 /// `d` rounded up to a whole microsecond.
@@ -2719,7 +2748,8 @@ impl Run<'_> {
                 self.aux(owner, Kind::Peek, 0),
                 Seen::Admitted {
                     remaining: capacity,
-                    reset: Duration::ZERO
+                    reset: Duration::ZERO,
+                    next: None,
                 },
                 "the state expires at {} us, when the {owner:?} quota that wrote it does not read \
                  it as fresh",
@@ -2731,7 +2761,8 @@ impl Run<'_> {
                 twin.answer(Kind::Peek, 0, self.now()),
                 Seen::Admitted {
                     remaining: self.main.quota.capacity(),
-                    reset: Duration::ZERO
+                    reset: Duration::ZERO,
+                    next: None,
                 },
                 "the state expired at {} us, when the in-process limiter is not fresh",
                 self.reading
@@ -2975,9 +3006,10 @@ impl Run<'_> {
             }
             return;
         }
-        let [_, _, level, unit, reset, ..] = eval.fields();
+        let [_, _, level, unit, reset, _, _, next] = eval.fields();
         let remaining = level / unit;
         let reset = span(reset, self.side(which).plan.tick);
+        let next = next_span(next, self.side(which).plan.tick);
         if back == 0 {
             assert_eq!(
                 remaining,
@@ -2995,7 +3027,11 @@ impl Run<'_> {
         }
         assert_eq!(
             self.aux(which, Kind::Peek, 0),
-            Seen::Admitted { remaining, reset },
+            Seen::Admitted {
+                remaining,
+                reset,
+                next
+            },
             "a query right after an admission"
         );
     }

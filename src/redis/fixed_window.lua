@@ -5,7 +5,9 @@
 -- admission, expiring when the window ends (rounded up to the millisecond).
 --
 -- ARGV: mode (take | peek), n, limit, window (us), client time (tests only; '' for TIME).
--- Reply: {admitted 1 | denied 0, now_us, level, 1, reset, wait, 0}, spans in microseconds.
+-- Reply: {admitted 1 | denied 0, now_us, level, 1, reset, wait, 0, next}, spans in
+-- microseconds. next, the wait until one more is free, is the window's end (reset): nothing
+-- comes back before it, and all of it then (0 for a window nothing was taken in).
 
 local MAXD = 4503599627370496
 
@@ -50,11 +52,11 @@ end
 local reset = until_end(index, window)
 if n == 0 then
   if count == 0 then reset = 0 end
-  return { 1, now, limit - count, 1, reset, 0, 0 }
+  return { 1, now, limit - count, 1, reset, 0, 0, reset }
 end
 if count + n > limit then
   -- It fits at the next window's start, since n <= limit.
-  return { 0, now, limit - count, 1, reset, reset, 0 }
+  return { 0, now, limit - count, 1, reset, reset, 0, reset }
 end
 if mode == 'take' then
   redis.call('HSET', KEYS[1], 'i', string.format('%d', index), 'c', string.format('%d', count + n),
@@ -62,4 +64,4 @@ if mode == 'take' then
   -- Until the window ends, even past 2^53 us (where the reply's reset is clamped).
   expire(ms_in((index - j) * window, window - now % window, 0, 1000))
 end
-return { 1, now, limit - count - n, 1, reset, 0, 0 }
+return { 1, now, limit - count - n, 1, reset, 0, 0, reset }

@@ -14,8 +14,10 @@
 -- Modes: take (bucket), peek (bucket, writes nothing), lease (bucket: up to n whole tokens, after
 -- giving back ARGV[7] unspent ones), strict (meter: admit only on an empty queue), speek (strict,
 -- writes nothing), schedule (meter: a place in the queue). n = 0 is a query (writes nothing).
--- Reply: {admitted 1 | denied 0, now_us, level, unit, reset, wait, backlog}, spans in ticks; a
--- lease answers the tokens it took in place of the backlog.
+-- Reply: {admitted 1 | denied 0, now_us, level, unit, reset, wait, backlog, next}, spans in
+-- ticks; a lease answers the tokens it took in place of the backlog. next: the ticks until the
+-- whole tokens (free places) reported grow by one if nothing else is taken, 0 when all are
+-- there.
 --
 -- The client keeps every burst window B = C x I at or below MAXD = 2^52 ticks, so a gap that
 -- conforms (d + cost <= B) is below 2^53. The span d until tat is exact up to 2^53 ticks (a
@@ -118,6 +120,18 @@ end
 local level = burst - conv
 if level < 0 then level = 0 end
 
+-- Ticks until the whole tokens in `lvl` grow by one, for a state `dd` ticks from full under this
+-- call's quota and, with `old`, the quota it was written under while that is in force (a key
+-- has no more than either leaves, so both must have one more); 0 when all are there.
+local function next_of(lvl, dd, old)
+  local m = div(lvl, interval)
+  if m >= capacity then return 0 end
+  -- dd <= LIMIT and burst - (m + 1) x interval >= 0: no sum past 2^53.
+  local w = dd - (burst - (m + 1) * interval)
+  if old then w = math.max(w, old_wait(m + 1)) end
+  return math.max(w, 1)
+end
+
 -- Writes tat = now + gap ticks, expiring when the state reads as fresh (tat), rounded up to the
 -- millisecond: a key that expired early would hand out a second burst. A state given back to
 -- full is still written (full as of now, as in process: a reading before now sees it short).
@@ -153,8 +167,9 @@ if mode == 'lease' then
       set_expiring(string.format('%d %d %d %d %d', b, o, interval, capacity, tick),
         ms_in(b - now, 0, o, tick))
       d = until_tat(b, o, tick, tick)
-      if n == 0 then return { 1, now, 0, interval, d, 0, 0 } end
-      return { 0, now, 0, interval, d, math.max(d - (burst - interval), 1), 0 }
+      if n == 0 then return { 1, now, 0, interval, d, 0, 0, next_of(0, d, false) } end
+      local w = math.max(d - (burst - interval), 1)
+      return { 0, now, 0, interval, d, w, 0, next_of(0, d, false) }
     end
     conv = math.max(conv - back * interval, 0)
     d = conv
@@ -166,16 +181,19 @@ if mode == 'lease' then
   if k > 0 or moved then write(gap) end
   if k > 0 or n == 0 then
     -- Taken (or only given back: a lease of nothing).
-    return { 1, now, math.max(burst - gap, 0), interval, gap, 0, k }
+    local left = math.max(burst - gap, 0)
+    local next = next_of(left, d, true)
+    if k > 0 or moved then next = next_of(left, gap, false) end
+    return { 1, now, left, interval, gap, 0, k, next }
   end
   -- Nothing to take: the wait for one token.
   local wait = math.max(d - (burst - interval), old_wait(1), 1)
-  return { 0, now, level, interval, d, wait, 0 }
+  return { 0, now, level, interval, d, wait, 0, next_of(level, d, true) }
 end
 
 if n == 0 then
   -- A query: what is there (for the meter: the queue, and the delay a request would get).
-  return { 1, now, level, interval, conv, conv, conv }
+  return { 1, now, level, interval, conv, conv, conv, next_of(level, d, true) }
 end
 
 local cost = n * interval
@@ -189,10 +207,11 @@ else
   wait = math.max(d - (burst - cost), old_wait(n), 0)
 end
 if wait > 0 then
-  return { 0, now, level, interval, d, wait, d }
+  return { 0, now, level, interval, d, wait, d, next_of(level, d, true) }
 end
 
 -- Admitted: tat becomes now + gap (the converted span plus the cost).
 local gap = conv + cost
 if mode == 'take' or mode == 'strict' or mode == 'schedule' then write(gap) end
-return { 1, now, burst - gap, interval, gap, conv, gap }
+-- The state written (or, for a peek, that would be) is under this call's quota alone.
+return { 1, now, burst - gap, interval, gap, conv, gap, next_of(burst - gap, gap, false) }

@@ -11,7 +11,7 @@ use super::keys::MAX_KEY_LEN;
 use super::limiter::{Ask, RedisLimiter, MAX_WAIT};
 use crate::keyed::TokenBucketKeys;
 use crate::lease::{LeaseStock, Take};
-use crate::outcome::{Admitted, Denied, Span};
+use crate::outcome::{Admitted, Denied, Next, Span};
 use crate::sync::{fence, AtomicBool, AtomicU64, Ordering};
 
 /// A token bucket shared through Redis, spent locally: a lease takes up to `batch` tokens from
@@ -348,9 +348,11 @@ impl Inner {
             .empty_until
             .load(Ordering::Relaxed)
             .saturating_sub(now_ms);
-        let wait = Span::from_nanos(u128::from(until) * 1_000_000);
+        let wait_ns = u128::from(until) * 1_000_000;
+        let wait = Span::from_nanos(wait_ns);
         let now_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        Denied::new(now_ns, wait, 0, 1, wait)
+        // One more is in stock once a lease finds a token (not known while one is on its way).
+        Denied::new(now_ns, wait, 0, 1, wait, Next::nanos(wait_ns))
     }
 }
 
@@ -377,7 +379,8 @@ impl LeasedBucket {
                 if left <= inner.low_water {
                     inner.prefetch();
                 }
-                Ok(Admitted::new(left, 1, Span::from_nanos(0)))
+                // The stock grows only by a lease, whose timing is not known here.
+                Ok(Admitted::new(left, 1, Span::from_nanos(0), Next::FULL))
             }
             Take::Empty | Take::Expired => {
                 inner.prefetch();

@@ -18,7 +18,7 @@ use super::script::RedisAlgorithm;
 use crate::clock::Clock;
 use crate::keyed::{KeyedError, LeakyMeterKeys, TokenBucketKeys};
 use crate::limiter::KeyedLimit;
-use crate::outcome::{Admitted, InsufficientCapacity, Scheduled, Span};
+use crate::outcome::{Admitted, InsufficientCapacity, Next, Scheduled, Span};
 use crate::quota::Quota;
 
 /// The default per-call timeout: 50 ms.
@@ -534,7 +534,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             FailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
             FailurePolicy::Open => {
                 bump(&self.counters.open_admissions);
-                Ok(Admitted::new(0, 1, Span::from_nanos(0)))
+                // Nothing is known of the key: no time to full, and none to one more.
+                Ok(Admitted::new(0, 1, Span::from_nanos(0), Next::FULL))
             }
             FailurePolicy::Local(local) => {
                 bump(&self.counters.local_decisions);

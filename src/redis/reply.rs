@@ -1,14 +1,15 @@
 //! The reply decoder: a script's answer, checked field by field, into the crate's outcomes.
 //!
-//! Every script answers `{admitted, now_us, level, unit, reset, wait, backlog}` as seven integers
-//! (spans in the algorithm's ticks). Anything else (another length, a string, a negative number,
-//! a zero unit, a reading past 2^53 us) is a [`BadReply`](UnavailableKind::BadReply): no reply can
-//! cause a panic.
+//! Every script answers `{admitted, now_us, level, unit, reset, wait, backlog, next}` as eight
+//! integers (spans in the algorithm's ticks; `next`, the wait until one more is free, 0 when
+//! nothing is taken). Anything else (another length, a string, a negative number, a zero unit, a
+//! reading past 2^53 us) is a [`BadReply`](UnavailableKind::BadReply): no reply can cause a
+//! panic.
 
 use ::redis::Value;
 
 use super::error::{Unavailable, UnavailableKind};
-use crate::outcome::{Admitted, Denied, Scheduled, Span};
+use crate::outcome::{Admitted, Denied, Next, Scheduled, Span};
 
 /// The largest reading a script answers with: 2^53 us.
 const MAX_NOW_US: u64 = 1 << 53;
@@ -24,6 +25,8 @@ pub(crate) struct Reply {
     pub(crate) reset: u64,
     pub(crate) wait: u64,
     pub(crate) backlog: u64,
+    /// Ticks until `remaining` would be one higher; 0 when nothing is taken.
+    pub(crate) next: u64,
 }
 
 fn bad(detail: impl Into<String>) -> Unavailable {
@@ -34,16 +37,16 @@ fn bad(detail: impl Into<String>) -> Unavailable {
 pub(crate) fn decode(value: &Value) -> Result<Reply, Unavailable> {
     let Value::Array(items) = value else {
         return Err(bad(format!(
-            "expected an array of 7 integers, got {value:?}"
+            "expected an array of 8 integers, got {value:?}"
         )));
     };
-    if items.len() != 7 {
+    if items.len() != 8 {
         return Err(bad(format!(
-            "expected an array of 7 integers, got {} elements",
+            "expected an array of 8 integers, got {} elements",
             items.len()
         )));
     }
-    let mut fields = [0u64; 7];
+    let mut fields = [0u64; 8];
     for (slot, item) in fields.iter_mut().zip(items) {
         *slot = match item {
             Value::Int(i) => u64::try_from(*i)
@@ -51,7 +54,7 @@ pub(crate) fn decode(value: &Value) -> Result<Reply, Unavailable> {
             other => return Err(bad(format!("expected an integer, got {other:?}"))),
         };
     }
-    let [admitted, now_us, level, unit, reset, wait, backlog] = fields;
+    let [admitted, now_us, level, unit, reset, wait, backlog, next] = fields;
     if admitted > 1 {
         return Err(bad(format!(
             "expected 0 or 1 for the decision, got {admitted}"
@@ -71,6 +74,7 @@ pub(crate) fn decode(value: &Value) -> Result<Reply, Unavailable> {
         reset,
         wait,
         backlog,
+        next,
     })
 }
 
@@ -78,6 +82,11 @@ impl Reply {
     /// `ticks` of `tick` ns as a span.
     fn span(ticks: u64, tick: u64) -> Span {
         Span::from_nanos(u128::from(ticks) * u128::from(tick))
+    }
+
+    /// `next` ticks of `tick` ns (0: nothing is taken).
+    fn next(&self, tick: u64) -> Next {
+        Next::nanos(u128::from(self.next) * u128::from(tick))
     }
 
     /// The reading in nanoseconds (below 2^53 x 1000 < 2^63).
@@ -92,6 +101,7 @@ impl Reply {
                 self.level,
                 self.unit,
                 Reply::span(self.reset, tick),
+                self.next(tick),
             ))
         } else {
             Err(self.denied(tick))
@@ -108,6 +118,7 @@ impl Reply {
                 self.level,
                 self.unit,
                 Reply::span(self.reset, tick),
+                self.next(tick),
             ))
         } else {
             Err(self.denied(tick))
@@ -121,6 +132,7 @@ impl Reply {
             self.level,
             self.unit,
             Reply::span(self.reset, tick),
+            self.next(tick),
         )
     }
 }
@@ -136,19 +148,24 @@ mod tests {
 
     #[test]
     fn an_admission_decodes_into_its_outcome() {
-        let r = decode(&ints(&[1, 5, 900, 100, 100, 0, 100])).unwrap();
+        let r = decode(&ints(&[1, 5, 900, 100, 100, 0, 100, 100])).unwrap();
         let ok = r.outcome(1000).unwrap();
         assert_eq!(ok.remaining(), 9);
         assert_eq!(ok.reset_after(), Duration::from_micros(100));
+        assert_eq!(ok.next_after(), Some(Duration::from_micros(100)));
+        // A `next` of 0: nothing is taken.
+        let full = decode(&ints(&[1, 5, 1000, 100, 0, 0, 0, 0])).unwrap();
+        assert_eq!(full.outcome(1000).unwrap().next_after(), None);
     }
 
     #[test]
     fn a_denial_is_on_the_servers_clock() {
-        let r = decode(&ints(&[0, 2_000_000, 0, 7, 30, 10, 30])).unwrap();
+        let r = decode(&ints(&[0, 2_000_000, 0, 7, 30, 10, 30, 10])).unwrap();
         let d = r.outcome(1).unwrap_err();
         assert_eq!(d.retry_after(), Duration::from_nanos(10));
         assert_eq!(d.retry_at().as_u64(), 2_000_000_000 + 10);
         assert_eq!(d.remaining(), 0);
+        assert_eq!(d.next_after(), Some(Duration::from_nanos(10)));
     }
 
     #[test]
@@ -157,12 +174,14 @@ mod tests {
             Value::Nil,
             Value::Okay,
             ints(&[1, 2, 3]),
-            ints(&[1, 2, 3, 4, 5, 6, 7, 8]),
-            ints(&[2, 0, 0, 1, 0, 0, 0]),
-            ints(&[1, -1, 0, 1, 0, 0, 0]),
-            ints(&[1, 0, 0, 0, 0, 0, 0]),
-            ints(&[1, 1 << 53, 0, 1, 0, 0, 0]),
-            Value::Array(vec![Value::BulkString(b"1".to_vec()); 7]),
+            ints(&[1, 2, 3, 4, 5, 6, 7]),
+            ints(&[1, 2, 3, 4, 5, 6, 7, 8, 9]),
+            ints(&[2, 0, 0, 1, 0, 0, 0, 0]),
+            ints(&[1, -1, 0, 1, 0, 0, 0, 0]),
+            ints(&[1, 0, 0, 1, 0, 0, 0, -1]),
+            ints(&[1, 0, 0, 0, 0, 0, 0, 0]),
+            ints(&[1, 1 << 53, 0, 1, 0, 0, 0, 0]),
+            Value::Array(vec![Value::BulkString(b"1".to_vec()); 8]),
         ] {
             let err = decode(&v).unwrap_err();
             assert_eq!(err.kind(), UnavailableKind::BadReply, "{v:?}");
@@ -179,14 +198,25 @@ mod tests {
             i64::MAX,
             i64::MAX,
             0,
+            i64::MAX,
         ]))
         .unwrap();
         let d = r.outcome(1000).unwrap_err();
         assert!(d.retry_after() > Duration::from_secs(1 << 30));
-        let s = decode(&ints(&[1, 0, i64::MAX, 1, i64::MAX, i64::MAX, i64::MAX]))
-            .unwrap()
-            .scheduled(1000)
-            .unwrap();
+        assert!(d.next_after() > Some(Duration::from_secs(1 << 30)));
+        let s = decode(&ints(&[
+            1,
+            0,
+            i64::MAX,
+            1,
+            i64::MAX,
+            i64::MAX,
+            i64::MAX,
+            i64::MAX,
+        ]))
+        .unwrap()
+        .scheduled(1000)
+        .unwrap();
         assert!(s.delay() > Duration::from_secs(1 << 30));
     }
 }

@@ -6,8 +6,9 @@
 -- w = window (us), n = limit}, written by an admission, expiring when both windows have left.
 --
 -- ARGV: mode (take | peek), n, limit, window (us), client time (tests only; '' for TIME).
--- Reply: {admitted 1 | denied 0, now_us, level, unit, reset, wait, 0}, spans in microseconds;
--- remaining = level / unit. The client keeps N x W below 2^52, so the comparison (and twice a
+-- Reply: {admitted 1 | denied 0, now_us, level, unit, reset, wait, 0, next}, spans in
+-- microseconds; remaining = level / unit, and next the wait until it is one higher (0: nothing
+-- counts). The client keeps N x W below 2^52, so the comparison (and twice a
 -- window) is exact.
 
 local mode = ARGV[1]
@@ -76,6 +77,35 @@ local function reset_of(k)
   return 0
 end
 
+-- The earliest elapsed time >= from, in a window whose weighted count is o and full count f, at
+-- which k more fit; nil when none does.
+local function earliest(o, f, from, k)
+  local room = limit - f - k
+  if room < 0 then return nil end
+  if o == 0 then return from end
+  local at_e = math.max(window - div(room * window, o), from)
+  if at_e < window then return at_e end
+  return nil
+end
+
+-- Microseconds until k (1..N) more fit, the current window holding c: in this window, as the
+-- weighted count fades, or in the next, as the current one does, or once both have left.
+local function wait_for(k, c)
+  local first = earliest(oldest, c, e, k)
+  if first then return from_reading(0, first) end
+  local second = earliest(c, 0, 0, k)
+  if second then return from_reading(1, second) end
+  return from_reading(2, 0)
+end
+
+-- Microseconds until the whole admissions left, level / unit with the current window holding c,
+-- are one more: until one more than that would fit. 0 when nothing counts.
+local function next_of(level, unit, c)
+  local m = div(level, unit)
+  if m >= limit then return 0 end
+  return math.max(wait_for(m + 1, c), 1)
+end
+
 if n == 0 or oldest * (window - e) + (cur + n) * window <= limit * window then
   local level, unit = level_of(n)
   local reset = reset_of(n)
@@ -87,31 +117,8 @@ if n == 0 or oldest * (window - e) + (cur + n) * window <= limit * window then
     -- clamped). at x window is below 2^53: at is j or the state's window.
     expire(ms_in((at - j) * window, window, window - now % window, 1000))
   end
-  return { 1, now, level, unit, reset, 0, 0 }
+  return { 1, now, level, unit, reset, 0, 0, next_of(level, unit, cur + n) }
 end
 
--- The earliest elapsed time >= from, in a window whose weighted count is o and full count f, at
--- which n more fit; nil when none does.
-local function earliest(o, f, from)
-  local room = limit - f - n
-  if room < 0 then return nil end
-  if o == 0 then return from end
-  local at_e = math.max(window - div(room * window, o), from)
-  if at_e < window then return at_e end
-  return nil
-end
-
-local wait
-local first = earliest(oldest, cur, e)
-if first then
-  wait = from_reading(0, first)
-else
-  local second = earliest(cur, 0, 0)
-  if second then
-    wait = from_reading(1, second)
-  else
-    wait = from_reading(2, 0)
-  end
-end
 local level, unit = level_of(0)
-return { 0, now, level, unit, reset_of(0), wait, 0 }
+return { 0, now, level, unit, reset_of(0), wait_for(n, cur), 0, next_of(level, unit, cur) }

@@ -12,7 +12,9 @@
 -- for each place the old quota did not have (so the key keeps no more than both allowed).
 --
 -- ARGV: mode (take | peek), n, limit, window (us), client time (tests only; '' for TIME).
--- Reply: {admitted 1 | denied 0, now_us, level, 1, reset, wait, 0}, spans in microseconds.
+-- Reply: {admitted 1 | denied 0, now_us, level, 1, reset, wait, 0, next}, spans in
+-- microseconds; next: until one more admission is free (the oldest entry in the window leaving;
+-- under two quotas, until both have one more), 0 when the window holds none.
 
 local mode = ARGV[1]
 local n, limit, window = whole(ARGV[2]), whole(ARGV[3]), whole(ARGV[4])
@@ -83,28 +85,50 @@ if old_window and newest and after(newest, old_window) > at - now then
   end
 end
 
-if n == 0 then
-  return { 1, now, left, 1, reset, 0, 0 }
-end
-
--- Microseconds until n more fit a window of w holding c entries under limit lim: until the
--- (lim - n + 1)-th newest entry leaves it (0 when they fit now).
-local function retry(w, lim, c)
-  if c + n <= lim then return 0 end
-  if n > lim then
+-- Microseconds until k more fit a window of w holding c entries under limit lim: until the
+-- (lim - k + 1)-th newest entry leaves it (0 when they fit now).
+local function retry(w, lim, c, k)
+  if c + k <= lim then return 0 end
+  if k > lim then
     -- Never under that limit: once its window is empty.
     return after(newest, w)
   end
-  local e = redis.call('ZREVRANGE', key, lim - n, lim - n, 'WITHSCORES')
+  local e = redis.call('ZREVRANGE', key, lim - k, lim - k, 'WITHSCORES')
   return after(tonumber(e[2]), w)
 end
 
-local wait = retry(window, limit, count)
-if old_count then
-  wait = math.max(wait, retry(old_window, old_limit, old_count))
+-- Microseconds until k more fit under both quotas (the old one while its window holds entries).
+local function wait_for(k)
+  local w = retry(window, limit, count, k)
+  if old_count then
+    w = math.max(w, retry(old_window, old_limit, old_count, k))
+  end
+  return w
 end
+
+-- Microseconds until `left` is one more, if nothing is admitted: until one more than it fits.
+local function next_of()
+  if left >= limit then return 0 end
+  return math.max(wait_for(left + 1), 1)
+end
+
+if n == 0 then
+  return { 1, now, left, 1, reset, 0, 0, next_of() }
+end
+
+local wait = wait_for(n)
 if wait > 0 then
-  return { 0, now, left, 1, reset, wait, 0 }
+  return { 0, now, left, 1, reset, wait, 0, next_of() }
+end
+
+-- Once admitted, the oldest entry in the window (the count-th newest, read before anything is
+-- written) is the first to leave; with none, the admission's own, at `at`. Under another quota,
+-- the admission converts the key to this one: the entries it records for the places the old
+-- quota did not have leave with its own, so the oldest in the window still decides.
+local next = after(at, window)
+if count > 0 then
+  local e = redis.call('ZREVRANGE', key, count - 1, count - 1, 'WITHSCORES')
+  next = after(tonumber(e[2]), window)
 end
 
 if mode == 'take' then
@@ -136,4 +160,4 @@ if mode == 'take' then
   -- the reply's reset is clamped to).
   expire(ms_in(at - now, window, 0, 1000))
 end
-return { 1, now, left - n, 1, after(at, window), 0, 0 }
+return { 1, now, left - n, 1, after(at, window), 0, 0, next }
