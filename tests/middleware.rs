@@ -879,3 +879,46 @@ async fn delay_up_to_queues_each_key_of_a_keyed_meter_on_its_own() {
         ]
     );
 }
+
+async fn get_forwarded(client: &HttpClient, addr: SocketAddr, xff: &str) -> Reply {
+    let req = Request::get(format!("http://{addr}/"))
+        .header("x-forwarded-for", xff)
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    send(client, req).await
+}
+
+#[tokio::test]
+async fn forwarded_addresses_are_read_only_from_a_trusted_proxy_and_from_the_right() {
+    use tollgate::middleware::{forwarded, ForwardedHeader};
+    let limiter = KeyedLimiter::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+    let key = forwarded(["127.0.0.1/32"], ForwardedHeader::XForwardedFor).unwrap();
+    let layer = LimitLayer::keyed(limiter, key).build().unwrap();
+    let addr = serve(hello().layer(layer)).await;
+
+    // An untrusted client writing its own header is keyed on its address: a new spoofed
+    // address per request changes nothing.
+    let client = client_from(2);
+    assert_eq!(get_forwarded(&client, addr, "10.0.0.1").await.status, StatusCode::OK);
+    assert_eq!(
+        get_forwarded(&client, addr, "10.0.0.2").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Behind the trusted proxy (127.0.0.1), the client is the rightmost untrusted entry; what
+    // the client put to its left does not change the key.
+    let proxy = client_from(1);
+    assert_eq!(
+        get_forwarded(&proxy, addr, "6.6.6.6, 203.0.113.7").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_forwarded(&proxy, addr, "7.7.7.7, 203.0.113.7").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        get_forwarded(&proxy, addr, "203.0.113.8").await.status,
+        StatusCode::OK,
+        "another client behind the proxy has its own limit"
+    );
+}

@@ -88,7 +88,11 @@ pub(crate) fn sf_string(name: &str) -> Result<String, PolicyNameError> {
 pub(crate) fn quota_and_window(quota: &Quota) -> (u64, u64) {
     let period = quota.period().as_nanos().max(1);
     let w = period.div_ceil(1_000_000_000).max(1);
-    let q = u128::from(quota.count()) * w * 1_000_000_000 / period;
+    // count * w * 10^9 / period, without the product (which can pass u128 for quotas both
+    // huge and slow): w * 10^9 = period + r with r < 10^9, so q = count + count * r / period.
+    let count = u128::from(quota.count());
+    let r = w * 1_000_000_000 - period;
+    let q = count + count * r / period;
     (
         u64::try_from(q).unwrap_or(u64::MAX),
         u64::try_from(w).unwrap_or(u64::MAX),
@@ -112,7 +116,7 @@ pub(crate) fn policy_member(name: &str, quota: &Quota, content_bytes: bool) -> S
 
 /// Whole seconds, rounded up.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// `Retry-After`: the wait rounded up to whole seconds, at least 1, and never earlier than the
@@ -256,9 +260,17 @@ mod tests {
         // 7 per 2.9 s: w = 3, q = floor(7 * 3 / 2.9) = 7 (7.24 rounds down).
         let q = Quota::per_period(7, Duration::from_millis(2900)).unwrap();
         assert_eq!(quota_and_window(&q), (7, 3));
-        // A nanosecond period: w = 1, q saturates rather than wraps.
-        let q = Quota::per_period(u64::MAX / 2, Duration::from_nanos(1)).unwrap();
-        assert_eq!(quota_and_window(&q), (u64::MAX, 1));
+        // The fastest quota accepted: w = 1 and q is the count per second.
+        let q = Quota::per_period(1, Duration::from_nanos(1)).unwrap();
+        assert_eq!(quota_and_window(&q), (1_000_000_000, 1));
+        // Huge and slow (count * w * 10^9 would pass u128): still exact.
+        let n = 2_000_000_000_000_000;
+        let q = Quota::per_period(n, Duration::from_secs(n)).unwrap();
+        assert_eq!(quota_and_window(&q), (n, n));
+        let n = 1_000_000_000_000_000;
+        let q = Quota::per_period(n, Duration::new(n / 2 - 1, 500_000_000)).unwrap();
+        // w = n / 2, and q = floor(n * (n / 2) / (n / 2 - 0.5)) = floor(n + n / (n - 1)) = n + 1.
+        assert_eq!(quota_and_window(&q), (n + 1, n / 2));
     }
 
     #[test]
