@@ -440,7 +440,11 @@ impl Gcra {
             Err(wait) => {
                 let wait_ns = self.span(wait, now).nanos();
                 if wait_ns > u128::from(max_wait_ns) {
-                    let retry = Span::from_nanos(wait_ns - u128::from(max_wait_ns));
+                    // `wait_ns - max_wait_ns`, exact however long (a span in whole nanoseconds
+                    // would stop at 2^64): the reading's nanoseconds below one unit (below 2^62)
+                    // plus the wait (at most 2^61) fit a u64.
+                    let mut retry = self.span(wait, now);
+                    retry.sub += max_wait_ns;
                     return Step::Refuse(self.denied_for(word, now, retry));
                 }
                 // A bucket full at `now` conforms, so here `word > now.units`, hence
@@ -626,6 +630,24 @@ pub(crate) mod tests {
         // A full bucket, or a refund of nothing, writes nothing.
         assert!(matches!(p.refund(now, at(&p, now), 5), Step::Keep(())));
         assert!(matches!(p.refund(word, at(&p, now), 0), Step::Keep(())));
+    }
+
+    #[test]
+    fn a_refused_reservation_reports_a_wait_beyond_2_64_ns_exactly() {
+        // 1 per minute with a capacity of 2^40, empty: 2^40 tokens are 2^40 minutes away.
+        let q = Quota::per_minute(1)
+            .unwrap()
+            .with_capacity(1 << 40)
+            .unwrap()
+            .with_initial(0)
+            .unwrap();
+        let p = policy(q);
+        let now = at(&p, 12_345);
+        let word = p.initial_word(0, now);
+        let wait = p.wait_nanos(word, now, 1 << 40);
+        assert!(wait > u128::from(u64::MAX));
+        let d = p.reserve(word, now, 1 << 40, SEC).refused();
+        assert_eq!(d.retry_after().as_nanos(), wait - u128::from(SEC));
     }
 
     #[test]

@@ -23,3 +23,11 @@ pub const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// assert_eq!(testkit::consts::YEAR_NS / testkit::consts::NANOS_PER_SEC, 31_557_600);
 /// ```
 pub const YEAR_NS: u64 = 31_557_600 * NANOS_PER_SEC;
+
+/// The longest `max_wait` a reservation accepts, in nanoseconds (2^61, about 73 years), as the
+/// crate documents it (`tollgate::reservation::MAX_WAIT`).
+///
+/// ```
+/// assert_eq!(testkit::consts::MAX_WAIT_NS, 1 << 61);
+/// ```
+pub const MAX_WAIT_NS: u64 = 1 << 61;
