@@ -463,7 +463,6 @@ impl Gcra {
     /// (at least the reading; it may lie beyond 2^62), and that reservation, or `Keep(0)` for none:
     /// `k = min(n, ⌊(⌊deadline / 2^shift⌋ + B - max(word, now)) / I⌋)`, which never exceeds the
     /// capacity, and is the shard's whole tokens at `deadline` were it left alone.
-    #[allow(dead_code)] // TEMP: the sharded bucket's reservations, next commit
     pub(crate) fn reserve_by(
         &self,
         word: u64,

@@ -1,4 +1,5 @@
-//! Reserving tokens ahead: [`Reservation`], what [`TokenBucket::reserve_n`] hands back, why they may not ([`ReserveError`]), and the bound on
+//! Reserving tokens ahead: [`Reservation`], what [`TokenBucket::reserve_n`] and
+//! [`ShardedBucket::reserve_n`] hand back, why they may not ([`ReserveError`]), and the bound on
 //! how long a reservation may wait, [`MAX_WAIT`] ([`MaxWaitError`] beyond it).
 //!
 //! A reservation takes its `n` tokens at once, into debt if they are not there yet, and tells the
@@ -53,6 +54,16 @@
 //! - **Dropping** a reservation without cancelling keeps it: the tokens stay taken, and the debt
 //!   is paid by the refill as for any admission. `Reservation` is `#[must_use]` so that a
 //!   reservation is not dropped by accident.
+//!
+//! # The sharded bucket
+//!
+//! [`ShardedBucket::reserve_n`] reserves across the shards, the way a gather takes: the caller's
+//! home shard alone when it can admit all `n` at once; otherwise, from one read of every shard,
+//! the earliest reading at which the shards together hold `n` whole tokens (the same instant a
+//! denial's `retry_at` names), and from each shard in turn, from home on, the tokens it will hold
+//! by then, each reserved on its own shard. Each shard stays an exact bucket for its part of the
+//! quota, so admitted plus reserved never exceeds `C + R × t` over the limiter. Details on
+//! [`ShardedBucket::reserve_n_from`].
 
 use std::fmt;
 use std::time::Duration;
@@ -254,13 +265,11 @@ pub(crate) enum Parts {
         tat: u64,
     },
     /// From these shards of a sharded bucket.
-    #[allow(dead_code)] // TEMP: the sharded bucket's reservations, next commit
     Shards(Vec<ShardPart>),
 }
 
 /// The tokens a reservation took from one shard, and the shard's word after its last write there.
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code)] // TEMP: the sharded bucket's reservations, next commit
 pub(crate) struct ShardPart {
     pub(crate) shard: usize,
     pub(crate) tokens: u64,

@@ -32,7 +32,7 @@
 
 use std::cmp::min;
 
-use crate::consts::MAX_USABLE_NS;
+use crate::consts::{MAX_USABLE_NS, MAX_WAIT_NS};
 use crate::Outcome;
 
 /// The largest burst window, in time units.
@@ -352,6 +352,13 @@ impl RefBucket {
         if r.tokens == 0 || at.ns > r.ready_at_ns {
             return 0;
         }
+        self.give_back(r, now_ns)
+    }
+
+    /// What a cancel gives back once it is known that the reservation's time has not passed (for
+    /// a sharded reservation, judged on the whole reservation): its tokens less those taken after
+    /// it, as many as fit.
+    pub fn give_back(&mut self, r: &RefReservation, now_ns: u64) -> u64 {
         let after = (self.full_at() - r.full_at).max(0);
         let depends = after.div_euclid(self.policy.interval)
             + i128::from(after.rem_euclid(self.policy.interval) != 0);
@@ -374,6 +381,21 @@ impl RefBucket {
         let k = u64::try_from(whole).unwrap_or(u64::MAX).min(n);
         self.refund(k, now_ns);
         k
+    }
+
+    /// The reservation of the tokens this bucket will hold by the reading `deadline_ns` (at least
+    /// the reading; any `u128`), at most `n`: `min(n, ⌊f(⌊deadline / 2^k⌋) / I⌋)` tokens, or `None`
+    /// when that is none. As for a shard of a sharded reservation.
+    pub fn reserve_by(&mut self, n: u64, deadline_ns: u128, now_ns: u64) -> Option<RefReservation> {
+        let p = self.policy;
+        let deadline = i128::try_from(deadline_ns >> p.shift).expect("below 2^127");
+        let k = (self.level_at(deadline) / p.interval).max(0);
+        let k = u64::try_from(k).expect("at most C").min(n);
+        if k == 0 {
+            return None;
+        }
+        let r = self.reserve(k, MAX_WAIT_NS, now_ns);
+        Some(r.expect("tokens there by the deadline are reserved"))
     }
 
     /// `take_up_to_at(n, now)`: the tokens taken and the answer (for `n = 0` a query; with no
