@@ -53,6 +53,17 @@
 //!
 //! None of this ever admits beyond the limit.
 //!
+//! # Reserving, and taking what is there
+//!
+//! [`ShardedBucket::reserve_n`] takes `n` tokens now, into debt if they are not there, and says
+//! when they are the caller's (a [`Reservation`]; see
+//! [`reservation`](crate::reservation)). The debt is spread over the shards: each shard, from
+//! home on, reserves what it will hold by the earliest instant at which the shards together hold
+//! `n`, so a caller waits as for the whole limiter's rate, and every shard stays an exact bucket
+//! for its part (admitted plus reserved never exceeds `C + R × t`). Details, and what a race
+//! does, on [`ShardedBucket::reserve_n_from`]. [`ShardedBucket::take_up_to`] takes what each
+//! shard holds, from home on, up to `n`. Both withdraw the empty hint, as an admission does.
+//!
 //! # The empty hint: refusals at the cost of one line
 //!
 //! A flood of refusals on a hot key is what sharding is for, and a refusal that surveys every
