@@ -152,15 +152,18 @@ pub struct Time {
 /// | --- | --- | --- |
 /// | `w <= now` | `C` tokens, full (queue empty) | construction with a full bucket; time passing |
 /// | `now < w <= now + B` | `(now + B - w) / I` tokens, fraction carried (`ceil((w - now) / I)` queued) | an admission; a refund (bucket only) |
-/// | `w > now + B` | 0 (over-full queue) | only a reading earlier than one already applied |
+/// | `w > now + B` | 0, in debt by `w - now - B` (over-full queue) | a reservation (bucket only); a reading earlier than one already applied |
 ///
 /// Transitions: a conforming request for `n` writes `max(w, now_up) + n × I`, and only when
-/// `max(w, now) + n × I - now <= B`; the meter's strict admission writes `now_up + n × I`, and only
-/// when `w <= now`; a refund of `n` writes `max(w - n × I, now)`, and only when `w > now`. Denials,
+/// `max(w, now) + n × I - now <= B`; a reservation (bucket only) writes the same, and only when
+/// the wait `max(w, now) + n × I - now - B` is at most its `max_wait` (at most 2^61 ns); the
+/// meter's strict admission writes `now_up + n × I`, and only when `w <= now`; a refund of `n` (a
+/// cancelled reservation's too) writes `max(w - n × I, now)`, and only when `w > now`. Denials,
 /// peeks and queries never write. `now_up` is the reading rounded up to a whole unit, so a refill
-/// never starts before the reading. The word never exceeds `2^62 + 2^62 + 2^62 + 1 < 2^64`:
-/// readings are clamped to 2^62, writes leave `w <= now + B + 1` with `B <= 2^62`, and one more
-/// cost of at most `B` is added before a check.
+/// never starts before the reading. The word never exceeds `2^62 + 2^62 + 2^61 + 1 + 2^62 < 2^64`:
+/// readings are clamped to 2^62, writes leave `w <= now + B + D + 1` with `B <= 2^62` and the
+/// debt `D` at most a reservation's wait (at most 2^61 units; 0 without reservations), and one
+/// more cost of at most `B` is added before a check. Stored words stay below `3 × 2^62`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Tat(pub(crate) u64);
 
@@ -183,6 +186,21 @@ impl Tat {
     pub(crate) fn is_full_at(self, now: Time) -> bool {
         self.0 <= now.units
     }
+}
+
+/// The most a reservation may wait, in nanoseconds: 2^61 (about 73 years). A reservation's debt
+/// is at most its wait, so a word stays below `now + B + 2^61 + 1 <= 2.5 × 2^62 + 1`, and one more
+/// cost of at most `B <= 2^62` added before a check stays below 2^64 (see [`Tat`]).
+pub(crate) const MAX_WAIT_NS: u64 = 1 << 61;
+
+/// A reservation written: the word after it, and when its tokens are the caller's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reserved {
+    /// The word the reservation wrote.
+    pub(crate) tat: u64,
+    /// The reading (clamped nanoseconds) at which its tokens are there: the reading itself when
+    /// they were there at once.
+    pub(crate) ready_ns: u64,
 }
 
 /// A conforming request: what it writes and where it stands.
@@ -322,10 +340,16 @@ impl Gcra {
     /// A denial at `now` that must wait `wait` units.
     #[cold]
     pub(crate) fn denied(&self, word: u64, now: Time, wait: u64) -> Denied {
+        self.denied_for(word, now, self.span(wait, now))
+    }
+
+    /// A denial at `now` whose `retry_after` is `retry`, with the bucket's figures at `now`.
+    #[cold]
+    pub(crate) fn denied_for(&self, word: u64, now: Time, retry: Span) -> Denied {
         let tat = Tat(word);
         Denied::new(
             now.ns,
-            self.span(wait, now),
+            retry,
             tat.level(now.units, self.burst),
             self.interval,
             self.span(tat.until_full(now.units), now),
@@ -391,6 +415,115 @@ impl Gcra {
             // trust that.
             Step::Keep(_) | Step::Refuse(_) => Step::Keep(0),
         }
+    }
+
+    /// Takes `min(n, whole tokens at now)` tokens (`1 <= n`, any size) in one decision, answering
+    /// how many and the admission; from a bucket without a whole token, the denial of one token
+    /// (when one will be there), writing nothing.
+    #[inline]
+    pub(crate) fn take_partial(
+        &self,
+        word: u64,
+        now: Time,
+        n: u64,
+    ) -> Step<(u64, Admitted), Denied> {
+        // `remaining` whole tokens are exactly what the conformance test admits (`k × I <= level`),
+        // so `k` conforms; with none there, the request for one is refused with its exact wait.
+        let k = self.remaining(word, now).min(n).max(1);
+        match self.decide(word, now, k) {
+            Step::Write(new, admitted) => Step::Write(new, (k, admitted)),
+            Step::Keep(admitted) => Step::Keep((k, admitted)),
+            Step::Refuse(denied) => Step::Refuse(denied),
+        }
+    }
+
+    /// The reservation of `n` tokens (`1 <= n <= capacity`) at `now`, waiting at most
+    /// `max_wait_ns` (at most [`MAX_WAIT_NS`]): taken now, into debt if they are not there, and
+    /// yours at `ready_ns`; or, when they would be later than that, the denial whose `retry_after`
+    /// is the wait until the same reservation would fit (`wait - max_wait`).
+    #[inline]
+    pub(crate) fn reserve(
+        &self,
+        word: u64,
+        now: Time,
+        n: u64,
+        max_wait_ns: u64,
+    ) -> Step<Reserved, Denied> {
+        match self.conform(word, now, n) {
+            // The tokens are there: an admission, yours at the reading.
+            Ok(c) => Step::Write(
+                c.new,
+                Reserved {
+                    tat: c.new,
+                    ready_ns: now.ns,
+                },
+            ),
+            Err(wait) => {
+                let wait_ns = self.span(wait, now).nanos();
+                if wait_ns > u128::from(max_wait_ns) {
+                    // `wait_ns - max_wait_ns`, exact however long (a span in whole nanoseconds
+                    // would stop at 2^64): the reading's nanoseconds below one unit (below 2^62)
+                    // plus the wait (at most 2^61) fit a u64.
+                    let mut retry = self.span(wait, now);
+                    retry.sub += max_wait_ns;
+                    return Step::Refuse(self.denied_for(word, now, retry));
+                }
+                // A bucket full at `now` conforms, so here `word > now.units`, hence
+                // `word >= now.units_up`: the reserved tokens refill after the word, as an
+                // admission's would (`max(word, now_up) + cost`). The debt is `wait <= max_wait`,
+                // so the word stays below `now + B + MAX_WAIT + 1` (see [`Tat`]).
+                let new = word + n * self.interval;
+                // `now.ns <= 2^62` and `wait_ns <= max_wait_ns <= 2^61`: no overflow.
+                let ready_ns = now.ns + u64::try_from(wait_ns).unwrap_or(u64::MAX);
+                Step::Write(new, Reserved { tat: new, ready_ns })
+            }
+        }
+    }
+
+    /// The largest `k <= n` tokens a reservation at `now` would have by the reading `deadline_ns`
+    /// (at least the reading; it may lie beyond 2^62), and that reservation, or `Keep(0)` for none:
+    /// `k = min(n, ⌊(⌊deadline / 2^shift⌋ + B - max(word, now)) / I⌋)`, which never exceeds the
+    /// capacity, and is the shard's whole tokens at `deadline` were it left alone.
+    pub(crate) fn reserve_by(
+        &self,
+        word: u64,
+        now: Time,
+        n: u64,
+        deadline_ns: u128,
+    ) -> Step<(u64, Reserved), ()> {
+        let deadline = deadline_ns >> self.shift;
+        let from = u128::from(word.max(now.units));
+        let level = (deadline + u128::from(self.burst)).saturating_sub(from);
+        let fits = u64::try_from(level / u128::from(self.interval)).unwrap_or(u64::MAX);
+        let k = fits.min(self.capacity).min(n);
+        if k == 0 {
+            return Step::Keep((
+                0,
+                Reserved {
+                    tat: word,
+                    ready_ns: now.ns,
+                },
+            ));
+        }
+        // `k` tokens are ready by the deadline, itself at most the caller's `now + max_wait`.
+        match self.reserve(word, now, k, MAX_WAIT_NS) {
+            Step::Write(new, reserved) => Step::Write(new, (k, reserved)),
+            Step::Keep(_) | Step::Refuse(_) => Step::Keep((
+                0,
+                Reserved {
+                    tat: word,
+                    ready_ns: now.ns,
+                },
+            )),
+        }
+    }
+
+    /// What a reservation of `tokens` whose word after its write was `tat` gives back at `now`:
+    /// its tokens less those taken after it (`⌈(word - tat) / I⌉`, never negative), as many as fit
+    /// below the capacity (the last may only part fit); answers how many.
+    pub(crate) fn cancel(&self, word: u64, now: Time, tokens: u64, tat: u64) -> Step<u64, ()> {
+        let after = word.saturating_sub(tat).div_ceil(self.interval);
+        self.refund_up_to(word, now, tokens.saturating_sub(after))
     }
 
     /// Gives back up to `n` tokens, as many as fit below the capacity (the last one may only part
@@ -517,6 +650,24 @@ pub(crate) mod tests {
         // A full bucket, or a refund of nothing, writes nothing.
         assert!(matches!(p.refund(now, at(&p, now), 5), Step::Keep(())));
         assert!(matches!(p.refund(word, at(&p, now), 0), Step::Keep(())));
+    }
+
+    #[test]
+    fn a_refused_reservation_reports_a_wait_beyond_2_64_ns_exactly() {
+        // 1 per minute with a capacity of 2^40, empty: 2^40 tokens are 2^40 minutes away.
+        let q = Quota::per_minute(1)
+            .unwrap()
+            .with_capacity(1 << 40)
+            .unwrap()
+            .with_initial(0)
+            .unwrap();
+        let p = policy(q);
+        let now = at(&p, 12_345);
+        let word = p.initial_word(0, now);
+        let wait = p.wait_nanos(word, now, 1 << 40);
+        assert!(wait > u128::from(u64::MAX));
+        let d = p.reserve(word, now, 1 << 40, SEC).refused();
+        assert_eq!(d.retry_after().as_nanos(), wait - u128::from(SEC));
     }
 
     #[test]

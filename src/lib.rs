@@ -36,6 +36,7 @@
 //! | [`wait::LimiterExt`], [`wait::KeyedLimitExt`], [`wait::Wait`] | waiting instead of being refused, on every limiter: blocking `wait_n`, and with `tokio` the futures `until_ready`, `until_n_ready`, `until_key_ready`; optionally bounded (`_within`) and jittered |
 //! | [`Direct`], [`Algorithm`] | the one facade the direct limiters are aliases of, and the sealed algorithm markers it (and [`keyed::KeyedLimiter`]) runs |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
+//! | [`Reservation`], [`ReserveError`], [`Partial`] | the token buckets' `reserve_n` (tokens taken now, into debt, yours at `ready_at`; `cancel`) and `take_up_to` (as many as are there, at most `n`) |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
 //! | [`CoarseClock`] | a timestamp refreshed by a background thread: one load per reading, up to 1 ms stale |
@@ -107,9 +108,11 @@ pub mod limiter;
 #[cfg(feature = "tower")]
 pub mod middleware;
 pub mod outcome;
+mod partial;
 pub mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod reservation;
 pub mod sharded;
 mod sync;
 pub mod token_bucket;
@@ -125,7 +128,9 @@ pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
 pub use limiter::{Direct, KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
+pub use partial::Partial;
 pub use quota::{Quota, QuotaError};
+pub use reservation::{Reservation, ReserveError};
 pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};
 pub use token_bucket::TokenBucket;
 

@@ -53,6 +53,17 @@
 //!
 //! None of this ever admits beyond the limit.
 //!
+//! # Reserving, and taking what is there
+//!
+//! [`ShardedBucket::reserve_n`] takes `n` tokens now, into debt if they are not there, and says
+//! when they are the caller's (a [`Reservation`]; see
+//! [`reservation`](crate::reservation)). The debt is spread over the shards: each shard, from
+//! home on, reserves what it will hold by the earliest instant at which the shards together hold
+//! `n`, so a caller waits as for the whole limiter's rate, and every shard stays an exact bucket
+//! for its part (admitted plus reserved never exceeds `C + R × t`). Details, and what a race
+//! does, on [`ShardedBucket::reserve_n_from`]. [`ShardedBucket::take_up_to`] takes what each
+//! shard holds, from home on, up to `n`. Both withdraw the empty hint, as an admission does.
+//!
 //! # The empty hint: refusals at the cost of one line
 //!
 //! A flood of refusals on a hot key is what sharding is for, and a refusal that surveys every
@@ -138,14 +149,17 @@
 //! not look the home up at all.
 
 use std::fmt;
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::gcra::Gcra as Policy;
+use crate::gcra::{Gcra as Policy, Reserved};
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Next, Span};
+use crate::partial::Partial;
 use crate::quota::Quota;
+use crate::reservation::{MaxWaitError, Parts, Reservation, ReserveError, ShardPart};
 use crate::sync::{fence, AtomicU64, Ordering};
 
 /// The most shards a [`ShardedBucket`] may have.
@@ -644,6 +658,351 @@ impl<C: Clock> ShardedBucket<C> {
         n - left
     }
 
+    /// Reserves `n` tokens now, into debt if they are not there, if they are the caller's within
+    /// `max_wait`, starting at the calling thread's home shard (see
+    /// [`ShardedBucket::reserve_n_from`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`TokenBucket::reserve_n`](crate::TokenBucket::reserve_n).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::builder(Quota::per_second(4)?).shards(2).clock(ManualClock::new()).build()?;
+    /// limiter.try_acquire_n(4)?;
+    /// // Two shards of 2 per second: one token from each is there after 500 ms.
+    /// let r = limiter.reserve_n(2, Duration::from_secs(1))?;
+    /// assert_eq!(r.delay(), Duration::from_millis(500));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_n(
+        &self,
+        n: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, ShardedBucket<C>>, ReserveError> {
+        self.reserve_n_from(thread_slot(), n, max_wait, self.clock.now())
+    }
+
+    /// [`ShardedBucket::reserve_n`] as of `now`.
+    ///
+    /// # Errors
+    ///
+    /// As [`TokenBucket::reserve_n`](crate::TokenBucket::reserve_n).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(8)?.with_initial(0)?, ManualClock::new());
+    /// let r = limiter.reserve_n_at(8, Duration::from_secs(1), Nanos::new(0))?;
+    /// assert_eq!(r.ready_at(), Nanos::new(1_000_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_n_at(
+        &self,
+        n: u64,
+        max_wait: Duration,
+        now: Nanos,
+    ) -> Result<Reservation<'_, ShardedBucket<C>>, ReserveError> {
+        self.reserve_n_from(thread_slot(), n, max_wait, now)
+    }
+
+    /// Reserves `n` tokens as of `now` as a caller whose home shard is `home` (modulo the shard
+    /// count), if they are the caller's within `max_wait`.
+    ///
+    /// How a reservation maps onto the shards, so that admitted plus reserved never exceeds the
+    /// quota (each shard stays an exact bucket for its part):
+    ///
+    /// 1. The home shard alone, when it can admit all `n` at once: `delay() == 0`.
+    /// 2. Otherwise, from one read of every shard, the earliest reading `T` at which the shards,
+    ///    left alone, hold `n` whole tokens together (`T = now` when they already do; else the
+    ///    `retry_at` a denial of `n` would report). `T - now` beyond `max_wait` is
+    ///    [`ReserveError::Denied`], its `retry_after` that wait less `max_wait`.
+    /// 3. Then, from home on, each shard reserves the tokens it will hold by `T` (until `n` are
+    ///    reserved): a shard into debt only as far as its own refill pays by `T`. The
+    ///    reservation is ready when its last part is (`T`, or the reading when all were there).
+    ///    Spreading the debt is what keeps one caller's wait that of the whole limiter's rate:
+    ///    on one shard, `n` tokens would wait `S` times longer.
+    /// 4. Under contention another caller may take first: then the shards are visited again with
+    ///    the deadline `now + max_wait`, and if `n` still cannot be reserved, what was reserved is
+    ///    given back (exactly, where nobody wrote the shard since, as a failed gather does) and the
+    ///    answer is a denial (whose `retry_after` may then be zero).
+    ///
+    /// Cancelling applies the token bucket's rule to each shard's part: its tokens less those
+    /// taken on that shard after it.
+    ///
+    /// # Errors
+    ///
+    /// As [`TokenBucket::reserve_n`](crate::TokenBucket::reserve_n).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::builder(Quota::per_second(4)?).shards(2).clock(ManualClock::new()).build()?;
+    /// let t = Nanos::new(0);
+    /// // Shard 0 holds 2: reserved there, at once.
+    /// assert_eq!(limiter.reserve_n_from(0, 2, Duration::ZERO, t)?.delay(), Duration::ZERO);
+    /// // 3 more: shard 1's two now, and one more of either's after 500 ms.
+    /// let r = limiter.reserve_n_from(0, 3, Duration::from_secs(1), t)?;
+    /// assert_eq!(r.delay(), Duration::from_millis(500));
+    /// assert_eq!(r.cancel_at(t), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_n_from(
+        &self,
+        home: usize,
+        n: u64,
+        max_wait: Duration,
+        now: Nanos,
+    ) -> Result<Reservation<'_, ShardedBucket<C>>, ReserveError> {
+        let max_wait = MaxWaitError::check(max_wait)?;
+        let base = now.clamped();
+        let reservation = |tokens, ready, parts| Reservation {
+            limiter: self,
+            tokens,
+            now: base,
+            ready,
+            parts: Parts::Shards(parts),
+        };
+        if !InsufficientCapacity::check(n, self.quota.capacity())? {
+            return Ok(reservation(0, base, Vec::new()));
+        }
+        let home = home & self.mask;
+        // 1. The home shard alone.
+        let shard = &self.shards[home];
+        if n <= shard.policy.capacity() {
+            let t = shard.policy.time(now);
+            let at_home = cas::update(&shard.word, |w| match shard.policy.decide(w, t, n) {
+                Step::Write(new, _) => Step::Write(new, new),
+                Step::Keep(_) | Step::Refuse(_) => Step::Refuse(()),
+            });
+            if let Ok(tat) = at_home {
+                self.withdraw_hint();
+                let part = ShardPart {
+                    shard: home,
+                    tokens: n,
+                    tat,
+                };
+                return Ok(reservation(n, base, vec![part]));
+            }
+        }
+        // 2. When the shards, left alone, hold `n`.
+        let wait = {
+            let snapshot = self.snapshot();
+            let words = snapshot.words();
+            let survey = self.survey(now, |i| words[i]);
+            let wait = if survey.tokens >= n {
+                0
+            } else {
+                self.denied(words, n, now, &survey).retry_after().as_nanos()
+            };
+            if wait > u128::from(max_wait) {
+                return Err(ReserveError::Denied(Denied::new(
+                    base,
+                    Span::from_nanos(wait - u128::from(max_wait)),
+                    survey.tokens,
+                    1,
+                    Span::from_nanos(survey.full_in),
+                    survey.next(),
+                )));
+            }
+            wait
+        };
+        // 3. What each shard holds by then, from home on; 4. by `now + max_wait` after a race.
+        let mut claims = vec![Claim::default(); self.shards.len()];
+        let (mut got, mut ready) = (0, base);
+        for deadline in [
+            u128::from(base) + wait,
+            u128::from(base) + u128::from(max_wait),
+        ] {
+            for step in 0..self.shards.len() {
+                if got == n {
+                    break;
+                }
+                let index = (home + step) & self.mask;
+                let shard = &self.shards[index];
+                let t = shard.policy.time(now);
+                let claimed = cas::update(&shard.word, |w| {
+                    match shard.policy.reserve_by(w, t, n - got, deadline) {
+                        Step::Write(new, (k, reserved)) => {
+                            Step::<Option<(u64, Reserved, u64)>, ()>::Write(
+                                new,
+                                Some((k, reserved, w)),
+                            )
+                        }
+                        Step::Keep(_) | Step::Refuse(()) => Step::Keep(None),
+                    }
+                });
+                if let Ok(Some((k, reserved, before))) = claimed {
+                    claims[index].record(k, before, reserved.tat);
+                    got += k;
+                    ready = ready.max(reserved.ready_ns);
+                }
+            }
+            if got == n {
+                break;
+            }
+        }
+        if got == n {
+            self.withdraw_hint();
+            let parts = claims
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.tokens > 0)
+                .map(|(shard, c)| ShardPart {
+                    shard,
+                    tokens: c.tokens,
+                    tat: c.after,
+                })
+                .collect();
+            return Ok(reservation(n, ready, parts));
+        }
+        // Others got there first: give back what was reserved, exactly, where nobody wrote since.
+        self.give_back(&claims);
+        let snapshot = self.snapshot();
+        let words = snapshot.words();
+        let survey = self.survey(now, |i| words[i]);
+        let denied = self.denied(words, n, now, &survey);
+        let retry = denied
+            .retry_after()
+            .as_nanos()
+            .saturating_sub(u128::from(max_wait));
+        Err(ReserveError::Denied(Denied::new(
+            base,
+            Span::from_nanos(retry),
+            survey.tokens,
+            1,
+            Span::from_nanos(survey.full_in),
+            survey.next(),
+        )))
+    }
+
+    /// Takes as many whole tokens as the shards hold, at most `n`, from the calling thread's home
+    /// shard on (see [`ShardedBucket::take_up_to_from`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Denied`] for one token when no shard holds a whole token.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(6)?, ManualClock::new());
+    /// assert_eq!(limiter.take_up_to(10)?.taken(), 6);
+    /// assert!(limiter.take_up_to(1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_up_to(&self, n: u64) -> Result<Partial, Denied> {
+        self.take_up_to_from(thread_slot(), n, self.clock.now())
+    }
+
+    /// [`ShardedBucket::take_up_to`] as of `now`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ShardedBucket::take_up_to`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(6)?, ManualClock::new());
+    /// assert_eq!(limiter.take_up_to_at(4, Nanos::new(0))?.remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_up_to_at(&self, n: u64, now: Nanos) -> Result<Partial, Denied> {
+        self.take_up_to_from(thread_slot(), n, now)
+    }
+
+    /// Takes as many whole tokens as the shards hold, at most `n`, as of `now`, as a caller whose
+    /// home shard is `home` (modulo the shard count): what each shard holds, from home on, one
+    /// compare-and-swap per shard visited. `n = 0` is a query. One caller alone takes
+    /// `min(n, remaining_at(now))`; under contention, what the others left. The [`Partial`]
+    /// reports the whole limiter after the take, as a gather does.
+    ///
+    /// # Errors
+    ///
+    /// [`Denied`] for one token when no shard holds a whole token (nothing is taken).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::builder(Quota::per_second(4)?).shards(2).clock(ManualClock::new()).build()?;
+    /// let t = Nanos::new(0);
+    /// limiter.try_acquire_n_from(0, 2, t)?;
+    /// assert_eq!(limiter.take_up_to_from(0, 3, t)?.taken(), 2); // shard 1's
+    /// let denied = limiter.take_up_to_from(0, 3, t).unwrap_err();
+    /// assert_eq!(denied.retry_after().as_millis(), 500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_up_to_from(&self, home: usize, n: u64, now: Nanos) -> Result<Partial, Denied> {
+        if n == 0 {
+            return Ok(Partial::new(0, self.query(now)));
+        }
+        let mut got = 0;
+        for step in 0..self.shards.len() {
+            if got == n {
+                break;
+            }
+            let shard = &self.shards[(home.wrapping_add(step)) & self.mask];
+            let t = shard.policy.time(now);
+            got +=
+                cas::update(&shard.word, |w| shard.policy.take_up_to(w, t, n - got)).unwrap_or(0);
+        }
+        let snapshot = self.snapshot();
+        let words = snapshot.words();
+        let survey = self.survey(now, |i| words[i]);
+        if got == 0 {
+            return Err(self.denied(words, 1, now, &survey));
+        }
+        self.withdraw_hint();
+        Ok(Partial::new(
+            got,
+            Admitted::new(
+                survey.tokens,
+                1,
+                Span::from_nanos(survey.full_in),
+                survey.next(),
+            ),
+        ))
+    }
+
+    /// Voids a published hint after this caller took tokens outside [`take`](Self::take) (a
+    /// reservation, a take of up to `n`): it only emptied shards, so the hint stayed true, but its
+    /// figures no longer describe them (as after an admission).
+    fn withdraw_hint(&self) {
+        // Relaxed: only a guess at whether there is anything to withdraw; the caller's own later
+        // requests read `seq` after this thread's `fetch_or`, and a hint published concurrently
+        // by another thread is as true as before (a take only empties shards).
+        if self.hint.seq.load(Ordering::Relaxed) & FLAGS == VALID {
+            self.hint.withdraw();
+        }
+    }
+
+    /// Gives back, exactly, what a failed reservation claimed on each shard nobody else wrote
+    /// since (the rest stays taken, as a failed gather's does), then voids the hint if any went
+    /// back.
+    #[cold]
+    fn give_back(&self, claims: &[Claim]) {
+        let mut gave_back = false;
+        for (shard, claim) in self.shards.iter().zip(claims) {
+            if claim.tokens > 0 && claim.exact {
+                gave_back |= cas::undo(&shard.word, claim.after, claim.before);
+            }
+        }
+        if gave_back {
+            self.hint.added_tokens();
+        }
+    }
+
     /// Whole tokens in all shards as of `now` (each shard's whole tokens, summed: fractions of a
     /// token stranded in different shards do not add up).
     ///
@@ -945,6 +1304,68 @@ impl<C: Clock> ShardedBucket<C> {
     }
 }
 
+impl<C: Clock> Reservation<'_, ShardedBucket<C>> {
+    /// Gives the reservation's tokens back now, each shard's part less the tokens taken on that
+    /// shard after it; answers how many went back (see [`Reservation::cancel_at`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(8)?, ManualClock::new());
+    /// let r = limiter.reserve_n(8, Duration::ZERO)?;
+    /// assert_eq!(r.cancel(), 8);
+    /// assert_eq!(limiter.remaining(), 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel(self) -> u64 {
+        let now = self.limiter.clock.now();
+        self.cancel_at(now)
+    }
+
+    /// Gives the reservation's tokens back as of `now`: on each shard it reserved on, that part
+    /// less the tokens taken there after it (the token bucket's rule, per shard), never above the
+    /// shard's capacity; nothing at a reading after [`Reservation::ready_at`]. Answers how many
+    /// went back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::builder(Quota::per_second(4)?).shards(2).clock(ManualClock::new()).build()?;
+    /// let t = Nanos::new(0);
+    /// let r = limiter.reserve_n_from(0, 4, Duration::ZERO, t)?;
+    /// limiter.refund_from(0, 1, t);
+    /// assert_eq!(r.cancel_at(t), 3); // shard 0 had room for one token less
+    /// assert_eq!(limiter.remaining_at(t), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel_at(self, now: Nanos) -> u64 {
+        let Parts::Shards(parts) = &self.parts else {
+            return 0;
+        };
+        if self.passed(now) {
+            return 0;
+        }
+        let limiter = self.limiter;
+        let mut back = 0;
+        for part in parts {
+            let shard = &limiter.shards[part.shard];
+            let t = shard.policy.time(now);
+            back += cas::update(&shard.word, |w| {
+                shard.policy.cancel(w, t, part.tokens, part.tat)
+            })
+            .unwrap_or(0);
+        }
+        if back > 0 {
+            limiter.hint.added_tokens();
+        }
+        back
+    }
+}
+
 /// Every shard's word as one read found them, on the stack for up to 16 shards.
 struct Snapshot {
     small: [u64; 16],
@@ -979,6 +1400,31 @@ struct Taken {
     tokens: u64,
     before: u64,
     after: u64,
+}
+
+/// What a reservation claimed on one shard: the tokens, and the word before its first write and
+/// after its last; `exact` while nobody else wrote the shard between its writes (so that undoing
+/// them restores exactly the state without them).
+#[derive(Debug, Clone, Copy, Default)]
+struct Claim {
+    tokens: u64,
+    before: u64,
+    after: u64,
+    exact: bool,
+}
+
+impl Claim {
+    /// A write of `k` tokens that replaced `before` with `after`.
+    fn record(&mut self, k: u64, before: u64, after: u64) {
+        if self.tokens == 0 {
+            self.before = before;
+            self.exact = true;
+        } else if before != self.after {
+            self.exact = false;
+        }
+        self.tokens += k;
+        self.after = after;
+    }
 }
 
 /// What one read of every shard found.

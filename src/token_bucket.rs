@@ -43,6 +43,36 @@
 //!   any idle period does, and no further.
 //! - Readings beyond [`Nanos::MAX_USABLE`] (146 years) are clamped: no arithmetic can overflow.
 //!
+//! # Reserving, and taking what is there
+//!
+//! Besides all-or-nothing admissions, the bucket answers two requests its peers have:
+//!
+//! - [`TokenBucket::reserve_n`]`(n, max_wait)` takes `n` tokens now, into debt if they are not
+//!   there yet, and answers a [`Reservation`] that says when they are the caller's
+//!   ([`Reservation::delay`], [`Reservation::ready_at`]); a wait beyond `max_wait` reserves
+//!   nothing. [`Reservation::cancel`] gives back what no later request depends on. This is
+//!   `x/time/rate`'s `ReserveN`: wait, then act, with no second call. The debt lives in the same
+//!   word (`tat` runs ahead of `now + C/R` by the debt), so the bucket refuses everyone else until
+//!   it is paid, and over any interval the tokens admitted or ready still number at most
+//!   `C + R × t`. `max_wait` is at most [`MAX_WAIT`](crate::reservation::MAX_WAIT) (about 73
+//!   years): beyond it the sums on the word could pass 2^64. See [`reservation`](crate::reservation).
+//! - [`TokenBucket::take_up_to`]`(n)` takes as many whole tokens as are there, at most `n`, in one
+//!   compare-and-swap (Envoy's `allow_partial`, Bucket4j's `tryConsumeAsMuchAsPossible`), answering
+//!   a [`Partial`]; with none there, a [`Denied`] for one token.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, Quota, TokenBucket};
+//!
+//! let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+//! assert_eq!(bucket.take_up_to(3)?.taken(), 3);
+//! assert_eq!(bucket.take_up_to(3)?.taken(), 1); // the last one
+//! // Nothing left: reserve two, yours in half a second.
+//! let two = bucket.reserve_n(2, Duration::from_secs(1))?;
+//! assert_eq!(two.delay(), Duration::from_millis(500));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Memory ordering
 //!
 //! The word publishes nothing but itself, so every access is `Relaxed`: an admission is a
@@ -50,12 +80,16 @@
 //! fence, is what keeps two threads from taking the same token. Do not use an admission to publish
 //! other data between threads.
 
+use std::time::Duration;
+
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::gcra::{gcra_constructors, Gcra, GcraWord, Time};
 use crate::limiter::Direct;
 use crate::outcome::{Admitted, Denied};
+use crate::partial::Partial;
 use crate::quota::Quota;
+use crate::reservation::{MaxWaitError, Parts, Reservation, ReserveError};
 
 /// The token bucket as an [`Algorithm`](crate::Algorithm): the marker of [`TokenBucket`] and, per
 /// key, of [`KeyedLimiter`](crate::keyed::KeyedLimiter)'s default
@@ -184,12 +218,186 @@ impl<C: Clock> TokenBucket<C> {
         let now = self.policy.time(now);
         let _ = cas::update(&self.state, |w| self.policy.refund(w, now, n));
     }
+
+    /// Reserves `n` tokens now, into debt if they are not there, if they are the caller's within
+    /// `max_wait`; the [`Reservation`] says when ([`Reservation::delay`]). See the
+    /// [`reservation`](crate::reservation) module for the semantics.
+    ///
+    /// # Errors
+    ///
+    /// [`ReserveError::Denied`] when the tokens would be the caller's only after `max_wait` (its
+    /// `retry_after`: when this reservation would fit); [`ReserveError::InsufficientCapacity`] for
+    /// `n` above the capacity; [`ReserveError::MaxWait`] for `max_wait` above
+    /// [`MAX_WAIT`](crate::reservation::MAX_WAIT).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// bucket.try_acquire_n(10)?;
+    /// let r = bucket.reserve_n(3, Duration::from_secs(1))?;
+    /// assert_eq!(r.delay(), Duration::from_millis(300));
+    /// // The debt comes first: the next token is there after 400 ms, not 100.
+    /// assert_eq!(bucket.try_acquire().unwrap_err().retry_after(), Duration::from_millis(400));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_n(
+        &self,
+        n: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, TokenBucket<C>>, ReserveError> {
+        self.reserve_n_at(n, max_wait, self.clock.now())
+    }
+
+    /// [`TokenBucket::reserve_n`] as of `now`.
+    ///
+    /// # Errors
+    ///
+    /// As [`TokenBucket::reserve_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?.with_initial(0)?, ManualClock::new());
+    /// let r = bucket.reserve_n_at(2, Duration::from_secs(2), Nanos::new(0))?;
+    /// assert_eq!(r.ready_at(), Nanos::new(1_000_000_000));
+    /// assert_eq!(bucket.reserve_n_at(0, Duration::ZERO, Nanos::new(0))?.tokens(), 0); // a query
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_n_at(
+        &self,
+        n: u64,
+        max_wait: Duration,
+        now: Nanos,
+    ) -> Result<Reservation<'_, TokenBucket<C>>, ReserveError> {
+        let max_wait = MaxWaitError::check(max_wait)?;
+        let t = self.policy.time(now);
+        let reservation = |tokens, ready, tat| Reservation {
+            limiter: self,
+            tokens,
+            now: t.ns,
+            ready,
+            parts: Parts::Word { tat },
+        };
+        if !self.policy.check_n(n)? {
+            return Ok(reservation(0, t.ns, 0));
+        }
+        let reserved = cas::update(&self.state, |w| self.policy.reserve(w, t, n, max_wait))?;
+        Ok(reservation(n, reserved.ready_ns, reserved.tat))
+    }
+
+    /// Takes as many whole tokens as are there, at most `n` (any `n`: at most the capacity is
+    /// ever there), in one compare-and-swap. `n = 0` is a query.
+    ///
+    /// # Errors
+    ///
+    /// [`Denied`] for one token when no whole token is there (nothing is taken).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(5)?, ManualClock::new());
+    /// assert_eq!(bucket.take_up_to(u64::MAX)?.taken(), 5);
+    /// assert!(bucket.take_up_to(1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_up_to(&self, n: u64) -> Result<Partial, Denied> {
+        self.take_up_to_at(n, self.clock.now())
+    }
+
+    /// [`TokenBucket::take_up_to`] as of `now`.
+    ///
+    /// # Errors
+    ///
+    /// As [`TokenBucket::take_up_to`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?.with_initial(0)?, ManualClock::new());
+    /// assert_eq!(bucket.take_up_to_at(3, Nanos::new(500_000_000))?.taken(), 2);
+    /// assert_eq!(bucket.take_up_to_at(0, Nanos::new(500_000_000))?.taken(), 0); // a query
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_up_to_at(&self, n: u64, now: Nanos) -> Result<Partial, Denied> {
+        let t = self.policy.time(now);
+        if n == 0 {
+            return Ok(Partial::new(
+                0,
+                self.policy.query(cas::read(&self.state), t),
+            ));
+        }
+        let (taken, admitted) = cas::update(&self.state, |w| self.policy.take_partial(w, t, n))?;
+        Ok(Partial::new(taken, admitted))
+    }
+}
+
+impl<C: Clock> Reservation<'_, TokenBucket<C>> {
+    /// Gives the reservation's tokens back now, less those taken after it; answers how many went
+    /// back (see [`Reservation::cancel_at`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+    /// let r = bucket.reserve_n(3, Duration::ZERO)?;
+    /// assert_eq!(r.cancel(), 3);
+    /// assert_eq!(bucket.remaining(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel(self) -> u64 {
+        let now = self.limiter.clock.now();
+        self.cancel_at(now)
+    }
+
+    /// Gives the reservation's tokens back as of `now`: its `n` less the tokens taken after it
+    /// (`x/time/rate`'s rule: later admissions and reservations queued behind its debt), never
+    /// negative and never above the capacity; nothing at a reading after [`Reservation::ready_at`]
+    /// (the tokens are the caller's by then: use [`TokenBucket::refund`]). Answers how many went
+    /// back, a token that only partly fit below the capacity counted as one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(10)?.with_initial(0)?, ManualClock::new());
+    /// let t = Nanos::new(0);
+    /// let first = bucket.reserve_n_at(4, Duration::from_secs(1), t)?; // ready at 400 ms
+    /// let second = bucket.reserve_n_at(1, Duration::from_secs(1), t)?; // queued behind it
+    /// assert_eq!(first.cancel_at(t), 3); // the token reserved after it stays taken
+    /// assert_eq!(second.ready_at(), Nanos::new(500_000_000)); // its promise still holds
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel_at(self, now: Nanos) -> u64 {
+        let Parts::Word { tat } = self.parts else {
+            return 0;
+        };
+        if self.passed(now) {
+            return 0;
+        }
+        let bucket = self.limiter;
+        let t = bucket.policy.time(now);
+        cas::update(&bucket.state, |w| {
+            bucket.policy.cancel(w, t, self.tokens, tat)
+        })
+        .unwrap_or(0)
+    }
 }
 
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::reservation::MaxWaitError;
 
     #[test]
     fn n_zero_is_a_query_that_writes_nothing() {
@@ -201,6 +409,223 @@ mod tests {
         bucket.try_acquire_n(4).unwrap();
         // Even an empty bucket answers a zero request.
         assert_eq!(bucket.try_acquire_n(0).unwrap().remaining(), 0);
+    }
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn bucket(quota: Quota) -> TokenBucket<ManualClock> {
+        TokenBucket::with_clock(quota, ManualClock::new())
+    }
+
+    #[test]
+    fn a_reservation_with_no_wait_answers_as_an_admission_does() {
+        let quota = Quota::per_second(10).unwrap().with_capacity(4).unwrap();
+        let (a, b) = (bucket(quota), bucket(quota));
+        // The same history on both; every answer of one equals the other's.
+        for (i, n) in [1u64, 3, 4, 2, 0, 5, 1, 1, 4].into_iter().enumerate() {
+            let at = Nanos::new(i as u64 * SEC / 20);
+            let admitted = a.try_acquire_n_at(n, at);
+            let reserved = b.reserve_n_at(n, Duration::ZERO, at);
+            match (admitted, reserved) {
+                (Ok(_), Ok(r)) => {
+                    assert_eq!(r.delay(), Duration::ZERO);
+                    assert_eq!(r.ready_at(), at);
+                    assert_eq!(r.tokens(), n);
+                }
+                (Err(crate::AcquireError::Denied(d)), Err(ReserveError::Denied(e))) => {
+                    assert_eq!(d, e)
+                }
+                (
+                    Err(crate::AcquireError::InsufficientCapacity(d)),
+                    Err(ReserveError::InsufficientCapacity(e)),
+                ) => assert_eq!(d, e),
+                (x, y) => panic!("{n} at {at:?}: {x:?} against {y:?}"),
+            }
+            assert_eq!(cas::read(&a.state), cas::read(&b.state));
+        }
+    }
+
+    #[test]
+    fn a_denied_reservation_says_when_the_same_reservation_would_fit_and_writes_nothing() {
+        let b = bucket(Quota::per_second(10).unwrap());
+        let t = Nanos::new(0);
+        b.try_acquire_n_at(10, t).unwrap();
+        let before = cas::read(&b.state);
+        let writes = cas::writes::on_this_thread();
+        let Err(ReserveError::Denied(d)) = b.reserve_n_at(5, Duration::from_millis(200), t) else {
+            panic!("a wait of 500 ms is beyond 200 ms")
+        };
+        assert_eq!(cas::writes::on_this_thread(), writes);
+        assert_eq!(cas::read(&b.state), before);
+        assert_eq!(d.retry_after(), Duration::from_millis(300));
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.reset_after(), Duration::from_secs(1));
+        // Exactly then, the same reservation fits, with a delay of exactly max_wait.
+        let early = Nanos::new(d.retry_at().as_u64() - 1);
+        assert!(b
+            .reserve_n_at(5, Duration::from_millis(200), early)
+            .is_err());
+        let r = b
+            .reserve_n_at(5, Duration::from_millis(200), d.retry_at())
+            .unwrap();
+        assert_eq!(r.delay(), Duration::from_millis(200));
+        assert_eq!(r.ready_at(), Nanos::new(SEC / 2));
+    }
+
+    #[test]
+    fn max_wait_has_a_range_and_its_extremes_never_overflow() {
+        use crate::reservation::MAX_WAIT;
+        let b = bucket(Quota::per_second(1).unwrap());
+        for bad in [MAX_WAIT + Duration::from_nanos(1), Duration::MAX] {
+            let err = b.reserve_n(1, bad).unwrap_err();
+            assert_eq!(
+                err,
+                ReserveError::MaxWait(MaxWaitError { requested: bad }),
+                "{bad:?}"
+            );
+            assert!(err.to_string().starts_with(
+                "max_wait must be between 0 and 2305843009213693952 ns (about 73 years), got"
+            ));
+        }
+        // The widest policy (one token per nanosecond, a burst window of 2^62 ns), the latest
+        // reading, the longest wait: reserve until refused, then every other operation.
+        let quota = Quota::per_second(1_000_000_000)
+            .unwrap()
+            .with_capacity(1 << 62)
+            .unwrap();
+        for start in [0, u64::MAX] {
+            let b = TokenBucket::with_clock(quota, ManualClock::starting_at(Nanos::new(start)));
+            // The burst at once, then 2^61 more into debt; then nothing more fits.
+            let burst = b.reserve_n(1 << 62, MAX_WAIT).unwrap();
+            assert_eq!(burst.delay(), Duration::ZERO);
+            let mut reserved = vec![b.reserve_n(1 << 61, MAX_WAIT).unwrap()];
+            assert_eq!(reserved[0].delay(), MAX_WAIT);
+            let word = cas::read(&b.state);
+            assert!(word < 3 << 62, "{word}");
+            assert!(b.try_acquire_n(1 << 62).is_err());
+            assert!(b.take_up_to(u64::MAX).is_err());
+            assert_eq!(b.remaining(), 0);
+            assert!(b.reserve_n(1 << 62, Duration::ZERO).is_err());
+            let d = b.reserve_n(1, MAX_WAIT).unwrap_err();
+            assert_eq!(d.denied().unwrap().retry_after(), Duration::from_nanos(1));
+            b.refund(u64::MAX); // a capacity's worth: the debt goes, half the burst comes back
+            assert_eq!(b.remaining(), 1 << 61);
+            let last = reserved.pop().unwrap();
+            assert_eq!(last.cancel(), 1 << 61);
+            assert_eq!(burst.cancel(), 0); // its time has passed (a refund is the way)
+        }
+    }
+
+    #[test]
+    fn cancel_gives_back_what_no_later_request_depends_on() {
+        let b = bucket(Quota::per_second(10).unwrap());
+        let t = Nanos::new(0);
+        let wait = Duration::from_secs(5);
+        // Taken at once, cancelled at the same reading: all of it back.
+        let r = b.reserve_n_at(6, wait, t).unwrap();
+        assert_eq!(r.cancel_at(t), 6);
+        assert_eq!(b.remaining_at(t), 10);
+        // Into debt, then a later admission and a later reservation: they keep theirs.
+        let whole = b.reserve_n_at(10, wait, t).unwrap();
+        let debt = b.reserve_n_at(5, wait, t).unwrap();
+        let later = b.reserve_n_at(2, wait, t).unwrap();
+        assert_eq!(later.ready_at(), Nanos::new(700_000_000));
+        assert_eq!(debt.cancel_at(t), 3);
+        // Four tokens of debt are left: `later`'s two and the two of `debt`'s it queued behind.
+        assert!(b.peek_n_at(1, Nanos::new(499_999_999)).is_err());
+        assert!(b.peek_n_at(1, Nanos::new(500_000_000)).is_ok());
+        // A reservation whose time has passed gives back nothing; one reading before, it would.
+        assert_eq!(later.cancel_at(Nanos::new(700_000_001)), 0);
+        // Nothing comes back above the capacity, and the count says so.
+        let r = b.reserve_n_at(1, wait, t).unwrap();
+        b.refund_at(u64::MAX, t); // a capacity's worth: the 5 tokens of debt, and 5 more
+        b.refund_at(u64::MAX, t); // full
+        assert_eq!(r.cancel_at(t), 0);
+        assert_eq!(whole.cancel_at(t), 0);
+        assert_eq!(b.remaining_at(t), 10);
+        // A query reserves nothing and gives back nothing.
+        let q = b.reserve_n_at(0, wait, t).unwrap();
+        assert_eq!((q.tokens(), q.delay()), (0, Duration::ZERO));
+        assert_eq!(q.cancel_at(t), 0);
+    }
+
+    #[test]
+    fn take_up_to_takes_what_is_there_in_one_write_and_denials_write_nothing() {
+        let b = bucket(Quota::per_second(10).unwrap().with_initial(3).unwrap());
+        let t = Nanos::new(50_000_000); // 3.5 tokens
+        let writes = cas::writes::on_this_thread();
+        let p = b.take_up_to_at(u64::MAX, t).unwrap();
+        assert_eq!(cas::writes::on_this_thread(), writes + 1);
+        assert_eq!((p.taken(), p.remaining()), (3, 0));
+        assert_eq!(p.admitted(), b.try_acquire_n_at(0, t).unwrap());
+        let d = b.take_up_to_at(2, t).unwrap_err();
+        assert_eq!(cas::writes::on_this_thread(), writes + 1);
+        assert_eq!(d.retry_after(), Duration::from_millis(50));
+        assert_eq!(d, b.try_acquire_at(t).unwrap_err());
+        assert_eq!(b.take_up_to_at(0, t).unwrap().taken(), 0);
+        assert_eq!(b.take_up_to_at(5, d.retry_at()).unwrap().taken(), 1);
+    }
+
+    /// Reservations, cancels and acquisitions racing on real threads at a frozen clock: the word
+    /// accounts for every token (its debt beyond the reading is exactly what was taken less what
+    /// came back), and no cancel gives back more than its reservation took.
+    #[test]
+    fn stress_reservations_cancels_and_admissions_conserve_tokens() {
+        use std::sync::Arc;
+
+        let bucket = Arc::new(bucket(Quota::per_second(50).unwrap()));
+        let t = Nanos::new(0);
+        let handles: Vec<_> = (0..4u64)
+            .map(|i| {
+                let bucket = Arc::clone(&bucket);
+                std::thread::spawn(move || {
+                    let (mut taken, mut given) = (0u64, 0u64);
+                    for round in 0..20_000u64 {
+                        let n = 1 + (round + i) % 4;
+                        match (round + i) % 3 {
+                            0 => {
+                                if bucket.try_acquire_n_at(n, t).is_ok() {
+                                    taken += n;
+                                }
+                            }
+                            1 => {
+                                if bucket
+                                    .take_up_to_at(n, t)
+                                    .map(|p| taken += p.taken())
+                                    .is_err()
+                                {
+                                    // Nothing there: the others' reservations hold the debt.
+                                }
+                            }
+                            _ => {
+                                if let Ok(r) = bucket.reserve_n_at(n, Duration::from_secs(1), t) {
+                                    taken += n;
+                                    if round % 2 == 0 {
+                                        let back = r.cancel_at(t);
+                                        assert!(back <= n);
+                                        given += back;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    (taken, given)
+                })
+            })
+            .collect();
+        let (mut taken, mut given) = (0, 0);
+        for h in handles {
+            let (a, b) = h.join().unwrap();
+            taken += a;
+            given += b;
+        }
+        let now = bucket.try_acquire_n_at(0, t).unwrap();
+        let interval = SEC / 50;
+        // Full at the start: what is missing, debt included, is what was taken less given back.
+        let missing = u128::from(taken - given) * u128::from(interval);
+        assert_eq!(now.reset_after().as_nanos(), missing);
+        // At most the burst and a second of debt were ever out at once.
+        assert!(taken - given <= 50 + 50);
     }
 
     /// Real threads on one bucket: admissions never exceed `C + R × t` measured on the bucket's own

@@ -899,7 +899,10 @@ async fn forwarded_addresses_are_read_only_from_a_trusted_proxy_and_from_the_rig
     // An untrusted client writing its own header is keyed on its address: a new spoofed
     // address per request changes nothing.
     let client = client_from(2);
-    assert_eq!(get_forwarded(&client, addr, "10.0.0.1").await.status, StatusCode::OK);
+    assert_eq!(
+        get_forwarded(&client, addr, "10.0.0.1").await.status,
+        StatusCode::OK
+    );
     assert_eq!(
         get_forwarded(&client, addr, "10.0.0.2").await.status,
         StatusCode::TOO_MANY_REQUESTS
@@ -909,11 +912,15 @@ async fn forwarded_addresses_are_read_only_from_a_trusted_proxy_and_from_the_rig
     // the client put to its left does not change the key.
     let proxy = client_from(1);
     assert_eq!(
-        get_forwarded(&proxy, addr, "6.6.6.6, 203.0.113.7").await.status,
+        get_forwarded(&proxy, addr, "6.6.6.6, 203.0.113.7")
+            .await
+            .status,
         StatusCode::OK
     );
     assert_eq!(
-        get_forwarded(&proxy, addr, "7.7.7.7, 203.0.113.7").await.status,
+        get_forwarded(&proxy, addr, "7.7.7.7, 203.0.113.7")
+            .await
+            .status,
         StatusCode::TOO_MANY_REQUESTS
     );
     assert_eq!(

@@ -168,6 +168,9 @@ fn global_key() -> tollgate::middleware::key::FnKey<fn(&http::request::Parts) ->
     tollgate::middleware::key::from_fn(|_| Some(0))
 }
 
+/// The trivial handler behind the layer.
+type Handler = fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>>;
+
 fn cost_header(head: &http::request::Parts) -> u64 {
     head.headers["x-cost"].to_str().unwrap().parse().unwrap()
 }
@@ -180,15 +183,10 @@ fn run<L>(
     twin: impl Fn(u64) -> Result<Admitted, KeyedError>,
 ) -> Result<(), TestCaseError>
 where
-    L: Layer<
-        tower::util::ServiceFn<
-            fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>>,
-        >,
-    >,
+    L: Layer<tower::util::ServiceFn<Handler>>,
     L::Service: Service<Request<()>, Response = Response<()>, Error = Infallible>,
 {
-    let handler: fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>> =
-        |_| std::future::ready(Ok(Response::new(())));
+    let handler: Handler = |_| std::future::ready(Ok(Response::new(())));
     let mut svc = layer.layer(service_fn(handler));
     let policy = policy_of(quota);
     for step in steps {

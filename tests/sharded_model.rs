@@ -37,7 +37,7 @@ use sharded_driver::{run, Caller, ShardOp};
 use sharded_reference::ShardedModel;
 use testkit::driver::limiter::{Amount, Call, Request};
 use testkit::driver::step::Step;
-use testkit::strategies::{amount, fraction, rate, request, start, step};
+use testkit::strategies::{amount, fraction, rate, request, start, step, via_clock, wait};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -109,7 +109,8 @@ fn caller() -> impl Strategy<Value = Caller> {
 }
 
 /// The calls every limiter answers from the thread's home, takes from a chosen home, peeks then
-/// takes, refunds (or none), and clock steps in intervals.
+/// takes, reservations, takes of up to `n`, refunds and cancels (or neither), and clock steps in
+/// intervals.
 fn op(refunds: bool) -> impl Strategy<Value = ShardOp> {
     let refund_weight = if refunds { 2 } else { 0 };
     prop_oneof![
@@ -117,6 +118,11 @@ fn op(refunds: bool) -> impl Strategy<Value = ShardOp> {
         6 => (amount(), home()).prop_map(|(n, home)| ShardOp::AcquireFrom { n, home }),
         2 => (amount(), home()).prop_map(|(n, home)| ShardOp::PeekThenAcquire { n, home }),
         refund_weight => (amount(), caller()).prop_map(|(n, caller)| ShardOp::Refund { n, caller }),
+        3 => (amount(), wait(), caller())
+            .prop_map(|(n, wait, caller)| ShardOp::Reserve { n, wait, caller }),
+        refund_weight => (any::<u8>(), via_clock())
+            .prop_map(|(index, clock)| ShardOp::Cancel { index, clock }),
+        2 => (amount(), caller()).prop_map(|(n, caller)| ShardOp::TakeUpTo { n, caller }),
         6 => step().prop_map(ShardOp::Time),
     ]
 }
@@ -513,4 +519,56 @@ fn driver_smoke() {
         sharded_driver::run(&spec, shards, 0, &ops);
         sharded_driver::run(&spec, shards, u64::MAX, &ops);
     }
+}
+
+/// A reservation spreads its debt over the shards: four shards of 2 per second, all empty; four
+/// tokens are one from each shard after 500 ms, not four from one shard after 2 s. Everyone else
+/// queues behind the debt, and a cancel gives every part back.
+#[test]
+fn a_reservation_spreads_its_debt_over_the_shards() {
+    let (limiter, mut model) = both(Quota::per_second(8).unwrap(), 4);
+    let t = Nanos::ZERO;
+    limiter.try_acquire_n_from(0, 8, t).unwrap();
+    assert!(model.acquire(0, 8, 0).is_admitted());
+    let r = limiter
+        .reserve_n_from(1, 4, Duration::from_secs(1), t)
+        .unwrap();
+    let m = model.reserve(1, 4, SEC, 0).unwrap();
+    assert_eq!(r.delay(), Duration::from_millis(500));
+    assert_eq!(r.ready_at().as_u64(), m.ready_at_ns);
+    assert_eq!(m.parts.len(), 4);
+    let next = limiter.try_acquire_at(t).unwrap_err();
+    assert_eq!(next.retry_after(), Duration::from_secs(1));
+    // Four more are one from each shard after 1 s: beyond 500 ms, refused, retry_after the excess.
+    let Err(refused) = limiter.reserve_n_from(1, 4, Duration::from_millis(500), t) else {
+        panic!("a wait of 1 s is beyond 500 ms")
+    };
+    assert_eq!(
+        refused.denied().unwrap().retry_after(),
+        Duration::from_millis(500)
+    );
+    assert_eq!(r.cancel_at(t), 4);
+    assert_eq!(model.cancel(&m, 0), 4);
+    assert_eq!(limiter.remaining_at(Nanos::new(SEC / 2)), 4);
+    // With no wait allowed, a reservation answers as an acquisition does.
+    for n in [1, 3, 5, 8] {
+        let mut copy = model.clone();
+        let reserved = model.reserve(2, n, 0, SEC / 2).is_ok();
+        assert_eq!(reserved, copy.acquire(2, n, SEC / 2).is_admitted(), "{n}");
+    }
+}
+
+/// Taking up to `n` from the shards: what each holds from home on, one caller alone getting
+/// `min(n, remaining)`; none there is the denial of one token.
+#[test]
+fn take_up_to_gathers_what_the_shards_hold() {
+    let (limiter, mut model) = both(Quota::per_second(8).unwrap(), 4);
+    let t = Nanos::ZERO;
+    let p = limiter.take_up_to_from(3, 5, t).unwrap();
+    assert_eq!((p.taken(), p.remaining()), (5, 3));
+    assert_eq!(model.take_up_to(3, 5, 0).0, 5);
+    assert_eq!(limiter.take_up_to_from(0, 100, t).unwrap().taken(), 3);
+    let d = limiter.take_up_to_from(0, 100, t).unwrap_err();
+    assert_eq!(d.retry_after(), Duration::from_millis(500));
+    assert_eq!(d, limiter.try_acquire_at(t).unwrap_err());
 }

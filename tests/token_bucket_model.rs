@@ -11,7 +11,7 @@ use testkit::Outcome;
 
 use proptest::prelude::*;
 
-use bucket_strategies::{amount, fraction, rate, request, spread, start, step, via_clock};
+use bucket_strategies::{amount, fraction, rate, request, spread, start, step, via_clock, wait};
 use tollgate::{AcquireError, InsufficientCapacity, ManualClock, Nanos, Quota, TokenBucket};
 
 use bucket_driver::{check_quota, check_window, run, Op, QuotaSpec, Rate};
@@ -108,11 +108,15 @@ fn quota_spec() -> impl Strategy<Value = QuotaSpec> {
     quota_spec_with(capacity_choice())
 }
 
-/// The calls every limiter answers, refunds, and clock steps in intervals.
+/// The calls every limiter answers, refunds, reservations and their cancels, takes of up to `n`,
+/// and clock steps in intervals.
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         13 => request().prop_map(Op::Call),
         2 => (amount(), via_clock()).prop_map(|(n, clock)| Op::Refund { n, clock }),
+        4 => (amount(), wait(), via_clock()).prop_map(|(n, wait, clock)| Op::Reserve { n, wait, clock }),
+        2 => (any::<u8>(), via_clock()).prop_map(|(index, clock)| Op::Cancel { index, clock }),
+        3 => (amount(), via_clock()).prop_map(|(n, clock)| Op::TakeUpTo { n, clock }),
         6 => step().prop_map(Op::Time),
     ]
 }

@@ -1,6 +1,7 @@
 //! Arbitrary quotas, shard counts and operation sequences on a `ShardedBucket`, each operation with
-//! the caller's home shard chosen by the input, every answer compared with the exact sharded model
-//! and the limit `C + R × t` checked after every operation.
+//! the caller's home shard chosen by the input (reservations, cancels and takes of up to `n` among
+//! them), every answer compared with the exact sharded model and the limit `C + R × t` checked
+//! after every operation, at every instant tokens become the caller's.
 //!
 //! The model and the driver are `testkit`'s, as for the proptest in `tests/sharded_model.rs`; only
 //! the way inputs are generated differs.
@@ -15,7 +16,7 @@ use testkit::fuzz_input as shared_input;
 
 use bucket_driver::QuotaSpec;
 use sharded_driver::{run, Caller, ShardOp};
-use shared_input::{amount, list, quota_spec, request, start, step};
+use shared_input::{amount, list, quota_spec, request, start, step, via_clock, wait};
 
 /// The most operations one input runs.
 const MAX_OPS: usize = 256;
@@ -58,10 +59,11 @@ fn caller(u: &mut Unstructured<'_>) -> Result<Caller> {
     })
 }
 
-/// The calls every limiter answers from the thread's home (seven in sixteen), takes from a chosen
-/// home, peeks then takes, refunds, clock steps.
+/// The calls every limiter answers from the thread's home (seven in twenty), takes from a chosen
+/// home, peeks then takes, refunds, reservations and their cancels, takes of up to `n`, clock
+/// steps.
 fn op(u: &mut Unstructured<'_>) -> Result<ShardOp> {
-    Ok(match u.int_in_range(0..=15u8)? {
+    Ok(match u.int_in_range(0..=19u8)? {
         0..=6 => ShardOp::Call(request(u)?),
         7..=9 => ShardOp::AcquireFrom {
             n: amount(u)?,
@@ -72,6 +74,19 @@ fn op(u: &mut Unstructured<'_>) -> Result<ShardOp> {
             home: home(u)?,
         },
         12 | 13 => ShardOp::Refund {
+            n: amount(u)?,
+            caller: caller(u)?,
+        },
+        14 => ShardOp::Reserve {
+            n: amount(u)?,
+            wait: wait(u)?,
+            caller: caller(u)?,
+        },
+        15 => ShardOp::Cancel {
+            index: u.arbitrary()?,
+            clock: via_clock(u)?,
+        },
+        16 => ShardOp::TakeUpTo {
             n: amount(u)?,
             caller: caller(u)?,
         },

@@ -1,5 +1,6 @@
-//! Arbitrary quotas and operation sequences on a `TokenBucket`, every answer compared with the
-//! exact reference model to the nanosecond; then the rate bound over a window of readings.
+//! Arbitrary quotas and operation sequences on a `TokenBucket` (reservations, cancels and takes of
+//! up to `n` among them), every answer compared with the exact reference model to the nanosecond,
+//! and `C + R × t` checked at every instant tokens become the caller's; then the rate bound over a window of readings.
 //!
 //! The model and the driver are `testkit`'s, as for the proptest in `tests/token_bucket_model.rs`;
 //! only the way inputs are generated differs.
@@ -13,7 +14,7 @@ use testkit::driver::limiter::Amount;
 use testkit::fuzz_input as shared_input;
 
 use bucket_driver::{check_window, run, Op, QuotaSpec};
-use shared_input::{amount, list, quota_spec, request, spread, start, step, via_clock};
+use shared_input::{amount, list, quota_spec, request, spread, start, step, via_clock, wait};
 
 /// The most operations one input runs.
 const MAX_OPS: usize = 256;
@@ -30,11 +31,25 @@ struct Input {
     window: Vec<(u64, Amount)>,
 }
 
-/// The calls every limiter answers (four in six), refunds, clock steps.
+/// The calls every limiter answers (four in ten), refunds, reservations and their cancels, takes
+/// of up to `n`, clock steps.
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=5u8)? {
+    Ok(match u.int_in_range(0..=9u8)? {
         0..=3 => Op::Call(request(u)?),
         4 => Op::Refund {
+            clock: via_clock(u)?,
+            n: amount(u)?,
+        },
+        5 => Op::Reserve {
+            clock: via_clock(u)?,
+            n: amount(u)?,
+            wait: wait(u)?,
+        },
+        6 => Op::Cancel {
+            clock: via_clock(u)?,
+            index: u.arbitrary()?,
+        },
+        7 => Op::TakeUpTo {
             clock: via_clock(u)?,
             n: amount(u)?,
         },

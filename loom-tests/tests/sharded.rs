@@ -554,3 +554,54 @@ fn give_back_racing_the_empty_hint_never_hides_the_given_back_token() {
         got
     });
 }
+
+/// A reservation across two shards (one token each, one refilled per shard every second) and its
+/// cancel, racing a take from the other home and a second reservation, at a frozen clock. In
+/// every interleaving, every promise keeps `C + R × t` (tokens ready by any instant `T` number at
+/// most `2 + 2 (T - T0) / 1 s` plus what the cancel gave back), the cancel gives back at most its
+/// two, and the shards hold no more at `T0` than was never taken or came back.
+#[test]
+fn reservation_and_cancel_across_shards_racing_a_take_and_a_reservation_keep_the_limit() {
+    const WAIT: Duration = Duration::from_secs(4);
+    const SEC: u64 = 1_000_000_000;
+    check_reaches(&[(1, false), (1, true), (2, false), (2, true)], || {
+        let limiter = limiter(2, 2, 2);
+
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let r = limiter
+                    .reserve_n_from(0, 2, WAIT, T0)
+                    .expect("two tokens are there within 2 s in every order");
+                let ready = r.ready_at().as_u64();
+                (ready, r.cancel_at(T0))
+            })
+        };
+        let acquired = limiter.try_acquire_n_from(1, 1, T0).is_ok();
+        let mine = limiter.reserve_n_from(1, 1, WAIT, T0);
+        let (their_ready, back) = other.join().expect("reserver panicked");
+
+        let mut handed = vec![(their_ready, 2u64)];
+        if let Ok(r) = &mine {
+            handed.push((r.ready_at().as_u64(), 1));
+        }
+        if acquired {
+            handed.push((T0.as_u64(), 1));
+        }
+        handed.sort_unstable();
+        let mut total = 0;
+        for &(ready, n) in &handed {
+            total += n;
+            let bound = 2 + 2 * (ready - T0.as_u64()) / SEC + back;
+            assert!(total <= bound, "{total} ready by {ready}: above {bound}");
+        }
+        assert!(back <= 2);
+        let ready_now: u64 = handed
+            .iter()
+            .filter(|&&(ready, _)| ready == T0.as_u64())
+            .map(|&(_, n)| n)
+            .sum();
+        assert!(limiter.remaining_at(T0) + ready_now <= 2 + back);
+        (back, acquired)
+    });
+}

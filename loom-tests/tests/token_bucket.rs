@@ -399,3 +399,59 @@ fn manual_clock_advance_racing_advance_loses_no_step() {
         first
     });
 }
+
+/// A reservation into debt and its cancel racing an acquisition and a second reservation, at a
+/// frozen clock (two tokens, one refilled every 500 ms). In every interleaving: every promise
+/// keeps `C + R × t` (tokens ready by any instant `T` number at most `2 + (T - T0) / I` plus what
+/// the cancel gave back), the cancel gives back its two less the tokens taken after it (so never
+/// the one a reservation queued behind its debt depends on), and the word accounts for every
+/// token: the debt left is what was taken less what came back.
+///
+/// The summaries are `(tokens the cancel gave back, whether the acquisition was admitted)`. The
+/// race also allows `(2, false)` (the acquisition refused between the reservation and its cancel,
+/// the second reservation after the cancel), which loom does not run: the refusal is a plain load
+/// made before the cancel's load-then-write, the pattern its partial-order reduction skips (see
+/// `check_reaches`).
+#[test]
+fn reservation_and_cancel_racing_an_acquisition_and_a_reservation_keep_the_limit() {
+    const WAIT: Duration = Duration::from_secs(2);
+    check_reaches(&[(1, false), (1, true), (2, true)], || {
+        let bucket = bucket(two_per_second());
+
+        let other = {
+            let bucket = Arc::clone(&bucket);
+            thread::spawn(move || {
+                let r = bucket
+                    .reserve_n_at(2, WAIT, T0)
+                    .expect("two tokens are there within 1 s in every order");
+                let ready = r.ready_at().as_u64();
+                (ready, r.cancel_at(T0))
+            })
+        };
+        let acquired = bucket.try_acquire_at(T0).is_ok();
+        let mine = bucket
+            .reserve_n_at(1, WAIT, T0)
+            .expect("one token is there within 1 s in every order");
+        let my_ready = mine.ready_at().as_u64();
+        let (their_ready, back) = other.join().expect("reserver panicked");
+
+        let mut handed = vec![(their_ready, 2u64), (my_ready, 1)];
+        if acquired {
+            handed.push((T0.as_u64(), 1));
+        }
+        handed.sort_unstable();
+        let mut total = 0;
+        for &(ready, n) in &handed {
+            total += n;
+            let bound = 2 + (ready - T0.as_u64()) / INTERVAL_NS + back;
+            assert!(total <= bound, "{total} ready by {ready}: above {bound}");
+        }
+        assert!(back <= 2);
+        // The debt left on the word: every token taken, less those given back.
+        let debt = 3 + u64::from(acquired) - back;
+        let now = bucket.try_acquire_n_at(0, T0).expect("a query");
+        assert_eq!(now.reset_after(), Duration::from_nanos(debt * INTERVAL_NS));
+        assert_eq!(now.remaining(), 2u64.saturating_sub(debt));
+        (back, acquired)
+    });
+}

@@ -31,3 +31,11 @@ pub const YEAR_NS: u64 = 31_557_600 * NANOS_PER_SEC;
 /// assert_eq!(testkit::consts::NEXT_MAX_NS, (3 << 62) - 3);
 /// ```
 pub const NEXT_MAX_NS: u128 = (3 << 62) - 3;
+
+/// The longest `max_wait` a reservation accepts, in nanoseconds (2^61, about 73 years), as the
+/// crate documents it (`tollgate::reservation::MAX_WAIT`).
+///
+/// ```
+/// assert_eq!(testkit::consts::MAX_WAIT_NS, 1 << 61);
+/// ```
+pub const MAX_WAIT_NS: u64 = 1 << 61;

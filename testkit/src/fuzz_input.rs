@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arbitrary::{Result, Unstructured};
 
-use crate::driver::bucket::{QuotaSpec, Rate};
+use crate::driver::bucket::{QuotaSpec, Rate, Wait};
 use crate::driver::limiter::{Amount, Call, Request};
 use crate::driver::step::Step;
 
@@ -143,6 +143,25 @@ pub fn call(u: &mut Unstructured<'_>) -> Result<Call<Amount>> {
         1 => Call::AcquireOne,
         2 => Call::Peek(amount(u)?),
         _ => Call::Remaining,
+    })
+}
+
+/// A reservation's `max_wait`: none, a few intervals, any number of them, the edges of the
+/// accepted range, and anything.
+pub fn wait(u: &mut Unstructured<'_>) -> Result<Wait> {
+    Ok(match u.int_in_range(0..=5u8)? {
+        0 => Wait::Zero,
+        1 => Wait::Units {
+            num: u.int_in_range(0..=64)?,
+            den: u.int_in_range(1..=8)?,
+        },
+        2 => Wait::Units {
+            num: u.arbitrary()?,
+            den: 1,
+        },
+        3 => Wait::Max,
+        4 => Wait::AboveMax,
+        _ => Wait::Raw(u.arbitrary()?),
     })
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use crate::consts::{MAX_USABLE_NS, YEAR_NS};
-use crate::driver::bucket::Rate;
+use crate::driver::bucket::{Rate, Wait};
 use crate::driver::limiter::{Amount, Call, Request};
 use crate::driver::step::Step;
 
@@ -111,6 +111,19 @@ pub fn step() -> impl Strategy<Value = Step> {
         2 => (0u32..64, 1u8..=16).prop_map(|(num, den)| Step::BackUnits { num, den }),
         1 => any::<u64>().prop_map(Step::BackNanos),
         1 => any::<u64>().prop_map(Step::Set),
+    ]
+}
+
+/// A reservation's `max_wait`: none, a few intervals, any number of them, the edges of the
+/// accepted range, and anything.
+pub fn wait() -> impl Strategy<Value = Wait> {
+    prop_oneof![
+        2 => Just(Wait::Zero),
+        6 => (0u32..64, 1u8..=8).prop_map(|(num, den)| Wait::Units { num, den }),
+        1 => any::<u32>().prop_map(|num| Wait::Units { num, den: 1 }),
+        1 => Just(Wait::Max),
+        1 => Just(Wait::AboveMax),
+        1 => any::<u64>().prop_map(Wait::Raw),
     ]
 }
 

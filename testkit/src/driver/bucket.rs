@@ -8,12 +8,14 @@
 
 use std::time::Duration;
 
-use tollgate::{Clock, ManualClock, Nanos, Quota, QuotaError, TokenBucket};
+use tollgate::reservation::{Reservation, ReserveError};
+use tollgate::{Clock, Denied, ManualClock, Nanos, Partial, Quota, QuotaError, TokenBucket};
 
+use crate::consts::{MAX_USABLE_NS, MAX_WAIT_NS};
 use crate::driver::limiter::{check, Amount, Call, Request};
 use crate::driver::step::Step;
-use crate::outcome::observe;
-use crate::reference::bucket::{self as reference, RefBucket, RefPolicy};
+use crate::outcome::{observe, observe_one};
+use crate::reference::bucket::{self as reference, RefBucket, RefPolicy, RefReservation};
 use crate::Outcome;
 
 /// A rate as one of `Quota`'s constructors takes it.
@@ -170,8 +172,8 @@ impl QuotaSpec {
     }
 }
 
-/// One operation on the bucket: a call every limiter answers, a refund, or a step of the clock
-/// (in the quota's intervals).
+/// One operation on the bucket: a call every limiter answers, a refund, a reservation and its
+/// cancel, a take of up to `n`, or a step of the clock (in the quota's intervals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     /// `try_acquire(_n)`, `peek_n` or `remaining`, through [`crate::driver::limiter::check`].
@@ -183,8 +185,144 @@ pub enum Op {
         /// Read the clock instead of passing the reading.
         clock: bool,
     },
+    /// `reserve_n(_at)`; a reservation granted is held until a [`Op::Cancel`] (or the run's end:
+    /// dropped, so kept).
+    Reserve {
+        /// Tokens reserved.
+        n: Amount,
+        /// The longest wait accepted.
+        wait: Wait,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `cancel(_at)` of the held reservation at this index (modulo their number; nothing when none
+    /// is held).
+    Cancel {
+        /// Which reservation.
+        index: u8,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `take_up_to(_at)`.
+    TakeUpTo {
+        /// At most this many.
+        n: Amount,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
     /// Moves the clock.
     Time(Step),
+}
+
+/// A reservation's `max_wait`, relative to the quota's interval, or at the edges of its accepted
+/// range.
+///
+/// ```
+/// use std::time::Duration;
+/// use testkit::driver::bucket::Wait;
+/// assert_eq!(Wait::Units { num: 3, den: 2 }.resolve(10), Duration::from_nanos(15));
+/// assert_eq!(Wait::AboveMax.resolve(10), Duration::from_nanos((1 << 61) + 1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// No wait: a reservation answers as an admission.
+    Zero,
+    /// `num / den` intervals (den of 0 counts as 1).
+    Units {
+        /// Numerator.
+        num: u32,
+        /// Denominator.
+        den: u8,
+    },
+    /// Exactly this many nanoseconds (beyond the range for most values).
+    Raw(u64),
+    /// The longest accepted, `MAX_WAIT`.
+    Max,
+    /// One nanosecond beyond it.
+    AboveMax,
+}
+
+impl Wait {
+    /// The wait for a quota whose interval is `interval_ns`.
+    pub fn resolve(self, interval_ns: u64) -> Duration {
+        Duration::from_nanos(match self {
+            Wait::Zero => 0,
+            Wait::Units { num, den } => Step::Units { num, den }.next(0, interval_ns),
+            Wait::Raw(ns) => ns,
+            Wait::Max => MAX_WAIT_NS,
+            Wait::AboveMax => MAX_WAIT_NS + 1,
+        })
+    }
+}
+
+/// A reservation's answer in plain numbers: `(tokens, delay, ready_at)` or the refusal.
+pub type Reserved = Result<(u64, u128, u64), Outcome>;
+
+/// The crate's reservation as [`Reserved`]; `None` for [`ReserveError::MaxWait`].
+///
+/// # Panics
+///
+/// On a refusal the kit does not know.
+pub fn observe_reservation<L>(
+    result: &Result<Reservation<'_, L>, ReserveError>,
+) -> Option<Reserved> {
+    Some(match result {
+        Ok(r) => Ok((r.tokens(), r.delay().as_nanos(), r.ready_at().as_u64())),
+        Err(ReserveError::Denied(d)) => Err(observe_one(Err(*d))),
+        Err(ReserveError::InsufficientCapacity(e)) => Err(Outcome::InsufficientCapacity {
+            requested: e.requested,
+            capacity: e.capacity,
+        }),
+        Err(ReserveError::MaxWait(_)) => return None,
+        Err(other) => panic!("a refusal the model does not know: {other}"),
+    })
+}
+
+/// The model's reservation as [`Reserved`].
+pub fn expected_reservation(r: &Result<RefReservation, Outcome>) -> Reserved {
+    match r {
+        Ok(r) => Ok((r.tokens, u128::from(r.delay_ns()), r.ready_at_ns)),
+        Err(outcome) => Err(outcome.representable()),
+    }
+}
+
+/// The crate's answer to `take_up_to`, as the tokens taken and an [`Outcome`].
+pub fn observe_partial(result: Result<Partial, Denied>) -> (u64, Outcome) {
+    match result {
+        Ok(p) => (p.taken(), observe_one(Ok(p.admitted()))),
+        Err(d) => (0, observe_one(Err(d))),
+    }
+}
+
+/// What was handed out, for the limit: tokens with the instant (in the model's units) from which
+/// they are the caller's, and what was given back; `C + R × t` is checked at every such instant.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// `(ready, tokens)`: an admission at its reading, a reservation at its ready instant.
+    pub handed: Vec<(i128, u64)>,
+    /// Tokens refunded (as asked) or given back by cancels.
+    pub given_back: u128,
+}
+
+impl Ledger {
+    /// Checks that the tokens ready by any instant `T` number at most
+    /// `C + ⌊(T - t0) / I⌋ + given back` (units; `T` at least `t0`, the construction's reading).
+    pub fn check(&mut self, policy: &RefPolicy, t0: i128, context: &dyn Fn() -> String) {
+        self.handed.sort_unstable();
+        let mut total = 0u128;
+        for &(ready, n) in &self.handed {
+            total += u128::from(n);
+            let span = (ready.max(t0) - t0) / policy.interval;
+            let bound = u128::from(policy.capacity)
+                + u128::try_from(span).expect("not negative")
+                + self.given_back;
+            assert!(
+                total <= bound,
+                "{total} tokens ready by unit {ready}, above C + R*t (+ given back) = {bound}: {}",
+                context()
+            );
+        }
+    }
 }
 
 /// Builds the quota both ways and checks they agree. Returns the quota and the model's constants
@@ -233,14 +371,21 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
     let mut now = start;
     let at_start = || format!("at the start, {spec:?} from {start}");
     check(&bucket, &mut model, Call::Remaining, now, false, &at_start);
+    let t0 = policy.reading(start).t;
+    let mut ledger = Ledger::default();
+    let mut held: Vec<(Reservation<'_, TokenBucket<ManualClock>>, RefReservation)> = Vec::new();
     for (i, &op) in ops.iter().enumerate() {
         let at = Nanos::new(now);
+        let units = policy.reading(now).t;
         // Copies of the state before the operation, for the messages.
         let context =
             move || format!("op {i} {op:?} at {now} ns, {spec:?} from {start}, model {model:?}");
         match op {
             Op::Call(request) => {
-                request.check(&bucket, &mut model, capacity, now, &context);
+                let (call, got) = request.check(&bucket, &mut model, capacity, now, &context);
+                if call.takes() && got.is_admitted() && call.n() > 0 {
+                    ledger.handed.push((units, call.n()));
+                }
             }
             Op::Refund { n, clock: read } => {
                 let n = n.resolve(capacity);
@@ -250,6 +395,69 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
                     bucket.refund_at(n, at);
                 }
                 model.refund(n, now);
+                ledger.given_back += u128::from(n);
+            }
+            Op::Reserve {
+                n,
+                wait,
+                clock: read,
+            } => {
+                let n = n.resolve(capacity);
+                let max_wait = wait.resolve(policy.interval_ns);
+                let got = if read {
+                    bucket.reserve_n(n, max_wait)
+                } else {
+                    bucket.reserve_n_at(n, max_wait, at)
+                };
+                let Some(answer) = observe_reservation(&got) else {
+                    assert!(
+                        max_wait.as_nanos() > u128::from(MAX_WAIT_NS),
+                        "{}",
+                        context()
+                    );
+                    continue;
+                };
+                let max_wait = u64::try_from(max_wait.as_nanos()).expect("in range");
+                assert!(max_wait <= MAX_WAIT_NS, "{}", context());
+                let want = model.reserve(n, max_wait, now);
+                assert_eq!(
+                    answer,
+                    expected_reservation(&want),
+                    "reserve: {}",
+                    context()
+                );
+                if let (Ok(r), Ok(m)) = (got, want) {
+                    if m.tokens > 0 {
+                        ledger
+                            .handed
+                            .push((i128::from(m.ready_at_ns >> policy.shift), m.tokens));
+                        assert!(m.ready_at_ns <= MAX_USABLE_NS + MAX_WAIT_NS);
+                    }
+                    held.push((r, m));
+                }
+            }
+            Op::Cancel { index, clock: read } => {
+                if !held.is_empty() {
+                    let (r, m) = held.remove(usize::from(index) % held.len());
+                    let back = if read { r.cancel() } else { r.cancel_at(at) };
+                    assert_eq!(back, model.cancel(&m, now), "cancel: {}", context());
+                    assert!(back <= m.tokens, "{}", context());
+                    ledger.given_back += u128::from(back);
+                }
+            }
+            Op::TakeUpTo { n, clock: read } => {
+                let n = n.resolve(capacity);
+                let got = observe_partial(if read {
+                    bucket.take_up_to(n)
+                } else {
+                    bucket.take_up_to_at(n, at)
+                });
+                let (k, want) = model.take_up_to(n, now);
+                assert_eq!(got, (k, want.representable()), "take up to: {}", context());
+                assert!(k <= n && k <= capacity, "{}", context());
+                if k > 0 {
+                    ledger.handed.push((units, k));
+                }
             }
             Op::Time(step) => {
                 now = step.apply(&clock, now, policy.interval_ns);
@@ -263,6 +471,7 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
         }
         let after = || format!("after {}", context());
         check(&bucket, &mut model, Call::Remaining, now, false, &after);
+        ledger.check(&policy, t0, &after);
     }
 }
 

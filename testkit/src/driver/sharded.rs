@@ -7,14 +7,15 @@
 //! [`crate::driver::limiter`] from the thread's home, the clock moves by [`Step`]s; homes chosen
 //! per call, peeks then takes, and refunds are this driver's own.
 
+use tollgate::reservation::Reservation;
 use tollgate::{sharded, AcquireError, Admitted, Clock, ManualClock, Nanos, ShardedBucket};
 
-use crate::consts::MAX_USABLE_NS;
-use crate::driver::bucket::{check_quota, QuotaSpec};
+use crate::consts::{MAX_USABLE_NS, MAX_WAIT_NS};
+use crate::driver::bucket::{check_quota, observe_partial, observe_reservation, QuotaSpec, Wait};
 use crate::driver::limiter::{Amount, Model, Request};
 use crate::driver::step::Step;
 use crate::outcome::observe;
-use crate::reference::sharded::ShardedModel;
+use crate::reference::sharded::{ShardedModel, ShardedReservation};
 use crate::Outcome;
 
 /// Who gives tokens back: a home chosen by the caller (`refund_from`), or the calling thread's own
@@ -56,6 +57,30 @@ pub enum ShardOp {
         /// Tokens given back.
         n: Amount,
         /// Who gives them back.
+        caller: Caller,
+    },
+    /// `reserve_n_from`, `reserve_n_at` or `reserve_n`; a reservation granted is held until a
+    /// [`ShardOp::Cancel`] (or the run's end: dropped, so kept).
+    Reserve {
+        /// Tokens reserved.
+        n: Amount,
+        /// The longest wait accepted.
+        wait: Wait,
+        /// Who reserves.
+        caller: Caller,
+    },
+    /// `cancel(_at)` of the held reservation at this index (modulo their number).
+    Cancel {
+        /// Which reservation.
+        index: u8,
+        /// Read the clock instead of passing the reading.
+        clock: bool,
+    },
+    /// `take_up_to_from`, `take_up_to_at` or `take_up_to`.
+    TakeUpTo {
+        /// At most this many.
+        n: Amount,
+        /// Who takes.
         caller: Caller,
     },
     /// Moves the clock.
@@ -167,6 +192,12 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
     let mut latest = first;
     let (mut admitted, mut refunded) = (0u128, 0u128);
     assert_eq!(limiter.remaining_at(Nanos::new(now)), model.tokens(now));
+    // `(ready, tokens)`: every admission at its reading, every reservation at its ready instant.
+    let mut handed: Vec<(u64, u64)> = Vec::new();
+    let mut held: Vec<(
+        Reservation<'_, ShardedBucket<ManualClock>>,
+        ShardedReservation,
+    )> = Vec::new();
     for (i, &op) in ops.iter().enumerate() {
         let at = Nanos::new(now);
         let before = limiter.remaining_at(at);
@@ -175,6 +206,9 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
             format!("op {i} {op:?} at {reading} ns, {spec:?}, shards {shards:?} from {start}")
         };
         let mut took = 0u64;
+        // Whether a reservation or a cancel changed the shards (they take or give back without
+        // an admission).
+        let mut changed = false;
         // One caller alone is denied `1 <= n <= C` exactly when fewer than `n` whole tokens are
         // there; answers how many were taken.
         let one_caller = |n: u64, got: &Outcome| {
@@ -246,6 +280,69 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
                 model.refund(home, n, now);
                 refunded += u128::from(n);
             }
+            ShardOp::Reserve { n, wait, caller } => {
+                let n = n.resolve(capacity);
+                let max_wait = wait.resolve(policy.interval_ns);
+                let (got, home) = match caller {
+                    Caller::From(home) => (limiter.reserve_n_from(home, n, max_wait, at), home),
+                    Caller::At => (limiter.reserve_n_at(n, max_wait, at), slot),
+                    Caller::Clock => (limiter.reserve_n(n, max_wait), slot),
+                };
+                match observe_reservation(&got) {
+                    None => assert!(max_wait.as_nanos() > u128::from(MAX_WAIT_NS)),
+                    Some(answer) => {
+                        let max_wait = u64::try_from(max_wait.as_nanos()).expect("in range");
+                        assert!(max_wait <= MAX_WAIT_NS, "{}", context());
+                        let want = model.reserve(home, n, max_wait, now);
+                        let expected = match &want {
+                            Ok(r) => Ok((
+                                r.tokens,
+                                u128::from(r.ready_at_ns - r.now_ns),
+                                r.ready_at_ns,
+                            )),
+                            Err(outcome) => Err(outcome.representable()),
+                        };
+                        assert_eq!(answer, expected, "reserve {n} from {home}: {}", context());
+                        if let (Ok(r), Ok(m)) = (got, want) {
+                            if m.tokens > 0 {
+                                handed.push((m.ready_at_ns, m.tokens));
+                                changed = true;
+                            }
+                            held.push((r, m));
+                        }
+                    }
+                }
+            }
+            ShardOp::Cancel { index, clock: read } => {
+                if !held.is_empty() {
+                    let (r, m) = held.remove(usize::from(index) % held.len());
+                    let back = if read { r.cancel() } else { r.cancel_at(at) };
+                    assert_eq!(back, model.cancel(&m, now), "cancel: {}", context());
+                    assert!(back <= m.tokens, "{}", context());
+                    refunded += u128::from(back);
+                    changed = true;
+                }
+            }
+            ShardOp::TakeUpTo { n, caller } => {
+                let n = n.resolve(capacity);
+                let (got, home) = match caller {
+                    Caller::From(home) => (limiter.take_up_to_from(home, n, at), home),
+                    Caller::At => (limiter.take_up_to_at(n, at), slot),
+                    Caller::Clock => (limiter.take_up_to(n), slot),
+                };
+                let got = observe_partial(got);
+                let (k, want) = model.take_up_to(home, n, now);
+                assert_eq!(
+                    got,
+                    (k, want.representable()),
+                    "take up to {n}: {}",
+                    context()
+                );
+                if n > 0 {
+                    assert_eq!(k, n.min(before), "one caller: {}", context());
+                }
+                took = k;
+            }
             ShardOp::Time(step) => {
                 now = step.apply(&clock, now, policy.interval_ns);
                 assert_eq!(
@@ -259,7 +356,7 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
         let after = limiter.remaining_at(Nanos::new(now));
         assert_eq!(after, model.tokens(now), "remaining after {}", context());
         assert!(after <= capacity, "{after} tokens above C: {}", context());
-        if took == 0 && !matches!(op, ShardOp::Refund { .. } | ShardOp::Time(_)) {
+        if took == 0 && !changed && !matches!(op, ShardOp::Refund { .. } | ShardOp::Time(_)) {
             assert_eq!(
                 after,
                 before,
@@ -268,6 +365,9 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
             );
         }
         admitted += u128::from(took);
+        if took > 0 {
+            handed.push((reading.min(MAX_USABLE_NS), took));
+        }
         latest = latest.max(now.min(MAX_USABLE_NS));
         let span = u128::from(latest - first);
         let bound = u128::from(capacity) + u128::from(quota.count()) * span / period_ns + refunded;
@@ -277,6 +377,21 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
              {bound}: {}",
             context()
         );
+        // Counting reservations at their ready instants, at every such instant.
+        handed.sort_unstable();
+        let mut total = 0u128;
+        for &(ready, n) in &handed {
+            total += u128::from(n);
+            let span = u128::from(ready.max(first) - first);
+            let bound =
+                u128::from(capacity) + u128::from(quota.count()) * span / period_ns + refunded;
+            assert!(
+                total <= bound,
+                "{total} tokens ready by {ready} ns, above C + R*t (+ {refunded} given back) = \
+                 {bound}: {}",
+                context()
+            );
+        }
     }
 }
 

@@ -15,13 +15,24 @@
 //! - A reading is clamped to `2^62` ns, then split into `t = ns >> k` units and `sub = ns mod 2^k`.
 //! - The level at `t` is `f(t) = min(B, level + (t - last))`, for `t` before or after `last`; it
 //!   may be negative (a reading earlier than one already applied).
+//! - **Reserving `n`** (`1 <= n <= C`) with `max_wait`: admitted as a request for `n` is when
+//!   `f(t) >= n × I` (ready at the reading); otherwise the wait is `(n × I - f(t))` units, as
+//!   nanoseconds from the reading; within `max_wait` the level becomes `f(t) - n × I` (negative:
+//!   debt) as of `t`, ready at the reading plus the wait; beyond it, a denial whose `retry_after` is
+//!   the wait less `max_wait`. `n = 0` reserves nothing, ready at the reading.
+//! - **Cancelling** a reservation at a reading after its ready instant gives back nothing;
+//!   otherwise its tokens less `⌈(z_now - z_r) / I⌉` (never negative), with `z = last - level + B`
+//!   the instant (in units) at which the bucket would be full again, now and just after the
+//!   reservation: as many of those as fit below `B` (`min(k, ⌈(B - f(t)) / I⌉)`, each refunded).
+//! - **Taking up to `n`** (`n >= 1`) takes `min(n, whole tokens)` as a request for that many, or,
+//!   with no whole token, answers the denial of one token; `n = 0` is a query.
 //! - Durations reported are `(units << k) - sub` nanoseconds, at least zero, exact in `u128`. (The
 //!   crate reports them as `Duration`s, which stop at `Duration::MAX`; the comparison in
 //!   [`Outcome::representable`] caps the model's values there, and only there.)
 
 use std::cmp::min;
 
-use crate::consts::MAX_USABLE_NS;
+use crate::consts::{MAX_USABLE_NS, MAX_WAIT_NS};
 use crate::Outcome;
 
 /// The largest burst window, in time units.
@@ -292,6 +303,149 @@ impl RefBucket {
     pub fn remaining(&self, now_ns: u64) -> u64 {
         let p = &self.policy;
         p.tokens(self.level_at(p.reading(now_ns).t))
+    }
+}
+
+/// A reservation as the model keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefReservation {
+    /// Tokens reserved.
+    pub tokens: u64,
+    /// The reading the decision used, clamped.
+    pub now_ns: u64,
+    /// When the tokens are the caller's.
+    pub ready_at_ns: u64,
+    /// The instant, in units, at which the bucket would be full again just after the reservation.
+    pub full_at: i128,
+}
+
+impl RefReservation {
+    /// Nanoseconds from the reading to the ready instant.
+    pub fn delay_ns(&self) -> u64 {
+        self.ready_at_ns - self.now_ns
+    }
+}
+
+impl RefBucket {
+    /// The instant, in units, at which the bucket is full again if nothing else happens (the
+    /// level line reaches `B`).
+    fn full_at(&self) -> i128 {
+        self.last - self.level + self.policy.burst
+    }
+
+    /// `reserve_n_at(n, max_wait, now)` for a `max_wait` within the accepted range: the
+    /// reservation, or the refusal (a denial, or insufficient capacity).
+    pub fn reserve(
+        &mut self,
+        n: u64,
+        max_wait_ns: u64,
+        now_ns: u64,
+    ) -> Result<RefReservation, Outcome> {
+        let p = self.policy;
+        let at = p.reading(now_ns);
+        let reserved = |tokens, ready_at_ns, full_at| RefReservation {
+            tokens,
+            now_ns: at.ns,
+            ready_at_ns,
+            full_at,
+        };
+        if n > p.capacity {
+            return Err(self.decide(n, now_ns).0);
+        }
+        if n == 0 {
+            return Ok(reserved(0, at.ns, 0));
+        }
+        let lvl = self.level_at(at.t);
+        let cost = i128::from(n) * p.interval;
+        if lvl >= cost {
+            let outcome = self.acquire(n, now_ns);
+            assert!(outcome.is_admitted(), "{n} tokens are there: {outcome:?}");
+            return Ok(reserved(n, at.ns, self.full_at()));
+        }
+        let wait_ns = p.span_ns(cost - lvl, at);
+        if wait_ns > u128::from(max_wait_ns) {
+            let retry_after_ns = wait_ns - u128::from(max_wait_ns);
+            return Err(Outcome::Denied {
+                retry_after_ns,
+                retry_at_ns: u64::try_from(u128::from(at.ns) + retry_after_ns).unwrap_or(u64::MAX),
+                remaining: p.tokens(lvl),
+                reset_after_ns: p.span_ns(p.burst - lvl, at),
+                next_after_ns: self.next_after(p.tokens(lvl), at),
+            });
+        }
+        self.level = lvl - cost;
+        self.last = at.t;
+        let ready = u64::try_from(u128::from(at.ns) + wait_ns).expect("2^62 + 2^61 fits");
+        Ok(reserved(n, ready, self.full_at()))
+    }
+
+    /// `Reservation::cancel_at(now)`: answers how many tokens went back.
+    pub fn cancel(&mut self, r: &RefReservation, now_ns: u64) -> u64 {
+        let at = self.policy.reading(now_ns);
+        if r.tokens == 0 || at.ns > r.ready_at_ns {
+            return 0;
+        }
+        self.give_back(r, now_ns)
+    }
+
+    /// What a cancel gives back once it is known that the reservation's time has not passed (for
+    /// a sharded reservation, judged on the whole reservation): its tokens less those taken after
+    /// it, as many as fit.
+    pub fn give_back(&mut self, r: &RefReservation, now_ns: u64) -> u64 {
+        let after = (self.full_at() - r.full_at).max(0);
+        let depends = after.div_euclid(self.policy.interval)
+            + i128::from(after.rem_euclid(self.policy.interval) != 0);
+        let k = i128::from(r.tokens) - depends;
+        if k <= 0 {
+            return 0;
+        }
+        self.refund_up_to(u64::try_from(k).expect("at most the tokens"), now_ns)
+    }
+
+    /// Gives back up to `n` tokens, as many as fit below `B` at `now_ns` (the last may only part
+    /// fit: `min(n, ⌈(B - f(t)) / I⌉)`); answers how many.
+    pub fn refund_up_to(&mut self, n: u64, now_ns: u64) -> u64 {
+        let p = self.policy;
+        let missing = p.burst - self.level_units(now_ns);
+        if n == 0 || missing <= 0 {
+            return 0;
+        }
+        let whole = (missing + p.interval - 1) / p.interval;
+        let k = u64::try_from(whole).unwrap_or(u64::MAX).min(n);
+        self.refund(k, now_ns);
+        k
+    }
+
+    /// The reservation of the tokens this bucket will hold by the reading `deadline_ns` (at least
+    /// the reading; any `u128`), at most `n`: `min(n, ⌊f(⌊deadline / 2^k⌋) / I⌋)` tokens, or `None`
+    /// when that is none. As for a shard of a sharded reservation.
+    pub fn reserve_by(&mut self, n: u64, deadline_ns: u128, now_ns: u64) -> Option<RefReservation> {
+        let p = self.policy;
+        let deadline = i128::try_from(deadline_ns >> p.shift).expect("below 2^127");
+        let k = (self.level_at(deadline) / p.interval).max(0);
+        let k = u64::try_from(k).expect("at most C").min(n);
+        if k == 0 {
+            return None;
+        }
+        let r = self.reserve(k, MAX_WAIT_NS, now_ns);
+        Some(r.expect("tokens there by the deadline are reserved"))
+    }
+
+    /// `take_up_to_at(n, now)`: the tokens taken and the answer (for `n = 0` a query; with no
+    /// whole token, the denial of one).
+    pub fn take_up_to(&mut self, n: u64, now_ns: u64) -> (u64, Outcome) {
+        if n == 0 {
+            return (0, self.peek(0, now_ns));
+        }
+        let k = self.remaining(now_ns).min(n);
+        if k == 0 {
+            let outcome = self.acquire(1, now_ns);
+            assert!(!outcome.is_admitted(), "no whole token, yet admitted");
+            return (0, outcome);
+        }
+        let outcome = self.acquire(k, now_ns);
+        assert!(outcome.is_admitted(), "{k} whole tokens, yet {outcome:?}");
+        (k, outcome)
     }
 }
 

@@ -27,6 +27,18 @@
 //! - **A peek of `n`** (`peek_n_at`, by a caller whose home is `h`) is denied as a take would be;
 //!   admitted, it reports the shards' whole tokens less `n` and the time until every shard is full
 //!   as they would be after the caller's own take of `n` (from home on).
+//! - **Reserving `n`** (`1 <= n <= C`, from home `h`, waiting at most `max_wait`): the home shard
+//!   alone when it admits `n` (ready at the reading); otherwise the wait `w` until the shards'
+//!   whole tokens add up to `n` (0 if they do now, else a denial's `retry_after`); beyond
+//!   `max_wait`, a denial with `retry_after = w - max_wait` and the shards' figures; else from
+//!   home on, each shard reserves the tokens it holds by the reading plus `w` (its
+//!   [`RefBucket::reserve_by`]), until `n`; ready at the latest part's ready instant (the reading
+//!   when none waits). `n = 0` reserves nothing.
+//! - **Cancelling** at a reading after the reservation's ready instant gives back nothing;
+//!   otherwise each part, in order, as its shard's bucket gives back a reservation.
+//! - **Taking up to `n`** (`n >= 1`, from home `h`): what each shard holds, from home on, until
+//!   `n`; answered with the shards' whole tokens and the time until all are full, or, with none
+//!   taken, the denial of one token. `n = 0` is a query.
 //! - **`next_after`** is, wherever `remaining` is the shards' whole tokens summed, the soonest any
 //!   shard holds one more whole token than it does (`None` when all are full), stopping at
 //!   [`NEXT_MAX_NS`]; an admission at home reports the home shard's own, as its `remaining` is.
@@ -34,8 +46,21 @@
 //!   **`n > C`** is `InsufficientCapacity` for the whole quota's capacity.
 
 use crate::consts::{MAX_USABLE_NS, NEXT_MAX_NS};
-use crate::reference::bucket::{self as reference, RefBucket, RefPolicy};
+use crate::reference::bucket::{self as reference, RefBucket, RefPolicy, RefReservation};
 use crate::Outcome;
+
+/// A sharded reservation as the model keeps it: its parts, each a reservation on one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardedReservation {
+    /// Tokens reserved.
+    pub tokens: u64,
+    /// The reading the decision used, clamped.
+    pub now_ns: u64,
+    /// When all its tokens are the caller's.
+    pub ready_at_ns: u64,
+    /// `(shard index, its part)`, in the order reserved.
+    pub parts: Vec<(usize, RefReservation)>,
+}
 
 /// One shard of the model: its part of the count and its bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +296,108 @@ impl ShardedModel {
         } else {
             self.denied(n, now_ns)
         }
+    }
+
+    /// `reserve_n_from(home, n, max_wait, now)` for a `max_wait` within the accepted range.
+    pub fn reserve(
+        &mut self,
+        home: usize,
+        n: u64,
+        max_wait_ns: u64,
+        now_ns: u64,
+    ) -> Result<ShardedReservation, Outcome> {
+        let base = now_ns.min(MAX_USABLE_NS);
+        let mut reservation = ShardedReservation {
+            tokens: 0,
+            now_ns: base,
+            ready_at_ns: base,
+            parts: Vec::new(),
+        };
+        if n > self.capacity {
+            return Err(self.check(n, now_ns).expect("above the capacity"));
+        }
+        if n == 0 {
+            return Ok(reservation);
+        }
+        reservation.tokens = n;
+        let home = self.index(home);
+        let shard = &mut self.shards[home].bucket;
+        if n <= shard.policy().capacity && shard.peek(n, now_ns).is_admitted() {
+            let part = shard.reserve(n, 0, now_ns).expect("admitted");
+            reservation.parts.push((home, part));
+            return Ok(reservation);
+        }
+        let wait = if self.tokens(now_ns) >= n {
+            0
+        } else {
+            match self.denied(n, now_ns) {
+                Outcome::Denied { retry_after_ns, .. } => retry_after_ns,
+                other => unreachable!("a denial, got {other:?}"),
+            }
+        };
+        if wait > u128::from(max_wait_ns) {
+            let retry_after_ns = wait - u128::from(max_wait_ns);
+            return Err(Outcome::Denied {
+                retry_after_ns,
+                retry_at_ns: u64::try_from(u128::from(base) + retry_after_ns).unwrap_or(u64::MAX),
+                remaining: self.tokens(now_ns),
+                reset_after_ns: self.full_ns(now_ns),
+                next_after_ns: self.next_ns(now_ns),
+            });
+        }
+        let deadline = u128::from(base) + wait;
+        let mut got = 0;
+        for step in 0..self.shards.len() {
+            if got == n {
+                break;
+            }
+            let index = self.index(home + step);
+            if let Some(part) = self.shards[index]
+                .bucket
+                .reserve_by(n - got, deadline, now_ns)
+            {
+                got += part.tokens;
+                reservation.ready_at_ns = reservation.ready_at_ns.max(part.ready_at_ns);
+                reservation.parts.push((index, part));
+            }
+        }
+        assert_eq!(
+            got, n,
+            "one caller alone reserves what the shards hold by then"
+        );
+        Ok(reservation)
+    }
+
+    /// `Reservation::cancel_at(now)` of a sharded reservation: answers how many went back.
+    pub fn cancel(&mut self, r: &ShardedReservation, now_ns: u64) -> u64 {
+        if r.tokens == 0 || now_ns.min(MAX_USABLE_NS) > r.ready_at_ns {
+            return 0;
+        }
+        r.parts
+            .iter()
+            .map(|(index, part)| self.shards[*index].bucket.give_back(part, now_ns))
+            .sum()
+    }
+
+    /// `take_up_to_from(home, n, now)`: the tokens taken and the answer.
+    pub fn take_up_to(&mut self, home: usize, n: u64, now_ns: u64) -> (u64, Outcome) {
+        if n == 0 {
+            return (0, self.query(now_ns));
+        }
+        let home = self.index(home);
+        let mut got = 0;
+        for step in 0..self.shards.len() {
+            if got == n {
+                break;
+            }
+            let index = self.index(home + step);
+            let (k, _) = self.shards[index].bucket.take_up_to(n - got, now_ns);
+            got += k;
+        }
+        if got == 0 {
+            return (0, self.denied(1, now_ns));
+        }
+        (got, self.query(now_ns))
     }
 
     /// `refund_from(home, n, now)`.
