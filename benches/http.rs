@@ -19,9 +19,13 @@
 //! 2. **loopback**: an axum server on 127.0.0.1 (its own 2-worker runtime, served with connect
 //!    info) and 64 keep-alive HTTP/1.1 connections (raw hyper client connections, a second 2-worker
 //!    runtime), each from its own address (127.0.0.2 to 127.0.0.65) sending one request after
-//!    another, for `TOLLGATE_HTTP_SECS` seconds (10 unless set) per configuration after a
-//!    warm-up of a fifth of that (at most 1 s): requests per second and each request's latency at
-//!    the client (p50, p99), admitting load (the `http_allow` quota).
+//!    another: requests per second and each request's latency at the client (p50, p99), admitting
+//!    load (the `http_allow` quota). Each configuration runs `TOLLGATE_HTTP_SECS` seconds in all
+//!    (10 unless set), split into `TOLLGATE_HTTP_ROUNDS` rounds (5 unless set) that take turns
+//!    with the other configurations' (each round starting one configuration further along), so
+//!    that a change in the shared machine's load falls on every configuration alike; each round
+//!    starts with an untimed warm-up of a fifth of its length (at most 1 s). The four servers and
+//!    their connections are set up (and checked) once, before the first round.
 //!
 //! ```sh
 //! cargo bench --features tower,axum --bench http                 # both parts, about 90 s
@@ -425,12 +429,15 @@ fn print_criterion_table(since: SystemTime) {
 
 // --- loopback ----------------------------------------------------------------------------------
 
-/// One loopback configuration's figures.
+/// One loopback configuration: its server, its connections and its figures so far.
 struct Loopback {
     subject: Subject,
+    server: tokio::task::JoinHandle<()>,
+    senders: Vec<Sender>,
     requests: u64,
     elapsed: Duration,
     latency: Histogram<u64>,
+    round_p99: Vec<f64>,
 }
 
 impl Loopback {
@@ -496,25 +503,46 @@ async fn get_one(sender: &mut Sender) -> (StatusCode, HeaderMap) {
     (head.status, head.headers)
 }
 
-fn loopback_row(
+/// A server for `subject` (admitting quota) and its connections, checked: one request on each
+/// connection gets 200 and the subject's fields.
+fn set_up(
     server_rt: &tokio::runtime::Runtime,
     client_rt: &tokio::runtime::Runtime,
     subject: Subject,
-    warm_up: Duration,
-    run: Duration,
 ) -> Loopback {
     let (addr, server) = serve(server_rt, subject.router(Load::Allow));
-    let row = client_rt.block_on(async move {
+    let senders = client_rt.block_on(async move {
         let mut senders = Vec::new();
         for i in 0..CONNECTIONS {
-            senders.push(connect(addr, i).await);
-        }
-        // The check: one request per connection gets 200 and the subject's fields.
-        for sender in &mut senders {
-            let (status, headers) = get_one(sender).await;
+            let mut sender = connect(addr, i).await;
+            let (status, headers) = get_one(&mut sender).await;
             assert_eq!(status, StatusCode::OK, "{}: loopback check", subject.name());
             subject.check_fields(Load::Allow, &headers);
+            senders.push(sender);
         }
+        senders
+    });
+    Loopback {
+        subject,
+        server,
+        senders,
+        requests: 0,
+        elapsed: Duration::ZERO,
+        latency: Histogram::<u64>::new(3).expect("a histogram"),
+        round_p99: Vec::new(),
+    }
+}
+
+/// One round of `row`: every connection sends requests back to back for `warm_up`, then for `run`
+/// timing each one; every status must be 200.
+fn round(
+    client_rt: &tokio::runtime::Runtime,
+    row: &mut Loopback,
+    warm_up: Duration,
+    run: Duration,
+) {
+    let senders = std::mem::take(&mut row.senders);
+    let (senders, requests, elapsed, latency) = client_rt.block_on(async move {
         let start = Instant::now();
         let (measure_from, end) = (start + warm_up, start + warm_up + run);
         let tasks: Vec<_> = senders
@@ -535,41 +563,48 @@ fn loopback_row(
                             requests += 1;
                         }
                     }
-                    (requests, wrong, h)
+                    (sender, requests, wrong, h)
                 })
             })
             .collect();
         let mut latency = Histogram::<u64>::new(3).expect("a histogram");
-        let (mut requests, mut wrong) = (0, 0);
+        let (mut senders, mut requests, mut wrong) = (Vec::new(), 0, 0);
         for task in tasks {
-            let (r, w, h) = task.await.expect("a client task");
+            let (sender, r, w, h) = task.await.expect("a client task");
+            senders.push(sender);
             requests += r;
             wrong += w;
             latency.add(h).expect("histograms of one shape");
         }
-        assert_eq!(wrong, 0, "{}: {wrong} requests refused", subject.name());
-        Loopback {
-            subject,
-            requests,
-            elapsed: Instant::now().saturating_duration_since(measure_from),
-            latency,
-        }
+        assert_eq!(wrong, 0, "{wrong} loopback requests were not admitted");
+        let elapsed = Instant::now().saturating_duration_since(measure_from);
+        (senders, requests, elapsed, latency)
     });
-    server.abort();
-    row
+    row.senders = senders;
+    row.requests += requests;
+    row.elapsed += elapsed;
+    row.round_p99
+        .push(latency.value_at_quantile(0.99) as f64 / 1000.0);
+    row.latency.add(latency).expect("histograms of one shape");
 }
 
 fn loopback(smoke: bool) {
-    let run = if smoke {
-        Duration::from_millis(300)
-    } else {
-        let secs = std::env::var("TOLLGATE_HTTP_SECS")
+    let env_f64 = |name: &str| {
+        std::env::var(name)
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
-            .unwrap_or(10.0);
-        Duration::from_secs_f64(secs)
     };
+    let (total, rounds) = if smoke {
+        (Duration::from_millis(300), 1)
+    } else {
+        let secs = env_f64("TOLLGATE_HTTP_SECS").unwrap_or(10.0);
+        let rounds = env_f64("TOLLGATE_HTTP_ROUNDS")
+            .map_or(5, |r| r as u32)
+            .max(1);
+        (Duration::from_secs_f64(secs), rounds)
+    };
+    let run = total / rounds;
     let warm_up = (run / 5).min(Duration::from_secs(1));
     let runtime = || {
         tokio::runtime::Builder::new_multi_thread()
@@ -579,10 +614,18 @@ fn loopback(smoke: bool) {
             .expect("a runtime")
     };
     let (server_rt, client_rt) = (runtime(), runtime());
-    let rows: Vec<Loopback> = Subject::ALL
+    let mut rows: Vec<Loopback> = Subject::ALL
         .iter()
-        .map(|&s| loopback_row(&server_rt, &client_rt, s, warm_up, run))
+        .map(|&s| set_up(&server_rt, &client_rt, s))
         .collect();
+    // Interleaved: each round runs every configuration, starting one further along each time, so
+    // that a change in the machine's load falls on all of them alike.
+    for r in 0..rounds as usize {
+        for k in 0..rows.len() {
+            let i = (r + k) % rows.len();
+            round(&client_rt, &mut rows[i], warm_up, run);
+        }
+    }
     let get = |s: Subject| rows.iter().find(|r| r.subject == s);
     let (base, gov) = (get(Subject::NoLayer), get(Subject::TowerGovernor));
     println!();
@@ -590,19 +633,23 @@ fn loopback(smoke: bool) {
         println!("**Smoke test** (0.3 s per row): not a measurement.\n");
     }
     println!(
-        "Loopback: {CONNECTIONS} keep-alive connections, {:.1} s per row after {:.1} s of warm-up, admitting.",
+        "Loopback: {CONNECTIONS} keep-alive connections, admitting; {rounds} interleaved rounds of \
+         {:.1} s per configuration (after {:.1} s of warm-up each), {:.1} s per configuration in all.",
         run.as_secs_f64(),
-        warm_up.as_secs_f64()
+        warm_up.as_secs_f64(),
+        (run * rounds).as_secs_f64(),
     );
     println!();
-    println!("| configuration | requests/s | p50 µs | p99 µs | req/s ÷ no layer | p99 ÷ no layer | req/s ÷ tower_governor |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| configuration | requests/s | p50 µs | p99 µs | rounds' p99 µs | req/s ÷ no layer | p99 ÷ no layer | req/s ÷ tower_governor |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for row in &rows {
         let f = |other: Option<&Loopback>, g: fn(&Loopback) -> f64| {
             other.map_or(String::new(), |o| format!("{:.2}", g(row) / g(o)))
         };
+        let lo = row.round_p99.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = row.round_p99.iter().copied().fold(0.0, f64::max);
         println!(
-            "| {} | {:.0} | {:.1} | {:.1} | {} | {} | {} |",
+            "| {} | {:.0} | {:.1} | {:.1} | {lo:.0} to {hi:.0} | {} | {} | {} |",
             row.subject.name(),
             row.per_sec(),
             row.micros(0.5),
@@ -624,6 +671,10 @@ fn loopback(smoke: bool) {
                 );
             }
         }
+    }
+    for row in rows {
+        drop(row.senders);
+        row.server.abort();
     }
     // The runtimes end here; the server's connection tasks end with them.
     drop(client_rt);
