@@ -159,14 +159,17 @@ impl Subject {
         );
     }
 
-    /// The router with this subject's layer, its limiter's quota set for `load`.
+    /// The router with this subject's layer, its limiter's quota set for `load`, finalized with
+    /// `with_state(())` as `axum::serve` finalizes it: until then axum keeps each handler boxed and
+    /// applies the route's layers to it anew on every request (a clone of each layer and a boxed
+    /// service per request), which a served router never does.
     fn router(self, load: Load) -> Router {
         let capacity = u64::from(load.capacity());
         let quota = Quota::per_period(1, load.period())
             .and_then(|q| q.with_capacity(capacity))
             .expect("a quota");
         let app = Router::new().route("/", get(|| async { "hello" }));
-        match self {
+        let app = match self {
             Subject::NoLayer => app,
             Subject::TollgateFields => app.layer(
                 LimitLayer::keyed(KeyedLimiter::new(quota), peer_ip())
@@ -189,7 +192,8 @@ impl Subject {
                     .expect("a governor configuration");
                 app.layer(GovernorLayer::<_, _, Body>::new(config))
             }
-        }
+        };
+        app.with_state(())
     }
 }
 
