@@ -3,10 +3,11 @@
 //! 1. **criterion groups `http_allow` and `http_deny`**: one request at a time sent through an axum
 //!    `Router` with a trivial handler (`ready().call()` on one router, on a current-thread tokio
 //!    runtime), each request carrying axum's `ConnectInfo<SocketAddr>` for one of 1 000 client
-//!    addresses, cycled. Rows: `no_layer`, `tollgate_fields` (the `RateLimit-Policy` and
-//!    `RateLimit` fields and the `RateLimitInfo` extension, the defaults), `tollgate_no_fields`
-//!    (`Headers::Never`, `.request_info(false)`) and `tower_governor` (`use_headers()`, its
-//!    `PeerIpKeyExtractor`). Every limiter is keyed by the peer's IP address with the same
+//!    addresses, cycled. Rows: `no_layer`, `identity_layer` (tower's `Identity` layer: what axum
+//!    charges for any layer, the floor under every layer's cost), `tollgate_fields` (the
+//!    `RateLimit-Policy` and `RateLimit` fields and the `RateLimitInfo` extension, the defaults),
+//!    `tollgate_no_fields` (`Headers::Never`, `.request_info(false)`) and `tower_governor`
+//!    (`use_headers()`, its `PeerIpKeyExtractor`). Every limiter is keyed by the peer's IP address with the same
 //!    token-bucket quota, on its default clock (tollgate's `MonotonicClock` and governor's
 //!    `DefaultClock` both read the TSC through quanta, so each decision pays one real clock read,
 //!    as in production). `http_allow`: one token a second with a capacity of 10^9, so nothing is
@@ -14,8 +15,8 @@
 //!    so no new key (and no automatic sweep of tollgate's, which follows new keys) happens while
 //!    timing: every timed request takes the known-key path in both limiters. `http_deny`: one
 //!    token an hour, capacity 1, used up by one request per client before timing, so every timed
-//!    request is refused (429).
-//!    `no_layer` in `http_deny` is the router's own cost, for reference (it answers 200).
+//!    request is refused (429). `no_layer` and `identity_layer` answer 200 in both groups: the
+//!    router's own cost, for reference.
 //! 2. **loopback**: an axum server on 127.0.0.1 (its own 2-worker runtime, served with connect
 //!    info) and 64 keep-alive HTTP/1.1 connections (raw hyper client connections, a second 2-worker
 //!    runtime), each from its own address (127.0.0.2 to 127.0.0.65) sending one request after
@@ -111,22 +112,41 @@ impl Load {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Subject {
     NoLayer,
+    /// tower's `Identity` layer: what axum charges for any layer at all (`Router::layer` boxes
+    /// the layered route again, so each request clones one more boxed service and polls one more
+    /// boxed future), the floor under every layer's cost.
+    IdentityLayer,
     TollgateFields,
     TollgateNoFields,
     TowerGovernor,
 }
 
 impl Subject {
-    const ALL: [Subject; 4] = [
+    /// The criterion groups' rows.
+    const ALL: [Subject; 5] = [
+        Subject::NoLayer,
+        Subject::IdentityLayer,
+        Subject::TollgateFields,
+        Subject::TollgateNoFields,
+        Subject::TowerGovernor,
+    ];
+
+    /// The loopback rows (the issue's four).
+    const LOOPBACK: [Subject; 4] = [
         Subject::NoLayer,
         Subject::TollgateFields,
         Subject::TollgateNoFields,
         Subject::TowerGovernor,
     ];
 
+    fn limits(self) -> bool {
+        !matches!(self, Subject::NoLayer | Subject::IdentityLayer)
+    }
+
     fn name(self) -> &'static str {
         match self {
             Subject::NoLayer => "no_layer",
+            Subject::IdentityLayer => "identity_layer",
             Subject::TollgateFields => "tollgate_fields",
             Subject::TollgateNoFields => "tollgate_no_fields",
             Subject::TowerGovernor => "tower_governor",
@@ -136,8 +156,8 @@ impl Subject {
     /// The status every request gets under `load` once the limiter is set up.
     fn expected(self, load: Load) -> StatusCode {
         match (self, load) {
-            (Subject::NoLayer, _) | (_, Load::Allow) => StatusCode::OK,
-            (_, Load::Deny) => StatusCode::TOO_MANY_REQUESTS,
+            (s, Load::Deny) if s.limits() => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::OK,
         }
     }
 
@@ -145,12 +165,14 @@ impl Subject {
     fn check_fields(self, load: Load, headers: &HeaderMap) {
         let has = |name: &str| headers.contains_key(name);
         let ok = match self {
-            Subject::NoLayer => !has("ratelimit") && !has("x-ratelimit-remaining"),
+            Subject::NoLayer | Subject::IdentityLayer => {
+                !has("ratelimit") && !has("x-ratelimit-remaining")
+            }
             Subject::TollgateFields => has("ratelimit") && has("ratelimit-policy"),
             Subject::TollgateNoFields => !has("ratelimit") && !has("ratelimit-policy"),
             Subject::TowerGovernor => has("x-ratelimit-remaining"),
         };
-        let retry = has("retry-after") == (load == Load::Deny && self != Subject::NoLayer);
+        let retry = has("retry-after") == (load == Load::Deny && self.limits());
         assert!(
             ok && retry,
             "{} under {:?}: unexpected fields {headers:?}",
@@ -171,6 +193,7 @@ impl Subject {
         let app = Router::new().route("/", get(|| async { "hello" }));
         let app = match self {
             Subject::NoLayer => app,
+            Subject::IdentityLayer => app.layer(tower::layer::util::Identity::new()),
             Subject::TollgateFields => app.layer(
                 LimitLayer::keyed(KeyedLimiter::new(quota), peer_ip())
                     .build()
@@ -367,17 +390,22 @@ fn print_criterion_table(since: SystemTime) {
         "Criterion's median time per request, from `{}`.",
         dir.display()
     );
-    println!("÷ columns divide the row's time by `no_layer`'s or `tower_governor`'s in the same group: below 1 is faster.");
+    println!(
+        "÷ columns divide the row's time by `no_layer`'s or `tower_governor`'s in the same group: \
+         below 1 is faster. `ns over identity_layer` is the row's time less `identity_layer`'s: the \
+         layer's own cost, above what axum charges for any layer."
+    );
     println!();
     println!(
-        "| group | bench | ns per request | thousand requests/s | ÷ no_layer | ÷ tower_governor |"
+        "| group | bench | ns per request | thousand requests/s | ÷ no_layer | ÷ tower_governor | ns over identity_layer |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     for load in [Load::Allow, Load::Deny] {
         let group = load.group();
         let get = |s: Subject| median_ns(&dir, group, s.name(), since);
         let base = get(Subject::NoLayer);
         let gov = get(Subject::TowerGovernor);
+        let identity = get(Subject::IdentityLayer);
         for subject in Subject::ALL {
             let ns = get(subject);
             found.push((load, subject, ns));
@@ -385,8 +413,12 @@ fn print_criterion_table(since: SystemTime) {
                 Some(ns) => (format!("{ns:.0}"), format!("{:.0}", 1e6 / ns)),
                 None => (String::new(), String::new()),
             };
+            let over = match (ns, identity) {
+                (Some(ns), Some(id)) if subject.limits() => format!("{:.0}", ns - id),
+                _ => String::new(),
+            };
             println!(
-                "| `{group}` | {} | {time} | {rate} | {} | {} |",
+                "| `{group}` | {} | {time} | {rate} | {} | {} | {over} |",
                 subject.name(),
                 ratio(ns, base),
                 ratio(ns, gov)
@@ -618,7 +650,7 @@ fn loopback(smoke: bool) {
             .expect("a runtime")
     };
     let (server_rt, client_rt) = (runtime(), runtime());
-    let mut rows: Vec<Loopback> = Subject::ALL
+    let mut rows: Vec<Loopback> = Subject::LOOPBACK
         .iter()
         .map(|&s| set_up(&server_rt, &client_rt, s))
         .collect();
