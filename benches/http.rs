@@ -45,7 +45,12 @@
 //!
 //! After criterion, the bench prints a markdown table of criterion's median time per request with
 //! ratios against `no_layer` and `tower_governor` and the issue's targets (from this run's
-//! `estimates.json` files; rows that did not run are left blank), then the loopback table.
+//! `estimates.json` files; rows that did not run are left blank). Criterion runs one row after
+//! another, so on a shared machine a change in load between rows moves their ratios; the bench
+//! therefore also times the same requests in **interleaved rounds** (`TOLLGATE_HTTP_PAIRED_ROUNDS`,
+//! 200 unless set, about 10 s): each round sends one batch of 1 000 requests through every row's
+//! router in turn, and the table gives each row's median time and the medians of its ratios taken
+//! within a round, which hold still when the machine's speed drifts. Then the loopback table.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -463,6 +468,125 @@ fn print_criterion_table(since: SystemTime) {
     }
 }
 
+// --- interleaved rounds ----------------------------------------------------------------------
+
+/// The median of `v` (sorted in place); NaN when empty.
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The same requests as the criterion groups, timed in interleaved rounds: each round sends one
+/// batch of 1 000 requests (one per client) through every row's router in turn, starting one row
+/// further along each round, so that a change in the shared machine's speed falls on every row
+/// alike. Prints each row's median time per request and the medians of its per-round ratios.
+fn interleaved(rounds: usize) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    println!();
+    println!(
+        "Interleaved rounds: {rounds} rounds of one batch of {CLIENTS} requests per row; median ns \
+         per request, and the median of the per-round ratios (each taken within one round)."
+    );
+    println!();
+    println!("| group | bench | median ns per request | ÷ no_layer | ÷ identity_layer | tower_governor ÷ this (throughput ×) |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    let mut targets = Vec::new();
+    for load in [Load::Allow, Load::Deny] {
+        let mut apps: Vec<Router> = Subject::ALL
+            .iter()
+            .map(|&s| prepared(&rt, s, load))
+            .collect();
+        let n = apps.len();
+        let mut per_round = vec![vec![0.0f64; n]; rounds];
+        for (r, times) in per_round.iter_mut().enumerate() {
+            for k in 0..n {
+                let i = (r + k) % n;
+                let subject = Subject::ALL[i];
+                let expected = subject.expected(load);
+                let app = &mut apps[i];
+                let reqs: Vec<_> = (0..CLIENTS).map(|c| request(client(c))).collect();
+                let ns = rt.block_on(async {
+                    let start = Instant::now();
+                    let mut wrong = 0u64;
+                    for req in reqs {
+                        let res = send(app, req).await;
+                        wrong += u64::from(res.status() != expected);
+                    }
+                    let elapsed = start.elapsed();
+                    assert_eq!(
+                        wrong,
+                        0,
+                        "{}: {wrong} requests did not get {expected}",
+                        subject.name()
+                    );
+                    elapsed.as_nanos() as f64 / CLIENTS as f64
+                });
+                times[i] = ns;
+            }
+        }
+        let idx = |s: Subject| Subject::ALL.iter().position(|&x| x == s).expect("a row");
+        let ratio_median = |a: usize, b: usize| {
+            let mut v: Vec<f64> = per_round.iter().map(|t| t[a] / t[b]).collect();
+            median(&mut v)
+        };
+        let (base, identity, gov) = (
+            idx(Subject::NoLayer),
+            idx(Subject::IdentityLayer),
+            idx(Subject::TowerGovernor),
+        );
+        for (i, subject) in Subject::ALL.iter().enumerate() {
+            let mut own: Vec<f64> = per_round.iter().map(|t| t[i]).collect();
+            let over_id = if subject.limits() {
+                format!("{:.2}", ratio_median(i, identity))
+            } else {
+                String::new()
+            };
+            println!(
+                "| `{}` | {} | {:.0} | {:.2} | {over_id} | {:.2} |",
+                load.group(),
+                subject.name(),
+                median(&mut own),
+                ratio_median(i, base),
+                ratio_median(gov, i),
+            );
+            if matches!(subject, Subject::TollgateFields | Subject::TollgateNoFields) {
+                let name = subject.name();
+                match load {
+                    Load::Allow => {
+                        let t = ratio_median(i, base);
+                        targets.push(format!(
+                            "- admitting, time ≤ 1.15 × no_layer, {name}: {t:.2} × ({}; {:.2} × identity_layer)",
+                            verdict(t <= 1.15),
+                            ratio_median(i, identity)
+                        ));
+                        let g = ratio_median(gov, i);
+                        targets.push(format!(
+                            "- admitting, throughput ≥ 1.2 × tower_governor, {name}: {g:.2} × ({})",
+                            verdict(g >= 1.2)
+                        ));
+                    }
+                    Load::Deny => {
+                        let g = ratio_median(gov, i);
+                        targets.push(format!(
+                            "- denying, throughput ≥ 2 × tower_governor, {name}: {g:.2} × ({})",
+                            verdict(g >= 2.0)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    println!();
+    for t in targets {
+        println!("{t}");
+    }
+}
+
 // --- loopback ----------------------------------------------------------------------------------
 
 /// One loopback configuration: its server, its connections and its figures so far.
@@ -732,6 +856,12 @@ fn main() {
         if !smoke {
             print_criterion_table(since);
         }
+        let rounds = std::env::var("TOLLGATE_HTTP_PAIRED_ROUNDS")
+            .ok()
+            .and_then(|r| r.parse::<usize>().ok())
+            .unwrap_or(200)
+            .max(1);
+        interleaved(if smoke { 2 } else { rounds });
     }
     if part != "criterion" {
         loopback(smoke);
