@@ -389,6 +389,15 @@ fn print_criterion_table(since: SystemTime) {
     let Some(dir) = criterion_dir() else {
         return;
     };
+    let ran = [Load::Allow, Load::Deny].iter().any(|load| {
+        Subject::ALL
+            .iter()
+            .any(|s| median_ns(&dir, load.group(), s.name(), since).is_some())
+    });
+    if !ran {
+        // A filter matched no row (or criterion wrote nothing): no table.
+        return;
+    }
     let mut found = Vec::new();
     println!();
     println!(
