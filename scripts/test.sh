@@ -129,7 +129,7 @@ step_fuzz() {
 }
 
 step_bench() {
-    # --all-features: the Redis bench needs the `redis` feature.
+    # --all-features: the Redis bench needs the `redis` feature, the HTTP bench `tower` and `axum`.
     cargo bench --no-run --all-features
 }
 
