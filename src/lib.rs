@@ -34,7 +34,7 @@
 //! | [`keyed::KeyedLimiter`] | one limit per key (`&str` lookups for `String` keys), a bound on the keys held, idle keys forgotten losslessly; a new key that finds no room is refused ([`keyed::KeyedError::TooManyKeys`]) or shares one overflow limit |
 //! | [`Limiter`], [`KeyedLimit`] | one interface for every limiter (object-safe: `Arc<dyn Limiter>`), and for every keyed limiter |
 //! | [`Direct`], [`Algorithm`] | the one facade the direct limiters are aliases of, and the sealed algorithm markers it (and [`keyed::KeyedLimiter`]) runs |
-//! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, exact `retry_after` |
+//! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, `next_after`, exact `retry_after` |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
 //! | [`CoarseClock`] | a timestamp refreshed by a background thread: one load per reading, up to 1 ms stale |
