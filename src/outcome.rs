@@ -27,7 +27,11 @@
 //!
 //! For a denied request for one, `next_after` is `retry_after`; for more, it is the earlier wait
 //! for the first of them. The keyed limiters answer with the same outcomes for every algorithm
-//! and tier. The token bucket and the leaky meter with time units coarser than a nanosecond
+//! and tier, and the Redis backend's scripts work it out as these do (to the microsecond where
+//! they count microseconds; under a quota other than the one a key's state was written with,
+//! until both quotas have one more). Answers that know no such time say `None`: the Redis
+//! backend's fail-open admissions and its leased bucket's local stock (whose denial reports the
+//! time until a lease is known to find a token, as its `retry_after` does). The token bucket and the leaky meter with time units coarser than a nanosecond
 //! (burst windows over 2^62 ns, see [`Quota`](crate::quota#very-long-burst-windows)) count it,
 //! like `reset_after`, from the reading rounded down to a whole unit.
 //!
@@ -334,8 +338,9 @@ impl fmt::Display for Admitted {
 pub struct Scheduled {
     /// The reading the decision used, in nanoseconds (clamped).
     now: u64,
-    /// From the reading to the request's departure.
-    delay: Span,
+    /// From the reading to the request's departure, in units of `reset`'s frame (both are
+    /// measured from the same reading, so they share it: eight bytes, not a whole `Span`).
+    delay: u64,
     /// The virtual queue's backlog after the request, in `unit`s of the limiter's time.
     backlog: u64,
     /// Free capacity after the request, in `unit`s.
@@ -348,6 +353,8 @@ pub struct Scheduled {
 }
 
 impl Scheduled {
+    /// `delay` and `reset` must share their frame (time unit and reading), as spans measured from
+    /// one reading do.
     #[inline]
     pub(crate) fn new(
         now: u64,
@@ -358,9 +365,10 @@ impl Scheduled {
         reset: Span,
         next: Next,
     ) -> Scheduled {
+        debug_assert_eq!((delay.shift, delay.sub), (reset.shift, reset.sub));
         Scheduled {
             now,
-            delay,
+            delay: delay.units,
             backlog,
             level,
             unit,
@@ -375,7 +383,8 @@ impl Scheduled {
     pub(crate) fn at_once(now: u64, a: Admitted) -> Scheduled {
         Scheduled {
             now,
-            delay: Span::from_nanos(0),
+            // No units in any frame: no delay.
+            delay: 0,
             backlog: a.reset.units,
             level: a.level,
             unit: a.unit,
@@ -398,7 +407,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn delay(&self) -> Duration {
-        self.delay.duration()
+        self.delay_span().duration()
     }
 
     /// The instant on the limiter's clock at which this request leaves (the reading the decision
@@ -414,7 +423,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn depart_at(&self) -> Nanos {
-        let at = u128::from(self.now).saturating_add(self.delay.nanos());
+        let at = u128::from(self.now).saturating_add(self.delay_span().nanos());
         Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
     }
 
@@ -496,6 +505,15 @@ impl Scheduled {
     }
 }
 
+impl Scheduled {
+    fn delay_span(&self) -> Span {
+        Span {
+            units: self.delay,
+            ..self.reset
+        }
+    }
+}
+
 impl fmt::Display for Scheduled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -528,7 +546,9 @@ impl fmt::Display for Scheduled {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Denied {
     now: u64,
-    retry: Span,
+    /// The wait, in units of `reset`'s frame (both are measured from the same reading, so they
+    /// share it: eight bytes, not a whole `Span`).
+    retry: u64,
     level: u64,
     unit: u64,
     reset: Span,
@@ -537,6 +557,8 @@ pub struct Denied {
 }
 
 impl Denied {
+    /// `retry` and `reset` must share their frame (time unit and reading), as spans measured from
+    /// one reading do.
     #[inline]
     pub(crate) fn new(
         now: u64,
@@ -546,9 +568,10 @@ impl Denied {
         reset: Span,
         next: Next,
     ) -> Denied {
+        debug_assert_eq!((retry.shift, retry.sub), (reset.shift, reset.sub));
         Denied {
             now,
-            retry,
+            retry: retry.units,
             level,
             unit,
             reset,
@@ -569,7 +592,7 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn retry_after(&self) -> Duration {
-        self.retry.duration()
+        self.retry_span().duration()
     }
 
     /// The instant on the limiter's clock at which the same request would be admitted
@@ -585,7 +608,7 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn retry_at(&self) -> crate::Nanos {
-        let at = u128::from(self.now).saturating_add(self.retry.nanos());
+        let at = u128::from(self.now).saturating_add(self.retry_span().nanos());
         Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
     }
 
@@ -644,6 +667,15 @@ impl Denied {
         self.next
             .span(self.level, self.unit, self.reset)
             .map(Span::duration)
+    }
+}
+
+impl Denied {
+    fn retry_span(&self) -> Span {
+        Span {
+            units: self.retry,
+            ..self.reset
+        }
     }
 }
 

@@ -151,3 +151,80 @@ fn a_take_before_the_floor_on_an_evicted_key() {
     ];
     assert_eq!(run(quota, policy, 0, &ops), 0);
 }
+
+/// A keyed limiter's answer as an in-process `Outcome` (`TooManyKeys` cannot happen here: the
+/// limiters below have no bound).
+fn keyed_outcome(r: Result<tollgate::Admitted, tollgate::keyed::KeyedError>) -> testkit::Outcome {
+    use tollgate::keyed::KeyedError;
+    testkit::outcome::observe(match r {
+        Ok(a) => Ok(a),
+        Err(KeyedError::Denied(d)) => Err(tollgate::AcquireError::Denied(d)),
+        Err(KeyedError::InsufficientCapacity(e)) => {
+            Err(tollgate::AcquireError::InsufficientCapacity(e))
+        }
+        Err(e) => panic!("{e}"),
+    })
+}
+
+/// One key of `KeyedLimiter<u8, A>` and of a tiered one (the quota as its second tier) answers
+/// every request exactly as the direct limiter of `A` does, `next_after` included: the keyed
+/// limiters return the algorithms' own outcomes. Readings only move forward from 0, where the
+/// direct limiter was built full, as a key the map does not hold is.
+fn keyed_as_direct<A: tollgate::Algorithm>(quota: Quota, ops: &[(u64, u64, bool)]) {
+    use tollgate::keyed::KeyedLimiter;
+    use tollgate::{Direct, ManualClock, Nanos};
+    let Ok(direct) = Direct::<A, _>::with_algorithm(quota, ManualClock::new()) else {
+        return;
+    };
+    let keyed = KeyedLimiter::<u8, A, _>::with_algorithm(quota, ManualClock::new()).unwrap();
+    let other = Quota::per_second(1).unwrap();
+    let tiered =
+        KeyedLimiter::<u8, Tiered<A>, _>::with_tiers(&[other, quota], |_| 1, ManualClock::new())
+            .unwrap();
+    let mut now = 0u64;
+    for &(step, n, take) in ops {
+        now = now.saturating_add(step);
+        let at = Nanos::new(now);
+        let (want, got, tier) = if take {
+            (
+                testkit::outcome::observe(direct.try_acquire_n_at(n, at)),
+                keyed_outcome(keyed.check_key_n_at(&7, n, at)),
+                keyed_outcome(tiered.check_key_n_at(&7, n, at)),
+            )
+        } else {
+            (
+                testkit::outcome::observe(direct.peek_n_at(n, at)),
+                keyed_outcome(keyed.peek_key_n_at(&7, n, at)),
+                keyed_outcome(tiered.peek_key_n_at(&7, n, at)),
+            )
+        };
+        assert_eq!(got, want, "keyed, {n} at {now}");
+        assert_eq!(tier, want, "tiered, {n} at {now}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn every_keyed_algorithm_answers_as_its_direct_limiter(
+        count in 1u64..=12,
+        period in prop_oneof![
+            1 => 1u64..=1_000,
+            3 => 1_000_000u64..=2_000_000_000,
+        ],
+        ops in prop::collection::vec(
+            (prop_oneof![Just(0u64), 0u64..=2_000_000_000], 0u64..=13, any::<bool>()),
+            1..64,
+        ),
+    ) {
+        let Ok(quota) = Quota::per_period(count, Duration::from_nanos(period)) else {
+            return Ok(());
+        };
+        keyed_as_direct::<tollgate::TokenBucketAlgorithm>(quota, &ops);
+        keyed_as_direct::<tollgate::LeakyMeterAlgorithm>(quota, &ops);
+        keyed_as_direct::<tollgate::FixedWindowAlgorithm>(quota, &ops);
+        keyed_as_direct::<tollgate::SlidingWindowCounterAlgorithm>(quota, &ops);
+        keyed_as_direct::<tollgate::SlidingWindowLogAlgorithm>(quota, &ops);
+    }
+}
