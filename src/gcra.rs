@@ -461,11 +461,14 @@ impl Gcra {
             Err(wait) => {
                 let wait_ns = self.span(wait, now).nanos();
                 if wait_ns > u128::from(max_wait_ns) {
-                    // `wait_ns - max_wait_ns`, exact however long (a span in whole nanoseconds
-                    // would stop at 2^64): the reading's nanoseconds below one unit (below 2^62)
-                    // plus the wait (at most 2^61) fit a u64.
-                    let mut retry = self.span(wait, now);
-                    retry.sub += max_wait_ns;
+                    // `wait_ns - max_wait_ns`, in the denial's frame (its figures share the
+                    // reading's units): exact with nanosecond units; with coarser ones (slow
+                    // quotas), rounded up to the unit, so never earlier than the reservation
+                    // fits. `target + sub <= wait << shift`, so the units fit a u64.
+                    let target = wait_ns - u128::from(max_wait_ns);
+                    let sub = u128::from(now.ns & self.mask);
+                    let units = (target + sub).div_ceil(1u128 << self.shift);
+                    let retry = self.span(u64::try_from(units).unwrap_or(wait), now);
                     return Step::Refuse(self.denied_for(word, now, retry));
                 }
                 // A bucket full at `now` conforms, so here `word > now.units`, hence
@@ -653,7 +656,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_refused_reservation_reports_a_wait_beyond_2_64_ns_exactly() {
+    fn a_refused_reservation_reports_a_wait_beyond_2_64_ns_to_the_unit() {
         // 1 per minute with a capacity of 2^40, empty: 2^40 tokens are 2^40 minutes away.
         let q = Quota::per_minute(1)
             .unwrap()
@@ -667,7 +670,14 @@ pub(crate) mod tests {
         let wait = p.wait_nanos(word, now, 1 << 40);
         assert!(wait > u128::from(u64::MAX));
         let d = p.reserve(word, now, 1 << 40, SEC).refused();
-        assert_eq!(d.retry_after().as_nanos(), wait - u128::from(SEC));
+        // Coarse units (this quota's are 2^shift ns): rounded up to the unit, never earlier.
+        let exact = wait - u128::from(SEC);
+        let got = d.retry_after().as_nanos();
+        assert!(p.shift > 0);
+        assert!(
+            got >= exact && got < exact + (1u128 << p.shift),
+            "{got} for {exact}"
+        );
     }
 
     #[test]

@@ -434,12 +434,14 @@ fn one_sub_window_answers_as_the_one_word_counter() {
             _ => t + 61 * MS,
         };
         let n = i % 5;
+        // Compared as callers see them (the two may hold the same figures in different units).
+        let seen = testkit::outcome::observe;
         assert_eq!(
-            a.try_acquire_n_at(n, at(t)),
-            b.try_acquire_n_at(n, at(t)),
+            seen(a.try_acquire_n_at(n, at(t))),
+            seen(b.try_acquire_n_at(n, at(t))),
             "op {i} at {t}"
         );
-        assert_eq!(a.peek_n_at(2, at(t)), b.peek_n_at(2, at(t)));
+        assert_eq!(seen(a.peek_n_at(2, at(t))), seen(b.peek_n_at(2, at(t))));
         assert_eq!(a.remaining_at(at(t)), b.remaining_at(at(t)));
     }
 }

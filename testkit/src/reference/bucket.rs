@@ -364,7 +364,11 @@ impl RefBucket {
         }
         let wait_ns = p.span_ns(cost - lvl, at);
         if wait_ns > u128::from(max_wait_ns) {
-            let retry_after_ns = wait_ns - u128::from(max_wait_ns);
+            // `wait - max_wait`, in whole units of the bucket's time from the reading (exact
+            // with nanosecond units; rounded up to the unit with coarser ones).
+            let target = wait_ns - u128::from(max_wait_ns);
+            let units = (target + at.sub).div_ceil(1u128 << p.shift);
+            let retry_after_ns = p.span_ns(i128::try_from(units).expect("below the wait"), at);
             return Err(Outcome::Denied {
                 retry_after_ns,
                 retry_at_ns: u64::try_from(u128::from(at.ns) + retry_after_ns).unwrap_or(u64::MAX),
