@@ -462,18 +462,22 @@ mod redis {
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
     /// use std::sync::Arc;
     /// use tollgate::keyed::TokenBucketKeys;
     /// use tollgate::middleware::{peer_ip, LimitLayer, Redis};
     /// use tollgate::redis::{FailurePolicy, RedisLimiter};
     /// use tollgate::Quota;
+    /// // The connection is made lazily, on the first decision.
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
     /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
     /// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(30)?)
     ///     .build(FailurePolicy::Closed)?;
-    /// let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip());
+    /// let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip()).build()?;
     /// # drop(layer);
-    /// # Ok(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
     /// # }
     /// ```
     #[derive(Debug)]

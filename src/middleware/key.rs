@@ -172,7 +172,7 @@ impl<X: KeyExtractor + ?Sized> KeyExtractor for Box<X> {
 /// # Examples
 ///
 /// ```
-/// use tollgate::middleware::{Global, KeyExtractor};
+/// use tollgate::middleware::key::{Global, KeyExtractor};
 ///
 /// static EVERYONE: Global = Global;
 /// let head = http::Request::builder().body(())?.into_parts().0;
@@ -1374,7 +1374,7 @@ where
 /// # Examples
 ///
 /// ```
-/// use tollgate::middleware::{Global, KeyExtractor};
+/// use tollgate::middleware::key::{Global, KeyExtractor};
 ///
 /// let head = http::Request::builder().body(())?.into_parts().0;
 /// assert_eq!(Global.extract(&head), Ok(()));
