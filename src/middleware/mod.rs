@@ -92,7 +92,7 @@
 //! - Every request the layer passes on carries a [`RateLimitInfo`] extension (the decision, the
 //!   units left, the quota), unless [turned off](LimitLayerBuilder::request_info).
 //! - Limits per route: put the layer on the route (axum's `route_layer`), or key on
-//!   [`from_fn`](key::from_fn) with the route's `MatchedPath` extension in the key.
+//!   [`from_fn`] with the route's `MatchedPath` extension in the key.
 //!
 //! # Waiting instead of refusing
 //!
