@@ -508,26 +508,28 @@ impl<B: Backend<X::Key>, X: KeyExtractor> LimitLayer<B, X> {
             backend,
             extractor,
             on_denied: EmptyBody,
-            name: "default".into(),
-            tier_names: None,
-            partition_key: None,
-            #[cfg(feature = "tokio")]
-            max_delay: None,
-            headers: Headers::Always,
-            on_missing: OnMissing::Reject(StatusCode::BAD_REQUEST),
-            cost: Cost::One,
-            content_bytes: false,
-            exempt: None,
-            dry_run: false,
-            dry_run_headers: false,
-            info: true,
-            statuses: Statuses {
-                denied: StatusCode::TOO_MANY_REQUESTS,
-                too_many_keys: StatusCode::SERVICE_UNAVAILABLE,
-                too_large: StatusCode::TOO_MANY_REQUESTS,
-                unavailable: StatusCode::SERVICE_UNAVAILABLE,
-                unavailable_retry: None,
-                missing_key: StatusCode::BAD_REQUEST,
+            options: Options {
+                name: "default".into(),
+                tier_names: None,
+                partition_key: None,
+                #[cfg(feature = "tokio")]
+                max_delay: None,
+                headers: Headers::Always,
+                on_missing: OnMissing::Reject(StatusCode::BAD_REQUEST),
+                cost: Cost::One,
+                content_bytes: false,
+                exempt: None,
+                dry_run: false,
+                dry_run_headers: false,
+                info: true,
+                statuses: Statuses {
+                    denied: StatusCode::TOO_MANY_REQUESTS,
+                    too_many_keys: StatusCode::SERVICE_UNAVAILABLE,
+                    too_large: StatusCode::TOO_MANY_REQUESTS,
+                    unavailable: StatusCode::SERVICE_UNAVAILABLE,
+                    unavailable_retry: None,
+                    missing_key: StatusCode::BAD_REQUEST,
+                },
             },
         }
     }
@@ -635,13 +637,19 @@ pub struct LimitLayerBuilder<B, X: KeyExtractor, D = EmptyBody> {
     backend: B,
     extractor: X,
     on_denied: D,
+    options: Options<X::Key>,
+}
+
+/// A builder's settings but the backend, the extractor and the refusal's responder (which
+/// [`LimitLayerBuilder::on_denied`] replaces, changing the builder's type).
+struct Options<K> {
     name: String,
     tier_names: Option<Vec<String>>,
-    partition_key: Option<PartitionKey<X::Key>>,
+    partition_key: Option<PartitionKey<K>>,
     #[cfg(feature = "tokio")]
     max_delay: Option<Duration>,
     headers: Headers,
-    on_missing: OnMissing<X::Key>,
+    on_missing: OnMissing<K>,
     cost: Cost,
     content_bytes: bool,
     exempt: Option<Exempt>,
@@ -654,9 +662,9 @@ pub struct LimitLayerBuilder<B, X: KeyExtractor, D = EmptyBody> {
 impl<B, X: KeyExtractor, D> fmt::Debug for LimitLayerBuilder<B, X, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitLayerBuilder")
-            .field("name", &self.name)
-            .field("headers", &self.headers)
-            .field("dry_run", &self.dry_run)
+            .field("name", &self.options.name)
+            .field("headers", &self.options.headers)
+            .field("dry_run", &self.options.dry_run)
             .finish_non_exhaustive()
     }
 }
@@ -677,7 +685,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn policy_name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
+        self.options.name = name.into();
         self
     }
 
@@ -707,7 +715,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn tier_names(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.tier_names = Some(names.into_iter().map(Into::into).collect());
+        self.options.tier_names = Some(names.into_iter().map(Into::into).collect());
         self
     }
 
@@ -740,7 +748,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
         mut self,
         partition_key: impl Fn(&X::Key) -> Vec<u8> + Send + Sync + 'static,
     ) -> Self {
-        self.partition_key = Some(Box::new(partition_key));
+        self.options.partition_key = Some(Box::new(partition_key));
         self
     }
 
@@ -770,7 +778,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// ```
     #[cfg(feature = "tokio")]
     pub fn delay_up_to(mut self, max: Duration) -> Self {
-        self.max_delay = Some(max);
+        self.options.max_delay = Some(max);
         self
     }
 
@@ -780,7 +788,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     ///
     /// See [`Headers`].
     pub fn headers(mut self, headers: Headers) -> Self {
-        self.headers = headers;
+        self.options.headers = headers;
         self
     }
 
@@ -791,9 +799,9 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// See [`OnMissing`].
     pub fn on_missing(mut self, on_missing: OnMissing<X::Key>) -> Self {
         if let OnMissing::Reject(status) = on_missing {
-            self.statuses.missing_key = status;
+            self.options.statuses.missing_key = status;
         }
-        self.on_missing = on_missing;
+        self.options.on_missing = on_missing;
         self
     }
 
@@ -814,8 +822,8 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
-        self.cost = Cost::With(Box::new(cost));
-        self.content_bytes = false;
+        self.options.cost = Cost::With(Box::new(cost));
+        self.options.content_bytes = false;
         self
     }
 
@@ -838,9 +846,9 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cost_content_length(mut self, missing: u64) -> Self {
-        self.cost = Cost::ContentLength(missing);
-        self.content_bytes = true;
-        self.statuses.too_large = StatusCode::PAYLOAD_TOO_LARGE;
+        self.options.cost = Cost::ContentLength(missing);
+        self.options.content_bytes = true;
+        self.options.statuses.too_large = StatusCode::PAYLOAD_TOO_LARGE;
         self
     }
 
@@ -851,7 +859,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     ///
     /// See [`LimitLayerBuilder`].
     pub fn exempt(mut self, exempt: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
-        self.exempt = Some(Box::new(exempt));
+        self.options.exempt = Some(Box::new(exempt));
         self
     }
 
@@ -872,7 +880,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn dry_run(mut self) -> Self {
-        self.dry_run = true;
+        self.options.dry_run = true;
         self
     }
 
@@ -892,7 +900,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn dry_run_headers(mut self, send: bool) -> Self {
-        self.dry_run_headers = send;
+        self.options.dry_run_headers = send;
         self
     }
 
@@ -913,7 +921,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn request_info(mut self, on: bool) -> Self {
-        self.info = on;
+        self.options.info = on;
         self
     }
 
@@ -932,7 +940,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn denied_status(mut self, status: StatusCode) -> Self {
-        self.statuses.denied = status;
+        self.options.statuses.denied = status;
         self
     }
 
@@ -942,7 +950,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     ///
     /// See [`LimitLayerBuilder`].
     pub fn too_many_keys_status(mut self, status: StatusCode) -> Self {
-        self.statuses.too_many_keys = status;
+        self.options.statuses.too_many_keys = status;
         self
     }
 
@@ -962,7 +970,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn insufficient_capacity_status(mut self, status: StatusCode) -> Self {
-        self.statuses.too_large = status;
+        self.options.statuses.too_large = status;
         self
     }
 
@@ -983,8 +991,8 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn unavailable(mut self, status: StatusCode, retry_after: Option<Duration>) -> Self {
-        self.statuses.unavailable = status;
-        self.statuses.unavailable_retry = retry_after;
+        self.options.statuses.unavailable = status;
+        self.options.statuses.unavailable_retry = retry_after;
         self
     }
 
@@ -1000,20 +1008,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
             backend: self.backend,
             extractor: self.extractor,
             on_denied,
-            name: self.name,
-            tier_names: self.tier_names,
-            partition_key: self.partition_key,
-            #[cfg(feature = "tokio")]
-            max_delay: self.max_delay,
-            headers: self.headers,
-            on_missing: self.on_missing,
-            cost: self.cost,
-            content_bytes: self.content_bytes,
-            exempt: self.exempt,
-            dry_run: self.dry_run,
-            dry_run_headers: self.dry_run_headers,
-            info: self.info,
-            statuses: self.statuses,
+            options: self.options,
         }
     }
 
@@ -1029,7 +1024,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// See [`LimitLayer`].
     pub fn build(self) -> Result<LimitLayer<B, X, D>, LayerError> {
         let tiers = self.backend.tiers();
-        let names = match self.tier_names {
+        let names = match self.options.tier_names {
             Some(names) if names.len() != tiers.len() => {
                 return Err(LayerError::TierNames {
                     names: names.len(),
@@ -1037,15 +1032,15 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 })
             }
             Some(names) => names,
-            None if tiers.len() == 1 => vec![self.name.clone()],
+            None if tiers.len() == 1 => vec![self.options.name.clone()],
             None => (0..tiers.len())
-                .map(|i| format!("{}-{i}", self.name))
+                .map(|i| format!("{}-{i}", self.options.name))
                 .collect(),
         };
         let mut policies = Vec::with_capacity(tiers.len());
         for (quota, name) in tiers.iter().zip(&names) {
             let sf = fields::sf_string(name).map_err(LayerError::PolicyName)?;
-            let member = fields::policy_member(&sf, quota, self.content_bytes);
+            let member = fields::policy_member(&sf, quota, self.options.content_bytes);
             let value = HeaderValue::from_str(&member)
                 .map_err(|_| LayerError::PolicyName(PolicyNameError::new(name)))?;
             policies.push(Policy {
@@ -1060,17 +1055,17 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 extractor: self.extractor,
                 on_denied: self.on_denied,
                 policies: policies.into_boxed_slice(),
-                partition_key: self.partition_key,
+                partition_key: self.options.partition_key,
                 #[cfg(feature = "tokio")]
-                max_delay: self.max_delay,
-                headers: self.headers,
-                on_missing: self.on_missing,
-                cost: self.cost,
-                exempt: self.exempt,
-                dry_run: self.dry_run,
-                dry_run_headers: self.dry_run_headers,
-                info: self.info,
-                statuses: self.statuses,
+                max_delay: self.options.max_delay,
+                headers: self.options.headers,
+                on_missing: self.options.on_missing,
+                cost: self.options.cost,
+                exempt: self.options.exempt,
+                dry_run: self.options.dry_run,
+                dry_run_headers: self.options.dry_run_headers,
+                info: self.options.info,
+                statuses: self.options.statuses,
                 would_deny: AtomicU64::new(0),
                 setup_logged: AtomicBool::new(false),
             }),

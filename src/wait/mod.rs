@@ -336,19 +336,31 @@ pub(crate) fn block<T, E: Retry>(
     let deadline = wait.max.and_then(|max| start.checked_add(max));
     let mut rng = Rng::seeded();
     loop {
-        let refused = match attempt() {
-            Ok(admitted) => return Ok(admitted),
-            Err(refused) => refused,
-        };
-        let Some(retry_after) = refused.retry_after() else {
-            return Err(refused);
-        };
-        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-        match wait.pause(retry_after, left, &mut rng) {
-            Some(sleep) => std::thread::sleep(sleep),
-            None => return Err(refused),
+        let left = || deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        match next_sleep(wait, attempt(), left, &mut rng) {
+            Ok(sleep) => std::thread::sleep(sleep),
+            Err(answer) => return answer,
         }
     }
+}
+
+/// One turn of a waiting loop: the answer to return (an admission, or a refusal that waiting
+/// cannot cure or that would outlast the bound), or the sleep before the next attempt. `left`
+/// reads the time left before the bound, if any.
+fn next_sleep<T, E: Retry>(
+    wait: Wait,
+    attempt: Result<T, E>,
+    left: impl FnOnce() -> Option<Duration>,
+    rng: &mut Rng,
+) -> Result<Duration, Result<T, E>> {
+    let refused = match attempt {
+        Ok(admitted) => return Err(Ok(admitted)),
+        Err(refused) => refused,
+    };
+    let Some(retry_after) = refused.retry_after() else {
+        return Err(Err(refused));
+    };
+    wait.pause(retry_after, left(), rng).ok_or(Err(refused))
 }
 
 /// The async loop: as [`block`], sleeping on tokio's timer (whose paused time a
@@ -363,18 +375,11 @@ pub(crate) async fn until<T, E: Retry>(
     let deadline = wait.max.and_then(|max| start.checked_add(max));
     let mut rng = Rng::seeded();
     loop {
-        let refused = match attempt() {
-            Ok(admitted) => return Ok(admitted),
-            Err(refused) => refused,
-        };
-        let Some(retry_after) = refused.retry_after() else {
-            return Err(refused);
-        };
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        match wait.pause(retry_after, left, &mut rng) {
+        let left = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        match next_sleep(wait, attempt(), left, &mut rng) {
             // tokio's `sleep` saturates a deadline past its range; it never panics.
-            Some(sleep) => tokio::time::sleep(sleep).await,
-            None => return Err(refused),
+            Ok(sleep) => tokio::time::sleep(sleep).await,
+            Err(answer) => return answer,
         }
     }
 }
