@@ -31,9 +31,13 @@
 //! they count microseconds; under a quota other than the one a key's state was written with,
 //! until both quotas have one more). Answers that know no such time say `None`: the Redis
 //! backend's fail-open admissions and its leased bucket's local stock (whose denial reports the
-//! time until a lease is known to find a token, as its `retry_after` does). The token bucket and the leaky meter with time units coarser than a nanosecond
-//! (burst windows over 2^62 ns, see [`Quota`](crate::quota#very-long-burst-windows)) count it,
-//! like `reset_after`, from the reading rounded down to a whole unit.
+//! time until a lease is known to find a token, as its `retry_after` does).
+//!
+//! With time units coarser than a nanosecond (burst windows over 2^62 ns, see
+//! [`Quota`](crate::quota#very-long-burst-windows)), the token bucket and the leaky meter count
+//! in whole units, as their `remaining` does, and a full bucket's refill restarts at the reading
+//! rounded up to a unit: `next_after` says so, exactly. A wait longer than `3 × 2^62 − 3` ns
+//! (438 years; only a sharded bucket's coarse shards have one) is reported as that.
 //!
 //! # Requests for zero tokens
 //!
