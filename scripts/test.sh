@@ -7,7 +7,7 @@
 # Steps: fmt clippy doc test redis loom fuzz bench (see the step_* functions below).
 #
 # Environment:
-#   FUZZ_SECONDS   seconds each fuzz target runs (default 12: 17 targets, about 200 s); e.g.
+#   FUZZ_SECONDS   seconds each fuzz target runs (default 8: 17 targets, about 140 s); e.g.
 #                  FUZZ_SECONDS=5 for a quick pass
 #
 # Works from any directory. Needs rustup with a stable toolchain (rustfmt and clippy are added when
@@ -26,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-12}
+FUZZ_SECONDS=${FUZZ_SECONDS:-8}
 STEPS=(fmt clippy doc test redis loom fuzz bench)
 
 # The redis step's directory (servers' data, logs, PIDs and env file); cleanup stops and removes it.
