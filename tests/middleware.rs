@@ -929,3 +929,39 @@ async fn forwarded_addresses_are_read_only_from_a_trusted_proxy_and_from_the_rig
         "another client behind the proxy has its own limit"
     );
 }
+
+/// A backend that answers no tiers at all (the trait allows it): the layer uses its one quota.
+struct NoTiers(TokenBucket<ManualClock>);
+
+impl tollgate::middleware::Backend<()> for NoTiers {
+    type Future = std::future::Ready<Result<tollgate::Admitted, tollgate::middleware::Refusal>>;
+
+    fn decide(&self, _key: &(), cost: u64) -> tollgate::middleware::Decision<Self::Future> {
+        let verdict = tollgate::Limiter::try_acquire_n(&self.0, cost).map_err(Into::into);
+        tollgate::middleware::Decision::Ready(verdict)
+    }
+
+    fn quota(&self) -> &Quota {
+        tollgate::Limiter::quota(&self.0)
+    }
+
+    fn tiers(&self) -> &[Quota] {
+        &[]
+    }
+
+    fn tier_of_key(&self, _key: &()) -> usize {
+        7
+    }
+}
+
+#[tokio::test]
+async fn a_backend_without_tiers_is_sent_as_its_one_quota() {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(3).unwrap(), ManualClock::new());
+    let layer = LimitLayer::new(NoTiers(bucket), tollgate::middleware::global())
+        .build()
+        .unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let reply = get_from(&client_from(2), addr, "/").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.one("ratelimit-policy"), Some(r#""default";q=3;w=60"#));
+}

@@ -1023,7 +1023,11 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     ///
     /// See [`LimitLayer`].
     pub fn build(self) -> Result<LimitLayer<B, X, D>, LayerError> {
-        let tiers = self.backend.tiers();
+        // A backend answering no tiers (a user's `Backend` may) has its one quota.
+        let tiers = match self.backend.tiers() {
+            [] => std::slice::from_ref(self.backend.quota()),
+            tiers => tiers,
+        };
         let names = match self.options.tier_names {
             Some(names) if names.len() != tiers.len() => {
                 return Err(LayerError::TierNames {
