@@ -28,7 +28,8 @@
 //! - **Any limiter.** The layer is generic over a [`Backend`]: [`Keyed`] wraps any
 //!   [`KeyedLimit`](crate::KeyedLimit) (a [`KeyedLimiter`](crate::keyed::KeyedLimiter) of any
 //!   algorithm), [`Global`] any direct [`Limiter`](crate::Limiter) (one limit for every request),
-//!   and [`Redis`] (features `tower` and `redis`) a limit shared across machines. An in-process
+//!   [`Meter`] a leaky meter (direct or keyed, which can also delay instead of refusing), and
+//!   [`Redis`] (features `tower` and `redis`) a limit shared across machines. An in-process
 //!   backend decides at once, with no future and no allocation; the Redis one through a future.
 //!
 //! # Keys
@@ -56,7 +57,10 @@
 //! The policy's name is `"default"` unless [set](LimitLayerBuilder::policy_name) (printable ASCII,
 //! checked when the layer is built). A quota whose period is not whole seconds is sent as the
 //! next whole `w`, with `q = floor(count * w / period)`: never more than the limiter allows.
-//! [`Headers`] chooses which responses carry the fields (all the layer decided, unless set).
+//! [`Headers`] chooses which responses carry the fields (all the layer decided, unless set). A
+//! [tiered](crate::keyed::KeyedLimiter::with_tiers) keyed limiter's tiers are policies of their
+//! own ([`tier_names`](LimitLayerBuilder::tier_names)): a response carries its key's tier's.
+//! `pk` is sent only with [`partition_key`](LimitLayerBuilder::partition_key).
 //!
 //! # Refusals
 //!
