@@ -573,10 +573,13 @@ fn take_up_to_gathers_what_the_shards_hold() {
     assert_eq!(d, limiter.try_acquire_at(t).unwrap_err());
 }
 
-/// The case CI's proptest found (2026-12-02): a reservation on a two-shard bucket of a very slow
-/// quota (coarse time units), after everything was taken, is ready half an interval early: 8
-/// tokens by an instant where C + R*t allows 7. A known defect of `ShardedBucket::reserve_n`,
-/// open under issue 13; this case fails until it is fixed (run it with `--ignored`).
+/// The case CI's proptest found (2026-12-02): on a very slow quota (one token in about 94 years,
+/// capacity 7: coarse time units of 8 ns; the bucket falls back to one shard), a reservation
+/// made after everything was taken is ready a few nanoseconds (under one unit) before the instant
+/// at which C + R*t allows its token: 8 tokens by an instant where the bound is 7. Open under
+/// issue 13: whether the bucket's own admissions share this sub-unit rounding, and which side
+/// (the ready instant or the bound's exact arithmetic) is to change, is not settled. This case
+/// fails until it is (run it with `--ignored`).
 #[test]
 #[ignore = "known defect of the sharded reservation under coarse time units (issue 13, open)"]
 fn regression_slow_two_shard_reservation_after_a_take() {
