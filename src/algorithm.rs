@@ -132,6 +132,10 @@ pub(crate) mod sealed {
 
         /// The policy for `quota`, or why this algorithm cannot enforce it (naming the field).
         fn policy(quota: &Quota) -> Result<Self::Policy, QuotaError>;
+        /// Anchors a direct limiter's policy at its construction reading `now`, before
+        /// [`Contract::initial`]: the GCRA's limiters start no refill before it (see
+        /// `Gcra::begin_at`); the others change nothing.
+        fn begin(_policy: &mut Self::Policy, _now: Nanos) {}
         /// A direct limiter's first state: the quota's initial fill as of `now`.
         fn initial(policy: &Self::Policy, quota: &Quota, now: Nanos) -> Self::State;
         /// The state of a key created afresh, fresh as of `at`: identical to a never-used state
@@ -227,6 +231,8 @@ pub(crate) mod sealed {
         fn time(policy: &Self::Policy, now: Nanos) -> Self::Time;
         /// The most one request may ask for: a larger one is [`InsufficientCapacity`](crate::InsufficientCapacity).
         fn capacity(policy: &Self::Policy) -> u64;
+        /// As [`Contract::begin`].
+        fn begin(_policy: &mut Self::Policy, _now: Nanos) {}
         /// The word of a direct limiter with the quota's initial fill at `now`.
         fn initial_word(policy: &Self::Policy, quota: &Quota, now: Self::Time) -> u64;
         /// The word of a key created afresh, fresh as of `at` (see [`Contract::fresh`]).
@@ -284,6 +290,10 @@ impl<T: OneWord> Contract for T {
 
     fn policy(quota: &Quota) -> Result<Self::Policy, QuotaError> {
         T::policy(quota)
+    }
+
+    fn begin(policy: &mut Self::Policy, now: Nanos) {
+        T::begin(policy, now);
     }
 
     fn initial(policy: &Self::Policy, quota: &Quota, now: Nanos) -> AtomicU64 {

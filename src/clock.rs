@@ -19,6 +19,9 @@
 //! request may be refused that would have been admitted a moment later; nothing is ever admitted
 //! that the limit forbids. The same holds when two threads' readings reach the limiter out of order.
 //!
+//! A token bucket, sharded bucket or leaky meter never starts a refill (a departure) before its
+//! construction reading, so a clock that steps back to before it cannot stretch the first window.
+//!
 //! # Examples
 //!
 //! ```

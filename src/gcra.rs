@@ -80,6 +80,10 @@ impl<T: GcraWord> OneWord for T {
         policy.capacity
     }
 
+    fn begin(policy: &mut Gcra, now: Nanos) {
+        policy.begin_at(now);
+    }
+
     fn initial_word(policy: &Gcra, quota: &Quota, now: Time) -> u64 {
         // The bucket's tokens, the meter's free places: the same number.
         policy.initial_word(quota.initial(), now)
@@ -126,6 +130,9 @@ pub struct Gcra {
     /// The burst window `capacity × interval` (the meter's longest backlog), at most 2^62.
     pub(crate) burst: u64,
     capacity: u64,
+    /// The first unit at which a refill (a departure) may start: a direct limiter's construction
+    /// reading rounded up (see [`Gcra::begin_at`]), 0 for a keyed limiter's shared policy.
+    origin_up: u64,
 }
 
 /// A clock reading in the policy's units: `ns = (units << shift) + (ns & mask)`, after clamping to
@@ -225,7 +232,18 @@ impl Gcra {
             // Validation bounds this product by 2^62 (see `Quota::time_unit`).
             burst: quota.capacity().saturating_mul(interval),
             capacity: quota.capacity(),
+            origin_up: 0,
         }
+    }
+
+    /// Anchors this policy at `now`, a direct limiter's construction reading: no refill (no
+    /// departure) starts before it, whatever later readings say. A full word built at `now`
+    /// counts its tokens from `now` rounded down to a whole unit (as a full bucket's tokens are
+    /// counted at any reading); without the anchor, a clock stepping back into that unit would
+    /// start a refill up to one unit before the limiter existed. Only coarse units are affected:
+    /// with nanosecond units no reading rounds below `now`'s own word.
+    pub(crate) fn begin_at(&mut self, now: Nanos) {
+        self.origin_up = self.time(now).units_up;
     }
 
     /// Units per token.
@@ -250,8 +268,11 @@ impl Gcra {
         let ns = now.clamped();
         Time {
             units: ns >> self.shift,
-            // ⌈ns / 2^shift⌉: ns <= 2^62, so adding the mask cannot overflow.
-            units_up: (ns + self.mask) >> self.shift,
+            // ⌈ns / 2^shift⌉: ns <= 2^62, so adding the mask cannot overflow. Never before the
+            // limiter's construction reading rounded up (see `begin_at`): a full word is at least
+            // `origin_up - 1`, so `units_up` stays within one unit of any word it is compared
+            // with.
+            units_up: ((ns + self.mask) >> self.shift).max(self.origin_up),
             ns,
         }
     }
@@ -330,10 +351,25 @@ impl Gcra {
                     self.burst - c.gap,
                     self.interval,
                     self.span(c.gap, now),
-                    Next::token(c.new - c.gap - now.units),
+                    self.next_token(c, now),
                 ),
             ),
             Err(wait) => Step::Refuse(self.denied(word, now, wait)),
+        }
+    }
+
+    /// When an admission's bucket next gains a whole token: one interval's remainder after the
+    /// level left, plus the units by which its refill restarts after the reading rounded down
+    /// (`start - max(word, now)`). That is 0 or 1 (encoded without a division), except for a
+    /// direct bucket read before its construction whose word a refund at such a reading moved
+    /// below the construction's unit: then its refill waits for the construction reading.
+    #[inline]
+    fn next_token(&self, c: Conforming, now: Time) -> Next {
+        let late = c.new - c.gap - now.units;
+        if late <= 1 {
+            Next::token(late)
+        } else {
+            Next::units(self.interval - (self.burst - c.gap) % self.interval + late)
         }
     }
 
@@ -459,6 +495,12 @@ impl Gcra {
                 },
             ),
             Err(wait) => {
+                // A bucket full at `now` conforms, so here `word > now.units`: the reserved tokens refill after
+                // `max(word, now_up)`, as an admission's would. That is the word itself, but for
+                // a direct limiter's untouched full word read before its construction reading,
+                // one unit below `now_up` (see `begin_at`): then the tokens are one unit later.
+                let start = word.max(now.units_up);
+                let wait = wait + (start - word);
                 let wait_ns = self.span(wait, now).nanos();
                 if wait_ns > u128::from(max_wait_ns) {
                     // `wait_ns - max_wait_ns`, in the denial's frame (its figures share the
@@ -471,11 +513,9 @@ impl Gcra {
                     let retry = self.span(u64::try_from(units).unwrap_or(wait), now);
                     return Step::Refuse(self.denied_for(word, now, retry));
                 }
-                // A bucket full at `now` conforms, so here `word > now.units`, hence
-                // `word >= now.units_up`: the reserved tokens refill after the word, as an
-                // admission's would (`max(word, now_up) + cost`). The debt is `wait <= max_wait`,
-                // so the word stays below `now + B + MAX_WAIT + 1` (see [`Tat`]).
-                let new = word + n * self.interval;
+                // The debt is `wait <= max_wait`, so the word stays below `now + B + MAX_WAIT + 1`
+                // (see [`Tat`]).
+                let new = start + n * self.interval;
                 // `now.ns <= 2^62` and `wait_ns <= max_wait_ns <= 2^61`: no overflow.
                 let ready_ns = now.ns + u64::try_from(wait_ns).unwrap_or(u64::MAX);
                 Step::Write(new, Reserved { tat: new, ready_ns })

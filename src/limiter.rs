@@ -408,8 +408,10 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     }
 
     /// A limiter from a policy already validated for `quota`.
-    pub(crate) fn from_policy(policy: A::Policy, quota: Quota, clock: C) -> Direct<A, C> {
-        let state = A::initial(&policy, &quota, clock.now());
+    pub(crate) fn from_policy(mut policy: A::Policy, quota: Quota, clock: C) -> Direct<A, C> {
+        let now = clock.now();
+        A::begin(&mut policy, now);
+        let state = A::initial(&policy, &quota, now);
         Direct {
             state: CachePadded::new(state),
             policy,

@@ -100,7 +100,8 @@
 //! - **Never more than the limit.** Each shard is an exact token bucket for its part of the quota,
 //!   and the parts sum to the quota: over any interval of length `t` from a full limiter, admissions
 //!   <= `C + R × t` under any interleaving (a give-back only ever undoes its own write to a word
-//!   nobody else wrote since, which restores exactly the state without the take).
+//!   nobody else wrote since, which restores exactly the state without the take). As for the token
+//!   bucket, no shard's refill starts before the construction reading, however the clock steps.
 //! - **A bounded shortfall.** Compared with one [`TokenBucket`](crate::TokenBucket) with the same
 //!   history, the shards may hold less, in two ways:
 //!   1. *stranded fractions*: each shard carries its own fraction of a token, so the shards may hold
@@ -443,7 +444,9 @@ impl<C: Clock> ShardedBucket<C> {
         let shards: Box<[CachePadded<Shard>]> = parts
             .iter()
             .map(|part| {
-                let policy = Policy::new(part);
+                let mut policy = Policy::new(part);
+                // No refill starts before the construction reading (see `TokenBucket`).
+                policy.begin_at(now);
                 let word = policy.initial_word(part.initial(), policy.time(now));
                 CachePadded::new(Shard {
                     word: AtomicU64::new(word),

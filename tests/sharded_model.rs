@@ -574,14 +574,13 @@ fn take_up_to_gathers_what_the_shards_hold() {
 }
 
 /// The case CI's proptest found (2026-12-02): on a very slow quota (one token in about 94 years,
-/// capacity 7: coarse time units of 8 ns; the bucket falls back to one shard), a reservation
-/// made after everything was taken is ready a few nanoseconds (under one unit) before the instant
-/// at which C + R*t allows its token: 8 tokens by an instant where the bound is 7. Open under
-/// issue 13: whether the bucket's own admissions share this sub-unit rounding, and which side
-/// (the ready instant or the bound's exact arithmetic) is to change, is not settled. This case
-/// fails until it is (run it with `--ignored`).
+/// capacity 7: coarse time units of 8 ns; the bucket falls back to one shard), the clock steps
+/// back 4 ns right after construction and the first tokens are taken there. The full bucket counted
+/// its tokens from its construction reading rounded down to a whole unit, so that earlier reading
+/// started the refill 4 ns before the bucket existed, and a reservation made after everything was
+/// taken was ready 4 ns before C + R*t (counted from construction) allows its token. Fixed by
+/// taking any reading before the construction reading as the construction reading.
 #[test]
-#[ignore = "known defect of the sharded reservation under coarse time units (issue 13, open)"]
 fn regression_slow_two_shard_reservation_after_a_take() {
     use bucket_driver::Wait;
     let spec = QuotaSpec {

@@ -12,7 +12,10 @@ use testkit::Outcome;
 use proptest::prelude::*;
 
 use bucket_strategies::{amount, fraction, rate, request, spread, start, step, via_clock, wait};
-use tollgate::{AcquireError, InsufficientCapacity, ManualClock, Nanos, Quota, TokenBucket};
+use tollgate::leaky::LeakyMeter;
+use tollgate::{
+    AcquireError, InsufficientCapacity, ManualClock, Nanos, Quota, ShardedBucket, TokenBucket,
+};
 
 use bucket_driver::{check_quota, check_window, run, Op, QuotaSpec, Rate};
 use reference::{RefBucket, RefPolicy};
@@ -518,6 +521,58 @@ fn rate_bound_holds_in_nanoseconds_with_coarse_units() {
     // C + floor(R × t) with R = 1 / 86_400 s and t = T1 - T0 < 86_400 s.
     const _: () = assert!(T1 - T0 < 86_400_000_000_000);
     assert!(admitted <= 1 << 40, "{admitted} admitted in {} ns", T1 - T0);
+}
+
+/// No refill starts before the construction reading. With coarse units (here 2 ns: one token per
+/// 2^61 ns, capacity 4, so the burst window exceeds 2^62 ns) a full bucket built at an odd reading
+/// counts its tokens from that reading rounded down; a clock that then steps back one nanosecond
+/// used to start the refill there, one nanosecond before the bucket existed, so the fifth token was
+/// ready 1 ns before `C + R × t` allows it (the case CI's sharded proptest found). The model, begun
+/// at the same reading, agrees.
+#[test]
+fn no_refill_starts_before_the_construction_reading() {
+    const BUILT: u64 = 5;
+    const I_NS: u64 = 1 << 61;
+    let quota = Quota::per_period(1, Duration::from_nanos(I_NS))
+        .unwrap()
+        .with_capacity(4)
+        .unwrap();
+    let p = policy(1, Duration::from_nanos(I_NS), 4).begun_at(BUILT);
+    assert_eq!(p.shift, 1, "coarse units, or the case tests nothing");
+    let mut model = RefBucket::new(p, 4, BUILT).unwrap();
+    let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(Nanos::new(BUILT)));
+    let sharded = ShardedBucket::builder(quota)
+        .shards(1)
+        .clock(ManualClock::starting_at(Nanos::new(BUILT)))
+        .build()
+        .unwrap();
+    let meter = LeakyMeter::with_clock(quota, ManualClock::starting_at(Nanos::new(BUILT)));
+    let early = Nanos::new(BUILT - 1);
+    assert!(model.acquire(4, BUILT - 1).is_admitted());
+    assert!(bucket.try_acquire_n_at(4, early).is_ok());
+    assert!(sharded.try_acquire_n_at(4, early).is_ok());
+    assert!(meter.try_acquire_n_at(4, early).is_ok());
+    // C + R × t reaches 5 at BUILT + I_NS; the refill starts at BUILT rounded up to the 2 ns
+    // unit, so the fifth token comes 1 ns after that (before the fix: 1 ns before it).
+    let ready = BUILT + I_NS + 1;
+    let wait = u128::from(ready - (BUILT - 1));
+    let want = Outcome::denied_until(wait, ready, 0, 3 * u128::from(I_NS) + wait, Some(wait));
+    assert_eq!(model.acquire(1, BUILT - 1), want);
+    let denial = bucket.try_acquire_at(early).unwrap_err();
+    assert_eq!(testkit::outcome::observe_one(Err(denial)), want);
+    assert_eq!(denial.retry_at(), Nanos::new(ready));
+    assert_eq!(
+        sharded.try_acquire_at(early).unwrap_err().retry_at(),
+        Nanos::new(ready)
+    );
+    // The meter's `try_acquire` admits only a request that leaves at once: when its queue of four
+    // is empty, four intervals after BUILT rounded up.
+    assert_eq!(
+        meter.try_acquire_at(early).unwrap_err().retry_at(),
+        Nanos::new(BUILT + 4 * I_NS + 1)
+    );
+    assert!(bucket.try_acquire_at(Nanos::new(ready - 1)).is_err());
+    assert!(bucket.try_acquire_at(Nanos::new(ready)).is_ok());
 }
 
 /// A few quotas straight through the shared driver, so a failure here names a simple case.

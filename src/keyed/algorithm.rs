@@ -243,6 +243,12 @@ impl<A: Algorithm> Contract for Tiered<A> {
         Ok(TieredPolicy(Box::new([A::policy(quota)?])))
     }
 
+    fn begin(policy: &mut Self::Policy, now: Nanos) {
+        for tier in policy.0.iter_mut() {
+            A::begin(tier, now);
+        }
+    }
+
     fn initial(policy: &Self::Policy, quota: &Quota, now: Nanos) -> Self::State {
         TieredState {
             state: A::initial(Self::tier(policy, 0).0, quota, now),

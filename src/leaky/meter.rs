@@ -74,6 +74,8 @@
 //!   arrive out of order) sees the queue as it would be at that reading: no shorter, so it never frees
 //!   places, and never schedules a departure before the drain time. An idle period of any length
 //!   empties the queue, and no further.
+//! - No departure is ever scheduled before the meter's construction reading (rounded up to a whole
+//!   unit), even when the clock then steps back.
 //! - Readings beyond [`Nanos::MAX_USABLE`] (146 years) are clamped: no arithmetic can overflow.
 //!
 //! # Ranges and time units

@@ -366,7 +366,8 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
     };
     let clock = ManualClock::starting_at(Nanos::new(start));
     let bucket = TokenBucket::with_clock(quota, clock.clone());
-    let mut model = RefBucket::new(policy, initial, start).expect("an initial fill in range");
+    let mut model =
+        RefBucket::new(policy.begun_at(start), initial, start).expect("an initial fill in range");
     let capacity = policy.capacity;
     let mut now = start;
     let at_start = || format!("at the start, {spec:?} from {start}");
@@ -488,7 +489,8 @@ pub fn check_window(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount)]) {
         return;
     };
     let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(Nanos::new(start)));
-    let mut model = RefBucket::new(policy, initial, start).expect("an initial fill in range");
+    let mut model =
+        RefBucket::new(policy.begun_at(start), initial, start).expect("an initial fill in range");
     let mut admitted: u128 = 0;
     let mut latest = start;
     for &(offset, amount) in requests {

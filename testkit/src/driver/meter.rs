@@ -94,7 +94,8 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[MeterOp]) {
     };
     let clock = ManualClock::starting_at(Nanos::new(start));
     let meter = LeakyMeter::with_clock(quota, clock.clone());
-    let mut model = RefMeter::new(policy, initial, start).expect("an initial fill in range");
+    let mut model =
+        RefMeter::new(policy.begun_at(start), initial, start).expect("an initial fill in range");
     let capacity = policy.capacity;
     let mut now = start;
     let at_start = || format!("at the start, {spec:?} from {start}");

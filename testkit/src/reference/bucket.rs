@@ -15,6 +15,10 @@
 //! - A reading is clamped to `2^62` ns, then split into `t = ns >> k` units and `sub = ns mod 2^k`.
 //! - The level at `t` is `f(t) = min(B, level + (t - last))`, for `t` before or after `last`; it
 //!   may be negative (a reading earlier than one already applied).
+//! - A refill restarted at a reading (taking from a full bucket) starts at the reading rounded up
+//!   to a whole unit, and, for a direct limiter, never before its construction reading rounded up
+//!   ([`RefPolicy::begun_at`]; only a clock stepping back into the construction's unit reaches
+//!   this, and only with coarse units).
 //! - **Reserving `n`** (`1 <= n <= C`) with `max_wait`: admitted as a request for `n` is when
 //!   `f(t) >= n × I` (ready at the reading); otherwise the wait is `(n × I - f(t))` units, as
 //!   nanoseconds from the reading; within `max_wait` the level becomes `f(t) - n × I` (negative:
@@ -82,6 +86,9 @@ pub struct RefPolicy {
     pub interval: i128,
     /// The burst window `B = C × I`, in units.
     pub burst: i128,
+    /// The first unit at which a refill (a departure) may start: a direct limiter's construction
+    /// reading rounded up (see [`RefPolicy::begun_at`]); 0 unless set.
+    pub origin_up: i128,
 }
 
 impl RefPolicy {
@@ -114,7 +121,18 @@ impl RefPolicy {
             shift,
             interval,
             burst: i128::from(capacity) * interval,
+            origin_up: 0,
         })
+    }
+
+    /// The policy of a direct limiter built at `now_ns`: no refill (no departure) starts before
+    /// that reading rounded up to a whole unit, whatever later readings say. A keyed limiter's
+    /// keys have no such origin.
+    pub fn begun_at(self, now_ns: u64) -> RefPolicy {
+        RefPolicy {
+            origin_up: self.reading(now_ns).t_up(),
+            ..self
+        }
     }
 
     /// A reading as the model uses it.
@@ -124,6 +142,7 @@ impl RefPolicy {
             ns,
             t: i128::from(ns >> self.shift),
             sub: u128::from(ns & ((1u64 << self.shift) - 1)),
+            origin_up: self.origin_up,
         }
     }
 
@@ -149,12 +168,15 @@ pub struct Reading {
     pub t: i128,
     /// The nanoseconds below one unit.
     pub sub: u128,
+    /// The policy's [`RefPolicy::origin_up`]: [`Reading::t_up`] is never before it.
+    pub origin_up: i128,
 }
 
 impl Reading {
-    /// The reading rounded up to a whole unit.
+    /// Where a refill restarted at this reading starts: the reading rounded up to a whole unit,
+    /// and never before the direct limiter's construction reading rounded up.
     pub fn t_up(&self) -> i128 {
-        self.t + i128::from(self.sub != 0)
+        (self.t + i128::from(self.sub != 0)).max(self.origin_up)
     }
 }
 
@@ -218,12 +240,20 @@ impl RefBucket {
         }
         let cost = i128::from(n) * p.interval;
         if lvl >= cost {
-            let left = lvl - cost;
             // Taking from a full bucket starts its refill at the first whole unit at or after the
-            // reading, so no refill is credited for time before the reading.
-            let last = if lvl == p.burst { at.t_up() } else { at.t };
+            // reading, so no refill is credited for time before the reading; so does taking from
+            // a direct bucket not yet full again by then only because the reading is before its
+            // construction (its refill never starts before that reading rounded up).
+            // The level left at the reading (what is reported), and the state whose line is full
+            // again `cost` after the refill's start (what is stored).
+            let left = lvl - cost;
+            let (level, last) = if self.full_at() <= at.t_up() {
+                (p.burst - cost, at.t_up())
+            } else {
+                (left, at.t)
+            };
             let after = RefBucket {
-                level: left,
+                level,
                 last,
                 ..*self
             };
@@ -233,7 +263,7 @@ impl RefBucket {
                 reset_after_ns: p.span_ns(p.burst - left, at),
                 next_after_ns: after.next_after(remaining, at),
             };
-            (outcome, Some((left, last)))
+            (outcome, Some((level, last)))
         } else {
             let retry_after_ns = p.span_ns(cost - lvl, at);
             let retry_at = u128::from(at.ns) + retry_after_ns;
@@ -362,7 +392,10 @@ impl RefBucket {
             assert!(outcome.is_admitted(), "{n} tokens are there: {outcome:?}");
             return Ok(reserved(n, at.ns, self.full_at()));
         }
-        let wait_ns = p.span_ns(cost - lvl, at);
+        // The debt's refill starts where the bucket is full again, or, for a direct bucket read
+        // before its construction, at that reading rounded up: then `late` units later.
+        let late = (at.t_up() - self.full_at()).max(0);
+        let wait_ns = p.span_ns(cost - lvl + late, at);
         if wait_ns > u128::from(max_wait_ns) {
             // `wait - max_wait`, in whole units of the bucket's time from the reading (exact
             // with nanosecond units; rounded up to the unit with coarser ones).
@@ -377,8 +410,13 @@ impl RefBucket {
                 next_after_ns: self.next_after(p.tokens(lvl), at),
             });
         }
-        self.level = lvl - cost;
-        self.last = at.t;
+        if late > 0 {
+            self.level = p.burst - cost;
+            self.last = at.t_up();
+        } else {
+            self.level = lvl - cost;
+            self.last = at.t;
+        }
         let ready = u64::try_from(u128::from(at.ns) + wait_ns).expect("2^62 + 2^61 fits");
         Ok(reserved(n, ready, self.full_at()))
     }

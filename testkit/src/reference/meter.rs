@@ -14,9 +14,11 @@
 //! # The semantics modelled (the meter's module docs)
 //!
 //! - Time units, the interval `I` and the reading's split into `t` (rounded down) and `sub` are the
-//!   token bucket's ([`RefPolicy`]); the window `C × I` is its burst window.
+//!   token bucket's ([`RefPolicy`]); the window `C × I` is its burst window. A reading before the
+//!   one the meter was built at is taken as that one (the driver passes a policy
+//!   [`begun_at`](RefPolicy::begun_at) it).
 //! - The drain time `D` is the end of the last departure span, and never earlier than the reading
-//!   at which the meter was built (a reading before that sees a backlog, never a freer queue).
+//!   at which the meter was built.
 //! - The queue at reading `t` holds `ceil(max(0, D - t) / I)` requests.
 //! - A scheduling of `n` (1 ..= C) at `t` starts at `max(D, t_up)` and fits when the queue it leaves,
 //!   `ceil((max(D, t) + n × I - t) / I)`, is at most `C`.

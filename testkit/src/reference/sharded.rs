@@ -132,7 +132,8 @@ impl ShardedModel {
             .into_iter()
             .map(|(count, policy, fill)| ModelShard {
                 count,
-                bucket: RefBucket::new(policy, fill, start_ns).expect("a fill within the part"),
+                bucket: RefBucket::new(policy.begun_at(start_ns), fill, start_ns)
+                    .expect("a fill within the part"),
             })
             .collect();
         ShardedModel {
