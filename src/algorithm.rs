@@ -133,8 +133,8 @@ pub(crate) mod sealed {
         /// The policy for `quota`, or why this algorithm cannot enforce it (naming the field).
         fn policy(quota: &Quota) -> Result<Self::Policy, QuotaError>;
         /// Anchors a direct limiter's policy at its construction reading `now`, before
-        /// [`Contract::initial`]: the GCRA's limiters start no refill before it (see
-        /// `Gcra::begin_at`); the others change nothing.
+        /// [`Contract::initial`]: the GCRA's limiters lay their time units so that `now` starts
+        /// one (see `Gcra::begin_at`); the others change nothing.
         fn begin(_policy: &mut Self::Policy, _now: Nanos) {}
         /// A direct limiter's first state: the quota's initial fill as of `now`.
         fn initial(policy: &Self::Policy, quota: &Quota, now: Nanos) -> Self::State;

@@ -15,8 +15,9 @@
 //! ```
 //!
 //! Time is counted in units of `2^shift` ns since the clock's epoch: nanoseconds unless the burst
-//! window exceeds 2^62 ns (see [`Quota`](crate::quota#very-long-burst-windows)). The state table of
-//! the word is on [`Tat`].
+//! window exceeds 2^62 ns (see [`Quota`](crate::quota#very-long-burst-windows)). A direct
+//! limiter's units are laid so that its construction reading starts one ([`Gcra::begin_at`]). The
+//! state table of the word is on [`Tat`].
 
 use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
@@ -130,13 +131,15 @@ pub struct Gcra {
     /// The burst window `capacity × interval` (the meter's longest backlog), at most 2^62.
     pub(crate) burst: u64,
     capacity: u64,
-    /// The first unit at which a refill (a departure) may start: a direct limiter's construction
-    /// reading rounded up (see [`Gcra::begin_at`]), 0 for a keyed limiter's shared policy.
-    origin_up: u64,
+    /// Added to every reading before it is cut into units, so that a direct limiter's
+    /// construction reading falls on a unit boundary (see [`Gcra::begin_at`]); below one unit,
+    /// and 0 with nanosecond units and for a keyed limiter's shared policy.
+    lead: u64,
 }
 
-/// A clock reading in the policy's units: `ns = (units << shift) + (ns & mask)`, after clamping to
-/// [`Nanos::MAX_USABLE`].
+/// A clock reading in the policy's units: `ns + lead = (units << shift) + sub`, after clamping to
+/// [`Nanos::MAX_USABLE`] (`lead` aligns a direct limiter's construction reading on a unit: see
+/// [`Gcra::begin_at`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Time {
     /// The reading rounded down to a whole unit: what tokens (the backlog) are counted at.
@@ -145,6 +148,8 @@ pub struct Time {
     /// refill is ever credited for time before the reading. Equal to `units` when units are
     /// nanoseconds.
     pub(crate) units_up: u64,
+    /// The nanoseconds of the reading past `units` (0 with nanosecond units).
+    pub(crate) sub: u64,
     /// The clamped reading in nanoseconds.
     pub(crate) ns: u64,
 }
@@ -232,18 +237,24 @@ impl Gcra {
             // Validation bounds this product by 2^62 (see `Quota::time_unit`).
             burst: quota.capacity().saturating_mul(interval),
             capacity: quota.capacity(),
-            origin_up: 0,
+            lead: 0,
         }
     }
 
-    /// Anchors this policy at `now`, a direct limiter's construction reading: no refill (no
-    /// departure) starts before it, whatever later readings say. A full word built at `now`
-    /// counts its tokens from `now` rounded down to a whole unit (as a full bucket's tokens are
-    /// counted at any reading); without the anchor, a clock stepping back into that unit would
-    /// start a refill up to one unit before the limiter existed. Only coarse units are affected:
-    /// with nanosecond units no reading rounds below `now`'s own word.
+    /// Aligns this policy's time units on `now`, a direct limiter's construction reading: units
+    /// are counted from that reading's offset within a unit, so the reading is a whole unit and
+    /// the full word built at it says "full since the construction reading", not since up to one
+    /// unit before it. (Else a clock stepping back into that unit would start a refill before the
+    /// limiter existed, letting a token through up to one unit early against `C + R × t` counted
+    /// from construction.) Changes nothing with nanosecond units.
     pub(crate) fn begin_at(&mut self, now: Nanos) {
-        self.origin_up = self.time(now).units_up;
+        self.lead = now.clamped().wrapping_neg() & self.mask;
+    }
+
+    /// The whole units in `d`, rounded down: a duration, not a reading (no lead).
+    #[inline]
+    pub(crate) fn whole_units(&self, d: Nanos) -> u64 {
+        d.clamped() >> self.shift
     }
 
     /// Units per token.
@@ -266,15 +277,22 @@ impl Gcra {
     #[inline]
     pub(crate) fn time(&self, now: Nanos) -> Time {
         let ns = now.clamped();
+        // On the policy's grid (see `begin_at`): ns <= 2^62 and lead, mask < 2^shift <= 2^62, so
+        // nothing here can overflow.
+        let at = ns + self.lead;
         Time {
-            units: ns >> self.shift,
-            // ⌈ns / 2^shift⌉: ns <= 2^62, so adding the mask cannot overflow. Never before the
-            // limiter's construction reading rounded up (see `begin_at`): a full word is at least
-            // `origin_up - 1`, so `units_up` stays within one unit of any word it is compared
-            // with.
-            units_up: ((ns + self.mask) >> self.shift).max(self.origin_up),
+            units: at >> self.shift,
+            units_up: (at + self.mask) >> self.shift,
+            sub: at & self.mask,
             ns,
         }
+    }
+
+    /// A reading in nanoseconds (it may lie beyond 2^62) in whole units on the policy's grid,
+    /// rounded down.
+    #[inline]
+    fn units_at(&self, ns: u128) -> u128 {
+        (ns + u128::from(self.lead)) >> self.shift
     }
 
     /// `units` from the reading `at` (rounded down), as nanoseconds from the exact reading.
@@ -284,7 +302,7 @@ impl Gcra {
             units,
             shift: self.shift,
             // The nanoseconds of the reading below one unit.
-            sub: at.ns & self.mask,
+            sub: at.sub,
         }
     }
 
@@ -351,25 +369,10 @@ impl Gcra {
                     self.burst - c.gap,
                     self.interval,
                     self.span(c.gap, now),
-                    self.next_token(c, now),
+                    Next::token(c.new - c.gap - now.units),
                 ),
             ),
             Err(wait) => Step::Refuse(self.denied(word, now, wait)),
-        }
-    }
-
-    /// When an admission's bucket next gains a whole token: one interval's remainder after the
-    /// level left, plus the units by which its refill restarts after the reading rounded down
-    /// (`start - max(word, now)`). That is 0 or 1 (encoded without a division), except for a
-    /// direct bucket read before its construction whose word a refund at such a reading moved
-    /// below the construction's unit: then its refill waits for the construction reading.
-    #[inline]
-    fn next_token(&self, c: Conforming, now: Time) -> Next {
-        let late = c.new - c.gap - now.units;
-        if late <= 1 {
-            Next::token(late)
-        } else {
-            Next::units(self.interval - (self.burst - c.gap) % self.interval + late)
         }
     }
 
@@ -495,12 +498,6 @@ impl Gcra {
                 },
             ),
             Err(wait) => {
-                // A bucket full at `now` conforms, so here `word > now.units`: the reserved tokens refill after
-                // `max(word, now_up)`, as an admission's would. That is the word itself, but for
-                // a direct limiter's untouched full word read before its construction reading,
-                // one unit below `now_up` (see `begin_at`): then the tokens are one unit later.
-                let start = word.max(now.units_up);
-                let wait = wait + (start - word);
                 let wait_ns = self.span(wait, now).nanos();
                 if wait_ns > u128::from(max_wait_ns) {
                     // `wait_ns - max_wait_ns`, in the denial's frame (its figures share the
@@ -508,14 +505,16 @@ impl Gcra {
                     // quotas), rounded up to the unit, so never earlier than the reservation
                     // fits. `target + sub <= wait << shift`, so the units fit a u64.
                     let target = wait_ns - u128::from(max_wait_ns);
-                    let sub = u128::from(now.ns & self.mask);
+                    let sub = u128::from(now.sub);
                     let units = (target + sub).div_ceil(1u128 << self.shift);
                     let retry = self.span(u64::try_from(units).unwrap_or(wait), now);
                     return Step::Refuse(self.denied_for(word, now, retry));
                 }
-                // The debt is `wait <= max_wait`, so the word stays below `now + B + MAX_WAIT + 1`
-                // (see [`Tat`]).
-                let new = start + n * self.interval;
+                // A bucket full at `now` conforms, so here `word > now.units`, hence
+                // `word >= now.units_up`: the reserved tokens refill after the word, as an
+                // admission's would (`max(word, now_up) + cost`). The debt is `wait <= max_wait`,
+                // so the word stays below `now + B + MAX_WAIT + 1` (see [`Tat`]).
+                let new = word + n * self.interval;
                 // `now.ns <= 2^62` and `wait_ns <= max_wait_ns <= 2^61`: no overflow.
                 let ready_ns = now.ns + u64::try_from(wait_ns).unwrap_or(u64::MAX);
                 Step::Write(new, Reserved { tat: new, ready_ns })
@@ -534,7 +533,7 @@ impl Gcra {
         n: u64,
         deadline_ns: u128,
     ) -> Step<(u64, Reserved), ()> {
-        let deadline = deadline_ns >> self.shift;
+        let deadline = self.units_at(deadline_ns);
         let from = u128::from(word.max(now.units));
         let level = (deadline + u128::from(self.burst)).saturating_sub(from);
         let fits = u64::try_from(level / u128::from(self.interval)).unwrap_or(u64::MAX);

@@ -48,7 +48,9 @@
 //! unit (a long-run shortfall under 0.1 %). Tokens are counted at a reading rounded down to a whole
 //! unit, and a refill that restarts at a reading starts at the reading rounded up, so an admission
 //! may wait up to one unit longer, and `C + R × t` still holds exactly in nanoseconds. Retry times
-//! stay exact to the nanosecond.
+//! stay exact to the nanosecond. A direct limiter lays its units so that its construction reading
+//! starts one: it is full as of that reading exactly, and a clock that steps back before it sees
+//! it not yet full (never fuller than at construction).
 
 use std::fmt;
 use std::time::Duration;

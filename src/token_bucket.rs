@@ -41,10 +41,10 @@
 //!   no more tokens than it does now: a clock stepping backwards, or two threads whose readings arrive
 //!   out of order, never create tokens. A reading that jumps forward by years fills the bucket, as
 //!   any idle period does, and no further.
-//! - No refill starts before the bucket's construction reading, so the bound above holds from that
-//!   reading even when the clock then steps back. (With coarse units, a full bucket counts its
-//!   tokens from its construction reading rounded down to a whole unit; a refill restarted at a
-//!   reading in that unit before construction starts at the construction reading rounded up.)
+//! - The bucket is full as of its construction reading, exactly (with coarse units too: its units
+//!   are laid so that this reading starts one), and a reading before it sees the bucket not yet
+//!   full, so the bound above holds from the construction reading even when the clock then steps
+//!   back.
 //! - Readings beyond [`Nanos::MAX_USABLE`] (146 years) are clamped: no arithmetic can overflow.
 //!
 //! # Reserving, and taking what is there

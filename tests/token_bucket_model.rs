@@ -485,7 +485,9 @@ fn next_after_counts_the_refill_from_the_reading_rounded_up() {
     let quota = Quota::per_day(1).unwrap().with_capacity(1 << 40).unwrap();
     let p = policy(1, Duration::from_secs(86_400), 1 << 40);
     let mut model = RefBucket::new(p, 1 << 40, T0).unwrap();
-    let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(Nanos::new(T0)));
+    // Built at 0, so its units fall on multiples of 2^25 ns (a bucket's units start at its
+    // construction reading) and T0 is not a whole unit; full at T0, as the model is.
+    let bucket = TokenBucket::with_clock(quota, ManualClock::new());
     let next = ((2_574_921u128 + 1) << 25) - u128::from(T0);
     let got = testkit::outcome::observe_one(bucket.try_acquire_at(Nanos::new(T0)));
     assert!(
@@ -523,23 +525,25 @@ fn rate_bound_holds_in_nanoseconds_with_coarse_units() {
     assert!(admitted <= 1 << 40, "{admitted} admitted in {} ns", T1 - T0);
 }
 
-/// No refill starts before the construction reading. With coarse units (here 2 ns: one token per
-/// 2^61 ns, capacity 4, so the burst window exceeds 2^62 ns) a full bucket built at an odd reading
-/// counts its tokens from that reading rounded down; a clock that then steps back one nanosecond
-/// used to start the refill there, one nanosecond before the bucket existed, so the fifth token was
-/// ready 1 ns before `C + R × t` allows it (the case CI's sharded proptest found). The model, begun
-/// at the same reading, agrees.
+/// A direct limiter's time units start at its construction reading. With coarse units (here
+/// 2 ns: one token per 2^61 ns, capacity 4, so the burst window exceeds 2^62 ns) a full bucket
+/// built at an odd reading used to count itself full from that reading rounded down, so a clock
+/// stepping back one nanosecond could take the whole burst there and start the refill before the
+/// bucket existed: the fifth token came 1 ns before `C + R × t` (counted from construction)
+/// allows it, the case CI's sharded proptest found. Now the earlier reading sees the bucket not
+/// yet full, and the fifth token comes exactly at the bound. The model, begun at the same reading,
+/// agrees.
 #[test]
-fn no_refill_starts_before_the_construction_reading() {
+fn time_units_start_at_the_construction_reading() {
     const BUILT: u64 = 5;
     const I_NS: u64 = 1 << 61;
     let quota = Quota::per_period(1, Duration::from_nanos(I_NS))
         .unwrap()
         .with_capacity(4)
         .unwrap();
-    let p = policy(1, Duration::from_nanos(I_NS), 4).begun_at(BUILT);
+    let p = policy(1, Duration::from_nanos(I_NS), 4);
     assert_eq!(p.shift, 1, "coarse units, or the case tests nothing");
-    let mut model = RefBucket::new(p, 4, BUILT).unwrap();
+    let mut model = RefBucket::new(p.begun_at(BUILT), 4, BUILT).unwrap();
     let bucket = TokenBucket::with_clock(quota, ManualClock::starting_at(Nanos::new(BUILT)));
     let sharded = ShardedBucket::builder(quota)
         .shards(1)
@@ -547,32 +551,45 @@ fn no_refill_starts_before_the_construction_reading() {
         .build()
         .unwrap();
     let meter = LeakyMeter::with_clock(quota, ManualClock::starting_at(Nanos::new(BUILT)));
-    let early = Nanos::new(BUILT - 1);
-    assert!(model.acquire(4, BUILT - 1).is_admitted());
-    assert!(bucket.try_acquire_n_at(4, early).is_ok());
-    assert!(sharded.try_acquire_n_at(4, early).is_ok());
-    assert!(meter.try_acquire_n_at(4, early).is_ok());
-    // C + R × t reaches 5 at BUILT + I_NS; the refill starts at BUILT rounded up to the 2 ns
-    // unit, so the fifth token comes 1 ns after that (before the fix: 1 ns before it).
-    let ready = BUILT + I_NS + 1;
-    let wait = u128::from(ready - (BUILT - 1));
-    let want = Outcome::denied_until(wait, ready, 0, 3 * u128::from(I_NS) + wait, Some(wait));
-    assert_eq!(model.acquire(1, BUILT - 1), want);
+    let (early, built) = (Nanos::new(BUILT - 1), Nanos::new(BUILT));
+    // One nanosecond before construction the bucket is not yet full: the burst waits for it.
+    let want = model.acquire(4, BUILT - 1);
+    assert!(
+        matches!(
+            want,
+            Outcome::Denied {
+                retry_at_ns: BUILT,
+                ..
+            }
+        ),
+        "{want:?}"
+    );
+    assert_eq!(
+        testkit::outcome::observe(bucket.try_acquire_n_at(4, early)),
+        want
+    );
+    let retry_at = |r: Result<_, AcquireError>| r.unwrap_err().denied().map(|d| d.retry_at());
+    assert_eq!(retry_at(sharded.try_acquire_n_at(4, early)), Some(built));
+    assert_eq!(retry_at(meter.try_acquire_n_at(4, early)), Some(built));
+    assert!(model.acquire(4, BUILT).is_admitted());
+    assert!(bucket.try_acquire_n_at(4, built).is_ok());
+    assert!(sharded.try_acquire_n_at(4, built).is_ok());
+    assert!(meter.try_acquire_n_at(4, built).is_ok());
+    // C + R × t reaches 5 at BUILT + I_NS, and the fifth token comes then, read from before.
+    let ready = Nanos::new(BUILT + I_NS);
+    let want = model.acquire(1, BUILT - 1);
     let denial = bucket.try_acquire_at(early).unwrap_err();
     assert_eq!(testkit::outcome::observe_one(Err(denial)), want);
-    assert_eq!(denial.retry_at(), Nanos::new(ready));
-    assert_eq!(
-        sharded.try_acquire_at(early).unwrap_err().retry_at(),
-        Nanos::new(ready)
-    );
-    // The meter's `try_acquire` admits only a request that leaves at once: when its queue of four
-    // is empty, four intervals after BUILT rounded up.
+    assert_eq!(denial.retry_at(), ready);
+    assert_eq!(sharded.try_acquire_at(early).unwrap_err().retry_at(), ready);
+    // The meter's `try_acquire` admits only a request that leaves at once: when its queue of
+    // four, which began at BUILT, is empty.
     assert_eq!(
         meter.try_acquire_at(early).unwrap_err().retry_at(),
-        Nanos::new(BUILT + 4 * I_NS + 1)
+        Nanos::new(BUILT + 4 * I_NS)
     );
-    assert!(bucket.try_acquire_at(Nanos::new(ready - 1)).is_err());
-    assert!(bucket.try_acquire_at(Nanos::new(ready)).is_ok());
+    assert!(bucket.try_acquire_at(Nanos::new(BUILT + I_NS - 1)).is_err());
+    assert!(bucket.try_acquire_at(ready).is_ok());
 }
 
 /// A few quotas straight through the shared driver, so a failure here names a simple case.

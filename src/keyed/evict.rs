@@ -97,8 +97,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.overflow = match overflow {
             Overflow::Refuse => None,
             Overflow::Shared(quota) => {
-                let policy = A::policy(&quota)?;
-                let state = A::fresh(&policy, 0, self.clock.now());
+                let mut policy = A::policy(&quota)?;
+                let now = self.clock.now();
+                // One limiter built now, like a direct one: its units start at `now`.
+                A::begin(&mut policy, now);
+                let state = A::fresh(&policy, 0, now);
                 Some(Shared {
                     policy,
                     quota,

@@ -243,7 +243,7 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, LeakyMeterKeys, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let max = self.policy.time(Nanos::from(max)).units;
+        let max = self.policy.whole_units(Nanos::from(max));
         self.schedule_key_with(&Schedule { within: Some(max) }, key, n, now)
     }
 

@@ -74,8 +74,8 @@
 //!   arrive out of order) sees the queue as it would be at that reading: no shorter, so it never frees
 //!   places, and never schedules a departure before the drain time. An idle period of any length
 //!   empties the queue, and no further.
-//! - No departure is ever scheduled before the meter's construction reading (rounded up to a whole
-//!   unit), even when the clock then steps back.
+//! - No departure is ever scheduled before the meter's construction reading, even when the clock
+//!   then steps back (with coarse units too: its units are laid so that this reading starts one).
 //! - Readings beyond [`Nanos::MAX_USABLE`] (146 years) are clamped: no arithmetic can overflow.
 //!
 //! # Ranges and time units
@@ -383,7 +383,7 @@ impl<C: Clock> LeakyMeter<C> {
         max: std::time::Duration,
         now: Nanos,
     ) -> Result<Scheduled, AcquireError> {
-        let max = self.policy.time(Nanos::from(max)).units;
+        let max = self.policy.whole_units(Nanos::from(max));
         let now = self.policy.time(now);
         if self.policy.check_n(n)? {
             cas::update(&self.state, |w| {

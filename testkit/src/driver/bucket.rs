@@ -364,10 +364,11 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
     let Some((quota, policy, initial)) = check_quota(spec) else {
         return;
     };
+    // The bucket's own grid: its construction reading starts a unit.
+    let policy = policy.begun_at(start);
     let clock = ManualClock::starting_at(Nanos::new(start));
     let bucket = TokenBucket::with_clock(quota, clock.clone());
-    let mut model =
-        RefBucket::new(policy.begun_at(start), initial, start).expect("an initial fill in range");
+    let mut model = RefBucket::new(policy, initial, start).expect("an initial fill in range");
     let capacity = policy.capacity;
     let mut now = start;
     let at_start = || format!("at the start, {spec:?} from {start}");
@@ -431,7 +432,7 @@ pub fn run(spec: &QuotaSpec, start: u64, ops: &[Op]) {
                     if m.tokens > 0 {
                         ledger
                             .handed
-                            .push((i128::from(m.ready_at_ns >> policy.shift), m.tokens));
+                            .push((policy.units_at(u128::from(m.ready_at_ns)), m.tokens));
                         assert!(m.ready_at_ns <= MAX_USABLE_NS + MAX_WAIT_NS);
                     }
                     held.push((r, m));

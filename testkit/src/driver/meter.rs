@@ -179,7 +179,11 @@ pub fn check_departures(spec: &QuotaSpec, start: u64, requests: &[(u64, Amount, 
         let depart = if strict {
             match meter.try_acquire_n_at(n, at) {
                 // Leaves at once, no later than the reading rounded up to a whole unit.
-                Ok(_) if n > 0 => u128::from(reading).div_ceil(unit) * unit,
+                // (on the meter's grid, whose units start at its construction reading).
+                Ok(_) if n > 0 => {
+                    let lead = u128::from(policy.begun_at(start).lead);
+                    (u128::from(reading) + lead).div_ceil(unit) * unit - lead
+                }
                 _ => continue,
             }
         } else {

@@ -12,13 +12,12 @@
 //! - Interval in nanoseconds: `I_ns = ceil(P / n_q)` for `n_q` tokens per period `P`.
 //! - Time unit: `2^k` ns, `k` the smallest with `C × ceil(I_ns / 2^k) <= 2^62`, never above
 //!   `max_shift(I_ns)`. Interval in units `I = ceil(I_ns / 2^k)`, burst window `B = C × I`.
-//! - A reading is clamped to `2^62` ns, then split into `t = ns >> k` units and `sub = ns mod 2^k`.
+//! - A reading is clamped to `2^62` ns, then split into `t = (ns + lead) >> k` units and
+//!   `sub = (ns + lead) mod 2^k`. `lead` is 0 but for a direct limiter, whose units are laid so
+//!   that its construction reading starts one ([`RefPolicy::begun_at`]): a full bucket is then
+//!   full as of its construction reading exactly, not as of up to one unit before it.
 //! - The level at `t` is `f(t) = min(B, level + (t - last))`, for `t` before or after `last`; it
 //!   may be negative (a reading earlier than one already applied).
-//! - A refill restarted at a reading (taking from a full bucket) starts at the reading rounded up
-//!   to a whole unit, and, for a direct limiter, never before its construction reading rounded up
-//!   ([`RefPolicy::begun_at`]; only a clock stepping back into the construction's unit reaches
-//!   this, and only with coarse units).
 //! - **Reserving `n`** (`1 <= n <= C`) with `max_wait`: admitted as a request for `n` is when
 //!   `f(t) >= n × I` (ready at the reading); otherwise the wait is `(n × I - f(t))` units, as
 //!   nanoseconds from the reading; within `max_wait` the level becomes `f(t) - n × I` (negative:
@@ -86,9 +85,9 @@ pub struct RefPolicy {
     pub interval: i128,
     /// The burst window `B = C × I`, in units.
     pub burst: i128,
-    /// The first unit at which a refill (a departure) may start: a direct limiter's construction
-    /// reading rounded up (see [`RefPolicy::begun_at`]); 0 unless set.
-    pub origin_up: i128,
+    /// Added to a reading before it is split into units: 0, or for a direct limiter what aligns
+    /// its construction reading on a unit (see [`RefPolicy::begun_at`]).
+    pub lead: u64,
 }
 
 impl RefPolicy {
@@ -121,28 +120,34 @@ impl RefPolicy {
             shift,
             interval,
             burst: i128::from(capacity) * interval,
-            origin_up: 0,
+            lead: 0,
         })
     }
 
-    /// The policy of a direct limiter built at `now_ns`: no refill (no departure) starts before
-    /// that reading rounded up to a whole unit, whatever later readings say. A keyed limiter's
-    /// keys have no such origin.
+    /// The policy of a direct limiter built at `now_ns`: its units are laid so that its
+    /// construction reading (clamped) starts one, `lead = -now mod 2^k` being added to every
+    /// reading. A keyed limiter's keys share the plain grid.
     pub fn begun_at(self, now_ns: u64) -> RefPolicy {
+        let mask = (1u64 << self.shift) - 1;
         RefPolicy {
-            origin_up: self.reading(now_ns).t_up(),
+            lead: min(now_ns, MAX_USABLE_NS).wrapping_neg() & mask,
             ..self
         }
+    }
+
+    /// An instant in nanoseconds (any `u128`) in whole units on this policy's grid, rounded down.
+    pub fn units_at(&self, ns: u128) -> i128 {
+        i128::try_from((ns + u128::from(self.lead)) >> self.shift).expect("below 2^127")
     }
 
     /// A reading as the model uses it.
     pub fn reading(&self, now_ns: u64) -> Reading {
         let ns = min(now_ns, MAX_USABLE_NS);
+        let at = u128::from(ns) + u128::from(self.lead);
         Reading {
             ns,
-            t: i128::from(ns >> self.shift),
-            sub: u128::from(ns & ((1u64 << self.shift) - 1)),
-            origin_up: self.origin_up,
+            t: i128::try_from(at >> self.shift).expect("below 2^63"),
+            sub: at & ((1u128 << self.shift) - 1),
         }
     }
 
@@ -168,15 +173,12 @@ pub struct Reading {
     pub t: i128,
     /// The nanoseconds below one unit.
     pub sub: u128,
-    /// The policy's [`RefPolicy::origin_up`]: [`Reading::t_up`] is never before it.
-    pub origin_up: i128,
 }
 
 impl Reading {
-    /// Where a refill restarted at this reading starts: the reading rounded up to a whole unit,
-    /// and never before the direct limiter's construction reading rounded up.
+    /// The reading rounded up to a whole unit.
     pub fn t_up(&self) -> i128 {
-        (self.t + i128::from(self.sub != 0)).max(self.origin_up)
+        self.t + i128::from(self.sub != 0)
     }
 }
 
@@ -240,20 +242,12 @@ impl RefBucket {
         }
         let cost = i128::from(n) * p.interval;
         if lvl >= cost {
-            // Taking from a full bucket starts its refill at the first whole unit at or after the
-            // reading, so no refill is credited for time before the reading; so does taking from
-            // a direct bucket not yet full again by then only because the reading is before its
-            // construction (its refill never starts before that reading rounded up).
-            // The level left at the reading (what is reported), and the state whose line is full
-            // again `cost` after the refill's start (what is stored).
             let left = lvl - cost;
-            let (level, last) = if self.full_at() <= at.t_up() {
-                (p.burst - cost, at.t_up())
-            } else {
-                (left, at.t)
-            };
+            // Taking from a full bucket starts its refill at the first whole unit at or after the
+            // reading, so no refill is credited for time before the reading.
+            let last = if lvl == p.burst { at.t_up() } else { at.t };
             let after = RefBucket {
-                level,
+                level: left,
                 last,
                 ..*self
             };
@@ -263,7 +257,7 @@ impl RefBucket {
                 reset_after_ns: p.span_ns(p.burst - left, at),
                 next_after_ns: after.next_after(remaining, at),
             };
-            (outcome, Some((level, last)))
+            (outcome, Some((left, last)))
         } else {
             let retry_after_ns = p.span_ns(cost - lvl, at);
             let retry_at = u128::from(at.ns) + retry_after_ns;
@@ -392,10 +386,7 @@ impl RefBucket {
             assert!(outcome.is_admitted(), "{n} tokens are there: {outcome:?}");
             return Ok(reserved(n, at.ns, self.full_at()));
         }
-        // The debt's refill starts where the bucket is full again, or, for a direct bucket read
-        // before its construction, at that reading rounded up: then `late` units later.
-        let late = (at.t_up() - self.full_at()).max(0);
-        let wait_ns = p.span_ns(cost - lvl + late, at);
+        let wait_ns = p.span_ns(cost - lvl, at);
         if wait_ns > u128::from(max_wait_ns) {
             // `wait - max_wait`, in whole units of the bucket's time from the reading (exact
             // with nanosecond units; rounded up to the unit with coarser ones).
@@ -410,13 +401,8 @@ impl RefBucket {
                 next_after_ns: self.next_after(p.tokens(lvl), at),
             });
         }
-        if late > 0 {
-            self.level = p.burst - cost;
-            self.last = at.t_up();
-        } else {
-            self.level = lvl - cost;
-            self.last = at.t;
-        }
+        self.level = lvl - cost;
+        self.last = at.t;
         let ready = u64::try_from(u128::from(at.ns) + wait_ns).expect("2^62 + 2^61 fits");
         Ok(reserved(n, ready, self.full_at()))
     }
@@ -463,7 +449,7 @@ impl RefBucket {
     /// when that is none. As for a shard of a sharded reservation.
     pub fn reserve_by(&mut self, n: u64, deadline_ns: u128, now_ns: u64) -> Option<RefReservation> {
         let p = self.policy;
-        let deadline = i128::try_from(deadline_ns >> p.shift).expect("below 2^127");
+        let deadline = p.units_at(deadline_ns);
         let k = (self.level_at(deadline) / p.interval).max(0);
         let k = u64::try_from(k).expect("at most C").min(n);
         if k == 0 {

@@ -14,11 +14,9 @@
 //! # The semantics modelled (the meter's module docs)
 //!
 //! - Time units, the interval `I` and the reading's split into `t` (rounded down) and `sub` are the
-//!   token bucket's ([`RefPolicy`]); the window `C × I` is its burst window. A reading before the
-//!   one the meter was built at is taken as that one (the driver passes a policy
-//!   [`begun_at`](RefPolicy::begun_at) it).
+//!   token bucket's ([`RefPolicy`]); the window `C × I` is its burst window.
 //! - The drain time `D` is the end of the last departure span, and never earlier than the reading
-//!   at which the meter was built.
+//!   at which the meter was built (a reading before that sees a backlog, never a freer queue).
 //! - The queue at reading `t` holds `ceil(max(0, D - t) / I)` requests.
 //! - A scheduling of `n` (1 ..= C) at `t` starts at `max(D, t_up)` and fits when the queue it leaves,
 //!   `ceil((max(D, t) + n × I - t) / I)`, is at most `C`.
@@ -118,10 +116,10 @@ impl RefMeter {
         (backlog + self.interval() - 1) / self.interval()
     }
 
-    /// `units << k` as nanoseconds, minus the reading's `sub`, at least zero.
+    /// Nanoseconds from the reading `at` to the unit `units` (at least zero).
     fn ns_from(&self, units: i128, at: Reading) -> u128 {
         let ns = u128::try_from(units).expect("a non-negative instant") << self.policy.shift;
-        ns.saturating_sub(u128::from(at.ns))
+        ns.saturating_sub(u128::from(at.ns) + u128::from(self.policy.lead))
     }
 
     /// Free places at `t`: `C` minus the queue, at least 0.
