@@ -251,7 +251,9 @@ impl Gcra {
         self.lead = now.clamped().wrapping_neg() & self.mask;
     }
 
-    /// The whole units in `d`, rounded down: a duration, not a reading (no lead).
+    /// The whole units in `d`, rounded down: a duration, not a reading (no lead). For the
+    /// middleware's `delay_up_to`.
+    #[cfg(all(feature = "tower", feature = "tokio"))]
     #[inline]
     pub(crate) fn whole_units(&self, d: Nanos) -> u64 {
         d.clamped() >> self.shift
