@@ -7,6 +7,7 @@
 //! buffer on the stack, then copied once into its header value.
 
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use http::HeaderValue;
@@ -112,6 +113,40 @@ pub(crate) fn policy_member(name: &str, quota: &Quota, content_bytes: bool) -> S
         out.push_str(&format!(";tollgate-burst={}", quota.capacity()));
     }
     out
+}
+
+/// The most distinct `RateLimit-Policy` values interned per process (see [`policy_value`]).
+const MAX_INTERNED: usize = 1024;
+
+/// The `RateLimit-Policy` value of `member`, or `None` if it is not a valid field value. Every
+/// response the layer admits carries it, so it is interned: the first layer built with a given
+/// value keeps one copy for the life of the process, and every clone of it is then a copy of a
+/// pointer rather than an atomic reference count that every core's requests contend on. At most
+/// [`MAX_INTERNED`] distinct values are kept (a few dozen bytes each); past that, a layer's value
+/// is its own, shared by reference count.
+pub(crate) fn policy_value(member: &str) -> Option<HeaderValue> {
+    static INTERNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    interned_value(&INTERNED, member)
+}
+
+/// [`policy_value`] on the table `table`.
+fn interned_value(table: &Mutex<Vec<&'static str>>, member: &str) -> Option<HeaderValue> {
+    // `from_static` accepts visible ASCII only (it panics on anything else), which every member
+    // is: names are checked sf-strings, the rest digits and fixed text.
+    if !member.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return HeaderValue::from_str(member).ok();
+    }
+    // A poisoned lock only means another thread panicked while pushing: the list is still valid.
+    let mut interned = table.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&value) = interned.iter().find(|v| **v == member) {
+        return Some(HeaderValue::from_static(value));
+    }
+    if interned.len() >= MAX_INTERNED {
+        return HeaderValue::from_str(member).ok();
+    }
+    let value: &'static str = Box::leak(member.to_owned().into_boxed_str());
+    interned.push(value);
+    Some(HeaderValue::from_static(value))
 }
 
 /// Whole seconds, rounded up.
@@ -228,6 +263,45 @@ fn write_base64(buf: &mut FieldBuf, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_values_are_interned_once_and_checked() {
+        let member = "\"interned-test\";q=5;w=60";
+        let a = policy_value(member).unwrap();
+        let b = policy_value(member).unwrap();
+        assert_eq!(a, member);
+        // The same interned bytes, not two copies.
+        assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr());
+        // Not visible ASCII: never interned (`from_static` would panic), and refused if invalid.
+        assert!(policy_value("\"bad\nname\"").is_none());
+        assert_eq!(
+            policy_value("\"caf\u{e9}\"").unwrap().as_bytes(),
+            "\"caf\u{e9}\"".as_bytes()
+        );
+    }
+
+    #[test]
+    fn interning_stops_at_its_bound_and_values_stay_right() {
+        // A table of its own, so that the process's stays below its bound for the other tests.
+        let table = Mutex::new(Vec::new());
+        for i in 0..MAX_INTERNED {
+            let member = format!("\"bound-{i}\";q={i};w=1");
+            let (a, b) = (
+                interned_value(&table, &member).unwrap(),
+                interned_value(&table, &member).unwrap(),
+            );
+            assert!(a == member.as_str() && b == member.as_str());
+            assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr());
+        }
+        // The table is full now: a new value is the layer's own, a fresh copy each time.
+        let member = "\"past-the-bound\";q=1;w=1";
+        let (a, b) = (
+            interned_value(&table, member).unwrap(),
+            interned_value(&table, member).unwrap(),
+        );
+        assert!(a == member && b == member);
+        assert_ne!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr());
+    }
 
     #[test]
     fn names_are_quoted_and_escaped_and_checked() {

@@ -1045,8 +1045,8 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
         for (quota, name) in tiers.iter().zip(&names) {
             let sf = fields::sf_string(name).map_err(LayerError::PolicyName)?;
             let member = fields::policy_member(&sf, quota, self.options.content_bytes);
-            let value = HeaderValue::from_str(&member)
-                .map_err(|_| LayerError::PolicyName(PolicyNameError::new(name)))?;
+            let value = fields::policy_value(&member)
+                .ok_or_else(|| LayerError::PolicyName(PolicyNameError::new(name)))?;
             policies.push(Policy {
                 quota: *quota,
                 name: sf,
