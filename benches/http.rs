@@ -6,8 +6,12 @@
 //!    addresses, cycled. Rows: `no_layer`, `identity_layer` (tower's `Identity` layer: what axum
 //!    charges for any layer, the floor under every layer's cost), `tollgate_fields` (the
 //!    `RateLimit-Policy` and `RateLimit` fields and the `RateLimitInfo` extension, the defaults),
-//!    `tollgate_no_fields` (`Headers::Never`, `.request_info(false)`) and `tower_governor`
-//!    (`use_headers()`, its `PeerIpKeyExtractor`). Every limiter is keyed by the peer's IP address with the same
+//!    `tollgate_no_fields` (`Headers::Never`, `.request_info(false)`), `tower_governor`
+//!    (`use_headers()`, its `PeerIpKeyExtractor`), and `outer_fields` and `outer_no_fields`:
+//!    tollgate's two layers wrapped once around the whole router (`layer.layer(router)`) instead of
+//!    through `Router::layer`, which boxes every route again (the identity layer's cost). Every
+//!    row's service is boxed once (`BoxCloneService`), so that the routers and the layer around a
+//!    router pay the same indirection. Every limiter is keyed by the peer's IP address with the same
 //!    token-bucket quota, on its default clock (tollgate's `MonotonicClock` and governor's
 //!    `DefaultClock` both read the TSC through quanta, so each decision pays one real clock read,
 //!    as in production). `http_allow`: one token a second with a capacity of 10^9, so nothing is
@@ -68,9 +72,10 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use tollgate::keyed::KeyedLimiter;
-use tollgate::middleware::{peer_ip, Headers, LimitLayer};
+use tollgate::middleware::{peer_ip, Headers, Keyed, LimitLayer, PeerIp};
 use tollgate::Quota;
-use tower::{Service, ServiceExt};
+use tower::util::BoxCloneService;
+use tower::{Layer, Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
@@ -124,16 +129,27 @@ enum Subject {
     TollgateFields,
     TollgateNoFields,
     TowerGovernor,
+    /// tollgate's layer (fields on) wrapped once around the whole router, `layer.layer(router)`,
+    /// rather than through `Router::layer`: what the layer itself costs, without axum's reboxing.
+    OuterFields,
+    /// The same with the fields and the `RateLimitInfo` extension off.
+    OuterNoFields,
 }
+
+/// What a request is sent through: every row's service boxed once, so that the rows whose layer
+/// wraps the router (`Limit<Router>`) and the plain routers pay the same one indirection.
+type App = BoxCloneService<Request<Body>, Response<Body>, Infallible>;
 
 impl Subject {
     /// The criterion groups' rows.
-    const ALL: [Subject; 5] = [
+    const ALL: [Subject; 7] = [
         Subject::NoLayer,
         Subject::IdentityLayer,
         Subject::TollgateFields,
         Subject::TollgateNoFields,
         Subject::TowerGovernor,
+        Subject::OuterFields,
+        Subject::OuterNoFields,
     ];
 
     /// The loopback rows (the four).
@@ -155,6 +171,8 @@ impl Subject {
             Subject::TollgateFields => "tollgate_fields",
             Subject::TollgateNoFields => "tollgate_no_fields",
             Subject::TowerGovernor => "tower_governor",
+            Subject::OuterFields => "outer_fields",
+            Subject::OuterNoFields => "outer_no_fields",
         }
     }
 
@@ -173,8 +191,12 @@ impl Subject {
             Subject::NoLayer | Subject::IdentityLayer => {
                 !has("ratelimit") && !has("x-ratelimit-remaining")
             }
-            Subject::TollgateFields => has("ratelimit") && has("ratelimit-policy"),
-            Subject::TollgateNoFields => !has("ratelimit") && !has("ratelimit-policy"),
+            Subject::TollgateFields | Subject::OuterFields => {
+                has("ratelimit") && has("ratelimit-policy")
+            }
+            Subject::TollgateNoFields | Subject::OuterNoFields => {
+                !has("ratelimit") && !has("ratelimit-policy")
+            }
             Subject::TowerGovernor => has("x-ratelimit-remaining"),
         };
         let retry = has("retry-after") == (load == Load::Deny && self.limits());
@@ -191,26 +213,12 @@ impl Subject {
     /// applies the route's layers to it anew on every request (a clone of each layer and a boxed
     /// service per request), which a served router never does.
     fn router(self, load: Load) -> Router {
-        let capacity = u64::from(load.capacity());
-        let quota = Quota::per_period(1, load.period())
-            .and_then(|q| q.with_capacity(capacity))
-            .expect("a quota");
         let app = Router::new().route("/", get(|| async { "hello" }));
         let app = match self {
-            Subject::NoLayer => app,
+            Subject::NoLayer | Subject::OuterFields | Subject::OuterNoFields => app,
             Subject::IdentityLayer => app.layer(tower::layer::util::Identity::new()),
-            Subject::TollgateFields => app.layer(
-                LimitLayer::keyed(KeyedLimiter::new(quota), peer_ip())
-                    .build()
-                    .expect("a layer"),
-            ),
-            Subject::TollgateNoFields => app.layer(
-                LimitLayer::keyed(KeyedLimiter::new(quota), peer_ip())
-                    .headers(Headers::Never)
-                    .request_info(false)
-                    .build()
-                    .expect("a layer"),
-            ),
+            Subject::TollgateFields => app.layer(tollgate_layer(load, true)),
+            Subject::TollgateNoFields => app.layer(tollgate_layer(load, false)),
             Subject::TowerGovernor => {
                 let config = GovernorConfigBuilder::default()
                     .period(load.period())
@@ -223,6 +231,34 @@ impl Subject {
         };
         app.with_state(())
     }
+
+    /// The service a request goes through: the router, or for the outer rows tollgate's layer
+    /// around it; boxed (see [`App`]).
+    fn service(self, load: Load) -> App {
+        let router = self.router(load);
+        match self {
+            Subject::OuterFields => BoxCloneService::new(tollgate_layer(load, true).layer(router)),
+            Subject::OuterNoFields => {
+                BoxCloneService::new(tollgate_layer(load, false).layer(router))
+            }
+            _ => BoxCloneService::new(router),
+        }
+    }
+}
+
+/// tollgate's layer for `load`, keyed by the peer's IP address, with the fields and the
+/// `RateLimitInfo` extension on (the defaults) or both off.
+fn tollgate_layer(load: Load, fields: bool) -> LimitLayer<Keyed<KeyedLimiter<IpAddr>>, PeerIp> {
+    let quota = Quota::per_period(1, load.period())
+        .and_then(|q| q.with_capacity(u64::from(load.capacity())))
+        .expect("a quota");
+    let builder = LimitLayer::keyed(KeyedLimiter::new(quota), peer_ip());
+    let builder = if fields {
+        builder
+    } else {
+        builder.headers(Headers::Never).request_info(false)
+    };
+    builder.build().expect("a layer")
 }
 
 /// The address of client `i`: 10.0.x.y, a port of its own.
@@ -238,7 +274,7 @@ fn request(from: SocketAddr) -> Request<Body> {
         .expect("a request")
 }
 
-async fn send(app: &mut Router, req: Request<Body>) -> Response<Body> {
+async fn send(app: &mut App, req: Request<Body>) -> Response<Body> {
     let res: Result<Response<Body>, Infallible> = ServiceExt::<Request<Body>>::ready(app)
         .await
         .expect("the router is always ready")
@@ -252,8 +288,8 @@ async fn send(app: &mut Router, req: Request<Body>) -> Response<Body> {
 
 /// A router set up for `load` and checked: for `Load::Deny`, every client's one token taken; then a
 /// pass over every client must get the expected status and fields.
-fn prepared(rt: &tokio::runtime::Runtime, subject: Subject, load: Load) -> Router {
-    let mut app = subject.router(load);
+fn prepared(rt: &tokio::runtime::Runtime, subject: Subject, load: Load) -> App {
+    let mut app = subject.service(load);
     rt.block_on(async {
         if load == Load::Deny {
             for i in 0..CLIENTS {
@@ -506,7 +542,7 @@ fn interleaved(rounds: usize) {
     println!("| --- | --- | ---: | ---: | ---: | ---: |");
     let mut targets = Vec::new();
     for load in [Load::Allow, Load::Deny] {
-        let mut apps: Vec<Router> = Subject::ALL
+        let mut apps: Vec<App> = Subject::ALL
             .iter()
             .map(|&s| prepared(&rt, s, load))
             .collect();
@@ -563,7 +599,13 @@ fn interleaved(rounds: usize) {
                 ratio_median(i, base),
                 ratio_median(gov, i),
             );
-            if matches!(subject, Subject::TollgateFields | Subject::TollgateNoFields) {
+            if matches!(
+                subject,
+                Subject::TollgateFields
+                    | Subject::TollgateNoFields
+                    | Subject::OuterFields
+                    | Subject::OuterNoFields
+            ) {
                 let name = subject.name();
                 match load {
                     Load::Allow => {
