@@ -603,6 +603,37 @@ fn a_full_map_refuses_a_newcomer_for_room_even_below_the_floor_for_every_algorit
     assert_eq!(shared.overflowed(), 1);
 }
 
+/// The shared overflow limiter is one limiter, built when `with_overflow` is called: like a direct
+/// one, its time units start at that reading. With coarse units (a burst window over 2^62 ns, here
+/// units of 2 ns) a clock that steps back into the unit of that reading finds it not yet full,
+/// rather than full since up to one unit before it existed.
+#[test]
+fn the_shared_overflow_limiter_starts_at_its_construction_reading() {
+    const BUILT: u64 = 5;
+    let q = Quota::per_period(1, std::time::Duration::from_nanos(1 << 61))
+        .and_then(|q| q.with_capacity(4))
+        .unwrap();
+    let keyed = KeyedLimiter::<u32, TokenBucketKeys, _>::with_clock(
+        q,
+        ManualClock::starting_at(Nanos::new(BUILT)),
+    )
+    .with_max_keys(1)
+    .with_overflow(Overflow::Shared(q))
+    .unwrap();
+    // Key 0 takes the map's one place; key 1 is judged by the shared limiter.
+    keyed.check_key_at(&0, Nanos::new(BUILT)).unwrap();
+    let early = keyed
+        .check_key_n_at(&1, 4, Nanos::new(BUILT - 1))
+        .unwrap_err();
+    assert_eq!(
+        early.denied().map(|d| d.retry_at()),
+        Some(Nanos::new(BUILT)),
+        "{early:?}"
+    );
+    keyed.check_key_n_at(&1, 4, Nanos::new(BUILT)).unwrap();
+    assert!(keyed.check_key_at(&1, Nanos::new(BUILT)).is_err());
+}
+
 /// One far-future reading cannot lock every key out. An eviction judges at `min(reading, clock)`,
 /// so `retain_recent_at(u64::MAX)` with the clock at 3 s forgets what is idle at 3 s and raises the
 /// floor to 3 s, not to 2^62; the same for the automatic sweep that a new key checked at `u64::MAX`

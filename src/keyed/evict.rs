@@ -47,7 +47,9 @@ pub enum Overflow {
     #[default]
     Refuse,
     /// Limit every request that finds no room by one shared limiter of the same algorithm, with
-    /// this quota (its own capacity; it starts full).
+    /// this quota (its own capacity; it starts full, as of the clock's reading when
+    /// [`KeyedLimiter::with_overflow`] is called, like a direct limiter built then: a reading
+    /// before that one finds it not yet full).
     Shared(Quota),
 }
 
