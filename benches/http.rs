@@ -58,7 +58,6 @@
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Body;
@@ -373,20 +372,6 @@ fn config() -> Criterion {
         .configure_from_args()
 }
 
-/// criterion's output directory, found as criterion finds it: `$CRITERION_HOME`,
-/// `$CARGO_TARGET_DIR/criterion`, else `criterion` in the target directory this binary was built
-/// in (`<target>/release/deps/http-<hash>`).
-fn criterion_dir() -> Option<PathBuf> {
-    if let Some(home) = std::env::var_os("CRITERION_HOME") {
-        return Some(home.into());
-    }
-    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        return Some(PathBuf::from(target).join("criterion"));
-    }
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.parent()?.join("criterion"))
-}
-
 /// criterion's median time per iteration (one request) in ns for `group/bench`, if it was written
 /// by this run (at or after `since`).
 fn median_ns(dir: &std::path::Path, group: &str, bench: &str, since: SystemTime) -> Option<f64> {
@@ -422,7 +407,7 @@ fn verdict(met: bool) -> &'static str {
 }
 
 fn print_criterion_table(since: SystemTime) {
-    let Some(dir) = criterion_dir() else {
+    let Some(dir) = testkit::bench::criterion_home() else {
         return;
     };
     let ran = [Load::Allow, Load::Deny].iter().any(|load| {

@@ -66,7 +66,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -74,7 +73,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
-use testkit::bench::{child_runs, floor_decide, rss, rss_bytes, run_threads, Load};
+use testkit::bench::{child_runs, criterion_home, floor_decide, rss, rss_bytes, run_threads, Load};
 use tollgate::{Clock, MonotonicClock};
 
 /// The `u64` key spaces of the throughput part (the keyed bench's).
@@ -764,19 +763,6 @@ fn main() {
     if part("memory") {
         memory();
     }
-}
-
-/// Where criterion wrote its estimates: `$CRITERION_HOME`, `$CARGO_TARGET_DIR/criterion`, or the
-/// `criterion` folder of the target directory this binary was built in (`target/release/deps/..`).
-fn criterion_home() -> Option<PathBuf> {
-    if let Some(home) = std::env::var_os("CRITERION_HOME") {
-        return Some(home.into());
-    }
-    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        return Some(PathBuf::from(target).join("criterion"));
-    }
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.parent()?.join("criterion"))
 }
 
 /// The median time per iteration, in ns, of the bench `id`, from criterion's `estimates.json`

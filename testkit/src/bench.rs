@@ -390,3 +390,18 @@ pub fn floor_decide(word: &std::sync::atomic::AtomicU64, now: u64, tolerance: u6
         }
     }
 }
+
+/// Where criterion writes its estimates, found as criterion finds it: `$CRITERION_HOME`,
+/// `$CARGO_TARGET_DIR/criterion`, else the `criterion` folder of the target directory the running
+/// bench binary was built in (`<target>/release/deps/<bench>-<hash>`). For the benches that print
+/// their own tables from this run's `estimates.json` files.
+pub fn criterion_home() -> Option<std::path::PathBuf> {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return Some(home.into());
+    }
+    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
+        return Some(std::path::PathBuf::from(target).join("criterion"));
+    }
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.parent()?.join("criterion"))
+}
