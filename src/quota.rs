@@ -49,8 +49,8 @@
 //! unit, and a refill that restarts at a reading starts at the reading rounded up, so an admission
 //! may wait up to one unit longer, and `C + R × t` still holds exactly in nanoseconds. Retry times
 //! stay exact to the nanosecond. A direct limiter lays its units so that its construction reading
-//! starts one: it is full as of that reading exactly, and a clock that steps back before it sees
-//! it not yet full (never fuller than at construction).
+//! starts one: it holds its initial fill as of that reading exactly, and a clock that steps back
+//! before it sees less (never more than at construction).
 
 use std::fmt;
 use std::time::Duration;

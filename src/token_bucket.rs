@@ -41,10 +41,10 @@
 //!   no more tokens than it does now: a clock stepping backwards, or two threads whose readings arrive
 //!   out of order, never create tokens. A reading that jumps forward by years fills the bucket, as
 //!   any idle period does, and no further.
-//! - The bucket is full as of its construction reading, exactly (with coarse units too: its units
-//!   are laid so that this reading starts one), and a reading before it sees the bucket not yet
-//!   full, so the bound above holds from the construction reading even when the clock then steps
-//!   back.
+//! - The bucket holds its initial tokens (all of them, unless [`Quota::with_initial`] says
+//!   otherwise) as of its construction reading, exactly, with coarse units too (its units are laid
+//!   so that this reading starts one), and a reading before it sees fewer, so the bound above holds
+//!   from the construction reading even when the clock then steps back.
 //! - Readings beyond [`Nanos::MAX_USABLE`] (146 years) are clamped: no arithmetic can overflow.
 //!
 //! # Reserving, and taking what is there
