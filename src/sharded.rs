@@ -445,7 +445,8 @@ impl<C: Clock> ShardedBucket<C> {
             .iter()
             .map(|part| {
                 let mut policy = Policy::new(part);
-                // Units laid from the construction reading, as the token bucket's (see `Gcra::begin_at`).
+                // Units laid from the construction reading, as the token bucket's (see
+                // `Gcra::begin_at`).
                 policy.begin_at(now);
                 let word = policy.initial_word(part.initial(), policy.time(now));
                 CachePadded::new(Shard {

@@ -112,8 +112,9 @@
 //! `RateLimitInfo` extension. The `RateLimit-Policy` value is built once, when the layer is, and
 //! interned for the life of the process, so that every response copies a pointer rather than
 //! moving a reference count that all cores' requests would share (at most 1 024 distinct values
-//! are interned, a few dozen bytes each; a layer built past that keeps its own, counted value). With the fields and the
-//! extension off, the layer allocates nothing (`tests/middleware_alloc.rs` counts both).
+//! are interned, a few dozen bytes each; a layer built past that keeps its own, counted value).
+//! With the fields and the extension off, the layer allocates nothing
+//! (`tests/middleware_alloc.rs` counts both).
 //! `benches/http.rs` measures the layer beside no layer and tower-governor.
 
 mod backend;
