@@ -14,6 +14,9 @@
 # missing) and a nightly toolchain for the fuzz step; installs cargo-fuzz when it is missing. The
 # redis step starts its own Redis servers with scripts/redis.sh, which installs Debian's
 # redis-server and redis-tools with apt-get when they are missing.
+# Before the first step it prints the resolved versions of the direct dependencies (Cargo.lock is
+# not committed, so each fresh clone resolves the newest compatible releases; the log then shows what
+# moved when a new release breaks a step).
 # Exits non-zero on any failure; the output of each tool (including cargo test's "test result:"
 # lines) is passed through unchanged.
 #
@@ -196,6 +199,17 @@ if command -v rustup >/dev/null 2>&1; then
         fi
     done
 fi
+
+# The versions this run resolved for the direct dependencies (Cargo.lock is not committed, so a
+# fresh clone takes the newest compatible releases): a failure caused by a dependency's new
+# release then shows in the log what moved. `cargo tree` only reads the resolution, building nothing.
+print_resolved_versions() {
+    echo "==> resolved versions of the direct dependencies (all features, with dev and build)"
+    cargo tree -p tollgate --all-features --depth 1 -e normal,build,dev --prefix none \
+        | grep -v '^tollgate ' | sed -E 's/^([^ ]+) v([^ ]+).*/\1@\2/' | sort -u \
+        | paste -sd ' ' | fold -s -w 100
+}
+print_resolved_versions
 
 TOTAL=${#STEPS[@]}
 CURRENT=""

@@ -118,7 +118,10 @@ pub(crate) fn policy_member(name: &str, quota: &Quota, content_bytes: bool) -> S
 /// The most distinct `RateLimit-Policy` values interned per process (see [`policy_value`]).
 const MAX_INTERNED: usize = 1024;
 
-/// The `RateLimit-Policy` value of `member`, or `None` if it is not a valid field value. Every
+/// The `RateLimit-Policy` value of `member`, or `None` unless every byte is printable ASCII
+/// (0x20 to 0x7e). RFC 9651 strings are ASCII, and that range is what `http` accepts as a field
+/// value in every 1.x release (1.6 narrowed `HeaderValue::from_str` to it; earlier releases also
+/// took bytes from 0x80 up), so the answer does not depend on which release a build resolves. Every
 /// response the layer admits carries it, so it is interned: the first layer built with a given
 /// value keeps one copy for the life of the process, and every clone of it is then a copy of a
 /// pointer rather than an atomic reference count that every core's requests contend on. At most
@@ -131,10 +134,11 @@ pub(crate) fn policy_value(member: &str) -> Option<HeaderValue> {
 
 /// [`policy_value`] on the table `table`.
 fn interned_value(table: &Mutex<Vec<&'static str>>, member: &str) -> Option<HeaderValue> {
-    // `from_static` accepts visible ASCII only (it panics on anything else), which every member
-    // is: names are checked sf-strings, the rest digits and fixed text.
+    // Every member the layer builds is printable ASCII (names are checked sf-strings, the rest
+    // digits and fixed text), and `from_static` accepts nothing else (it panics): anything outside
+    // that range is refused here, never handed to a parser whose rule moved between releases.
     if !member.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-        return HeaderValue::from_str(member).ok();
+        return None;
     }
     // A poisoned lock only means another thread panicked while pushing: the list is still valid.
     let mut interned = table.lock().unwrap_or_else(PoisonError::into_inner);
@@ -142,7 +146,8 @@ fn interned_value(table: &Mutex<Vec<&'static str>>, member: &str) -> Option<Head
         return Some(HeaderValue::from_static(value));
     }
     if interned.len() >= MAX_INTERNED {
-        return HeaderValue::from_str(member).ok();
+        // Printable ASCII (checked above), which `from_bytes` accepts in every 1.x release.
+        return HeaderValue::from_bytes(member.as_bytes()).ok();
     }
     let value: &'static str = Box::leak(member.to_owned().into_boxed_str());
     interned.push(value);
@@ -272,12 +277,19 @@ mod tests {
         assert_eq!(a, member);
         // The same interned bytes, not two copies.
         assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr());
-        // Not visible ASCII: never interned (`from_static` would panic), and refused if invalid.
-        assert!(policy_value("\"bad\nname\"").is_none());
-        assert_eq!(
-            policy_value("\"caf\u{e9}\"").unwrap().as_bytes(),
-            "\"caf\u{e9}\"".as_bytes()
-        );
+        // Not printable ASCII: refused, whichever `http` 1.x release the build resolved (control
+        // bytes, DEL, and bytes from 0x80 up, which `from_str` took before 1.6 and refuses since).
+        for bad in [
+            "\"bad\nname\"",
+            "\"tab\there\"",
+            "\"del\u{7f}\"",
+            "\"caf\u{e9}\"",
+        ] {
+            assert!(policy_value(bad).is_none(), "{bad:?}");
+        }
+        // The whole printable range is accepted, space and the sf-string escapes included.
+        let all: String = (0x20u8..0x7f).map(char::from).collect();
+        assert_eq!(policy_value(&all).unwrap(), all.as_str());
     }
 
     #[test]
