@@ -99,33 +99,13 @@ pub(crate) mod sealed {
         }
     }
 
-    /// A state the keyed limiter's table can move into a new table while readers may still hold
-    /// the old place (see `keyed::table`).
-    pub trait Relocate: Sized {
-        /// Takes the state out of `self` into a value for its new place. Afterwards, a write
-        /// through `self` either is part of the value returned or fails on the removed mark
-        /// ([`Gone`](crate::cas::Gone)). Called at most once per value, on a live state, by the
-        /// table's shard lock holder, which then no longer offers `self` to new readers (it
-        /// drops it once the old readers are done).
-        fn relocate(&self) -> Self;
-    }
-
-    /// A one-word state: the word moves, and the removed mark stays behind, so a
-    /// compare-and-swap on the old place either took effect before the move (and travels with
-    /// the word) or fails.
-    impl Relocate for crate::sync::AtomicU64 {
-        fn relocate(&self) -> Self {
-            crate::sync::AtomicU64::new(crate::cas::seal(self))
-        }
-    }
-
     /// What every algorithm provides. A request for `n` may ask for any `n`: 0 is a query that
     /// always succeeds, more than the capacity is [`InsufficientCapacity`](crate::InsufficientCapacity).
     pub trait Contract: Send + Sync + 'static {
         /// The constants derived from the quota, shared by every state.
         type Policy: Send + Sync + std::fmt::Debug;
         /// One limited thing's state.
-        type State: Send + Sync + Relocate;
+        type State: Send + Sync;
 
         /// The direct limiter's name, for `Debug`.
         const NAME: &'static str;

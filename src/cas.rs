@@ -182,17 +182,6 @@ pub(crate) fn update_live<T, E>(
     }
 }
 
-/// Takes a live word out of `word`, leaving [`GONE`] behind, for a keyed state relocated into a
-/// new table (the table's shard lock is held, so the word is live: eviction marks only under it).
-pub(crate) fn seal(word: &AtomicU64) -> u64 {
-    // AcqRel: Release, so that a reader that sees the mark (`Gone::seen`, Acquire) also sees what
-    // the table wrote before it (the slot's control byte, moved); Acquire, so that the value taken
-    // includes every decision that wrote it before.
-    let taken = word.swap(GONE, Ordering::AcqRel);
-    debug_assert_ne!(taken, GONE, "only a live state is relocated");
-    taken
-}
-
 /// Marks `word` [`GONE`] if it still holds `seen`, the word an eviction judged forgettable: once
 /// this succeeds no decision can take effect on the state (each would have to replace the mark).
 /// Answers whether it did.

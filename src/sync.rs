@@ -6,8 +6,9 @@
 //! the list with the leaky queue, whose consumer and waiting senders sleep on condition variables;
 //! [`lock`] is the one place that recovers a poisoned lock. `AtomicUsize` and (under loom only)
 //! `RwLock` came with the keyed limiter, whose loom stand-in for its concurrent map is a read-write
-//! lock around a `HashMap`. `AtomicU8`, `AtomicPtr` and [`UnsafeCell`] came with the keyed
-//! limiter's own table (its control bytes, its current table, its entries).
+//! lock around a `HashMap`. `AtomicU8` and `AtomicPtr` came with the keyed limiter's own table
+//! (its control bytes, its tables and entries); loom's `UnsafeCell` marks, under loom only, each
+//! entry's accesses against its freeing.
 
 #[cfg(all(tollgate_loom, not(feature = "loom")))]
 compile_error!(
@@ -36,31 +37,6 @@ pub(crate) use std::{
     },
     thread::yield_now,
 };
-
-/// `std`'s `UnsafeCell` behind loom's interface (`with`, `with_mut`), so that code written once
-/// runs under both; loom's checks every access against the accesses of other threads.
-#[cfg(not(tollgate_loom))]
-#[derive(Debug)]
-pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
-
-#[cfg(not(tollgate_loom))]
-impl<T> UnsafeCell<T> {
-    pub(crate) fn new(value: T) -> UnsafeCell<T> {
-        UnsafeCell(std::cell::UnsafeCell::new(value))
-    }
-
-    /// Runs `f` on a pointer for reading.
-    #[inline]
-    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-        f(self.0.get())
-    }
-
-    /// Runs `f` on a pointer for writing.
-    #[inline]
-    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-        f(self.0.get())
-    }
-}
 
 /// Locks `mutex`, recovering the guard from a poisoned lock: every mutex in the crate guards `()`
 /// or data that a panicking holder cannot leave half-updated, so poison carries no information and

@@ -29,16 +29,6 @@ pub(crate) mod sealed {
         pub(crate) tier: u8,
     }
 
-    /// The inner state relocates; the tier, set at creation, is copied.
-    impl<S: crate::algorithm::sealed::Relocate> crate::algorithm::sealed::Relocate for TieredState<S> {
-        fn relocate(&self) -> Self {
-            TieredState {
-                state: self.state.relocate(),
-                tier: self.tier,
-            }
-        }
-    }
-
     impl<S> std::fmt::Debug for TieredState<S> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("TieredState")

@@ -1,133 +1,213 @@
-//! The keyed table's epoch: what keeps a replaced table alive while lookups that may have seen it
-//! are still running, without a hardware barrier on the lookup's side where the platform allows.
+//! The keyed table's epoch: what keeps a removed entry or a replaced table alive while lookups that
+//! may have seen it are still running, without a hardware barrier on the lookup's side where the
+//! platform allows. Each table has a [`Domain`] of its own, so a reader of one limiter never holds
+//! another limiter's memory.
 //!
 //! # The protocol
 //!
-//! - **A reader** (one lookup) has a slot of its own. Entering, it stores the domain's current
-//!   epoch `e` (read with Acquire) in its slot, then issues a *light* barrier, then loads the
-//!   table's pointer; leaving, it stores 0 (Release).
-//! - **A reclaimer** that has unlinked a table calls [`Domain::retire`], which moves the epoch from
-//!   `r` to `r + 1` (AcqRel) and answers `r`: a reader that enters later reads `r + 1` or more, and
-//!   through that Acquire load sees the unlinking. The table may be freed once
+//! - **A reader** (one lookup) has a slot of its own in the domain: the slot of its thread's
+//!   index ([`thread_index`]). Entering, it stores the domain's current epoch `e` (read with
+//!   Acquire) in its slot, then issues a *light* barrier, then loads the table's pointer; leaving,
+//!   it stores 0 (Release).
+//! - **A reclaimer** that has unlinked something calls [`Domain::retire`], which moves the epoch
+//!   from `r` to `r + 1` (AcqRel) and answers `r`: a reader that enters later reads `r + 1` or
+//!   more, and through that Acquire load sees the unlinking. It may be freed once
 //!   [`Domain::horizon`] answers more than `r`: the horizon issues a *heavy* barrier, then reads
 //!   every slot (Acquire) and answers the smallest epoch a reader is in (or `u64::MAX`).
 //! - **Why it is enough.** The light and heavy barriers together order the reader's store to its
 //!   slot against its load of the pointer, and the reclaimer's unlinking against its load of the
 //!   slot: either the horizon sees the reader in (at `r` or before, and waits), or the reader's
-//!   load of the pointer sees the table unlinked. A reader seen leaving (0) has finished with
+//!   load of the pointer sees the thing unlinked. A reader seen leaving (0) has finished with
 //!   what it read, published by its Release store. This is the store-buffering pattern, forbidden
 //!   when both sides fence.
-//! - **The barriers.** On Linux, when the kernel grants `membarrier(2)`'s private expedited
-//!   command, the heavy barrier is that system call, which makes every running thread of the
-//!   process execute a full barrier, and the light barrier is only a compiler fence: a lookup then
-//!   pays a plain store to its own slot, no read-modify-write and no fence. Elsewhere, or when the
-//!   kernel refuses, both are `fence(SeqCst)` (what crossbeam's epoch, the table's first, pays on
-//!   every pin). The
-//!   choice is made once per process, before any reader relies on it. Under loom both are
-//!   `fence(SeqCst)`, which loom models (`loom-tests/tests/epoch.rs`).
+//! - **The barriers.** On Linux, when `membarrier(2)` says (`MEMBARRIER_CMD_QUERY`) it offers the
+//!   private expedited command and registering for it succeeds, the heavy barrier is that command,
+//!   which makes every running thread of the process execute a full barrier, and the light barrier
+//!   is only a compiler fence: a lookup then pays a plain store to its own slot, no
+//!   read-modify-write and no fence. Elsewhere, or when the query or the registration fails (a
+//!   seccomp filter that answers 0 to everything answers an empty query), both are
+//!   `fence(SeqCst)`. The choice is made once per process, before any reader relies on it. Should
+//!   the command fail later (a filter installed after start-up), readers still do not fence, so
+//!   the heavy barrier falls back to what `FlushProcessWriteBuffers` does on Linux: changing the
+//!   protection of a page the process has touched, which the kernel can only complete after
+//!   interrupting every CPU that runs one of its threads. Each such failure is counted
+//!   ([`membarrier_failures`]); if the fallback fails too, nothing is freed (the table's retired
+//!   budget then bounds the memory held). Under loom both barriers are `fence(SeqCst)`, which loom
+//!   models (`loom-tests/tests/epoch.rs`).
 //!
-//! Slots are reused: a thread's slot is given back when the thread exits. Readers nest (a key's
-//! `Eq` could look up another limiter): only the outermost enters and leaves.
-
-use std::sync::Arc;
+//! # Nesting, signals and thread exit
+//!
+//! The slot itself says whether its thread is reading: a pin finds its own slot non-zero when it
+//! is nested inside another pin of the same domain (a key's `Eq` that looks up the same limiter,
+//! or a signal handler that interrupted a lookup), and then neither enters nor leaves: the outer
+//! pin protects both. There is no separate depth counter to raise before entering, so no instant
+//! at which a handler that interrupts the pin could find the slot claimed but not yet published
+//! (entering is one store; in fence mode a nested pin fences too, so its loads cannot pass the
+//! outer's store). A lookup is async-signal-safe as far as this module goes once its thread has
+//! an index and the domain's block of slots for it exists (both are made by the thread's first
+//! lookup on that limiter, which may allocate); the keyed limiter's paths that take a lock (a new
+//! key, a lookup with no index) are not.
+//!
+//! Thread indices are process-wide, lock-free to take and give back, and given back when the
+//! thread exits (a pin made from a thread-local destructor after that gets no index, and the
+//! lookup runs under the shard lock instead). At most [`MAX_THREADS`] threads hold one at once;
+//! lookups of threads beyond that also run under the lock.
+//!
+//! # fork
+//!
+//! A child made by `fork` has one thread, but inherits every slot of its parent, and a slot some
+//! other parent thread held pinned at the fork would stay pinned forever. A `pthread_atfork` child
+//! handler (registered with the first thread index) marks every index taken at the fork, but the
+//! forking thread's own, as dead: the horizon ignores dead slots, and dead indices are never given
+//! out again in that process. Locks are another matter: as with any `std` mutex, a shard's lock
+//! held by another thread at the fork stays held in the child, so a child of a multi-threaded
+//! process that uses a limiter shared with the parent must not have forked during another
+//! thread's write to it (POSIX allows only async-signal-safe calls there).
+//!
+//! # Safety
+//!
+//! The invariants the `unsafe` blocks here keep:
+//!
+//! - A block of slots is allocated once, published by a compare-and-swap (AcqRel) and freed only
+//!   when the domain drops (`&mut`), so a reference to a slot lives as long as the domain.
+//! - A slot is written only by the thread holding its index (entering and leaving) and, in
+//!   `fork`'s child, by no one: the handler only marks indices dead.
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, lock, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{fence, AtomicPtr, AtomicU64, Ordering};
 
-/// One reader's slot: the epoch it entered at, or 0 when it is not reading.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    at: AtomicU64,
-    /// Whether a thread holds this slot.
-    taken: AtomicBool,
+/// Slots per block: a domain allocates its slots a block at a time, as thread indices reach them.
+const BLOCK: usize = 16;
+/// Blocks per domain (two under loom, whose models have a few readers and track every atomic).
+const BLOCKS: usize = if cfg!(tollgate_loom) { 2 } else { 128 };
+/// The most threads reading through the epoch at once (more read under the shard lock).
+pub(crate) const MAX_THREADS: usize = BLOCK * BLOCKS;
+
+/// A block of reader slots: the epoch each reader entered at, or 0.
+struct Block {
+    slots: [CachePadded<AtomicU64>; BLOCK],
 }
 
-impl Slot {
-    /// Enters: publishes the epoch this reader may see tables of.
-    #[inline]
-    pub(crate) fn enter(&self, domain: &Domain) {
-        // Acquire: pairs with `retire`'s AcqRel, so that a reader that reads the new epoch also
-        // sees the table unlinked before it.
-        let epoch = domain.epoch.load(Ordering::Acquire);
-        // Relaxed, then the light barrier: together with the heavy barrier of `horizon`, this
-        // store is ordered before the reader's loads of table pointers (see the module docs).
-        self.at.store(epoch, Ordering::Relaxed);
-        light_barrier();
-    }
-
-    /// Leaves: everything read since `enter` is done with.
-    #[inline]
-    pub(crate) fn leave(&self) {
-        // Release: the reclaimer that reads 0 here (Acquire) frees after this reader's reads.
-        self.at.store(0, Ordering::Release);
-    }
-}
-
-/// A set of readers and their epoch.
-#[derive(Debug)]
+/// A set of readers and their epoch: one per table.
 pub(crate) struct Domain {
     /// Starts at 1: 0 in a slot means "not reading".
-    epoch: AtomicU64,
-    slots: Mutex<Vec<Arc<CachePadded<Slot>>>>,
+    epoch: CachePadded<AtomicU64>,
+    blocks: Box<[AtomicPtr<Block>]>,
 }
 
-/// A slot held by one reader; given back when dropped.
-#[derive(Debug)]
-pub(crate) struct Registration {
-    slot: Arc<CachePadded<Slot>>,
-}
-
-impl Registration {
-    pub(crate) fn slot(&self) -> &Slot {
-        &self.slot
+impl std::fmt::Debug for Domain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Domain").finish_non_exhaustive()
     }
 }
 
-impl Drop for Registration {
+/// A reader inside a domain until dropped. Not `Send`: it leaves on the thread it entered.
+#[derive(Debug)]
+pub(crate) struct Pin<'a> {
+    /// The slot to clear when leaving; `None` for a nested pin, which leaves nothing.
+    slot: Option<&'a AtomicU64>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for Pin<'_> {
+    #[inline]
     fn drop(&mut self) {
-        // Release, both: a later holder of the slot, and the horizon, see this reader done.
-        self.slot.at.store(0, Ordering::Release);
-        self.slot.taken.store(false, Ordering::Release);
+        if let Some(slot) = self.slot {
+            // Release: the reclaimer that reads 0 here (Acquire) frees after this reader's reads.
+            slot.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl Default for Domain {
+    fn default() -> Domain {
+        Domain::new()
     }
 }
 
 impl Domain {
-    #[cfg(not(tollgate_loom))]
-    pub(crate) const fn new() -> Domain {
-        Domain {
-            epoch: AtomicU64::new(1),
-            slots: Mutex::new(Vec::new()),
-        }
-    }
-
-    #[cfg(tollgate_loom)]
     pub(crate) fn new() -> Domain {
         Domain {
-            epoch: AtomicU64::new(1),
-            slots: Mutex::new(Vec::new()),
+            epoch: CachePadded::new(AtomicU64::new(1)),
+            blocks: (0..BLOCKS)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
         }
     }
 
-    /// A slot for a new reader: a free one, or a new one.
-    pub(crate) fn register(&self) -> Registration {
-        let mut slots = lock(&self.slots);
-        for slot in slots.iter() {
-            // Acquire: pairs with the Release of the registration that gave it back.
-            if slot
-                .taken
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return Registration { slot: slot.clone() };
+    /// The slot of thread index `index`, making its block if it is the first (`None` past
+    /// [`MAX_THREADS`]).
+    #[inline]
+    fn slot(&self, index: usize) -> Option<&AtomicU64> {
+        let block = self.blocks.get(index / BLOCK)?;
+        // Acquire: pairs with the AcqRel of the compare-and-swap that published the block, so
+        // its slots are seen initialized.
+        let mut ptr = block.load(Ordering::Acquire);
+        if ptr.is_null() {
+            ptr = self.make_block(block);
+        }
+        // SAFETY: a published block lives until the domain drops (module docs, Safety).
+        Some(&unsafe { &*ptr }.slots[index % BLOCK])
+    }
+
+    #[cold]
+    fn make_block(&self, block: &AtomicPtr<Block>) -> *mut Block {
+        let new = Box::into_raw(Box::new(Block {
+            slots: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0))),
+        }));
+        // AcqRel: Release publishes the zeroed slots; Acquire sees another thread's block.
+        match block.compare_exchange(
+            std::ptr::null_mut(),
+            new,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => new,
+            Err(theirs) => {
+                // SAFETY: ours was never published; owned since `Box::into_raw`.
+                drop(unsafe { Box::from_raw(new) });
+                theirs
             }
         }
-        let slot = Arc::new(CachePadded::new(Slot {
-            at: AtomicU64::new(0),
-            taken: AtomicBool::new(true),
-        }));
-        slots.push(slot.clone());
-        Registration { slot }
+    }
+
+    /// Enters as the reader of thread index `index`: `None` if the index has no slot (the caller
+    /// then reads under its lock).
+    #[inline]
+    pub(crate) fn pin_as(&self, index: usize) -> Option<Pin<'_>> {
+        let slot = self.slot(index)?;
+        // Relaxed: only this thread writes its slot (a signal handler on this thread included),
+        // so it reads its own latest store.
+        if slot.load(Ordering::Relaxed) != 0 {
+            // Nested: the outer pin protects this reader too. In fence mode the fence keeps this
+            // reader's loads after the outer's store, which a handler may have interrupted
+            // between its store and its fence.
+            light_barrier();
+            return Some(Pin {
+                slot: None,
+                _not_send: std::marker::PhantomData,
+            });
+        }
+        // Acquire: pairs with `retire`'s AcqRel, so that a reader that reads the new epoch also
+        // sees what was unlinked before it.
+        let epoch = self.epoch.load(Ordering::Acquire);
+        // Relaxed, then the light barrier: together with the heavy barrier of `horizon`, this
+        // store is ordered before the reader's loads of table pointers (see the module docs).
+        slot.store(epoch, Ordering::Relaxed);
+        light_barrier();
+        Some(Pin {
+            slot: Some(slot),
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    /// Enters as the calling thread's reader: `None` when the thread has no index (its
+    /// thread-locals are being destroyed, or [`MAX_THREADS`] threads hold one).
+    #[cfg(not(tollgate_loom))]
+    #[inline]
+    pub(crate) fn pin(&self) -> Option<Pin<'_>> {
+        self.pin_as(thread_index::current()?)
     }
 
     /// To call after unlinking something readers may still hold: moves the epoch on and answers
@@ -139,21 +219,57 @@ impl Domain {
     }
 
     /// The smallest epoch a reader is in now (`u64::MAX` when none is): what was retired at an
-    /// epoch below it is no longer held by any reader.
-    pub(crate) fn horizon(&self) -> u64 {
+    /// epoch below it is no longer held by any reader. `None` when the readers cannot be seen
+    /// (the heavy barrier failed): nothing may be freed.
+    pub(crate) fn horizon(&self) -> Option<u64> {
         if !heavy_barrier() {
-            // The readers cannot be seen: nothing may be freed (see `heavy_barrier`).
-            return 0;
+            return None;
         }
-        let slots = lock(&self.slots);
-        slots
-            .iter()
-            // Acquire: pairs with `leave`'s Release (a reader seen leaving has finished reading).
-            .map(|slot| slot.at.load(Ordering::Acquire))
-            .filter(|&at| at != 0)
-            .min()
-            .unwrap_or(u64::MAX)
+        let mut min = u64::MAX;
+        for (b, block) in self.blocks.iter().enumerate() {
+            // Acquire: as in `slot`.
+            let ptr = block.load(Ordering::Acquire);
+            if ptr.is_null() {
+                continue;
+            }
+            // SAFETY: a published block lives until the domain drops.
+            let block = unsafe { &*ptr };
+            for (i, slot) in block.slots.iter().enumerate() {
+                // Acquire: pairs with the Release of `Pin::drop` (a reader seen leaving has
+                // finished reading).
+                let at = slot.load(Ordering::Acquire);
+                if at != 0 && !dead(b * BLOCK + i) {
+                    min = min.min(at);
+                }
+            }
+        }
+        Some(min)
     }
+}
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        for block in self.blocks.iter() {
+            // Relaxed: `&mut self`, no reader is left.
+            let ptr = block.load(Ordering::Relaxed);
+            if !ptr.is_null() {
+                // SAFETY: published once, freed once, here, with no reader left.
+                drop(unsafe { Box::from_raw(ptr) });
+            }
+        }
+    }
+}
+
+/// Whether thread index `index` belonged to a thread that does not exist in this process (a
+/// parent's thread, in the child of a `fork`).
+#[cfg(not(tollgate_loom))]
+fn dead(index: usize) -> bool {
+    thread_index::dead(index)
+}
+
+#[cfg(tollgate_loom)]
+fn dead(_index: usize) -> bool {
+    false
 }
 
 /// The reader's side: a compiler fence where the heavy barrier is `membarrier(2)`, a full fence
@@ -167,24 +283,38 @@ fn light_barrier() {
     }
 }
 
-/// The reclaimer's side: `membarrier(2)` where the kernel granted it, a full fence otherwise.
-/// Answers whether the barrier was made: with `fast`, readers do not fence, so if the system call
-/// fails (a child process after `fork`, whose registration may not carry over, registers again;
-/// if that fails too) no fence here can stand in for theirs, and nothing may be freed.
+/// How many times the heavy barrier's `membarrier(2)` failed after the process registered for it
+/// (see the module docs: each such barrier fell back to a page-protection flush). 0 where
+/// `membarrier(2)` is not used.
+#[cfg(not(tollgate_loom))]
+pub(crate) fn membarrier_failures() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        // Relaxed: a statistic.
+        membarrier::FAILURES.load(Ordering::Relaxed)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// The reclaimer's side: `membarrier(2)` where the process registered for it, a full fence
+/// otherwise. Answers whether the barrier was made.
 fn heavy_barrier() -> bool {
     if !fast() {
         fence(Ordering::SeqCst);
         return true;
     }
-    membarrier::expedited() || (membarrier::register() && membarrier::expedited())
+    membarrier::expedited() || membarrier::fallback()
 }
 
-/// Whether this process uses `membarrier(2)` (decided once, by registering for it).
+/// Whether this process uses `membarrier(2)` (decided once, by querying and registering).
 #[cfg(all(target_os = "linux", not(tollgate_loom)))]
 #[inline]
 fn fast() -> bool {
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FAST.get_or_init(membarrier::register)
+    *FAST.get_or_init(membarrier::usable)
 }
 
 #[cfg(not(all(target_os = "linux", not(tollgate_loom))))]
@@ -195,180 +325,287 @@ fn fast() -> bool {
 
 #[cfg(all(target_os = "linux", not(tollgate_loom)))]
 mod membarrier {
+    use crate::sync::{AtomicU64, Ordering};
+
+    /// `MEMBARRIER_CMD_QUERY`.
+    const QUERY: libc::c_long = 0;
     /// `MEMBARRIER_CMD_PRIVATE_EXPEDITED` (Linux 4.14).
     const PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
     /// `MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED` (Linux 4.14).
     const REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 
-    fn call(command: libc::c_long) -> bool {
+    /// Heavy barriers whose `membarrier(2)` failed after registration.
+    pub(super) static FAILURES: AtomicU64 = AtomicU64::new(0);
+
+    /// Set by tests to make the next expedited barriers fail, as a filter installed later would.
+    #[cfg(test)]
+    pub(super) static FAIL_FOR_TEST: AtomicU64 = AtomicU64::new(0);
+
+    fn call(command: libc::c_long) -> libc::c_long {
         let none: libc::c_long = 0;
         // SAFETY: `membarrier(cmd, flags = 0, cpu_id = 0)` reads no user memory; an unknown or
-        // refused command returns -1 with errno set, which is all that is looked at.
-        unsafe { libc::syscall(libc::SYS_membarrier, command, none, none) == 0 }
+        // refused command returns -1 with errno set.
+        unsafe { libc::syscall(libc::SYS_membarrier, command, none, none) }
     }
 
-    /// Registers the process for the private expedited command; whether the kernel granted it.
-    pub(super) fn register() -> bool {
-        call(REGISTER_PRIVATE_EXPEDITED)
+    /// Whether the kernel offers the private expedited command (asked first: a filter that
+    /// answers 0 without running the call answers an empty set here) and registering succeeded.
+    pub(super) fn usable() -> bool {
+        let offered = call(QUERY);
+        let both = PRIVATE_EXPEDITED | REGISTER_PRIVATE_EXPEDITED;
+        offered > 0 && offered & both == both && call(REGISTER_PRIVATE_EXPEDITED) == 0
     }
 
     /// A full barrier on every running thread of the process.
     pub(super) fn expedited() -> bool {
-        call(PRIVATE_EXPEDITED)
+        #[cfg(test)]
+        {
+            if FAIL_FOR_TEST
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return false;
+            }
+        }
+        call(PRIVATE_EXPEDITED) == 0 || {
+            // A child after `fork` is not registered (registration is per process): once more.
+            call(REGISTER_PRIVATE_EXPEDITED) == 0 && call(PRIVATE_EXPEDITED) == 0
+        }
+    }
+
+    /// The barrier when `membarrier(2)` failed after registration: counted, then made by
+    /// changing the protection of a page this process has written, which the kernel completes
+    /// only after every CPU running one of the process's threads has taken an interrupt (a
+    /// serializing event) to flush its view of the page. Answers whether it was made.
+    pub(super) fn fallback() -> bool {
+        // Relaxed: a statistic.
+        FAILURES.fetch_add(1, Ordering::Relaxed);
+        flush_process_write_buffers()
+    }
+
+    fn flush_process_write_buffers() -> bool {
+        use std::sync::Mutex;
+        struct Page(*mut libc::c_void);
+        // SAFETY: the page's address is only handed to the kernel, under the lock.
+        unsafe impl Send for Page {}
+        static PAGE: Mutex<Option<Page>> = Mutex::new(None);
+        let mut page = crate::sync::lock(&PAGE);
+        // SAFETY: `sysconf` reads nothing of ours.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let Ok(size) = usize::try_from(size) else {
+            return false;
+        };
+        if page.is_none() {
+            // SAFETY: an anonymous private mapping of one page; checked for failure.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return false;
+            }
+            *page = Some(Page(p));
+        }
+        let Some(Page(p)) = *page else {
+            return false;
+        };
+        // SAFETY: `p` is our own page, mapped above and never unmapped: made writable, touched
+        // (so it is resident and in the TLBs of the CPUs that ran us), then made read-only,
+        // which shoots down every CPU's mapping of it.
+        unsafe {
+            libc::mprotect(p, size, libc::PROT_READ | libc::PROT_WRITE) == 0 && {
+                std::ptr::write_volatile(p.cast::<u8>(), 1);
+                libc::mprotect(p, size, libc::PROT_READ) == 0
+            }
+        }
     }
 }
 
 #[cfg(not(all(target_os = "linux", not(tollgate_loom))))]
 mod membarrier {
-    pub(super) fn register() -> bool {
+    pub(super) fn expedited() -> bool {
         false
     }
 
-    pub(super) fn expedited() -> bool {
+    pub(super) fn fallback() -> bool {
         false
     }
 }
 
-/// The process's domain and each thread's slot in it, for the keyed tables.
+/// Process-wide thread indices: small integers, one per thread that reads a table, given back
+/// when the thread exits, so that a domain's slots stay as few as the threads reading at once.
 #[cfg(not(tollgate_loom))]
-pub(crate) mod global {
-    use std::cell::{Cell, RefCell};
+pub(crate) mod thread_index {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Once;
 
-    use super::{Domain, Registration, Slot};
+    use super::MAX_THREADS;
 
-    pub(crate) static DOMAIN: Domain = Domain::new();
+    const WORDS: usize = MAX_THREADS / 64;
+
+    /// Bit `i` set: index `i` is held by a thread.
+    static TAKEN: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
+    /// Bit `i` set: index `i` was held at a `fork` by a thread this process does not have.
+    static DEAD: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
+
+    /// `INDEX` before the thread has an index.
+    const NONE: usize = usize::MAX;
+    /// `INDEX` once the thread has given its index back (its thread-locals are being destroyed).
+    const EXITED: usize = usize::MAX - 1;
 
     thread_local! {
-        /// This thread's slot (valid while `REGISTRATION` holds it) and how deeply it is reading.
-        static LOCAL: Local = const {
-            Local {
-                slot: Cell::new(None),
-                depth: Cell::new(0),
-            }
-        };
-        /// Holds the slot; gives it back when the thread exits.
-        static REGISTRATION: RefCell<Option<Held>> = const { RefCell::new(None) };
+        /// This thread's index (no destructor, so it is readable until the thread ends).
+        static INDEX: Cell<usize> = const { Cell::new(NONE) };
+        /// Gives the index back when the thread exits.
+        static HOLDER: Holder = const { Holder };
     }
 
-    struct Local {
-        slot: Cell<Option<*const Slot>>,
-        depth: Cell<u32>,
-    }
+    struct Holder;
 
-    /// A reader inside the domain until dropped. Not `Send`: it leaves on the thread it entered.
-    #[derive(Debug)]
-    pub(crate) struct Pin {
-        slot: *const Slot,
-    }
-
-    /// Enters the domain, or `None` if this thread can no longer hold a slot (its thread-locals
-    /// are being destroyed): the caller then looks under its lock instead.
-    #[inline]
-    pub(crate) fn pin() -> Option<Pin> {
-        LOCAL
-            .try_with(|local| {
-                let slot = match local.slot.get() {
-                    Some(slot) => slot,
-                    None => register(local)?,
-                };
-                let depth = local.depth.get();
-                if depth == 0 {
-                    // SAFETY: slots live as long as the domain (a static), and this one is held by
-                    // `REGISTRATION`, which clears `LOCAL` when it gives the slot back.
-                    unsafe { &*slot }.enter(&DOMAIN);
-                }
-                local.depth.set(depth + 1);
-                Some(Pin { slot })
-            })
-            .ok()
-            .flatten()
-    }
-
-    #[cold]
-    fn register(local: &Local) -> Option<*const Slot> {
-        REGISTRATION
-            .try_with(|held| {
-                let mut held = held.borrow_mut();
-                let registration = held.get_or_insert_with(|| Held(DOMAIN.register()));
-                let slot: *const Slot = registration.0.slot();
-                local.slot.set(Some(slot));
-                slot
-            })
-            .ok()
-    }
-
-    impl Drop for Pin {
-        #[inline]
+    impl Drop for Holder {
         fn drop(&mut self) {
-            // `LOCAL` has no destructor, so it is there as long as the thread runs.
-            let _ = LOCAL.try_with(|local| {
-                let depth = local.depth.get() - 1;
-                local.depth.set(depth);
-                if depth == 0 {
-                    // SAFETY: as in `pin`: the slot lives as long as the domain.
-                    unsafe { &*self.slot }.leave();
+            let _ = INDEX.try_with(|index| {
+                let i = index.replace(EXITED);
+                if i < MAX_THREADS {
+                    give_back(i);
                 }
             });
         }
     }
 
-    /// The thread's registration: gives the slot back when the thread exits, first telling
-    /// `LOCAL` it is gone (a pin after that, from another thread-local's destructor, registers
-    /// again or, too late for that, looks under the lock).
-    struct Held(Registration);
+    /// The calling thread's index, taking one on its first call.
+    #[inline]
+    pub(crate) fn current() -> Option<usize> {
+        let i = INDEX.try_with(Cell::get).ok()?;
+        if i < MAX_THREADS {
+            return Some(i);
+        }
+        if i == EXITED {
+            return None;
+        }
+        take()
+    }
 
-    impl Drop for Held {
-        fn drop(&mut self) {
-            let _ = LOCAL.try_with(|local| local.slot.set(None));
+    #[cold]
+    fn take() -> Option<usize> {
+        static AT_FORK: Once = Once::new();
+        AT_FORK.call_once(register_at_fork);
+        // The holder must exist to give the index back: if this thread can no longer make
+        // thread-locals, it gets no index.
+        HOLDER.try_with(|_| ()).ok()?;
+        for (w, word) in TAKEN.iter().enumerate() {
+            // Relaxed: the index is the bit, and nothing else is published through it (a slot
+            // is written only by its index's holder, and read by horizons through the slot's own
+            // orderings).
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != u64::MAX {
+                let bit = (!bits).trailing_zeros();
+                match word.compare_exchange_weak(
+                    bits,
+                    bits | 1 << bit,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        let i = w * 64 + bit as usize;
+                        INDEX.with(|index| index.set(i));
+                        return Some(i);
+                    }
+                    Err(seen) => bits = seen,
+                }
+            }
+        }
+        None
+    }
+
+    fn give_back(i: usize) {
+        // Release: the thread's last store to its slots (a leave, with Release) is done before
+        // another thread can take the index. A dead index is never given back (its slots may
+        // hold a stale epoch in this process).
+        if !dead(i) {
+            TAKEN[i / 64].fetch_and(!(1 << (i % 64)), Ordering::Release);
         }
     }
-}
 
-/// A domain with one reader's handle, for the loom models of the epoch
-/// (`loom-tests/tests/epoch.rs`).
-#[cfg(tollgate_loom)]
-#[derive(Debug)]
-pub struct ModelDomain(Domain);
-
-/// A reader of a [`ModelDomain`].
-#[cfg(tollgate_loom)]
-#[derive(Debug)]
-pub struct ModelReader(Registration);
-
-#[cfg(tollgate_loom)]
-impl Default for ModelDomain {
-    fn default() -> ModelDomain {
-        ModelDomain(Domain::new())
+    /// Whether `i` was held at a `fork` by a thread this process does not have.
+    #[inline]
+    pub(crate) fn dead(i: usize) -> bool {
+        // Relaxed: written only in `fork`'s child, before any other thread exists there.
+        DEAD[i / 64].load(Ordering::Relaxed) & 1 << (i % 64) != 0
     }
+
+    #[cfg(unix)]
+    fn register_at_fork() {
+        extern "C" fn child() {
+            // Async-signal-safe: atomics and a thread-local without a destructor only. Every index
+            // taken at the fork but this thread's belongs to a thread the child does not have.
+            let me = INDEX.try_with(Cell::get).unwrap_or(NONE);
+            for (w, (taken, dead)) in TAKEN.iter().zip(DEAD.iter()).enumerate() {
+                let mut bits = taken.load(Ordering::Relaxed);
+                if me / 64 == w {
+                    bits &= !(1 << (me % 64));
+                }
+                dead.fetch_or(bits, Ordering::Relaxed);
+            }
+        }
+        // SAFETY: registers a handler that only touches atomics and a const thread-local. A
+        // failure (ENOMEM) leaves the child without it: documented as what `fork` then does.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(child));
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn register_at_fork() {}
 }
+
+/// A domain and its readers, for the loom models of the epoch (`loom-tests/tests/epoch.rs`).
+#[cfg(tollgate_loom)]
+#[derive(Debug, Default)]
+pub struct ModelDomain {
+    domain: Domain,
+    readers: std::sync::atomic::AtomicUsize,
+}
+
+/// A reader of a [`ModelDomain`]: a thread index of its own.
+#[cfg(tollgate_loom)]
+#[derive(Debug)]
+pub struct ModelReader(usize);
+
+/// A [`ModelReader`] inside its domain until dropped.
+#[cfg(tollgate_loom)]
+#[derive(Debug)]
+pub struct ModelPin<'a>(#[allow(dead_code)] Pin<'a>);
 
 #[cfg(tollgate_loom)]
 impl ModelDomain {
-    /// A slot for a new reader.
+    /// A new reader.
     pub fn register(&self) -> ModelReader {
-        ModelReader(self.0.register())
+        ModelReader(
+            self.readers
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// Enters as `reader` (nested if it is already in).
+    pub fn pin(&self, reader: &ModelReader) -> ModelPin<'_> {
+        ModelPin(self.domain.pin_as(reader.0).expect("few readers"))
     }
 
     /// See [`Domain::retire`].
     pub fn retire(&self) -> u64 {
-        self.0.retire()
+        self.domain.retire()
     }
 
-    /// See [`Domain::horizon`].
+    /// See [`Domain::horizon`] (never `None` under loom: its barrier is a fence).
     pub fn horizon(&self) -> u64 {
-        self.0.horizon()
-    }
-}
-
-#[cfg(tollgate_loom)]
-impl ModelReader {
-    /// Enters `domain`.
-    pub fn enter(&self, domain: &ModelDomain) {
-        self.0.slot().enter(&domain.0);
-    }
-
-    /// Leaves.
-    pub fn leave(&self) {
-        self.0.slot().leave();
+        self.domain.horizon().unwrap_or(0)
     }
 }

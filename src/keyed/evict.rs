@@ -276,6 +276,28 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.overflowed.load(Ordering::Relaxed)
     }
 
+    /// Removed keys whose memory is not yet freed: a lookup that began before a key was removed
+    /// may still read it, so it is freed once every such lookup has ended (at the next write,
+    /// sweep or [`shrink_to_fit`](Self::shrink_to_fit) that finds them ended). Normally a handful;
+    /// while it is at [`max_keys`](Self::max_keys) (a thread parked inside a lookup, in a key's
+    /// `Eq`), new keys get the overflow policy, so the memory held stays bounded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let clock = ManualClock::starting_at(Nanos::new(2_000_000_000)); // reads 2 s
+    /// let limiter: KeyedLimiter<u8, _, _> = KeyedLimiter::with_clock(Quota::per_second(1)?, clock);
+    /// limiter.check_key_at(&1, Nanos::new(0)).unwrap();
+    /// limiter.retain_recent_at(Nanos::new(2_000_000_000));
+    /// assert_eq!(limiter.unreclaimed(), 0); // no lookup was running: freed at once
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn unreclaimed(&self) -> usize {
+        self.store.unreclaimed()
+    }
+
     /// The reading a key created afresh at `now` is fresh as of: `max(now, floor)`.
     #[inline]
     pub(super) fn fresh_at(&self, now: Nanos) -> Nanos {
@@ -285,12 +307,26 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Nanos::new(now.clamped().max(floor))
     }
 
-    /// Whether a place is left for a new key now (a snapshot: [`Self::reserve`] decides).
+    /// Whether a place is left for a new key now (a snapshot: [`Self::reserve`] decides): fewer
+    /// than `max_keys` keys held, and fewer than `max_keys` removed keys waiting for a reader to
+    /// leave before they are freed (see "Bounded memory" in the module docs).
     #[inline]
     pub(super) fn has_room(&self) -> bool {
         // Relaxed: a snapshot of the count, as in `peek_key_n_at`; the reservation that follows
         // is the read-modify-write that keeps the bound.
         self.keys.load(Ordering::Relaxed) < self.max_keys
+            && self.store.unreclaimed() < self.max_keys
+    }
+
+    /// Frees the removed keys no reader holds, if they are what keeps new keys out; answers
+    /// whether that made room.
+    #[cold]
+    pub(super) fn reclaimed_room(&self) -> bool {
+        if self.store.unreclaimed() < self.max_keys {
+            return false;
+        }
+        self.store.reclaim_now();
+        self.has_room()
     }
 
     /// Reserves a place for a new key, if one is left.

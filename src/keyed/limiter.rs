@@ -362,10 +362,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.check_key_n_with(key, n, || now)
     }
 
-    /// A request for `n` on `key` at the reading `now()` gives. The reading is taken once the
-    /// key's state has been found (any reading is as good as any other taken during the call):
-    /// with the clock, the lookup's memory accesses are then issued before the clock read rather
-    /// than waiting behind it, which on a map larger than the caches is most of a check's cost.
+    /// A request for `n` on `key` at the reading `now()` gives. The reading is taken before the
+    /// lookup enters the table's epoch: a clock is user code, and a reader parked inside the
+    /// epoch would hold the table's removed entries (see the module docs, "Bounded memory").
     #[inline]
     fn check_key_n_with<Q>(
         &self,
@@ -380,14 +379,15 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // A known key: the decision is the algorithm's own compare-and-swap on the key's state.
         // If eviction marked the state gone (its key forgotten), the decision took effect nowhere,
         // and the key is decided as new (see the module docs).
+        let now = now();
         let known = self
             .store
-            .with_read(key, |state| A::acquire_keyed(&self.policy, state, now(), n));
+            .with_read(key, |state| A::acquire_keyed(&self.policy, state, now, n));
         match known {
             Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
             // A query never creates a key.
-            _ if n == 0 => self.peek_key_n_at(key, 0, now()),
-            _ => self.check_new(&Acquire, key, n, now()),
+            _ if n == 0 => self.peek_key_n_at(key, 0, now),
+            _ => self.check_new(&Acquire, key, n, now),
         }
     }
 
@@ -470,9 +470,14 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     }
                     return outcome;
                 }
-                // No room: if a sweep is due, run it (holding no lock) and try once more.
+                // No room: if a sweep is due, run it (holding no lock), or if removed keys wait
+                // to be freed, free what no reader holds, and try once more.
                 Created::Full => {
-                    if attempt > 0 || !self.note_new_key(now) {
+                    if attempt > 0 {
+                        break;
+                    }
+                    let swept = self.note_new_key(now);
+                    if !swept && !self.reclaimed_room() {
                         break;
                     }
                 }
@@ -670,7 +675,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // A state eviction has marked gone is forgotten, even before it is removed.
         matches!(
             self.store.with_read(key, |state| if A::is_gone(state) {
-                Err(Gone)
+                Err(Gone::seen())
             } else {
                 Ok(())
             }),

@@ -199,6 +199,23 @@ pub mod model_table {
 }
 mod tiers;
 
+/// How many times, in this process, the keyed tables' reclaimer found `membarrier(2)` failing
+/// after the process had registered for it (a seccomp filter installed after start-up, say).
+/// Each such time it fell back to a slower process-wide barrier (a page-protection change); a
+/// non-zero count says the process pays that, and why. Always 0 where `membarrier(2)` is not used
+/// (not Linux, or refused at start-up: lookups then fence instead).
+///
+/// # Examples
+///
+/// ```
+/// let failures = tollgate::keyed::barrier_failures();
+/// assert_eq!(failures, 0); // an ordinary process: membarrier(2) works, or is not used
+/// ```
+#[cfg(not(tollgate_loom))]
+pub fn barrier_failures() -> u64 {
+    epoch::membarrier_failures()
+}
+
 pub use crate::algorithm::Algorithm;
 pub use algorithm::{
     FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered,

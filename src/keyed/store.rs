@@ -23,9 +23,6 @@ use std::borrow::Borrow;
 #[cfg(tollgate_loom)]
 use std::hash::Hash;
 
-#[cfg(tollgate_loom)]
-use crate::cas::Gone;
-
 /// What `Store::with_entry` found, under the key's lock.
 pub(crate) enum Slot<'a, K, V> {
     /// The key was there; the key and its state.
@@ -54,11 +51,7 @@ impl<K: Hash + Eq, V> Store<K, V> {
     /// meanwhile), or answers `None`. (The table's relocation, whose readers look again, has no
     /// counterpart here: this map never moves a state.)
     #[inline]
-    pub(crate) fn with_read<Q, R>(
-        &self,
-        key: &Q,
-        f: impl Fn(&V) -> Result<R, Gone>,
-    ) -> Option<Result<R, Gone>>
+    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -104,4 +97,13 @@ impl<K: Hash + Eq, V> Store<K, V> {
     pub(crate) fn shrink_to_fit(&self) {
         crate::sync::write(&self.map).shrink_to_fit();
     }
+
+    /// Removed states still held by a reader: this map's are freed by their `Arc`s, so none
+    /// is counted.
+    pub(crate) fn unreclaimed(&self) -> usize {
+        0
+    }
+
+    /// Nothing to free: see [`Store::unreclaimed`].
+    pub(crate) fn reclaim_now(&self) {}
 }

@@ -53,10 +53,10 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if self.pick.is_none() {
             return 0;
         }
-        match self.store.with_read(key, |state| Ok(A::tier_of(state))) {
-            Some(Ok(tier)) => tier.min(self.quotas.len().saturating_sub(1)),
-            // Not held, or forgotten: the tier it would be given.
-            _ => self
+        match self.store.with_read(key, |state| A::tier_of(state)) {
+            Some(tier) => tier.min(self.quotas.len().saturating_sub(1)),
+            // Not held: the tier it would be given.
+            None => self
                 .tier_of(&key.to_owned())
                 .min(self.quotas.len().saturating_sub(1)),
         }

@@ -444,16 +444,6 @@ const KEYED_FIRST: usize = 2;
 /// Slot 0's index in a direct log: 128 bytes after the head, as a cache-line pair.
 const DIRECT_FIRST: usize = 16;
 
-/// A relocated log shares its block with the old place: a write through either is a write to both.
-impl crate::algorithm::sealed::Relocate for Log {
-    fn relocate(&self) -> Self {
-        Log {
-            words: self.words.clone(),
-            first: self.first,
-        }
-    }
-}
-
 impl fmt::Debug for Log {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Log")
