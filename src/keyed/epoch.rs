@@ -609,3 +609,73 @@ impl ModelDomain {
         self.domain.horizon().unwrap_or(0)
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Finding (i): when `membarrier(2)` fails after the process registered for it, the heavy
+    /// barrier falls back to the page-protection flush (so what no reader holds is still freed),
+    /// and the failure is counted rather than silent.
+    #[test]
+    fn a_failing_membarrier_is_counted_and_falls_back() {
+        if !fast() {
+            // This kernel (or a filter) refused membarrier at start-up: readers fence, and the
+            // heavy barrier is a fence that cannot fail.
+            assert!(heavy_barrier());
+            return;
+        }
+        let domain = Domain::new();
+        let before = membarrier_failures();
+        membarrier::FAIL_FOR_TEST.store(1, Ordering::Relaxed);
+        assert_eq!(
+            domain.horizon(),
+            Some(u64::MAX),
+            "no reader: everything may go"
+        );
+        assert!(membarrier_failures() > before);
+        // The next barrier uses membarrier again.
+        assert_eq!(domain.horizon(), Some(u64::MAX));
+    }
+
+    /// The query comes first: the process uses membarrier only if the kernel lists both
+    /// commands, and then its barrier works.
+    #[test]
+    fn membarrier_is_used_only_when_the_query_offers_it() {
+        if fast() {
+            assert!(membarrier::expedited());
+        }
+    }
+
+    /// Finding (h): entering is one store to the slot, and a nested pin leaves the slot as the
+    /// outer one set it.
+    #[test]
+    fn a_nested_pin_neither_enters_nor_leaves() {
+        let domain = Domain::new();
+        let index = thread_index::current().unwrap();
+        let outer = domain.pin_as(index).unwrap();
+        let at = domain.slot(index).unwrap().load(Ordering::Relaxed);
+        assert_ne!(at, 0);
+        domain.retire();
+        drop(domain.pin_as(index).unwrap());
+        assert_eq!(domain.slot(index).unwrap().load(Ordering::Relaxed), at);
+        assert_eq!(domain.horizon(), Some(at));
+        drop(outer);
+        assert_eq!(domain.horizon(), Some(u64::MAX));
+    }
+
+    /// Thread indices are given back when threads exit, so thousands of short-lived threads
+    /// reuse a few slots.
+    #[test]
+    fn short_lived_threads_reuse_their_indices() {
+        let mut most = 0;
+        for _ in 0..2_000 {
+            let i = std::thread::spawn(|| thread_index::current().unwrap())
+                .join()
+                .unwrap();
+            most = most.max(i);
+        }
+        // Other tests' threads hold some indices meanwhile; far fewer than 2 000.
+        assert!(most < 256, "index {most}");
+    }
+}
