@@ -183,6 +183,9 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             u64::try_from(removed).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+        // Last: the removed keys are dropped here (if no lookup still holds them), after the
+        // books are settled, so a key whose `Drop` panics leaves the count of keys right.
+        self.store.reclaim_now();
         removed
     }
 

@@ -609,19 +609,29 @@ impl<K: Hash + Eq, V> Table<K, V> {
         }
         let freed = {
             let mut reclaim = lock(&self.reclaim);
-            // Relaxed: a count read as a bound, moved only under this lock.
-            self.unreclaimed
-                .fetch_add(garbage.entries.len(), Ordering::Relaxed);
-            // After the unlinking (the caller's stores, under the shard lock it released):
-            // readers that enter at the epoch this moves to see it unlinked.
-            let epoch = self.domain.retire();
-            reclaim.pending.push_back(Batch { epoch, garbage });
+            self.hand_over(&mut reclaim, garbage);
             // At once: with no lookup in flight (one thread inserting, say), a replaced table is
             // freed as a growing `HashMap` frees it, and the allocator can reuse its memory.
             self.collect(&mut reclaim)
         };
         // SAFETY: past the horizon: no reader holds any of it (`collect`).
         unsafe { freed.free() };
+    }
+
+    /// Queues what a write unlinked, at the epoch it moves to: freed by a later `collect`.
+    fn hand_over(&self, reclaim: &mut Reclaim<K, V>, garbage: Garbage<K, V>) {
+        if garbage.is_empty() {
+            return;
+        }
+        // Relaxed: a count read as a bound, moved only under this lock.
+        self.unreclaimed
+            .fetch_add(garbage.entries.len(), Ordering::Relaxed);
+        // After the unlinking (the caller's stores, under the shard lock it released): readers
+        // that enter at the epoch this moves to see it unlinked.
+        let epoch = self.domain.retire();
+        reclaim.pending.push_back(Batch { epoch, garbage });
+        // Relaxed: a hint, as in `collect`.
+        self.reclaiming.store(true, Ordering::Relaxed);
     }
 
     /// Takes out of `reclaim` what no reader can still hold (the batches retired before the
@@ -686,7 +696,10 @@ impl<K: Hash + Eq, V> Table<K, V> {
     }
 
     /// Removes every entry whose state `evict` marks gone (marking and removing under the
-    /// shard lock, one shard at a time), and answers how many it removed.
+    /// shard lock, one shard at a time), and answers how many it removed. Frees nothing and runs
+    /// no key's `Drop`, so a sweep is never cut short and its count is always returned: the
+    /// caller settles its own books, then calls [`Table::reclaim_now`] (where a panicking `Drop`
+    /// surfaces).
     pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
@@ -705,9 +718,8 @@ impl<K: Hash + Eq, V> Table<K, V> {
                     }
                 }
             }
-            self.retire(garbage);
+            self.hand_over(&mut lock(&self.reclaim), garbage);
         }
-        self.reclaim_now();
         removed
     }
 
@@ -749,6 +761,14 @@ impl<K: Hash + Eq, V> Table<K, V> {
     pub(crate) fn retired(&self) -> usize {
         self.reclaim_now();
         lock(&self.reclaim).pending.len()
+    }
+
+    /// The index of the shard holding `key` (what [`Table::retain`] sweeps in index order), for
+    /// the fuzz target's model of a sweep cut short by a panicking `Drop`. Calls `key`'s `Hash`.
+    #[cfg(fuzzing)]
+    pub(crate) fn shard_index<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
+        // `checked_shr`: as in `shard`.
+        self.hash(key).checked_shr(self.shift).unwrap_or(0) as usize
     }
 
     /// Live entries (exact when no writer runs).
@@ -830,7 +850,9 @@ impl<K: Hash + Eq> BenchTable<K> {
     /// Removes every entry whose word `evict` approves (under each shard's lock); answers how
     /// many.
     pub fn sweep(&self, evict: impl FnMut(&crate::sync::AtomicU64) -> bool) -> usize {
-        self.0.retain(evict)
+        let removed = self.0.retain(evict);
+        self.0.reclaim_now();
+        removed
     }
 
     /// Live entries (exact when no writer runs).
@@ -906,6 +928,12 @@ impl ModelTable {
         self.0.retired()
     }
 
+    /// Entries removed and not yet freed (a reader may still hold them), as the keyed limiter
+    /// counts them against its room for new keys; frees nothing.
+    pub fn unreclaimed(&self) -> usize {
+        self.0.unreclaimed()
+    }
+
     /// Keys held.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -924,7 +952,9 @@ impl ModelTable {
     /// Marks gone and removes every entry whose word is `word`, as eviction does; answers how
     /// many it removed.
     pub fn forget(&self, word: u64) -> usize {
-        self.0.retain(|state| crate::cas::mark_gone(state, word))
+        let removed = self.0.retain(|state| crate::cas::mark_gone(state, word));
+        self.0.reclaim_now();
+        removed
     }
 
     /// Under the key's lock: if its state is marked gone, replaces it with a fresh `word` (as a
@@ -1063,6 +1093,7 @@ mod tests {
                     }
                     Op::Retain(m) => {
                         let removed = table.retain(|v| v.load(Ordering::Relaxed) % m == 0);
+                        table.reclaim_now();
                         let before = model.len();
                         model.retain(|_, v| *v % m != 0);
                         prop_assert_eq!(removed, before - model.len());
@@ -1315,9 +1346,11 @@ mod tests {
             put(&table, log.key(id), id);
         }
         log.panic_on_drop.store(7, Ordering::Relaxed);
-        // Evict the even ids: the batch freed holds key 7? No: make it hold 7 and others.
-        let evicted = quietly(|| table.retain(|w| w.load(Ordering::Relaxed) < 20));
-        assert!(evicted.is_err(), "the drop's panic reaches the caller");
+        // Evict ids 0 to 19 (7 among them): the sweep itself runs no `Drop` and completes; the
+        // freeing that follows drops them all and passes key 7's panic on.
+        assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) < 20), 20);
+        let freed = quietly(|| table.reclaim_now());
+        assert!(freed.is_err(), "the drop's panic reaches the caller");
         let mut want: Vec<u64> = (0..20).collect();
         assert_eq!(log.dropped(), want);
         assert_eq!(table.len(), 20);
@@ -1579,6 +1612,7 @@ mod tests {
         table.with_entry(Reentrant(3), |_| (None, ()));
         assert!(table.with_read(&1_003, |_| ()).is_some());
         assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) < 5), 5);
+        table.reclaim_now();
         for id in 1_000..1_005 {
             assert!(table.with_read(&id, |_| ()).is_some(), "{id}");
         }
