@@ -11,7 +11,7 @@ use super::limiter::Request;
 use super::{Algorithm, KeyedError, KeyedLimiter, TooManyKeys};
 use crate::clock::{Clock, Nanos};
 use crate::quota::{Quota, QuotaError};
-use crate::sync::Ordering;
+use crate::sync::{AtomicBool, Ordering};
 
 /// The default bound on the number of keys: 2^20.
 pub(super) const DEFAULT_MAX_KEYS: usize = 1 << 20;
@@ -372,12 +372,19 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         {
             return false;
         }
+        /// Lowers the flag however the sweep ends: a key's `Drop` may panic in it (the panic
+        /// reaches this request's caller), and the sweeps after it must still run.
+        struct Lower<'a>(&'a AtomicBool);
+        impl Drop for Lower<'_> {
+            fn drop(&mut self) {
+                // Release: pairs with the Acquire of the next sweeper's compare-and-swap.
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _lower = Lower(&self.sweeping);
         // Relaxed: as above.
         self.since_sweep.store(0, Ordering::Relaxed);
-        let removed = self.retain_recent_at(now);
-        // Release: pairs with the Acquire of the next sweeper's compare-and-swap.
-        self.sweeping.store(false, Ordering::Release);
-        removed > 0
+        self.retain_recent_at(now) > 0
     }
 
     /// A request from a new key that found no room.

@@ -54,7 +54,14 @@ where
                 while !rung.wait(every) {
                     match limiter.upgrade() {
                         Some(limiter) => {
-                            limiter.retain_recent();
+                            // A key's `Drop` may panic as the sweep frees it: the sweep's own
+                            // work is done by then (the table frees after removing), so the
+                            // thread goes on to its next tick rather than ending silently.
+                            let swept =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    limiter.retain_recent()
+                                }));
+                            drop(swept);
                         }
                         None => return,
                     }
@@ -179,8 +186,8 @@ impl Sweeper {
         // Wakes the thread at once, wherever it is in its wait.
         self.bell.ring();
         if let Some(thread) = self.thread.take() {
-            // A sweep cannot panic (no panic is reachable from the limiter's API); if the thread
-            // did, there is nothing left to stop.
+            // The thread catches a panic from a key's `Drop` in its sweeps (see above); should it
+            // end some other way, there is nothing left to stop.
             let _ = thread.join();
         }
     }

@@ -536,9 +536,14 @@ impl<K: Hash + Eq, V> Table<K, V> {
                 None => (answer, Some(key)),
             }
         };
-        // No lock held from here: what is freed, and the key not inserted, run their `Drop`.
-        self.retire(garbage);
-        drop(unused);
+        // No lock held from here: what is freed, and the key not inserted, run their `Drop`;
+        // each runs even if the other panics (a second panic while unwinding would abort), and
+        // the first panic is passed on.
+        let freed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.retire(garbage)));
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unused)));
+        if let Err(panic) = freed.and(dropped) {
+            std::panic::resume_unwind(panic);
+        }
         answer
     }
 
@@ -763,14 +768,6 @@ impl<K: Hash + Eq, V> Table<K, V> {
         lock(&self.reclaim).pending.len()
     }
 
-    /// The index of the shard holding `key` (what [`Table::retain`] sweeps in index order), for
-    /// the fuzz target's model of a sweep cut short by a panicking `Drop`. Calls `key`'s `Hash`.
-    #[cfg(fuzzing)]
-    pub(crate) fn shard_index<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
-        // `checked_shr`: as in `shard`.
-        self.hash(key).checked_shr(self.shift).unwrap_or(0) as usize
-    }
-
     /// Live entries (exact when no writer runs).
     #[cfg_attr(tollgate_loom, allow(dead_code))]
     pub(crate) fn len(&self) -> usize {
@@ -867,7 +864,8 @@ impl<K: Hash + Eq> BenchTable<K> {
 }
 
 /// A table of `u64` keys and one-word states, for the loom models (`loom-tests/tests/table.rs`)
-/// and the fuzz target (`fuzz/fuzz_targets/table_ops.rs`) of the table's protocol.
+/// of the table's protocol. (The fuzz target `fuzz/fuzz_targets/table_ops.rs` uses the same
+/// window over keys of its own, `super::fuzz_table::FuzzTable`.)
 #[cfg(any(tollgate_loom, fuzzing))]
 pub struct ModelTable(Table<u64, crate::sync::AtomicU64>);
 
