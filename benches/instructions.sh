@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 CHECKS=${CHECKS:-200000}
 filter=${1:-}
 cargo bench --bench instructions --no-run 2>&1 | tail -1 >&2
-exe=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -1)
+exe=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/instructions-* | grep -v '\.d$' | head -1)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
