@@ -19,13 +19,13 @@
 //!
 //! Every key shares one policy (the constants derived from the [`Quota`](crate::Quota)); a key costs only its
 //! state (one `AtomicU64` for most algorithms, see the table below), plus its own size and the
-//! map's bookkeeping: a hash-table slot of `size_of::<(K, State)>()` bytes (the key beside its
-//! state, padded to their alignment: 16 bytes for a `u64` key and one word, 32 for an `IpAddr`) and
-//! one control byte, in tables kept at most 7/8 full and grown by doubling, plus whatever the key
-//! owns on the heap (a `String`'s bytes). Measured with `u64` keys
-//! (`tests/keyed_spray.rs`), 100 000 keys held add about 24 bytes each to the resident set. The map
-//! (see [The map](#the-map) below) hashes with ahash under a per-map random key, so that clients
-//! cannot choose keys that collide.
+//! map's bookkeeping: an entry of its own, `(hash, key, state)` in one allocation (24 bytes for a
+//! `u64` key and one word, which glibc's allocator rounds to a 32-byte chunk), and a slot of one
+//! control byte and one pointer in tables kept at most 7/8 full and grown by doubling, plus
+//! whatever the key owns on the heap (a `String`'s bytes). The entry is separate so that it never
+//! moves while a lookup may hold it (see [The map](#the-map)). `tests/keyed_spray.rs` measures and
+//! prints the resident bytes a `u64` key adds (`benches/README.md` has the figures). The map hashes
+//! with ahash under a per-map random key, so that clients cannot choose keys that collide.
 //!
 //! The algorithm run per key is a type parameter, one of the marker types of this module (the
 //! [`Algorithm`] trait is sealed):
@@ -86,30 +86,54 @@
 //! # The map
 //!
 //! The map is the crate's own: a fixed number of shards (four per core, at least 8), each an
-//! open-addressing table with one control byte per slot and the keys and states inline, as
-//! `hashbrown` lays them out, filled to at most 7/8. **A lookup of a known key takes no lock and
-//! writes nothing shared**: it enters the table's epoch (a plain store to the calling thread's
-//! own slot: on Linux no hardware barrier, the reclaimer issuing `membarrier(2)` instead; elsewhere
-//! a fence) and reads the control bytes, the key and the state; the admission is then the
-//! algorithm's own compare-and-swap, and a denial writes nothing more. New keys, eviction and
-//! growth take the key's shard lock. A growing shard moves each state into its new table the way
-//! eviction forgets one: the one-word state's word is taken out with the gone mark left behind, so
-//! an admission on the old place either happened before the move and travels with the word, or
-//! meets the mark and looks again, under the lock, in the new table (a sliding log's words live in
-//! a block both places share). Old tables are freed once every lookup that may have seen them has
-//! ended.
+//! open-addressing table with one control byte and one entry pointer per slot, filled to at most
+//! 7/8. **A lookup of a known key takes no lock and writes nothing shared**: it enters the table's
+//! epoch (a plain store to the calling thread's own slot: on Linux no hardware barrier, the
+//! reclaimer issuing `membarrier(2)` instead; elsewhere a fence) and reads the control bytes, the
+//! key and the state; the admission is then the algorithm's own compare-and-swap, and a denial
+//! writes nothing more. New keys, eviction and growth take the key's shard lock. **An entry never
+//! moves**: a growing shard builds a new table of pointers to the same entries, so a lookup on
+//! the old table and one on the new act on the one state there is, and a key whose `Eq` or `Hash`
+//! writes through `&self` (a counter, a memo) writes the one copy. Each entry keeps the hash it was
+//! inserted with, so growth runs no user code and a panicking `Hash` cannot leave a shard half
+//! rebuilt. Removed entries and replaced tables are freed once every lookup that may have seen
+//! them has ended, and each table has its epoch of its own: a lookup parked in one limiter holds
+//! nothing of another's.
+//!
+//! **Sound for every key type.** As `std`'s `HashMap` is: a key's `Hash`, `Eq` or `Drop` may panic,
+//! and the limiter stays whole (a panic in `Hash` or `Eq` changes nothing; a panicking `Drop` runs
+//! after every lock is released, the other removed keys are still dropped, each exactly once, and
+//! the panic reaches the call that freed it); `Drop` may call back into the limiter. A key's `Eq`
+//! or `Hash` that calls the same limiter may deadlock on a new key (the shard lock is not
+//! reentrant). The clock is read before a lookup begins.
+//!
+//! **Bounded memory with a parked reader.** A removed key is freed when no lookup that began
+//! before its removal is still running: normally at once (by the eviction that removed it). A
+//! thread parked inside a lookup (a key's `Eq` that blocks) keeps what was removed after it
+//! parked; [`KeyedLimiter::unreclaimed`] counts it. While that count is at `max_keys`, new keys get
+//! the overflow policy, as on a full map, so one parked thread holds at most about `2 × max_keys`
+//! removed keys (a sweep can remove up to `max_keys` at once) and the tables replaced meanwhile,
+//! never memory without bound. Removed keys are freed, and new keys admitted, as soon as it leaves.
+//! The reclaimer looks at the readers after each write that removed something, and otherwise at
+//! most every 8 to 4 096 writes (backing off while a look frees nothing).
+//!
+//! **Threads, signals and `fork`.** Lookups of threads beyond the first 2 048 alive at once, and
+//! lookups made from a thread-local destructor after the thread's slot was given back, run under
+//! the shard lock instead. A lookup made from a signal handler that interrupted another lookup is
+//! protected by the interrupted one (entering is one store); the paths that take a lock (a new
+//! key) are not async-signal-safe. In the child of a `fork`, the readers of the parent's other
+//! threads are ignored (they do not exist there); but as with any `std` mutex, a shard lock another
+//! thread held at the fork stays held in the child. If `membarrier(2)` fails after start-up, each
+//! reclamation falls back to a slower process-wide barrier and [`barrier_failures`] counts it.
 //!
 //! **Why this map.** DashMap, the crate's map until then (and governor's), holds a shard's read
 //! lock for every lookup: two read-modify-writes on a word every core hitting that shard shares.
 //! The maps with lock-free reads measured beside it (`benches/README.md`, the `maps` bench) cost
-//! more memory: papaya 1.4 to 2.6 times governor's bytes per key and `scc`'s `HashIndex` (boxed,
-//! since it moves entries as it grows) 1.5 to 3.7 times, and both lost to DashMap on one thread.
-//! This table keeps DashMap's layout, so a key costs what it cost before (measured: as much as
-//! governor's at 100 000, 900 000 and 1 000 000 keys, within the allocator's noise), and at
-//! 100 000 keys on the 2-core bench machine it checks 1.8 times governor's rate admitting and 2.6
-//! times denying on one thread, 2.6 and 3.8 times on two. Its first epoch was crossbeam's, whose
-//! pin is a full barrier on every lookup; the crate's own (no barrier on the lookup's side) took a
-//! check at 100 000 keys from about 67 to 55 ns.
+//! more memory and lost to DashMap on one thread. The first form of this table kept DashMap's
+//! layout (keys and states inline) and moved keys bitwise when it grew, which is unsound for keys
+//! a reader may still hold; entries of their own are what soundness costs in memory (about 1.5 to
+//! 2 times a `u64` key's inline bytes; `benches/README.md` has the measurements and the
+//! comparison with governor). Measured figures of speed are in `benches/README.md`, not here.
 //!
 //! **Clocks that step backwards across an eviction.** A full bucket is "full as of its last
 //! reading"; a reading earlier than that would see it less than full. To keep forgetting from ever
@@ -172,6 +196,8 @@ mod algorithm;
 mod epoch;
 mod error;
 mod evict;
+#[cfg(fuzzing)]
+mod fuzz_table;
 mod limiter;
 mod schedule;
 mod store;
@@ -194,6 +220,8 @@ pub mod __bench {
 pub mod model_table {
     #[cfg(tollgate_loom)]
     pub use super::epoch::{ModelDomain, ModelReader};
+    #[cfg(fuzzing)]
+    pub use super::fuzz_table::FuzzTable;
     pub use super::table::ModelTable;
     pub use crate::cas::Gone;
 }

@@ -742,7 +742,9 @@ impl<K: Hash + Eq, V> Table<K, V> {
                     self.rebuild(shard, &mut writer, fit, &mut garbage);
                 }
             }
-            self.retire(garbage);
+            // Queued, not freed, until every shard is done: a key's `Drop` panicking in the
+            // freeing cannot cut the shrink short.
+            self.hand_over(&mut lock(&self.reclaim), garbage);
         }
         self.reclaim_now();
     }
@@ -757,8 +759,10 @@ impl<K: Hash + Eq, V> Table<K, V> {
                 let capacity = shard.current(&writer).capacity();
                 self.rebuild(shard, &mut writer, capacity, &mut garbage);
             }
-            self.retire(garbage);
+            // As in `shrink_to_fit`: every shard first, then the freeing.
+            self.hand_over(&mut lock(&self.reclaim), garbage);
         }
+        self.reclaim_now();
     }
 
     /// Batches retired and not yet freed (after trying to free them).
