@@ -103,7 +103,8 @@
 //! **Sound for every key type.** As `std`'s `HashMap` is: a key's `Hash`, `Eq` or `Drop` may panic,
 //! and the limiter stays whole (a panic in `Hash` or `Eq` changes nothing; a panicking `Drop` runs
 //! after every lock is released, the other removed keys are still dropped, each exactly once, and
-//! the panic reaches the call that freed it); `Drop` may call back into the limiter. A key's `Eq`
+//! the panic reaches the call that freed it, whose own effect, an admission say, has then taken
+//! place without its answer reaching the caller); `Drop` may call back into the limiter. A key's `Eq`
 //! or `Hash` that calls the same limiter may deadlock on a new key (the shard lock is not
 //! reentrant). The clock is read before a lookup begins.
 //!
