@@ -4,6 +4,9 @@
 //! overflow policy meanwhile, rather than memory growing without bound; and in the child of a
 //! `fork`, the parent's other threads (which the child does not have) hold nothing.
 
+// The crate's own table only: under `--cfg tollgate_loom` the store is loom's stand-in map.
+#![cfg(not(tollgate_loom))]
+
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};

@@ -455,12 +455,15 @@ impl<K: Hash + Eq, V> Table<K, V> {
         loom::thread_local! {
             static INDEX: Cell<usize> = Cell::new(usize::MAX);
         }
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        // Loom's lazy static is made anew for each execution, so a loom thread gets the same
+        // index in every execution of a model (a process-wide counter would give it another,
+        // and loom, replaying recorded loads by position, would explore impossible executions).
+        loom::lazy_static! {
+            static ref NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        }
         let index = INDEX.with(|index| {
             if index.get() == usize::MAX {
-                // A fresh index per loom thread: indices only grow within a process, so they are
-                // taken modulo the domain's slots, which loom's two or three threads never share
-                // within one run as long as the models stay that small.
+                // A fresh index per loom thread, counted per execution (see `NEXT`).
                 let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 index.set(next % super::epoch::MAX_THREADS);
             }
