@@ -112,6 +112,19 @@ fn churn(
     (refused, most)
 }
 
+/// A place to park a thread inside a lookup (entered, then released), and a key of `limiter`'s
+/// (used once, so held) whose comparisons park a thread that has `PARK_HERE` set.
+fn parking_key(
+    limiter: &KeyedLimiter<Counted, tollgate::keyed::TokenBucketKeys, ManualClock>,
+    live: &Live,
+) -> (Arc<(Barrier, Barrier)>, Counted) {
+    let park = Arc::new((Barrier::new(2), Barrier::new(2)));
+    let mut key = Counted::new("parked".to_string(), live);
+    key.park = Some(park.clone());
+    assert!(limiter.check_key(&key).is_ok());
+    (park, key)
+}
+
 /// (e) With no lookup running, every removed key is freed by the eviction that removes it: the
 /// live key objects are exactly the keys held, after each round of churn.
 #[test]
@@ -162,10 +175,7 @@ fn a_parked_reader_holds_at_most_max_keys_removed_keys() {
     let limiter: KeyedLimiter<Counted, _, _> =
         KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), clock.clone())
             .with_max_keys(MAX_KEYS);
-    let park = Arc::new((Barrier::new(2), Barrier::new(2)));
-    let mut parked_key = Counted::new("parked".to_string(), &live);
-    parked_key.park = Some(park.clone());
-    assert!(limiter.check_key(&parked_key).is_ok());
+    let (park, parked_key) = parking_key(&limiter, &live);
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
             PARK_HERE.with(|p| p.set(true));
@@ -213,10 +223,7 @@ fn a_reader_parked_in_one_limiter_holds_nothing_of_another() {
     let parked: KeyedLimiter<Counted, _, _> = KeyedLimiter::with_clock(quota, clock.clone());
     let churned: KeyedLimiter<Counted, _, _> =
         KeyedLimiter::with_clock(quota, clock.clone()).with_max_keys(MAX_KEYS);
-    let park = Arc::new((Barrier::new(2), Barrier::new(2)));
-    let mut parked_key = Counted::new("parked".to_string(), &live);
-    parked_key.park = Some(park.clone());
-    assert!(parked.check_key(&parked_key).is_ok());
+    let (park, parked_key) = parking_key(&parked, &live);
     std::thread::scope(|s| {
         s.spawn(|| {
             PARK_HERE.with(|p| p.set(true));
@@ -241,10 +248,7 @@ fn a_fork_child_ignores_the_parents_other_readers() {
     let limiter: KeyedLimiter<Counted, _, _> =
         KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), clock.clone())
             .with_max_keys(MAX_KEYS);
-    let park = Arc::new((Barrier::new(2), Barrier::new(2)));
-    let mut parked_key = Counted::new("parked".to_string(), &live);
-    parked_key.park = Some(park.clone());
-    assert!(limiter.check_key(&parked_key).is_ok());
+    let (park, parked_key) = parking_key(&limiter, &live);
     let forked_ok = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
