@@ -28,11 +28,12 @@
 //!   seccomp filter that answers 0 to everything answers an empty query), both are
 //!   `fence(SeqCst)`. The choice is made once per process, before any reader relies on it. Should
 //!   the command fail later (a filter installed after start-up), readers still do not fence, so
-//!   the heavy barrier falls back to what `FlushProcessWriteBuffers` does on Linux: changing the
-//!   protection of a page the process has touched, which the kernel can only complete after
-//!   interrupting every CPU that runs one of its threads. Each such failure is counted
-//!   ([`membarrier_failures`]); if the fallback fails too, nothing is freed (the table's retired
-//!   budget then bounds the memory held). Under loom both barriers are `fence(SeqCst)`, which loom
+//!   the heavy barrier falls back, on x86, to what `FlushProcessWriteBuffers` does on Linux:
+//!   changing the protection of a page the process has touched, which the kernel completes only
+//!   after interrupting every CPU that has run one of its threads lately. Each such failure is
+//!   counted ([`membarrier_failures`]); where there is no fallback (other architectures) or it
+//!   fails too, nothing is freed (the keyed limiter's retired budget then bounds the memory
+//!   held, and new keys get the overflow policy at it). Under loom both barriers are `fence(SeqCst)`, which loom
 //!   models (`loom-tests/tests/epoch.rs`).
 //!
 //! # Nesting, signals and thread exit
@@ -387,6 +388,18 @@ mod membarrier {
         flush_process_write_buffers()
     }
 
+    /// Elsewhere than x86 a page's TLB entries can be invalidated by a broadcast instruction
+    /// (arm64's `TLBI ... IS`) that interrupts no CPU, so the protection change is no barrier
+    /// there: nothing may be freed (the table's budget then bounds what is held).
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
+    fn flush_process_write_buffers() -> bool {
+        false
+    }
+
+    /// On x86 Linux the kernel sends a TLB-shootdown interrupt to every CPU that has run the
+    /// process's address space lately, and an interrupt is a serializing event there: the
+    /// technique CoreCLR's `FlushProcessWriteBuffers` uses.
+    #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
     fn flush_process_write_buffers() -> bool {
         use std::sync::Mutex;
         struct Page(*mut libc::c_void);

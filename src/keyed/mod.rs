@@ -125,7 +125,9 @@
 //! key) are not async-signal-safe. In the child of a `fork`, the readers of the parent's other
 //! threads are ignored (they do not exist there); but as with any `std` mutex, a shard lock another
 //! thread held at the fork stays held in the child. If `membarrier(2)` fails after start-up, each
-//! reclamation falls back to a slower process-wide barrier and [`barrier_failures`] counts it.
+//! reclamation falls back to a slower process-wide barrier on x86 (elsewhere, nothing more is
+//! freed, and new keys meet the overflow policy once `max_keys` removed keys wait), and
+//! [`barrier_failures`] counts it.
 //!
 //! **Why this map.** DashMap, the crate's map until then (and governor's), holds a shard's read
 //! lock for every lookup: two read-modify-writes on a word every core hitting that shard shares.
@@ -230,8 +232,8 @@ mod tiers;
 
 /// How many times, in this process, the keyed tables' reclaimer found `membarrier(2)` failing
 /// after the process had registered for it (a seccomp filter installed after start-up, say).
-/// Each such time it fell back to a slower process-wide barrier (a page-protection change); a
-/// non-zero count says the process pays that, and why. Always 0 where `membarrier(2)` is not used
+/// Each such time it fell back to a slower process-wide barrier (a page-protection change, on
+/// x86; elsewhere nothing more was freed); a non-zero count says the process pays that, and why. Always 0 where `membarrier(2)` is not used
 /// (not Linux, or refused at start-up: lookups then fence instead).
 ///
 /// # Examples
