@@ -36,7 +36,7 @@
 //! | [`LeakyMeterKeys`] | the [leaky meter](crate::leaky::meter), strict: admitted only when the key's virtual queue is empty; or scheduled, with a delay ([`KeyedLimiter::schedule_key_n`]) | 8 bytes | its queue is empty again |
 //! | [`FixedWindowKeys`] | the [fixed window](crate::window::fixed): N per window, windows on the clock's epoch | 8 bytes | its window is over |
 //! | [`SlidingWindowCounterKeys`] | the one-word [sliding window counter](crate::window::sliding_counter) | 8 bytes | both windows it counts are over |
-//! | [`SlidingWindowLogKeys`] | the exact [sliding window log](crate::window::sliding_log) | 24 bytes + 8 (N + 2) + 16 on the heap | its newest admission has left the window |
+//! | [`SlidingWindowLogKeys`] | the exact [sliding window log](crate::window::sliding_log) | 24 bytes + 8 (N + 2) on the heap | its newest admission has left the window |
 //! | [`Tiered<A>`](Tiered) | any of the above, its quota picked per key from up to 256 tiers ([`KeyedLimiter::with_tiers`]) | A's state + 1 byte, padded (16 bytes for the one-word ones) | as for A |
 //!
 //! [`KeyedLimiter::new`] and [`KeyedLimiter::with_clock`] build the default;

@@ -48,8 +48,7 @@ impl<K: Hash + Eq, V> Store<K, V> {
     }
 
     /// Runs `f` on `key`'s state with no lock held (the `Arc` keeps it alive if it is removed
-    /// meanwhile), or answers `None`. (The table's relocation, whose readers look again, has no
-    /// counterpart here: this map never moves a state.)
+    /// meanwhile), or answers `None`. Like the table's, this map never moves a state.
     #[inline]
     pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where

@@ -411,8 +411,7 @@ impl Entry {
 const NO_GROUP: u64 = 0;
 
 /// The log's state: the head, the group word and the ring of the last N admission times, all in
-/// one shared heap block (so that a keyed limiter's table, relocating a log while readers may still
-/// hold the old place, shares the block between both places: no write is lost).
+/// one heap block of its own (the keyed limiter's table never moves a state, so nothing shares it).
 /// A direct log puts 112 bytes between the group word and the ring (the head is loaded twice by
 /// every request, the slots written by other threads); a keyed limiter's per-key logs do not (one
 /// padded line per key would cost 128 bytes a key for contention that spreads over keys).
@@ -430,7 +429,7 @@ const NO_GROUP: u64 = 0;
 /// - from `first` on, N **slots**; position `p` lives in slot `p % N`. See `Entry` for the state
 ///   table.
 pub struct Log {
-    words: std::sync::Arc<[AtomicU64]>,
+    words: Box<[AtomicU64]>,
     /// The index of slot 0 in `words`.
     first: usize,
 }
