@@ -162,6 +162,29 @@ pub(crate) mod sealed {
             now: Nanos,
             n: u64,
         ) -> Result<Result<Admitted, AcquireError>, Gone>;
+        /// What [`Contract::verdict_keyed`] decides: as little as lets
+        /// [`Contract::describe_keyed`] rebuild the whole outcome (for a one-word algorithm, the
+        /// word it decided on).
+        type Verdict;
+        /// [`Contract::acquire_keyed`] split in two, so that the part run inside the keyed
+        /// table's lookup (and its epoch) returns a word or two in registers: the decision, taking
+        /// effect on `state` exactly as `acquire_keyed`'s would, answering what it decided on.
+        /// Followed by [`Contract::describe_keyed`] with the same `now` and `n`.
+        fn verdict_keyed(
+            policy: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+            n: u64,
+        ) -> Result<Self::Verdict, Gone>;
+        /// The outcome of a [`Contract::verdict_keyed`]: what `acquire_keyed` would have answered.
+        /// Built outside the lookup, inline, so a caller that reads only `is_ok()` pays for none
+        /// of it.
+        fn describe_keyed(
+            policy: &Self::Policy,
+            verdict: Self::Verdict,
+            now: Nanos,
+            n: u64,
+        ) -> Result<Admitted, AcquireError>;
         /// [`Contract::peek`] on a keyed limiter's state, or [`Gone`].
         fn peek_keyed(
             policy: &Self::Policy,
@@ -227,6 +250,34 @@ pub(crate) mod sealed {
             now: Self::Time,
             n: u64,
         ) -> Step<Admitted, Denied>;
+        /// The decision's verdict alone: the word to write, or admit without a write, or refuse,
+        /// and nothing built to describe it. The keyed check decides with it inside the table's
+        /// lookup and describes the outcome afterwards from the word it decided on (see
+        /// [`Contract::verdict_keyed`]). Must agree with [`OneWord::decide`]; this default derives
+        /// it from there, and an algorithm whose outcome costs more than its test answers it
+        /// directly.
+        #[inline]
+        fn judge(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Step<(), ()> {
+            match Self::decide(policy, word, now, n) {
+                Step::Write(new, _) => Step::Write(new, ()),
+                Step::Keep(_) => Step::Keep(()),
+                Step::Refuse(_) => Step::Refuse(()),
+            }
+        }
+        /// The decision's outcome alone, without its write: what [`OneWord::decide`] answers.
+        /// Must agree with it; this default derives it from there.
+        #[inline]
+        fn outcome(
+            policy: &Self::Policy,
+            word: u64,
+            now: Self::Time,
+            n: u64,
+        ) -> Result<Admitted, Denied> {
+            match Self::decide(policy, word, now, n) {
+                Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
+                Step::Refuse(denied) => Err(denied),
+            }
+        }
         /// What a request for nothing reports.
         fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted;
         /// Whole admissions available at `now`.
@@ -344,6 +395,40 @@ impl<T: OneWord> Contract for T {
         }
     }
 
+    /// The word the decision was made on: the one it replaced, or the one it refused or kept.
+    /// A decision is a pure function of the word, so deciding on that word again, without
+    /// writing (`peek_word`), describes it exactly.
+    type Verdict = u64;
+
+    #[inline(always)]
+    fn verdict_keyed(
+        policy: &Self::Policy,
+        state: &AtomicU64,
+        now: Nanos,
+        n: u64,
+    ) -> Result<u64, Gone> {
+        let now = T::time(policy, now);
+        match InsufficientCapacity::check(n, T::capacity(policy)) {
+            // Refused by its size: `describe_keyed` says so without reading the word.
+            Err(_) => Ok(0),
+            Ok(true) => {
+                let decided = cas::update_live(state, |word| judged_on::<T>(policy, word, now, n))?;
+                Ok(decided.unwrap_or_else(|word| word))
+            }
+            Ok(false) => live_word(state),
+        }
+    }
+
+    #[inline(always)]
+    fn describe_keyed(
+        policy: &Self::Policy,
+        word: u64,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Admitted, AcquireError> {
+        peek_word::<T>(policy, word, now, n)
+    }
+
     fn peek_keyed(
         policy: &Self::Policy,
         state: &AtomicU64,
@@ -404,6 +489,16 @@ impl<T: OneWord> Contract for T {
     }
 }
 
+/// [`OneWord::judge`] answering the word it judged, whichever way: the step `cas::update` applies.
+#[inline(always)]
+fn judged_on<T: OneWord>(policy: &T::Policy, word: u64, now: T::Time, n: u64) -> Step<u64, u64> {
+    match T::judge(policy, word, now, n) {
+        Step::Write(new, ()) => Step::Write(new, word),
+        Step::Keep(()) => Step::Keep(word),
+        Step::Refuse(()) => Step::Refuse(word),
+    }
+}
+
 /// The answer `decide` gives for `n` on `word` at `now`, writing nothing.
 #[inline]
 fn peek_word<T: OneWord>(
@@ -416,10 +511,7 @@ fn peek_word<T: OneWord>(
     if !InsufficientCapacity::check(n, T::capacity(policy))? {
         return Ok(T::query(policy, word, now));
     }
-    match T::decide(policy, word, now, n) {
-        Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
-        Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
-    }
+    T::outcome(policy, word, now, n).map_err(AcquireError::Denied)
 }
 
 /// The word of a keyed limiter's state, unless eviction has marked it gone.

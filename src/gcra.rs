@@ -36,6 +36,19 @@ pub trait GcraWord: Send + Sync + 'static {
 
     /// The decision: admits `n` (`1..=capacity`) on `word` at `now`, or says when it could.
     fn decide(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied>;
+
+    /// The decision's verdict alone (the word to write, or a refusal): `decide` without building
+    /// its outcome. Must agree with `decide`.
+    fn judge(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<(), ()>;
+
+    /// The decision's outcome alone (without its write). Must agree with `decide`.
+    #[inline]
+    fn outcome(gcra: &Gcra, word: u64, now: Time, n: u64) -> Result<Admitted, Denied> {
+        match Self::decide(gcra, word, now, n) {
+            Step::Write(_, admitted) | Step::Keep(admitted) => Ok(admitted),
+            Step::Refuse(denied) => Err(denied),
+        }
+    }
 }
 
 /// The two constructors of a GCRA limiter (the token bucket and the leaky meter), written once:
@@ -104,6 +117,16 @@ impl<T: GcraWord> OneWord for T {
     #[inline]
     fn decide(policy: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
         T::decide(policy, word, now, n)
+    }
+
+    #[inline]
+    fn judge(policy: &Gcra, word: u64, now: Time, n: u64) -> Step<(), ()> {
+        T::judge(policy, word, now, n)
+    }
+
+    #[inline]
+    fn outcome(policy: &Gcra, word: u64, now: Time, n: u64) -> Result<Admitted, Denied> {
+        T::outcome(policy, word, now, n)
     }
 
     fn query(policy: &Gcra, word: u64, now: Time) -> Admitted {
@@ -358,43 +381,79 @@ impl Gcra {
         }
     }
 
+    /// The token bucket's verdict alone: the word [`Gcra::decide`] writes, or a refusal.
+    #[inline]
+    pub(crate) fn judge(&self, word: u64, now: Time, n: u64) -> Step<(), ()> {
+        match self.conform(word, now, n) {
+            Ok(c) => Step::Write(c.new, ()),
+            Err(_) => Step::Refuse(()),
+        }
+    }
+
     /// The token bucket's decision: takes `n` tokens (`1 <= n <= capacity`) from `word`, or says
     /// when it could.
     #[inline]
     pub(crate) fn decide(&self, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
         match self.conform(word, now, n) {
-            // The level is counted from the reading rounded down, the refill from `c.start`: a
-            // refill restarted at the reading rounded up brings the next token one unit later.
-            Ok(c) => Step::Write(
-                c.new,
-                Admitted::new(
-                    self.burst - c.gap,
-                    self.interval,
-                    self.span(c.gap, now),
-                    Next::token(c.new - c.gap - now.units),
-                ),
-            ),
+            Ok(c) => Step::Write(c.new, self.admitted(c, now)),
             Err(wait) => Step::Refuse(self.denied(word, now, wait)),
         }
     }
 
-    /// A denial at `now` that must wait `wait` units.
-    #[cold]
-    pub(crate) fn denied(&self, word: u64, now: Time, wait: u64) -> Denied {
-        self.denied_for(word, now, self.span(wait, now))
+    /// [`Gcra::decide`]'s outcome alone, without its write.
+    #[inline]
+    pub(crate) fn outcome(&self, word: u64, now: Time, n: u64) -> Result<Admitted, Denied> {
+        match self.conform(word, now, n) {
+            Ok(c) => Ok(self.admitted(c, now)),
+            Err(wait) => Err(self.denied(word, now, wait)),
+        }
     }
 
-    /// A denial at `now` whose `retry_after` is `retry`, with the bucket's figures at `now`.
-    #[cold]
-    pub(crate) fn denied_for(&self, word: u64, now: Time, retry: Span) -> Denied {
-        let tat = Tat(word);
-        Denied::new(
-            now.ns,
-            retry,
-            tat.level(now.units, self.burst),
+    /// The outcome of the conforming request `c` at `now`.
+    #[inline]
+    fn admitted(&self, c: Conforming, now: Time) -> Admitted {
+        // The level is counted from the reading rounded down, the refill from `c.start`: a
+        // refill restarted at the reading rounded up brings the next token one unit later.
+        Admitted::new(
+            self.burst - c.gap,
             self.interval,
-            self.span(tat.until_full(now.units), now),
-            self.next(tat.until_full(now.units)),
+            self.span(c.gap, now),
+            Next::token(c.new - c.gap - now.units),
+        )
+    }
+
+    /// A denial at `now` that must wait `wait` units.
+    #[inline]
+    pub(crate) fn denied(&self, word: u64, now: Time, wait: u64) -> Denied {
+        self.denied_at(word, now.ns, now.units, now.sub, wait)
+    }
+
+    /// A denial at `now` whose `retry_after` is `retry` (in the reading's frame, as every span of
+    /// `span(_, now)` is), with the bucket's figures at `now`.
+    #[inline]
+    pub(crate) fn denied_for(&self, word: u64, now: Time, retry: Span) -> Denied {
+        self.denied_at(word, now.ns, now.units, now.sub, retry.units)
+    }
+
+    /// [`Gcra::denied`] out of line, the reading passed as the three figures it reads, each in a
+    /// register (a [`Time`] is passed through memory): a refusal's outcome is built here, once,
+    /// and not on the admitting path.
+    #[cold]
+    #[inline(never)]
+    fn denied_at(&self, word: u64, ns: u64, units: u64, sub: u64, wait: u64) -> Denied {
+        let tat = Tat(word);
+        let frame = |units| Span {
+            units,
+            shift: self.shift,
+            sub,
+        };
+        Denied::new(
+            ns,
+            frame(wait),
+            tat.level(units, self.burst),
+            self.interval,
+            frame(tat.until_full(units)),
+            self.next(tat.until_full(units)),
         )
     }
 

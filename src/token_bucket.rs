@@ -127,6 +127,16 @@ impl GcraWord for TokenBucketAlgorithm {
     fn decide(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
         gcra.decide(word, now, n)
     }
+
+    #[inline]
+    fn judge(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<(), ()> {
+        gcra.judge(word, now, n)
+    }
+
+    #[inline]
+    fn outcome(gcra: &Gcra, word: u64, now: Time, n: u64) -> Result<Admitted, Denied> {
+        gcra.outcome(word, now, n)
+    }
 }
 
 /// A lock-free token bucket: bursts up to the quota's capacity, then the quota's steady rate.

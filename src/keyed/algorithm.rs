@@ -313,6 +313,30 @@ impl<A: Algorithm> Contract for Tiered<A> {
         A::acquire_keyed(p, state, now, n)
     }
 
+    /// The inner algorithm's verdict and the tier whose policy describes it.
+    type Verdict = (u8, A::Verdict);
+
+    #[inline]
+    fn verdict_keyed(
+        policy: &Self::Policy,
+        state: &Self::State,
+        now: Nanos,
+        n: u64,
+    ) -> Result<(u8, A::Verdict), Gone> {
+        let (p, inner) = Self::held(policy, state);
+        Ok((state.tier, A::verdict_keyed(p, inner, now, n)?))
+    }
+
+    #[inline]
+    fn describe_keyed(
+        policy: &Self::Policy,
+        (tier, verdict): (u8, A::Verdict),
+        now: Nanos,
+        n: u64,
+    ) -> Result<Admitted, AcquireError> {
+        A::describe_keyed(Self::tier(policy, usize::from(tier)).0, verdict, now, n)
+    }
+
     fn peek_keyed(
         policy: &Self::Policy,
         state: &Self::State,

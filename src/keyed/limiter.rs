@@ -379,12 +379,19 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // A known key: the decision is the algorithm's own compare-and-swap on the key's state.
         // If eviction marked the state gone (its key forgotten), the decision took effect nowhere,
         // and the key is decided as new (see the module docs).
+        // Decide small, describe once: the lookup answers the verdict (for a one-word algorithm,
+        // the word decided on) in registers, and the outcome is built here, after the lookup,
+        // where a caller reading only `is_ok()` lets the compiler drop what it does not read.
         let now = now();
+        // Captured by value: the closure's copies stay in registers on the inlined path.
+        let policy = &self.policy;
         let known = self
             .store
-            .with_read(key, |state| A::acquire_keyed(&self.policy, state, now, n));
+            .with_read(key, move |state| A::verdict_keyed(policy, state, now, n));
         match known {
-            Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
+            Some(Ok(verdict)) => {
+                A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from)
+            }
             // A query never creates a key.
             _ if n == 0 => self.peek_key_n_at(key, 0, now),
             _ => self.check_new(&Acquire, key, n, now),

@@ -129,6 +129,16 @@ impl GcraWord for LeakyMeterAlgorithm {
     fn decide(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
         strict(gcra, word, now, n)
     }
+
+    #[inline]
+    fn judge(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<(), ()> {
+        // `strict`'s test and write, without its outcome.
+        if Tat(word).is_full_at(now) {
+            Step::Write(now.units_up + n * gcra.interval(), ())
+        } else {
+            Step::Refuse(())
+        }
+    }
 }
 
 /// The meter's strict admission: `n` requests (`1 <= n <= capacity`) leave at once, only if the

@@ -996,6 +996,30 @@ impl Contract for SlidingWindowLogAlgorithm {
         }
     }
 
+    /// The whole outcome: the log's decision runs over several words and builds its outcome
+    /// as it goes.
+    type Verdict = Result<Admitted, AcquireError>;
+
+    #[inline]
+    fn verdict_keyed(
+        policy: &Policy,
+        log: &Log,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
+        Self::acquire_keyed(policy, log, now, n)
+    }
+
+    #[inline]
+    fn describe_keyed(
+        _: &Policy,
+        outcome: Result<Admitted, AcquireError>,
+        _: Nanos,
+        _: u64,
+    ) -> Result<Admitted, AcquireError> {
+        outcome
+    }
+
     fn acquire_keyed(
         policy: &Policy,
         log: &Log,
