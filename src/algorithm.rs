@@ -531,3 +531,69 @@ fn one_word<T: OneWord>(policy: &T::Policy, state: Held<'_, AtomicU64>) -> u64 {
         Held::Fresh { at, .. } => T::fresh_word(policy, at),
     }
 }
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    /// `judge` and `outcome` must agree with `decide` on every state a limiter can reach, at any
+    /// reading and size: the keyed check decides with `judge` and describes with `outcome`
+    /// (through `peek_word`). The states are reached by decisions from a fresh word.
+    fn agree<T: OneWord>(quota: &Quota, steps: &[(u64, u64)]) -> Result<(), TestCaseError> {
+        let Ok(policy) = T::policy(quota) else {
+            return Ok(());
+        };
+        let mut word = T::fresh_word(&policy, Nanos::new(steps.first().map_or(0, |s| s.0)));
+        for &(now, n) in steps {
+            let now = T::time(&policy, Nanos::new(now));
+            let n = n % T::capacity(&policy) + 1;
+            let judged = T::judge(&policy, word, now, n);
+            let described = T::outcome(&policy, word, now, n);
+            match T::decide(&policy, word, now, n) {
+                Step::Write(new, admitted) => {
+                    prop_assert!(matches!(judged, Step::Write(w, ()) if w == new));
+                    prop_assert_eq!(described, Ok(admitted));
+                    word = new;
+                }
+                Step::Keep(admitted) => {
+                    prop_assert!(matches!(judged, Step::Keep(())));
+                    prop_assert_eq!(described, Ok(admitted));
+                }
+                Step::Refuse(denied) => {
+                    prop_assert!(matches!(judged, Step::Refuse(())));
+                    prop_assert_eq!(described, Err(denied));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn judge_and_outcome_agree_with_decide(
+            count in 1u64..=1_000,
+            period in prop_oneof![1u64..=10_000, 1u64..=(1 << 62), Just(1u64 << 62)],
+            start in prop_oneof![0u64..=10_000, 0u64..=(1 << 62)],
+            // Readings mostly close together (forward and, now and then, backward), and sizes.
+            steps in prop::collection::vec((-2_000i64..=20_000, any::<u64>()), 1..=40),
+        ) {
+            let Ok(quota) = Quota::per_period(count, Duration::from_nanos(period)) else {
+                return Ok(());
+            };
+            let mut now = start;
+            let steps: Vec<(u64, u64)> = steps
+                .into_iter()
+                .map(|(step, n)| {
+                    now = now.saturating_add_signed(step);
+                    (now, n)
+                })
+                .collect();
+            agree::<TokenBucketAlgorithm>(&quota, &steps)?;
+            agree::<LeakyMeterAlgorithm>(&quota, &steps)?;
+            agree::<FixedWindowAlgorithm>(&quota, &steps)?;
+            agree::<SlidingWindowCounterAlgorithm>(&quota, &steps)?;
+        }
+    }
+}
