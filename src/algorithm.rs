@@ -571,6 +571,13 @@ mod tests {
     }
 
     proptest! {
+        // No regression file in the source tree: a failure prints its case.
+        #![proptest_config(ProptestConfig {
+            cases: 1024,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
         #[test]
         fn judge_and_outcome_agree_with_decide(
             count in 1u64..=1_000,
