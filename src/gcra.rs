@@ -405,7 +405,7 @@ impl Gcra {
     pub(crate) fn outcome(&self, word: u64, now: Time, n: u64) -> Result<Admitted, Denied> {
         match self.conform(word, now, n) {
             Ok(c) => Ok(self.admitted(c, now)),
-            Err(wait) => Err(self.denied(word, now, wait)),
+            Err(wait) => Err(self.denied_at(word, now.ns, now.units, now.sub, wait)),
         }
     }
 
@@ -425,21 +425,30 @@ impl Gcra {
     /// A denial at `now` that must wait `wait` units.
     #[inline]
     pub(crate) fn denied(&self, word: u64, now: Time, wait: u64) -> Denied {
-        self.denied_at(word, now.ns, now.units, now.sub, wait)
+        self.denied_cold(word, now.ns, now.units, now.sub, wait)
     }
 
     /// A denial at `now` whose `retry_after` is `retry` (in the reading's frame, as every span of
     /// `span(_, now)` is), with the bucket's figures at `now`.
     #[inline]
     pub(crate) fn denied_for(&self, word: u64, now: Time, retry: Span) -> Denied {
-        self.denied_at(word, now.ns, now.units, now.sub, retry.units)
+        self.denied_cold(word, now.ns, now.units, now.sub, retry.units)
     }
 
-    /// [`Gcra::denied`] out of line, the reading passed as the three figures it reads, each in a
-    /// register (a [`Time`] is passed through memory): a refusal's outcome is built here, once,
-    /// and not on the admitting path.
+    /// [`Gcra::denied_at`] out of line, the reading passed as the three figures it reads, each in
+    /// a register (a [`Time`] is passed through memory): where the decision and its outcome are
+    /// made together (the compare-and-swap loops), a refusal's outcome is built here, and not on
+    /// the admitting path.
     #[cold]
     #[inline(never)]
+    fn denied_cold(&self, word: u64, ns: u64, units: u64, sub: u64, wait: u64) -> Denied {
+        self.denied_at(word, ns, units, sub, wait)
+    }
+
+    /// A denial at the reading `(ns, units, sub)` that must wait `wait` units. Inline where the
+    /// outcome is described after the decision ([`Gcra::outcome`]): a caller that reads only
+    /// `is_ok()` then pays for none of it.
+    #[inline]
     fn denied_at(&self, word: u64, ns: u64, units: u64, sub: u64, wait: u64) -> Denied {
         let tat = Tat(word);
         let frame = |units| Span {
