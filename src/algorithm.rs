@@ -341,8 +341,12 @@ impl<T: OneWord> Contract for T {
         state: &AtomicU64,
         now: Nanos,
     ) -> Result<Admitted, Denied> {
-        let now = T::time(policy, now);
-        cas::update(state, |word| T::decide(policy, word, now, 1))
+        // The reading is converted inside the closure, which then captures two words (the
+        // policy and the reading) and reaches the out-of-line retry in registers; converted
+        // outside, the four-word `Time` was stored on the stack before every first attempt.
+        cas::update(state, move |word| {
+            T::decide(policy, word, T::time(policy, now), 1)
+        })
     }
 
     #[inline]
@@ -352,11 +356,14 @@ impl<T: OneWord> Contract for T {
         now: Nanos,
         n: u64,
     ) -> Result<Admitted, AcquireError> {
-        let now = T::time(policy, now);
         if InsufficientCapacity::check(n, T::capacity(policy))? {
-            cas::update(state, |word| T::decide(policy, word, now, n)).map_err(AcquireError::Denied)
+            // Converted inside the closure, as in `acquire_one`.
+            cas::update(state, move |word| {
+                T::decide(policy, word, T::time(policy, now), n)
+            })
+            .map_err(AcquireError::Denied)
         } else {
-            Ok(T::query(policy, cas::read(state), now))
+            Ok(T::query(policy, cas::read(state), T::time(policy, now)))
         }
     }
 
