@@ -33,7 +33,13 @@
 //!   after interrupting every CPU that has run one of its threads lately. Each such failure is
 //!   counted ([`membarrier_failures`]); where there is no fallback (other architectures) or it
 //!   fails too, nothing is freed (the keyed limiter's retired budget then bounds the memory
-//!   held, and new keys get the overflow policy at it). Under loom both barriers are `fence(SeqCst)`, which loom
+//!   held, and new keys get the overflow policy at it). One case cannot be told apart: a filter
+//!   installed after registration that answers 0 without running the call looks like a barrier
+//!   made, and readers then have only a compiler fence against the reclaimer. Nothing in the
+//!   process can see it (the kernel's answer is the only evidence there is), so a program that
+//!   filters `membarrier(2)` must filter it before its first keyed lookup, or refuse it with an
+//!   error (which is counted and fallen back from). `tests/keyed_seccomp.rs` checks the two
+//!   cases that can be handled. Under loom both barriers are `fence(SeqCst)`, which loom
 //!   models (`loom-tests/tests/epoch.rs`).
 //!
 //! # Nesting, signals and thread exit

@@ -127,7 +127,13 @@
 //! thread held at the fork stays held in the child. If `membarrier(2)` fails after start-up, each
 //! reclamation falls back to a slower process-wide barrier on x86 (elsewhere, nothing more is
 //! freed, and new keys meet the overflow policy once `max_keys` removed keys wait), and
-//! [`barrier_failures`] counts it.
+//! [`barrier_failures`] counts it. A filter (seccomp) that makes `membarrier(2)` answer 0 without
+//! running it is safe only if installed before the first keyed lookup (the crate then asks the
+//! kernel what it offers, is told nothing, and fences); installed later, it cannot be detected,
+//! and a program that must filter the call after start-up should make it fail with an error
+//! instead. A reader that is only descheduled in the middle of a lookup holds removed keys back
+//! like a parked one, for as long as it is off the CPU: with a small `max_keys`, new keys can meet
+//! the overflow policy meanwhile.
 //!
 //! **Why this map.** DashMap, the crate's map until then (and governor's), holds a shard's read
 //! lock for every lookup: two read-modify-writes on a word every core hitting that shard shares.
