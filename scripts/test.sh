@@ -101,7 +101,7 @@ step_asan() {
         local flags=(--target "$triple" --config 'profile.dev.package."*".debug=false')
         # The table's and the epoch's unit tests (and the rest of the keyed module's).
         cargo +nightly test "${flags[@]}" --lib -- keyed::
-        cargo +nightly test "${flags[@]}" --test keyed_stress --test keyed --test keyed_reclaim
+        cargo +nightly test "${flags[@]}" --test keyed_stress --test keyed --test keyed_reclaim --test keyed_signal
     )
 }
 
