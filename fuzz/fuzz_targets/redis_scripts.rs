@@ -51,7 +51,10 @@
 //!
 //! Then up to 96 operations: clock steps forwards and backwards (microseconds, quarters of an
 //! interval or window, whole burst windows, powers of two, anywhere; readings kept in
-//! `[base, base + 2^62 ns]` and below 2^53 us, from near 0, around today, up to 2^53 - 1);
+//! `[base, base + 2^62 ns]` and below 2^53 us, from near 0, around today, up to 2^53 - 1), and
+//! steps to the next boundary the state implies (the last compared answer's retry, delay, next
+//! or reset after its reading, rounded up to the microsecond), exactly or one microsecond either
+//! side of it, where an off-by-one in a script's comparisons shows;
 //! admissions, peeks, (the meter) schedulings and (the bucket) leases of n = 0..=capacity + 1,
 //! giving back 0..=capacity + 1, each through the limiter that sends its reading or the one that
 //! lets the script read `TIME`, under the sequence's quota or the second one; the key forgotten
@@ -1387,6 +1390,13 @@ enum Step {
     Earliest,
     /// To the latest reading allowed.
     Latest,
+    /// To `delta` us (-1, 0 or +1) from the boundary the last compared answer names: `pick` 0
+    /// its retry (a denial's, a lease's), delay (a scheduling's) or next (an admission's), 1 its
+    /// next, 2 its reset.
+    Edge {
+        pick: u8,
+        delta: i8,
+    },
 }
 
 /// A reading a script must refuse.
@@ -1714,11 +1724,16 @@ fn step(u: &mut Unstructured<'_>, unit_us: u64, burst_us: u64) -> Result<Step> {
         7 => 1 << u.int_in_range(0..=62)?,
         _ => u.arbitrary()?,
     };
-    Ok(match u.int_in_range(0..=15u8)? {
+    // A third of the steps go to the edge of the state's next boundary.
+    Ok(match u.int_in_range(0..=23u8)? {
         0..=10 => Step::Forward(amount),
         11..=13 => Step::Back(amount),
         14 => Step::Earliest,
-        _ => Step::Latest,
+        15 => Step::Latest,
+        _ => Step::Edge {
+            pick: u.int_in_range(0..=2)?,
+            delta: u.int_in_range(-1..=1)?,
+        },
     })
 }
 
@@ -2655,6 +2670,9 @@ struct Run<'a> {
     lo: u64,
     hi: u64,
     reading: u64,
+    /// The last answer compared with the twin, and the reading it was given at (for
+    /// [`Step::Edge`]).
+    last: Option<(u64, Seen)>,
 }
 
 /// The parsed numbers of a state string (any that is not a number as 0: checked by the caller).
@@ -2891,6 +2909,7 @@ impl Run<'_> {
             normal(self.as_script(expected)),
             "the script's answer (in process: {expected:?})"
         );
+        self.last = Some((self.reading, got));
         let writes = match (kind, got) {
             (Kind::Take | Kind::Schedule, Seen::Admitted { .. } | Seen::Scheduled { .. }) => n > 0,
             (Kind::Lease { .. }, Seen::Lease { granted, .. }) => granted > 0 || moved,
@@ -3361,6 +3380,26 @@ impl Run<'_> {
             Step::Back(d) => self.reading.saturating_sub(d).max(self.lo),
             Step::Earliest => self.lo,
             Step::Latest => self.hi,
+            Step::Edge { pick, delta } => match self.last {
+                Some((at, seen)) => {
+                    let span = match (seen, pick) {
+                        (Seen::Denied { retry, .. } | Seen::Lease { retry, .. }, 0) => retry,
+                        (Seen::Scheduled { delay, .. }, 0) => delay,
+                        (
+                            Seen::Admitted { next, reset, .. }
+                            | Seen::Denied { next, reset, .. }
+                            | Seen::Scheduled { next, reset, .. },
+                            0 | 1,
+                        ) => next.unwrap_or(reset),
+                        _ => seen.reset(),
+                    };
+                    let us = u64::try_from(span.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX);
+                    at.saturating_add(us)
+                        .saturating_add_signed(i64::from(delta))
+                        .clamp(self.lo, self.hi)
+                }
+                None => self.reading,
+            },
         };
     }
 }
@@ -3428,6 +3467,7 @@ fn run(seq: &Sequence) {
         lo,
         hi,
         reading: seq.start.min(hi),
+        last: None,
     };
     for op in &seq.ops {
         if let Op::Step(s) = op {
