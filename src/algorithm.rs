@@ -278,6 +278,19 @@ pub(crate) mod sealed {
                 Step::Refuse(denied) => Err(denied),
             }
         }
+        /// The decision with its admission's outcome and without its refusal's: what the direct
+        /// limiters' compare-and-swap loop runs, describing a refusal only after it (from the
+        /// word refused, with [`OneWord::outcome`]). Must agree with [`OneWord::decide`]; this
+        /// default derives it from there, and an algorithm whose refusal is built out of line
+        /// answers it directly.
+        #[inline]
+        fn admit(policy: &Self::Policy, word: u64, now: Self::Time, n: u64) -> Step<Admitted, ()> {
+            match Self::decide(policy, word, now, n) {
+                Step::Write(new, admitted) => Step::Write(new, admitted),
+                Step::Keep(admitted) => Step::Keep(admitted),
+                Step::Refuse(_) => Step::Refuse(()),
+            }
+        }
         /// What a request for nothing reports.
         fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted;
         /// Whole admissions available at `now`.
@@ -344,9 +357,7 @@ impl<T: OneWord> Contract for T {
         // The reading is converted inside the closure, which then captures two words (the
         // policy and the reading) and reaches the out-of-line retry in registers; converted
         // outside, the four-word `Time` was stored on the stack before every first attempt.
-        cas::update(state, move |word| {
-            T::decide(policy, word, T::time(policy, now), 1)
-        })
+        admitted_or_described::<T>(policy, state, now, 1)
     }
 
     #[inline]
@@ -357,11 +368,7 @@ impl<T: OneWord> Contract for T {
         n: u64,
     ) -> Result<Admitted, AcquireError> {
         if InsufficientCapacity::check(n, T::capacity(policy))? {
-            // Converted inside the closure, as in `acquire_one`.
-            cas::update(state, move |word| {
-                T::decide(policy, word, T::time(policy, now), n)
-            })
-            .map_err(AcquireError::Denied)
+            admitted_or_described::<T>(policy, state, now, n).map_err(AcquireError::Denied)
         } else {
             Ok(T::query(policy, cas::read(state), T::time(policy, now)))
         }
@@ -496,6 +503,35 @@ impl<T: OneWord> Contract for T {
     }
 }
 
+/// Decides `n` (`1..=capacity`) on `state` at `now`: the loop builds an admission's outcome
+/// (inline: dropped by a caller that reads only `is_ok()`) and carries a refusal out as the word
+/// refused, whose outcome is described after the loop, inline as well. Built in the loop, a
+/// refusal's outcome would be a call the compiler cannot drop.
+#[inline(always)]
+fn admitted_or_described<T: OneWord>(
+    policy: &T::Policy,
+    state: &AtomicU64,
+    now: Nanos,
+    n: u64,
+) -> Result<Admitted, Denied> {
+    // The reading is converted inside the closure, which then captures two words (the policy and
+    // the reading) and reaches the out-of-line retry in registers; converted outside, the
+    // four-word `Time` was stored on the stack before every first attempt.
+    let decided = cas::update(state, move |word| {
+        match T::admit(policy, word, T::time(policy, now), n) {
+            Step::Write(new, admitted) => Step::Write(new, admitted),
+            Step::Keep(admitted) => Step::Keep(admitted),
+            Step::Refuse(()) => Step::Refuse(word),
+        }
+    });
+    match decided {
+        Ok(admitted) => Ok(admitted),
+        // A decision is a pure function of its word: deciding again on the word refused
+        // describes the refusal.
+        Err(word) => T::outcome(policy, word, T::time(policy, now), n),
+    }
+}
+
 /// [`OneWord::judge`] answering the word it judged, whichever way: the step `cas::update` applies.
 #[inline(always)]
 fn judged_on<T: OneWord>(policy: &T::Policy, word: u64, now: T::Time, n: u64) -> Step<u64, u64> {
@@ -545,9 +581,10 @@ mod tests {
     use proptest::prelude::*;
     use std::time::Duration;
 
-    /// `judge` and `outcome` must agree with `decide` on every state a limiter can reach, at any
-    /// reading and size: the keyed check decides with `judge` and describes with `outcome`
-    /// (through `peek_word`). The states are reached by decisions from a fresh word.
+    /// `judge`, `admit` and `outcome` must agree with `decide` on every state a limiter can reach,
+    /// at any reading and size: the keyed check decides with `judge` and describes with `outcome`
+    /// (through `peek_word`), the direct limiters decide with `admit` and describe a refusal with
+    /// `outcome`. The states are reached by decisions from a fresh word.
     fn agree<T: OneWord>(quota: &Quota, steps: &[(u64, u64)]) -> Result<(), TestCaseError> {
         let Ok(policy) = T::policy(quota) else {
             return Ok(());
@@ -558,18 +595,22 @@ mod tests {
             let n = n % T::capacity(&policy) + 1;
             let judged = T::judge(&policy, word, now, n);
             let described = T::outcome(&policy, word, now, n);
+            let admits = T::admit(&policy, word, now, n);
             match T::decide(&policy, word, now, n) {
                 Step::Write(new, admitted) => {
                     prop_assert!(matches!(judged, Step::Write(w, ()) if w == new));
+                    prop_assert!(matches!(admits, Step::Write(w, a) if w == new && a == admitted));
                     prop_assert_eq!(described, Ok(admitted));
                     word = new;
                 }
                 Step::Keep(admitted) => {
                     prop_assert!(matches!(judged, Step::Keep(())));
+                    prop_assert!(matches!(admits, Step::Keep(a) if a == admitted));
                     prop_assert_eq!(described, Ok(admitted));
                 }
                 Step::Refuse(denied) => {
                     prop_assert!(matches!(judged, Step::Refuse(())));
+                    prop_assert!(matches!(admits, Step::Refuse(())));
                     prop_assert_eq!(described, Err(denied));
                 }
             }
@@ -586,7 +627,7 @@ mod tests {
         })]
 
         #[test]
-        fn judge_and_outcome_agree_with_decide(
+        fn judge_admit_and_outcome_agree_with_decide(
             count in 1u64..=1_000,
             period in prop_oneof![1u64..=10_000, 1u64..=(1 << 62), Just(1u64 << 62)],
             start in prop_oneof![0u64..=10_000, 0u64..=(1 << 62)],

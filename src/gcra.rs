@@ -41,6 +41,17 @@ pub trait GcraWord: Send + Sync + 'static {
     /// its outcome. Must agree with `decide`.
     fn judge(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<(), ()>;
 
+    /// The decision with its admission's outcome and without its refusal's. Must agree with
+    /// `decide`.
+    #[inline]
+    fn admit(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, ()> {
+        match Self::decide(gcra, word, now, n) {
+            Step::Write(new, admitted) => Step::Write(new, admitted),
+            Step::Keep(admitted) => Step::Keep(admitted),
+            Step::Refuse(_) => Step::Refuse(()),
+        }
+    }
+
     /// The decision's outcome alone (without its write). Must agree with `decide`.
     #[inline]
     fn outcome(gcra: &Gcra, word: u64, now: Time, n: u64) -> Result<Admitted, Denied> {
@@ -127,6 +138,11 @@ impl<T: GcraWord> OneWord for T {
     #[inline]
     fn outcome(policy: &Gcra, word: u64, now: Time, n: u64) -> Result<Admitted, Denied> {
         T::outcome(policy, word, now, n)
+    }
+
+    #[inline]
+    fn admit(policy: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, ()> {
+        T::admit(policy, word, now, n)
     }
 
     fn query(policy: &Gcra, word: u64, now: Time) -> Admitted {
@@ -397,6 +413,15 @@ impl Gcra {
         match self.conform(word, now, n) {
             Ok(c) => Step::Write(c.new, self.admitted(c, now)),
             Err(wait) => Step::Refuse(self.denied(word, now, wait)),
+        }
+    }
+
+    /// [`Gcra::decide`] without its refusal's outcome.
+    #[inline]
+    pub(crate) fn admit(&self, word: u64, now: Time, n: u64) -> Step<Admitted, ()> {
+        match self.conform(word, now, n) {
+            Ok(c) => Step::Write(c.new, self.admitted(c, now)),
+            Err(_) => Step::Refuse(()),
         }
     }
 

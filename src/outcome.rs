@@ -227,7 +227,13 @@ impl Next {
 /// assert_eq!(ok.reset_after(), Duration::from_millis(300)); // 3 tokens at 100 ms each
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+// `repr(C)`, and `Denied` opens with the same four fields in the same order: where a limiter's
+// code builds either outcome and the caller reads only which one it got, the compiler merges the
+// two builds' stores into one, and, the fields lying at the same offsets in either variant of the
+// `Result`, it can then drop them (callgrind, `benches/instructions.sh`: the direct bucket's
+// refusal went from 104 instructions and 12 writes a check to 70 and 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub struct Admitted {
     /// Capacity left after the admission, in `unit`s of the limiter's time (or tokens when `unit` is 1).
     level: u64,
@@ -547,17 +553,19 @@ impl fmt::Display for Scheduled {
 /// assert!(bucket.try_acquire_at(denied.retry_at()).is_ok());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+// `repr(C)`, its first four fields those of `Admitted`: see there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub struct Denied {
-    now: u64,
-    /// The wait, in units of `reset`'s frame (both are measured from the same reading, so they
-    /// share it: eight bytes, not a whole `Span`).
-    retry: u64,
     level: u64,
     unit: u64,
     reset: Span,
     /// When `remaining` next grows, in `reset`'s frame.
     next: Next,
+    now: u64,
+    /// The wait, in units of `reset`'s frame (both are measured from the same reading, so they
+    /// share it: eight bytes, not a whole `Span`).
+    retry: u64,
 }
 
 impl Denied {

@@ -137,6 +137,11 @@ impl GcraWord for TokenBucketAlgorithm {
     fn outcome(gcra: &Gcra, word: u64, now: Time, n: u64) -> Result<Admitted, Denied> {
         gcra.outcome(word, now, n)
     }
+
+    #[inline]
+    fn admit(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, ()> {
+        gcra.admit(word, now, n)
+    }
 }
 
 /// A lock-free token bucket: bursts up to the quota's capacity, then the quota's steady rate.

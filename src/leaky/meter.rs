@@ -139,6 +139,17 @@ impl GcraWord for LeakyMeterAlgorithm {
             Step::Refuse(())
         }
     }
+
+    #[inline]
+    fn admit(gcra: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, ()> {
+        // `strict` without its refusal's outcome.
+        if Tat(word).is_full_at(now) {
+            let (new, admitted) = strict_admitted(gcra, now, n);
+            Step::Write(new, admitted)
+        } else {
+            Step::Refuse(())
+        }
+    }
 }
 
 /// The meter's strict admission: `n` requests (`1 <= n <= capacity`) leave at once, only if the
@@ -147,22 +158,27 @@ impl GcraWord for LeakyMeterAlgorithm {
 fn strict(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Admitted, Denied> {
     let drain = Tat(word);
     if drain.is_full_at(now) {
-        // n <= capacity, so cost <= window.
-        let cost = n * g.interval();
-        let new = now.units_up + cost;
-        Step::Write(
-            new,
-            // The first of the `n` leaves one interval after the reading rounded up.
-            Admitted::new(
-                g.burst() - cost,
-                g.interval(),
-                g.span(new - now.units, now),
-                Next::token(now.units_up - now.units),
-            ),
-        )
+        let (new, admitted) = strict_admitted(g, now, n);
+        Step::Write(new, admitted)
     } else {
         Step::Refuse(g.denied(word, now, drain.until_full(now.units)))
     }
+}
+
+/// The strict admission of `n` on an empty queue at `now`: the word it writes and its outcome.
+#[inline]
+fn strict_admitted(g: &Gcra, now: Time, n: u64) -> (u64, Admitted) {
+    // n <= capacity, so cost <= window.
+    let cost = n * g.interval();
+    let new = now.units_up + cost;
+    // The first of the `n` leaves one interval after the reading rounded up.
+    let admitted = Admitted::new(
+        g.burst() - cost,
+        g.interval(),
+        g.span(new - now.units, now),
+        Next::token(now.units_up - now.units),
+    );
+    (new, admitted)
 }
 
 /// Schedules `n` requests (`1 <= n <= capacity`) behind the queue in `word`, or says when they
