@@ -4,15 +4,16 @@
 #   bash scripts/test.sh              all steps (about 15 minutes from a cold build on 2 cores)
 #   bash scripts/test.sh loom fuzz    only the named steps, in the order given
 #
-# Steps: fmt clippy doc test asan redis loom fuzz bench (see the step_* functions below).
+# Steps: fmt clippy doc docsrs test asan redis loom fuzz package bench (see the step_* functions
+# below).
 #
 # Environment:
 #   FUZZ_SECONDS   seconds each fuzz target runs (default 6: 17 targets, about 100 s); e.g.
 #                  FUZZ_SECONDS=5 for a quick pass
 #
 # Works from any directory. Needs rustup with a stable toolchain (rustfmt and clippy are added when
-# missing) and a nightly toolchain for the asan and fuzz steps; installs cargo-fuzz when it is
-# missing. The redis step starts its own Redis servers with scripts/redis.sh, which installs
+# missing) and a nightly toolchain for the docsrs, asan and fuzz steps; installs cargo-fuzz when it
+# is missing. The redis step starts its own Redis servers with scripts/redis.sh, which installs
 # Debian's redis-server and redis-tools with apt-get when they are missing.
 # Before the first step it prints the resolved versions of the direct dependencies (Cargo.lock is
 # not committed, so each fresh clone resolves the newest compatible releases; the log then shows what
@@ -30,7 +31,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-6}
-STEPS=(fmt clippy doc test asan redis loom fuzz bench)
+STEPS=(fmt clippy doc docsrs test asan redis loom fuzz package bench)
 
 # The redis step's directory (servers' data, logs, PIDs and env file); cleanup stops and removes it.
 REDIS_DIR=""
@@ -55,6 +56,18 @@ step_doc() {
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 }
 
+step_docsrs() {
+    need_nightly docsrs
+    # The docs exactly as docs.rs builds them ([package.metadata.docs.rs] in Cargo.toml: every
+    # feature, `--cfg docsrs`, nightly), so the "Available on crate feature ..." badges
+    # (`doc(cfg(...))`, src/lib.rs) are checked too; warnings denied. A target directory of its
+    # own, as the asan step's: nightly and `--cfg docsrs` would otherwise replace the stable build.
+    # The pages: target/docsrs/doc/tollgate/index.html.
+    local docsrs_target="${CARGO_TARGET_DIR:-$ROOT/target}/docsrs"
+    RUSTDOCFLAGS="--cfg docsrs -D warnings" CARGO_TARGET_DIR="$docsrs_target" \
+        cargo +nightly doc --all-features --no-deps -p tollgate
+}
+
 step_test() {
     # Unit, integration and doc tests of every member. loom-tests compiles to no tests here: its
     # models need --cfg tollgate_loom (the next step). --no-fail-fast runs every test binary, so each prints
@@ -71,7 +84,7 @@ step_test() {
     cargo test --release --test sharded_threads
 }
 
-# The nightly toolchain the asan and fuzz steps build with (-Z flags).
+# The nightly toolchain the docsrs, asan and fuzz steps build with (doc_cfg, -Z flags).
 need_nightly() {
     if ! command -v rustup >/dev/null 2>&1 || ! rustup toolchain list | grep -q '^nightly'; then
         echo "error: the $1 step needs a nightly toolchain; install it with" >&2
@@ -164,6 +177,63 @@ step_fuzz() {
     )
 }
 
+step_package() {
+    # What `cargo publish` would upload: the list first (fast), checked against what a user needs,
+    # then the package itself, which cargo verifies by building the unpacked crate on its own (no
+    # dev-dependencies), here with every feature, as docs.rs builds it: the Redis backend's
+    # include_str! of its Lua scripts is compiled only then. --allow-dirty: a local tree may have
+    # uncommitted edits (CI's clean clone has none; untracked files the include globs match are
+    # packaged too). The ordinary target directory: the unpacked crate (target/package/) is a
+    # package of its own there, and reuses the dependencies the test step built with every feature.
+    local pkg_target="${CARGO_TARGET_DIR:-$ROOT/target}"
+    local list
+    list=$(cargo package --list --allow-dirty -p tollgate)
+    # Allowed: the sources with the Redis backend's Lua scripts, the examples, the README, the
+    # changelog, the licenses, and what cargo adds itself (the manifest, its original, the lock file
+    # and the VCS info). Anything else (tests/, benches/, fuzz/, scripts/, target/, a stray file)
+    # fails the step: `include` in Cargo.toml is the place to change.
+    local allowed='^(src/.+\.(rs|lua)|examples/[^/]+\.rs|README\.md|CHANGELOG\.md'
+    allowed+='|LICENSE-(MIT|APACHE)|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|\.cargo_vcs_info\.json)$'
+    local unexpected
+    unexpected=$(grep -v -E "$allowed" <<<"$list" || true)
+    if [[ -n $unexpected ]]; then
+        echo "error: cargo package would publish files a user does not need:" >&2
+        sed 's/^/    /' <<<"$unexpected" >&2
+        return 1
+    fi
+    # Required: the crate root, every Lua script the Redis backend compiles in (include_str! in
+    # src/redis/script.rs), the README and changelog, the two licenses and the manifest.
+    local required=(src/lib.rs README.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE Cargo.toml)
+    local lua
+    for lua in src/redis/*.lua; do
+        [[ -e $lua ]] && required+=("$lua")
+    done
+    if ((${#required[@]} == 6)); then
+        echo "error: no Lua scripts found under src/redis/" >&2
+        return 1
+    fi
+    local f missing=()
+    for f in "${required[@]}"; do
+        grep -qxF "$f" <<<"$list" || missing+=("$f")
+    done
+    if ((${#missing[@]} > 0)); then
+        echo "error: cargo package would leave out ${missing[*]}" >&2
+        return 1
+    fi
+    echo "package list: $(wc -l <<<"$list") files, every one expected, none required missing"
+    # The tests and benches are left out on purpose, and cargo says so for each: those lines are
+    # dropped here (every other line is passed through; cargo's exit status is kept by pipefail).
+    local left_out='^warning: ignoring (test|benchmark) `[^`]+` as `(tests|benches)/[^`]+` '
+    left_out+='is not included in the published package$'
+    cargo package --allow-dirty --all-features -p tollgate 2>&1 \
+        | { grep -v -E "$left_out" || true; }
+    local id version crate
+    id=$(cargo pkgid -p tollgate)
+    version=${id##*[#@]}
+    crate="$pkg_target/package/tollgate-$version.crate"
+    echo "package: $crate, $(stat -c %s "$crate") bytes"
+}
+
 step_bench() {
     # --all-features: the Redis bench needs the `redis` feature, the HTTP bench `tower` and `axum`.
     cargo bench --no-run --all-features
@@ -175,11 +245,13 @@ describe() {
         fmt) echo "cargo fmt --check (the workspace and fuzz/)" ;;
         clippy) echo "cargo clippy, all targets and features, warnings denied" ;;
         doc) echo "cargo doc, warnings denied" ;;
+        docsrs) echo "cargo doc as docs.rs builds it: all features, --cfg docsrs (nightly)" ;;
         test) echo "cargo test: unit, integration and doc tests" ;;
         asan) echo "the keyed module's tests under AddressSanitizer (nightly)" ;;
         redis) echo "the Redis integration tests against a standalone server and a cluster started here" ;;
         loom) echo "loom models (release, LOOM_MAX_PREEMPTIONS=2)" ;;
         fuzz) echo "fuzz every target for ${FUZZ_SECONDS}s (nightly)" ;;
+        package) echo "cargo package: the published files checked, the unpacked crate built" ;;
         bench) echo "cargo bench --no-run" ;;
         *) echo "$1" ;;
     esac

@@ -162,9 +162,9 @@ impl Gone {
 /// never made on the mark, and meeting it answers [`Gone`].
 ///
 /// Always inlined: left to the compiler it was called out of line from the keyed check, and its
-/// nested `Result` was then built in memory and copied back (callgrind, `benches/instructions.sh`:
-/// inlining it took a keyed check from about 319 to 274 instructions at one key admitting, and
-/// its data reads and writes from 98 and 71 to 74 and 55).
+/// nested `Result` was then built in memory and copied back; inlined, a keyed check executes
+/// fewer instructions, data reads and data writes (counted with callgrind by
+/// `benches/instructions.sh`; the counts before and after are in `benches/README.md`, issue 23).
 #[inline(always)]
 pub(crate) fn update_live<T, E>(
     word: &AtomicU64,

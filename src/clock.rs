@@ -3,7 +3,7 @@
 //!
 //! | clock | cost of a reading | staleness | use it for |
 //! | --- | --- | --- | --- |
-//! | [`MonotonicClock`] | one TSC read and a multiply (about 12 ns on the 2-core bench machine) | none | the default |
+//! | [`MonotonicClock`] | one TSC read and a multiply (measured: `benches/README.md`) | none | the default |
 //! | [`CoarseClock`] | one atomic load | up to its upkeep interval (default 1 ms) behind | the hottest paths, where a millisecond of lag is fine |
 //! | [`ManualClock`] | one atomic load | whatever you set | tests, simulations, replaying traces |
 //! | `TokioClock` (feature `tokio`) | a `std::time::Instant` read (and, in a runtime with paused time enabled, a look at the runtime's clock) | none | tests on tokio's paused time: the limiter moves with tokio's timers |
@@ -247,8 +247,9 @@ fn shared() -> &'static Shared {
 
 /// The default clock: a calibrated TSC read through one process-wide `quanta::Clock`.
 ///
-/// Monotonic, nanosecond resolution, about 12 ns a reading on the bench machine. All instances share
-/// one epoch (the first use of the clock in this process) and are cheap to create and copy.
+/// Monotonic, nanosecond resolution, one TSC read and a multiply a reading (its measured cost is
+/// in `benches/README.md`). All instances share one epoch (the first use of the clock in this
+/// process) and are cheap to create and copy.
 ///
 /// # Examples
 ///
@@ -311,7 +312,10 @@ impl Clock for MonotonicClock {
 /// let err = CoarseClock::with_interval(Duration::ZERO).unwrap_err();
 /// assert!(err.to_string().contains("interval"));
 /// ```
+///
+/// Non-exhaustive, as the crate's other errors: a `match` outside this crate needs a wildcard arm.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum CoarseClockError {
     /// The requested upkeep interval is outside 1 µs ..= 1 s.
     Interval {
@@ -762,12 +766,14 @@ impl Clock for ManualClock {
 /// # }
 /// ```
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 #[derive(Debug, Clone, Copy)]
 pub struct TokioClock {
     epoch: tokio::time::Instant,
 }
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl TokioClock {
     /// A clock reading zero now, on tokio's time (paused or not, as the current runtime's is).
     ///
@@ -786,6 +792,7 @@ impl TokioClock {
 }
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Default for TokioClock {
     fn default() -> Self {
         TokioClock::new()
@@ -793,6 +800,7 @@ impl Default for TokioClock {
 }
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Clock for TokioClock {
     fn now(&self) -> Nanos {
         Nanos::from(tokio::time::Instant::now().saturating_duration_since(self.epoch))

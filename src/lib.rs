@@ -84,17 +84,24 @@
 //!
 //! | feature | what it adds |
 //! | --- | --- |
-//! | `loom` | builds against loom for the model checks in `loom-tests/` (with `RUSTFLAGS="--cfg tollgate_loom"`); not for production |
 //! | `tokio` | async `send_async` and `recv_async` on the [`leaky`] queue (tokio's `Notify` and timer); the [`wait`] futures (`until_ready`, `until_n_ready`, `until_key_ready`, ...); `LeakyMeter::schedule_async`; `TokioClock` |
 //! | `redis` | the Redis backend, `redis` (limits shared across machines, decided by server-side Lua) |
 //! | `tower` | the HTTP middleware, `middleware` (a tower layer for axum, hyper and tonic) |
 //! | `axum` | `tower`, and the middleware's `peer_ip()` reads axum's `ConnectInfo<SocketAddr>` |
 //! | `tonic` | `tower`, and the middleware's `peer_ip()` reads tonic's `TcpConnectInfo` |
+//!
+//! The `loom` feature is internal (the crate's own model checks, in `loom-tests/`): turning it on
+//! builds nothing more and changes nothing.
 
 // Denied everywhere but in the keyed limiter's table and its epoch (`keyed::table`,
 // `keyed::epoch`), whose lock-free lookups read entries published by atomics and whose reclaimer
 // calls membarrier(2); every block there says why it is sound.
 #![deny(unsafe_code)]
+// docs.rs (and `bash scripts/test.sh docsrs`) builds with `--cfg docsrs` on nightly: every
+// feature-gated item then carries an "Available on crate feature ..." badge, from the
+// `doc(cfg(...))` beside its `cfg`. The loom switch is the crate's own and never shown.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(tollgate_loom, fuzzing))))]
 
 pub mod algorithm;
 mod cas;
@@ -103,14 +110,17 @@ mod gcra;
 pub mod keyed;
 pub mod leaky;
 #[cfg(any(feature = "redis", tollgate_loom))]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod lease;
 pub mod limiter;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod middleware;
 pub mod outcome;
 mod partial;
 pub mod quota;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 pub mod reservation;
 pub mod sharded;
@@ -124,6 +134,7 @@ pub use algorithm::{
     SlidingWindowLogAlgorithm, TokenBucketAlgorithm,
 };
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
 pub use limiter::{Direct, KeyedLimit, Limiter};

@@ -113,11 +113,11 @@
 //!
 //!   Under saturation (every thread wants more than it gets, however uneven the load) the second
 //!   term vanishes: the saturation test drives four threads with uneven load and admits at least
-//!   95 % of `C + R × t` (99.7 % measured). Racing gathers can also refuse a request that would have
-//!   fit, briefly: a gather that loses its race gives back and is denied, with a `retry_after`
-//!   computed from the shards as it then reads them; and a give-back that finds its shard written
-//!   by someone else keeps what it took (above: at most `n - 1` per denied request, adding up only
-//!   while the shards cannot refill).
+//!   95 % of `C + R × t` (the share measured is in `benches/README.md`). Racing gathers can also
+//!   refuse a request that would have fit, briefly: a gather that loses its race gives back and is
+//!   denied, with a `retry_after` computed from the shards as it then reads them; and a give-back
+//!   that finds its shard written by someone else keeps what it took (above: at most `n - 1` per
+//!   denied request, adding up only while the shards cannot refill).
 //!
 //!   These terms are not a fixed number of tokens: a shard idling while full can fall behind one
 //!   bucket by its whole refill for as long as nobody steals from it. The property tests check the

@@ -41,7 +41,11 @@ const MIN_SWEEP_EVERY: usize = 256;
 /// assert!(sharing.check_key(&4).is_err()); // shared: 2 per second for all newcomers together
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
+///
+/// Non-exhaustive: other policies may be added, so a `match` outside this crate needs a wildcard
+/// arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Overflow {
     /// Refuse the request with [`KeyedError::TooManyKeys`] (the default).
     #[default]

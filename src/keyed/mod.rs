@@ -140,9 +140,9 @@
 //! The maps with lock-free reads measured beside it (`benches/README.md`, the `maps` bench) cost
 //! more memory and lost to DashMap on one thread. The first form of this table kept DashMap's
 //! layout (keys and states inline) and moved keys bitwise when it grew, which is unsound for keys
-//! a reader may still hold; entries of their own are what soundness costs in memory (about 1.5 to
-//! 2 times a `u64` key's inline bytes; `benches/README.md` has the measurements and the
-//! comparison with governor). Measured figures of speed are in `benches/README.md`, not here.
+//! a reader may still hold; entries of their own are what soundness costs in memory (more than a
+//! `u64` key's inline bytes; `benches/README.md` has the measurements and the comparison with
+//! governor). Measured figures of speed are in `benches/README.md`, not here.
 //!
 //! **Clocks that step backwards across an eviction.** A full bucket is "full as of its last
 //! reading"; a reading earlier than that would see it less than full. To keep forgetting from ever

@@ -51,6 +51,7 @@ pub mod queue;
 
 pub use meter::LeakyMeter;
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use queue::SendError;
 pub use queue::{
     queue, queue_with_clock, LeakyReceiver, LeakySender, RecvTimeoutError, SendTimeoutError,

@@ -76,7 +76,11 @@ impl From<AcquireError> for Refusal {
 /// # Examples
 ///
 /// See [`Refusal`].
+///
+/// Non-exhaustive: `Delayed` exists only with the `tokio` feature, so turning the feature on must
+/// not break a `match`; one outside this crate needs a wildcard arm.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Decision<F> {
     /// Decided now.
     Ready(Result<Admitted, Refusal>),
@@ -86,6 +90,7 @@ pub enum Decision<F> {
     /// leaky meter's queue (see [`Backend::decide_within`]). The layer waits it out before
     /// calling the inner service.
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     Delayed(crate::outcome::Scheduled),
 }
 
@@ -140,6 +145,7 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// decides as [`Backend::decide`] does (the default): the request is refused rather than
     /// delayed. [`Meter`] queues.
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn decide_within(
         &self,
         key: &K,
@@ -343,6 +349,7 @@ where
     }
 
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn decide_within(&self, _key: &K, cost: u64, max: std::time::Duration) -> Decision<Immediate> {
         match self
             .0
@@ -370,6 +377,7 @@ where
     }
 
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn decide_within(&self, key: &K, cost: u64, max: std::time::Duration) -> Decision<Immediate> {
         let now = crate::clock::Clock::now(self.0.clock());
         match self.0.schedule_key_n_within(key, cost, max, now) {
@@ -408,6 +416,7 @@ mod redis {
     /// std::net::IpAddr::from([10, 0, 0, 1]).write_key(&mut out);
     /// assert_eq!(out, b"10.0.0.1");
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub trait KeyBytes {
         /// Appends the key's bytes to `out`.
         fn write_key(&self, out: &mut Vec<u8>);
@@ -481,6 +490,7 @@ mod redis {
     /// # }
     /// ```
     #[derive(Debug)]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub struct Redis<A: RedisAlgorithm>(Arc<RedisLimiter<A>>);
 
     impl<A: RedisAlgorithm> Redis<A> {

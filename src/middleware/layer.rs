@@ -28,7 +28,11 @@ use crate::quota::Quota;
 /// # drop(layer);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// Non-exhaustive: other choices may be added, so a `match` outside this crate needs a wildcard
+/// arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Headers {
     /// Every response the layer decided (the default).
     #[default]
@@ -55,7 +59,11 @@ pub enum Headers {
 /// # drop(layer);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// Non-exhaustive: other choices may be added, so a `match` outside this crate needs a wildcard
+/// arm.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum OnMissing<K> {
     /// Answer with this status (400 by default), no fields, inner service not called.
     Reject(StatusCode),
@@ -777,6 +785,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn delay_up_to(mut self, max: Duration) -> Self {
         self.options.max_delay = Some(max);
         self

@@ -125,6 +125,7 @@ mod service;
 
 pub use backend::{Backend, Decision, Global, Keyed, Meter, Refusal};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::{KeyBytes, Redis};
 pub use fields::{PolicyNameError, MAX_POLICY_NAME};
 pub use key::{

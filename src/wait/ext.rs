@@ -120,6 +120,7 @@ pub trait LimiterExt: Limiter {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_ready(
         &self,
     ) -> impl std::future::Future<Output = Result<Admitted, AcquireError>> + Send + '_ {
@@ -149,6 +150,7 @@ pub trait LimiterExt: Limiter {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_n_ready(
         &self,
         n: u64,
@@ -179,6 +181,7 @@ pub trait LimiterExt: Limiter {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_ready_within(
         &self,
         max: Duration,
@@ -210,6 +213,7 @@ pub trait LimiterExt: Limiter {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_n_ready_within(
         &self,
         n: u64,
@@ -246,6 +250,7 @@ pub trait LimiterExt: Limiter {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_n_ready_with(
         &self,
         n: u64,
@@ -376,6 +381,7 @@ pub trait KeyedLimitExt<Q: ?Sized>: KeyedLimit<Q> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_key_ready<'a>(
         &'a self,
         key: &'a Q,
@@ -410,6 +416,7 @@ pub trait KeyedLimitExt<Q: ?Sized>: KeyedLimit<Q> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_key_n_ready<'a>(
         &'a self,
         key: &'a Q,
@@ -446,6 +453,7 @@ pub trait KeyedLimitExt<Q: ?Sized>: KeyedLimit<Q> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_key_ready_within<'a>(
         &'a self,
         key: &'a Q,
@@ -482,6 +490,7 @@ pub trait KeyedLimitExt<Q: ?Sized>: KeyedLimit<Q> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_key_n_ready_within<'a>(
         &'a self,
         key: &'a Q,
@@ -524,6 +533,7 @@ pub trait KeyedLimitExt<Q: ?Sized>: KeyedLimit<Q> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn until_key_n_ready_with<'a>(
         &'a self,
         key: &'a Q,

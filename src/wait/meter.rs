@@ -5,6 +5,7 @@ use crate::clock::Clock;
 use crate::leaky::LeakyMeter;
 use crate::outcome::{AcquireError, Denied, Scheduled};
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<C: Clock> LeakyMeter<C> {
     /// Takes a place in the virtual queue now and sleeps, on tokio's timer, until it departs
     /// (feature `tokio`): [`LeakyMeter::try_schedule`], then its [`Scheduled::delay`].

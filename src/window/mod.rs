@@ -147,7 +147,11 @@ impl<A: WindowAlgorithm, C: Clock> Direct<A, C> {
 /// assert_ne!(alignment, Alignment::default());
 /// assert_eq!(Alignment::default(), Alignment::Epoch);
 /// ```
+///
+/// Non-exhaustive: other alignments may be added, so a `match` outside this crate needs a
+/// wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Alignment {
     /// Windows start at the clock's epoch (reading 0) and at every whole window after it. The
     /// default: [`MonotonicClock`]'s epoch is when the process first read it.

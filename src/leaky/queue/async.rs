@@ -29,6 +29,7 @@ impl Drop for Parked<'_> {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<T, C: Clock> LeakySender<T, C> {
     /// Offers `item`, waiting asynchronously for room (feature `tokio`).
     ///
@@ -89,6 +90,7 @@ impl<T, C: Clock> LeakySender<T, C> {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<T, C: Clock> LeakyReceiver<T, C> {
     /// [`recv`](LeakyReceiver::recv), asynchronously (feature `tokio`): waits for an item with a
     /// `tokio::sync::Notify` and for its release time with `tokio::time::sleep`.

@@ -182,7 +182,10 @@ impl<T> std::error::Error for SendTimeoutError<T> {}
 /// assert_eq!(rx.try_recv(), Err(TryRecvError::Closed));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
+///
+/// Non-exhaustive, as the crate's other errors: a `match` outside this crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum TryRecvError {
     /// Nothing is waiting now (an accepted item may still be on its way in).
     Empty,
@@ -222,7 +225,10 @@ impl std::error::Error for TryRecvError {}
 /// assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Err(RecvTimeoutError::Timeout));
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
+///
+/// Non-exhaustive, as the crate's other errors: a `match` outside this crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RecvTimeoutError {
     /// No item was released before the timeout.
     Timeout,
@@ -250,10 +256,12 @@ impl std::error::Error for RecvTimeoutError {}
 /// assert_eq!(SendError("job").into_inner(), "job");
 /// ```
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct SendError<T>(pub T);
 
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<T> SendError<T> {
     /// The item that was refused.
     ///
@@ -269,6 +277,7 @@ impl<T> SendError<T> {
 
 /// Shows the variant, not the item (which need not be `Debug`).
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<T> fmt::Debug for SendError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("SendError(..)")
@@ -276,6 +285,7 @@ impl<T> fmt::Debug for SendError<T> {
 }
 
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<T> fmt::Display for SendError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("the leaky queue is closed; the item was handed back")
@@ -283,6 +293,7 @@ impl<T> fmt::Display for SendError<T> {
 }
 
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl<T> std::error::Error for SendError<T> {}
 
 /// [`LeakyReceiver::spawn_drain`] could not start its thread; the receiver is handed back.

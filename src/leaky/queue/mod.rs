@@ -63,10 +63,9 @@
 //! cost of keeping the consumer thread busy for up to 50 µs per item: at 20 000 items per second or
 //! more, the consumer effectively never sleeps. A release is never early; how late it is depends on
 //! the scheduler (a thread preempted past its release time is late by the time slice, and the
-//! items after it keep their times). A rough run on the loaded 2-core development machine measured
-//! a median lateness of 14 µs at 1000 per second and 4 µs at 10 000 per second, with a tail of a
-//! few milliseconds under load; the benches measure it properly. The async
-//! `recv_async` (feature `tokio`) has tokio's 1 ms timer granularity.
+//! items after it keep their times). The `pacing` bench measures how late releases land
+//! (`benches/README.md`). The async `recv_async` (feature `tokio`) has tokio's 1 ms timer
+//! granularity.
 //!
 //! ## The end of time
 //!
@@ -160,6 +159,7 @@ mod drain;
 #[cfg(not(tollgate_loom))]
 pub use drain::DrainHandle;
 #[cfg(all(feature = "tokio", not(tollgate_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use error::SendError;
 #[cfg(not(tollgate_loom))]
 pub use error::SpawnDrainError;
