@@ -169,6 +169,41 @@ pub use limiter::{
 pub use script::script_source;
 pub use script::RedisAlgorithm;
 
+/// The `redis` client crate this backend is built on (1.x, from 1.8, with its `tokio-comp`,
+/// `connection-manager`, `cluster-async` and `script` features on), re-exported so that the
+/// connections handed to [`RedisLimiter::builder`] and [`LeasedBucket::builder`] come from the
+/// same release the backend was compiled against.
+///
+/// A connection is accepted if it implements this release's `redis::aio::ConnectionLike` (a
+/// `ConnectionManager`, a `MultiplexedConnection`, a `cluster_async::ClusterConnection`). An
+/// application that also depends on `redis` directly gets the same crate, and may use its own
+/// `redis::...` paths, as long as its requirement allows the 1.x release cargo picks for both
+/// (`redis = "1.8"` or any later 1.x); with a `redis` of another major version, its connections
+/// are of another crate and are refused at compile time. Using this re-export avoids the question.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// # rt.block_on(async {
+/// use tollgate::keyed::TokenBucketKeys;
+/// use tollgate::redis::client::{aio::ConnectionManagerConfig, Client};
+/// use tollgate::redis::{FailurePolicy, RedisLimiter};
+/// use tollgate::Quota;
+/// // A lazy connection manager connects on the first call, so building needs no server.
+/// let conn = Client::open("redis://127.0.0.1:6379/")?
+///     .get_connection_manager_lazy(ConnectionManagerConfig::new())?;
+/// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(10)?)
+///     .prefix("api")
+///     .build(FailurePolicy::Closed)?;
+/// assert_eq!(limiter.key_name("client-7")?, b"api:{client-7}:tb");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })
+/// # }
+/// ```
+pub use ::redis as client;
+
 /// The reply decoder, exposed for the `redis_reply` fuzz target; not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
