@@ -73,9 +73,13 @@ step_test() {
     # models need --cfg tollgate_loom (the next step). --no-fail-fast runs every test binary, so each prints
     # its "test result:" line, and still exits non-zero if any test failed.
     cargo test --workspace --all-features --no-fail-fast
-    # The HTTP middleware's example drives itself over loopback and checks what it got (the same
-    # features as above, so nothing is rebuilt but the example).
+    # The HTTP middleware's example drives itself over loopback and checks what it got, then that a
+    # busy address is reported naming it (the same features as above, so nothing is rebuilt but
+    # the examples); --help must print the usage and exit 0 without serving.
     cargo run --all-features --example axum_server -- --self-test
+    cargo run --all-features --example axum_server -- --help | grep -i '^usage'
+    # Pacing outbound calls, on tokio's paused time: exactly 100 ms apart, in no wall time.
+    cargo run --all-features --example pacing -- --self-test
     # The key spray at full size (10 million keys against a bound of 100 000): the debug run above
     # sprays a tenth of that.
     cargo test --release --test keyed_spray

@@ -15,7 +15,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tollgate::keyed::KeyedLimiter;
 use tollgate::middleware::{
-    peer_ip, Headers, InfoDecision, LimitLayer, OnMissing, RateLimitInfo, Rejection,
+    peer_ip, Headers, InfoDecision, LimitLayer, OnMissing, Protocol, RateLimitInfo, Rejection,
 };
 use tollgate::{ManualClock, Quota, TokenBucket};
 
@@ -631,6 +631,103 @@ async fn a_grpc_denial_is_resource_exhausted_with_a_pushback() {
         meta.get("ratelimit").map(|v| v.to_str().unwrap()),
         Some(r#""default";r=0;t=60"#)
     );
+}
+
+/// The second of two requests with `content_type` (none when `None`) to an axum server whose
+/// layer (1 a minute) guards `protocol`: the refusal.
+async fn refusal_under(protocol: Protocol, content_type: Option<&str>) -> Reply {
+    let bucket = TokenBucket::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+    let layer = LimitLayer::global(bucket)
+        .protocol(protocol)
+        .build()
+        .unwrap();
+    let addr = serve(hello().layer(layer)).await;
+    let client = client_from(2);
+    let request = || {
+        let mut req = Request::get(format!("http://{addr}/"));
+        if let Some(content_type) = content_type {
+            req = req.header(http::header::CONTENT_TYPE, content_type);
+        }
+        req.body(Full::new(Bytes::new())).expect("request")
+    };
+    assert_eq!(send(&client, request()).await.status, StatusCode::OK);
+    send(&client, request()).await
+}
+
+/// HTTP's answer to a denial: 429 with `Retry-After` and the fields, nothing of gRPC's.
+fn assert_http_denial(reply: &Reply, case: &str) {
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{case}");
+    assert_eq!(reply.one("retry-after"), Some("60"), "{case}");
+    assert_eq!(
+        reply.one("ratelimit-policy"),
+        Some(r#""default";q=1;w=60"#),
+        "{case}"
+    );
+    assert_eq!(
+        reply.one("ratelimit"),
+        Some(r#""default";r=0;t=60"#),
+        "{case}"
+    );
+    assert_eq!(reply.one("grpc-status"), None, "{case}");
+    assert_eq!(reply.one("grpc-retry-pushback-ms"), None, "{case}");
+}
+
+/// gRPC's answer to a denial: trailers-only, HTTP 200 with `RESOURCE_EXHAUSTED` and the pushback,
+/// the fields as metadata.
+fn assert_grpc_denial(reply: &Reply, case: &str) {
+    assert_eq!(reply.status, StatusCode::OK, "{case}");
+    assert_eq!(
+        reply.one("content-type"),
+        Some("application/grpc"),
+        "{case}"
+    );
+    assert_eq!(reply.one("grpc-status"), Some("8"), "{case}");
+    assert_eq!(
+        reply.one("grpc-message"),
+        Some("rate limit exceeded"),
+        "{case}"
+    );
+    assert_eq!(reply.one("grpc-retry-pushback-ms"), Some("60000"), "{case}");
+    assert_eq!(reply.one("retry-after"), Some("60"), "{case}");
+    assert_eq!(
+        reply.one("ratelimit"),
+        Some(r#""default";r=0;t=60"#),
+        "{case}"
+    );
+    assert_eq!(reply.body, "", "{case}");
+}
+
+#[tokio::test]
+async fn protocol_auto_answers_each_request_in_its_own_protocol() {
+    assert_eq!(Protocol::default(), Protocol::Auto);
+    assert_http_denial(&refusal_under(Protocol::Auto, None).await, "no type");
+    assert_http_denial(
+        &refusal_under(Protocol::Auto, Some("application/json")).await,
+        "json",
+    );
+    for grpc in ["application/grpc", "application/grpc+proto"] {
+        assert_grpc_denial(&refusal_under(Protocol::Auto, Some(grpc)).await, grpc);
+    }
+}
+
+#[tokio::test]
+async fn protocol_http_answers_every_refusal_with_429() {
+    for content_type in [
+        None,
+        Some("application/grpc"),
+        Some("application/grpc+proto"),
+    ] {
+        let reply = refusal_under(Protocol::Http, content_type).await;
+        assert_http_denial(&reply, &format!("{content_type:?}"));
+    }
+}
+
+#[tokio::test]
+async fn protocol_grpc_answers_every_refusal_as_grpc() {
+    for content_type in [None, Some("application/json"), Some("application/grpc")] {
+        let reply = refusal_under(Protocol::Grpc, content_type).await;
+        assert_grpc_denial(&reply, &format!("{content_type:?}"));
+    }
 }
 
 /// A backend that answers through a future, as Redis does: here an in-process bucket behind a

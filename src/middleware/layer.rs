@@ -43,6 +43,59 @@ pub enum Headers {
     Never,
 }
 
+/// Which protocol the layer guards: how it answers a refusal.
+///
+/// HTTP's answer is the refusal's status (429 for a denial) with `Retry-After` and the fields;
+/// gRPC's is a trailers-only response, HTTP 200 with `grpc-status` (8, `RESOURCE_EXHAUSTED`, for a
+/// denial) and `grpc-retry-pushback-ms`, the fields as metadata (see the
+/// [module docs](super#refusals)). Admitted requests are passed on alike under every choice.
+///
+/// # Examples
+///
+/// A plain HTTP API: a request that says `Content-Type: application/grpc` is still refused with a
+/// 429, not with a gRPC answer that logs and proxies would count as a success.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// use std::convert::Infallible;
+/// use http::{Request, Response, StatusCode};
+/// use tower::{service_fn, Layer, ServiceExt};
+/// use tollgate::middleware::{LimitLayer, Protocol};
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+///
+/// let bucket = TokenBucket::with_clock(Quota::per_minute(1)?, ManualClock::new());
+/// let layer = LimitLayer::global(bucket).protocol(Protocol::Http).build()?;
+/// let svc = layer.layer(service_fn(|_req: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::new()))
+/// }));
+/// let grpc = || Request::post("/").header("content-type", "application/grpc").body(String::new());
+/// svc.clone().oneshot(grpc()?).await?;
+/// let refused = svc.oneshot(grpc()?).await?;
+/// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(refused.headers()["retry-after"], "60");
+/// assert!(refused.headers().get("grpc-status").is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })
+/// # }
+/// ```
+///
+/// Non-exhaustive: other choices may be added, so a `match` outside this crate needs a wildcard
+/// arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// Each request's own (the default): gRPC's answer when its content type is
+    /// `application/grpc` or one of its `+` forms (`application/grpc+proto`), HTTP's otherwise.
+    /// For a server that carries both, as an axum router with a tonic service nested in it does.
+    #[default]
+    Auto,
+    /// HTTP's answer to every refusal, whatever the request's content type.
+    Http,
+    /// gRPC's answer to every refusal, whatever the request's content type (a tonic server).
+    Grpc,
+}
+
 /// What to do with a request whose key extractor found no key (a missing header, say).
 ///
 /// # Examples
@@ -367,6 +420,7 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
     #[cfg(feature = "tokio")]
     pub(crate) max_delay: Option<Duration>,
     pub(crate) headers: Headers,
+    pub(crate) protocol: Protocol,
     pub(crate) on_missing: OnMissing<X::Key>,
     pub(crate) cost: Cost,
     pub(crate) exempt: Option<Exempt>,
@@ -456,6 +510,7 @@ impl<B, X: KeyExtractor, D> fmt::Debug for LimitLayer<B, X, D> {
         f.debug_struct("LimitLayer")
             .field("policies", &self.shared.policies)
             .field("headers", &self.shared.headers)
+            .field("protocol", &self.shared.protocol)
             .field("dry_run", &self.shared.dry_run)
             .finish_non_exhaustive()
     }
@@ -523,6 +578,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor> LimitLayer<B, X> {
                 #[cfg(feature = "tokio")]
                 max_delay: None,
                 headers: Headers::Always,
+                protocol: Protocol::Auto,
                 on_missing: OnMissing::Reject(StatusCode::BAD_REQUEST),
                 cost: Cost::One,
                 content_bytes: false,
@@ -657,6 +713,7 @@ struct Options<K> {
     #[cfg(feature = "tokio")]
     max_delay: Option<Duration>,
     headers: Headers,
+    protocol: Protocol,
     on_missing: OnMissing<K>,
     cost: Cost,
     content_bytes: bool,
@@ -798,6 +855,17 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// See [`Headers`].
     pub fn headers(mut self, headers: Headers) -> Self {
         self.options.headers = headers;
+        self
+    }
+
+    /// Which protocol the layer guards, so how it answers a refusal ([`Protocol::Auto`], each
+    /// request's own, unless set).
+    ///
+    /// # Examples
+    ///
+    /// See [`Protocol`].
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.options.protocol = protocol;
         self
     }
 
@@ -1006,8 +1074,8 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     }
 
     /// How a refusal's response is built (an empty body with the status unless set). The layer
-    /// adds its fields to the response returned. gRPC requests are answered in gRPC's own way
-    /// and do not use it.
+    /// adds its fields to the response returned. Refusals answered in gRPC's way (see
+    /// [`protocol`](Self::protocol)) do not use it.
     ///
     /// # Examples
     ///
@@ -1072,6 +1140,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 #[cfg(feature = "tokio")]
                 max_delay: self.options.max_delay,
                 headers: self.options.headers,
+                protocol: self.options.protocol,
                 on_missing: self.options.on_missing,
                 cost: self.options.cost,
                 exempt: self.options.exempt,

@@ -82,7 +82,10 @@
 //! `UNAVAILABLE`, when no rate decision was made), a `grpc-message`, and
 //! `grpc-retry-pushback-ms` (gRFC A6, honoured by clients' retry policies; `-1`, "do not retry",
 //! when the request can never fit), plus the fields as metadata. The same layer goes on tonic's
-//! `Server::builder().layer(..)`.
+//! `Server::builder().layer(..)`. [`Protocol`] fixes the answer instead
+//! ([`protocol`](LimitLayerBuilder::protocol)): `Http` answers every refusal in HTTP's way, so a
+//! plain HTTP route never answers a stray `application/grpc` request with an HTTP 200, and `Grpc`
+//! every refusal in gRPC's way, whatever the content type.
 //!
 //! # Costs, exemptions, dry runs, and what handlers see
 //!
@@ -135,6 +138,6 @@ pub use key::{
 };
 pub use layer::{
     EmptyBody, Headers, InfoDecision, LayerError, LimitLayer, LimitLayerBuilder, OnDenied,
-    OnMissing, RateLimitInfo, Rejection, RejectionKind,
+    OnMissing, Protocol, RateLimitInfo, Rejection, RejectionKind,
 };
 pub use service::{Limit, ResponseFuture};

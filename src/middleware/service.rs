@@ -17,8 +17,8 @@ use super::backend::{Backend, Decision, Refusal};
 use super::fields::{self, FieldBuf};
 use super::key::{KeyError, KeyExtractor};
 use super::layer::{
-    EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, Policy, RateLimitInfo, Rejection,
-    RejectionKind, Shared,
+    EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, Policy, Protocol, RateLimitInfo,
+    Rejection, RejectionKind, Shared,
 };
 use crate::outcome::Admitted;
 
@@ -250,7 +250,8 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         }
     }
 
-    /// The response to a refused request: gRPC's trailers-only answer for a gRPC request, else
+    /// The response to a refused request: gRPC's trailers-only answer for a gRPC one (as the
+    /// layer's [`Protocol`] says), else
     /// the configured responder's; the fields appended either way.
     fn refuse<ResBody: Default + 'static>(
         &self,
@@ -564,7 +565,11 @@ where
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let (mut head, body) = req.into_parts();
         let shared = &*self.shared;
-        let grpc = is_grpc(&head);
+        let grpc = match shared.protocol {
+            Protocol::Auto => is_grpc(&head),
+            Protocol::Http => false,
+            Protocol::Grpc => true,
+        };
         if shared.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
             shared.info(&mut head, shared.policy(0), InfoDecision::Exempt, 0);
             let fut = self.inner.call(Request::from_parts(head, body));
