@@ -354,9 +354,6 @@ impl<T: OneWord> Contract for T {
         state: &AtomicU64,
         now: Nanos,
     ) -> Result<Admitted, Denied> {
-        // The reading is converted inside the closure, which then captures two words (the
-        // policy and the reading) and reaches the out-of-line retry in registers; converted
-        // outside, the four-word `Time` was stored on the stack before every first attempt.
         admitted_or_described::<T>(policy, state, now, 1)
     }
 
