@@ -4,17 +4,18 @@
 #   bash scripts/test.sh              all steps (about 15 minutes from a cold build on 2 cores)
 #   bash scripts/test.sh loom fuzz    only the named steps, in the order given
 #
-# Steps: fmt clippy doc docsrs test asan redis loom fuzz package bench (see the step_* functions
-# below).
+# Steps: fmt clippy doc docsrs test asan redis loom fuzz package minver features bench (see the
+# step_* functions below).
 #
 # Environment:
-#   FUZZ_SECONDS   seconds each fuzz target runs (default 6: 17 targets, about 100 s); e.g.
-#                  FUZZ_SECONDS=5 for a quick pass
+#   FUZZ_SECONDS   seconds each fuzz target runs (default 4: 17 targets, about 70 s); e.g.
+#                  FUZZ_SECONDS=2 for a quick pass
 #
 # Works from any directory. Needs rustup with a stable toolchain (rustfmt and clippy are added when
-# missing) and a nightly toolchain for the docsrs, asan and fuzz steps; installs cargo-fuzz when it
-# is missing. The redis step starts its own Redis servers with scripts/redis.sh, which installs
-# Debian's redis-server and redis-tools with apt-get when they are missing.
+# missing) and a nightly toolchain for the docsrs, asan, fuzz and minver steps; installs cargo-fuzz
+# and cargo-hack (the features step) when they are missing. The redis step starts its own Redis
+# servers with scripts/redis.sh, which installs Debian's redis-server and redis-tools with apt-get
+# when they are missing.
 # Before the first step it prints the resolved versions of the direct dependencies (Cargo.lock is
 # not committed, so each fresh clone resolves the newest compatible releases; the log then shows what
 # moved when a new release breaks a step).
@@ -30,8 +31,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-6}
-STEPS=(fmt clippy doc docsrs test asan redis loom fuzz package bench)
+FUZZ_SECONDS=${FUZZ_SECONDS:-4}
+STEPS=(fmt clippy doc docsrs test asan redis loom fuzz package minver features bench)
 
 # The redis step's directory (servers' data, logs, PIDs and env file); cleanup stops and removes it.
 REDIS_DIR=""
@@ -238,6 +239,65 @@ step_package() {
     echo "package: $crate, $(stat -c %s "$crate") bytes"
 }
 
+step_minver() {
+    need_nightly minver
+    # The lower bounds in the manifests, checked: every member's direct dependencies resolved to
+    # the lowest versions their requirements allow (`-Z direct-minimal-versions`, nightly; their own
+    # dependencies take the newest compatible releases, as a user's would), then the crate built and
+    # tested against them with every feature (stable). In a scratch copy of the tree: the tracked
+    # files and the untracked ones git does not ignore, as a clean clone has them, their times kept
+    # so that a warm run rebuilds nothing; the ordinary Cargo.lock is left untouched. A target
+    # directory of its own, as the asan step's: the minimal versions would otherwise replace the
+    # ordinary build. A dev-dependency pinned with `=` stays at its pin, and a crate that is both a
+    # dependency and a dev-dependency (tokio, axum, tonic) resolves to one version, so the two
+    # requirements' floors must agree.
+    local minver_dir="${CARGO_TARGET_DIR:-$ROOT/target}/minver"
+    local copy="$minver_dir/tree"
+    rm -rf "$copy"
+    mkdir -p "$copy"
+    git ls-files -z --cached --others --exclude-standard \
+        | while IFS= read -r -d '' f; do if [[ -e $f ]]; then printf '%s\0' "$f"; fi; done \
+        | tar --null -T - -cf - | tar -xf - -C "$copy"
+    (
+        cd "$copy"
+        export CARGO_TARGET_DIR="$minver_dir/target"
+        # No debuginfo: less to build and link (about 35 test binaries), and a failure here is a
+        # compile error or a test's message, not a backtrace to read.
+        export CARGO_PROFILE_DEV_DEBUG=false
+        cargo +nightly update -Z direct-minimal-versions
+        print_resolved_versions
+        # Every member's unit tests, and tollgate's integration tests but the `*_model` ones: those
+        # run thousands of cases of the algorithms' arithmetic against the reference models (no
+        # dependency's code), and would double the step's time. One cargo run, so the crates are
+        # built once, with one set of features.
+        local t tests=()
+        for t in tests/*.rs; do
+            t=$(basename "$t" .rs)
+            [[ $t == *_model ]] || tests+=(--test "$t")
+        done
+        cargo test --workspace --all-features --no-fail-fast --lib "${tests[@]}"
+    )
+}
+
+step_features() {
+    if ! cargo hack --version >/dev/null 2>&1; then
+        echo "cargo-hack is missing; installing it"
+        cargo install cargo-hack --locked
+    fi
+    # Every feature on its own, and every pair, builds and lints without the others (a user turns
+    # on only what they need); the library alone, without the dev-dependencies (--no-dev-deps,
+    # which cargo-hack takes out of Cargo.toml while it runs and then puts back). `loom` is left
+    # out: it is internal (the crate's own loom models, with `--cfg tollgate_loom`), not for users.
+    # Every pair is linted, not only checked: clippy compiles each combination as check does, so a
+    # check of the pairs would find nothing more. A target directory of its own: each combination
+    # would otherwise replace the ordinary build.
+    local features_target="${CARGO_TARGET_DIR:-$ROOT/target}/features"
+    local flags=(--no-dev-deps -p tollgate --exclude-features loom)
+    CARGO_TARGET_DIR="$features_target" cargo hack check --each-feature "${flags[@]}"
+    CARGO_TARGET_DIR="$features_target" \
+        cargo hack clippy --feature-powerset --depth 2 "${flags[@]}" -- -D warnings
+}
+
 step_bench() {
     # --all-features: the Redis bench needs the `redis` feature, the HTTP bench `tower` and `axum`.
     cargo bench --no-run --all-features
@@ -256,6 +316,8 @@ describe() {
         loom) echo "loom models (release, LOOM_MAX_PREEMPTIONS=2)" ;;
         fuzz) echo "fuzz every target for ${FUZZ_SECONDS}s (nightly)" ;;
         package) echo "cargo package: the published files checked, the unpacked crate built" ;;
+        minver) echo "build and test against the direct dependencies' minimal versions (nightly resolver)" ;;
+        features) echo "cargo hack: each feature checked, every pair of features linted" ;;
         bench) echo "cargo bench --no-run" ;;
         *) echo "$1" ;;
     esac
