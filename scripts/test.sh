@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check tollgate has, in order, and stops at the first failure.
 #
-#   bash scripts/test.sh              all steps (about 15 minutes from a cold build on 2 cores)
+#   bash scripts/test.sh              all steps (about 28 minutes from a cold build on 2 cores)
 #   bash scripts/test.sh loom fuzz    only the named steps, in the order given
 #
 # Steps: fmt clippy doc docsrs test asan redis loom fuzz package minver features (see the step_*
