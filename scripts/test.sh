@@ -84,6 +84,11 @@ step_test() {
     cargo run --all-features --example axum_server -- --help | grep -i '^usage'
     # Pacing outbound calls, on tokio's paused time: exactly 100 ms apart, in no wall time.
     cargo run --all-features --example pacing -- --self-test
+    # A tonic gRPC service behind the layer, called over loopback: 3 calls admitted, the 4th
+    # refused with RESOURCE_EXHAUSTED (grpc-status 8) and its pushback, the retry after the
+    # pushback admitted (about 1 s of waiting).
+    cargo run --all-features --example grpc -- --self-test
+    cargo run --all-features --example grpc -- --help | grep -i '^usage'
     # The key spray at full size (10 million keys against a bound of 100 000): the debug run above
     # sprays a tenth of that.
     cargo test --release --test keyed_spray
@@ -138,6 +143,12 @@ step_redis() {
     # The Redis module's doc examples, which return early without a server (in the test step),
     # here run against one.
     cargo test --features redis --doc redis
+    # An axum service in three processes sharing one limit per client through the standalone
+    # server: 5 of 15 requests admitted in all; then a fourth process on a redis-server of the
+    # example's own (TOLLGATE_REDIS_SERVER), which it kills, answers 503 (FailurePolicy::Closed).
+    # Every feature, as the test step builds the examples, so only this example is built.
+    TOLLGATE_REQUIRE_REDIS=1 cargo run --all-features --example redis_shared -- --self-test
+    cargo run --all-features --example redis_shared -- --help | grep -i '^usage'
 }
 
 step_loom() {
