@@ -99,13 +99,27 @@ pub(crate) mod sealed {
         }
     }
 
+    /// How the keyed table's rebuild carries a state into the new table while readers may still
+    /// use the old one (see `keyed/table.rs`, "Layout").
+    pub trait Relocate: Sized {
+        /// A copy of the state for the new table.
+        fn copy(&self) -> Self;
+        /// Once `copy` is in the new table: makes every later decision on `self` take effect
+        /// only in `copy`, after bringing `copy` up to date with any decision made on `self`
+        /// since it was taken. A one-word state is sealed gone (decisions on it answer
+        /// [`Gone`](crate::cas::Gone), and the table sends them to the copy); a state on the
+        /// heap is shared by both, and needs nothing. `self` stays a valid state, dropped with
+        /// the old table.
+        fn seal(&self, copy: &Self);
+    }
+
     /// What every algorithm provides. A request for `n` may ask for any `n`: 0 is a query that
     /// always succeeds, more than the capacity is [`InsufficientCapacity`](crate::InsufficientCapacity).
     pub trait Contract: Send + Sync + 'static {
         /// The constants derived from the quota, shared by every state.
         type Policy: Send + Sync + std::fmt::Debug;
         /// One limited thing's state.
-        type State: Send + Sync;
+        type State: Send + Sync + Relocate;
 
         /// The direct limiter's name, for `Debug`.
         const NAME: &'static str;

@@ -676,7 +676,7 @@ limiter_from_inherent_methods!(crate::window::sub_window::SubWindowCounter);
 
 impl<K, Q, A, C> KeyedLimit<Q> for KeyedLimiter<K, A, C>
 where
-    K: Hash + Eq + Borrow<Q> + Send + Sync,
+    K: Hash + Eq + Clone + Borrow<Q> + Send + Sync,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     A: Algorithm,
     C: Clock,

@@ -22,7 +22,7 @@ type Limiter<K> = KeyedLimiter<K, TokenBucketKeys, ManualClock>;
 
 const SEC: u64 = 1_000_000_000;
 
-fn limiter<K: std::hash::Hash + Eq>(quota: Quota) -> Limiter<K> {
+fn limiter<K: std::hash::Hash + Eq + Clone>(quota: Quota) -> Limiter<K> {
     KeyedLimiter::with_clock(quota, ManualClock::new())
 }
 

@@ -3,18 +3,20 @@
 //! the freeing of what those writers unlinked.
 //!
 //! The table is reached through `tollgate::keyed::model_table::ModelTable` (one shard, `u64` keys,
-//! one-word states), built only under loom. It is the table itself, freeing included: entries are
-//! boxed and never move (a rebuild or a growth makes a new table of pointers to the same
-//! entries), and what a writer unlinks (a removed entry, a replaced table) is retired to the
-//! table's epoch domain and freed once the domain's horizon has passed its retirement, by the
-//! writer at once if no reader holds it, or by a later write, `retired()`, or the table's drop.
+//! one-word states), built only under loom. It is the table itself, freeing included: entries sit
+//! in the table's slots, and a rebuild or a growth clones each key into a new table and relocates
+//! each state (the old word is sealed with the gone mark and its value copied), so that a lookup
+//! still on the old table either decides before the seal (the copy carries it) or meets the seal
+//! and looks again under the shard lock. What a writer unlinks (a removed entry, a replaced table
+//! with its old copies) is retired to the table's epoch domain and dropped once the domain's
+//! horizon has passed its retirement, by the writer at once if no reader holds it, or by a later
+//! write, `retired()`, or the table's drop.
 //! Under loom a lookup enters the epoch as its loom thread (a loom thread-local index), both
 //! barriers are `fence(SeqCst)` (the epoch's own models are in `epoch.rs`), and each entry has a
 //! loom `UnsafeCell` that every lookup reads when it reaches the entry and that freeing the entry
 //! writes: a free not ordered after a lookup's read of the entry fails the model as a race (a use
-//! after free). A replaced table has no such cell: it is retired and freed by the same path as the
-//! entries (and in the same batch as an entry removed by the same write), but loom would not
-//! report a lookup that reads a freed table's slots as such.
+//! after free). The old copies in a replaced table have the same cells, so a lookup reading one
+//! after the table was dropped fails the model too; the table's control bytes have none.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test table`.
@@ -48,9 +50,9 @@ fn all_freed(table: &ModelTable) {
     assert_eq!(table.unreclaimed(), 0);
 }
 
-/// `lookup` (a spawned thread) races `rebuild` (another), which rebuilds key 1's table (the same
-/// entry, a new table of pointers) and then frees what no reader holds: answers the lookup's
-/// answer, and whether the replaced table was still held for a reader after the rebuild.
+/// `lookup` (a spawned thread) races `rebuild` (another), which rebuilds key 1's table (the key
+/// cloned, the word relocated) and then frees what no reader holds: answers the lookup's answer,
+/// and whether the replaced table was still held for a reader after the rebuild.
 fn race_a_rebuild<T: Send + 'static>(
     word: u64,
     lookup: impl FnOnce(&ModelTable) -> T + Send + 'static,
@@ -75,9 +77,10 @@ fn race_a_rebuild<T: Send + 'static>(
 }
 
 /// An admission (adding one to key 1's word) races a rebuild of its table: it lands exactly once
-/// whichever table it went through (the entry is the same object in both), and the replaced table
-/// is freed at once or kept while the admission is in (both are reached); loom finds no free of
-/// the entry unordered with the admission's read of it.
+/// whichever table it went through (before the seal, in the old word that the copy carries; after
+/// it, in the new word, looked up again under the lock), and the replaced table is freed at once
+/// or kept while the admission is in (both are reached); loom finds no drop of the old copy
+/// unordered with the admission's read of it.
 #[test]
 fn an_admission_racing_a_rebuild_lands_once() {
     check_reaches(&[false, true], || {
@@ -90,8 +93,9 @@ fn an_admission_racing_a_rebuild_lands_once() {
 }
 
 /// A peek of key 1 races a rebuild of its table: it reads the word through the old table or the
-/// new one, and never answers "not held" or "gone" for a key that was only rebuilt around; the
-/// replaced table is freed at once or kept while the peek is in (both are reached).
+/// new one (a sealed word sends it to the lock), and never answers "not held" or "gone" for a key
+/// that was only rebuilt around; the replaced table is freed at once or kept while the peek is in
+/// (both are reached).
 #[test]
 fn a_peek_racing_a_rebuild_sees_the_key() {
     check_reaches(&[false, true], || {
@@ -126,9 +130,10 @@ fn a_lookup_racing_an_insert_sees_nothing_or_the_entry() {
 
 /// An admission on key 1 races its eviction (mark gone, then remove, under the lock, then retire
 /// and free what no reader holds): either the admission wrote first (the eviction's mark fails
-/// and the key is kept, with the admission), or it meets the mark (gone: the caller decides again
-/// on the key as new) or finds the key removed. All three are reached; the admission is never
-/// both lost and reported, and once both threads are done the removed entry has been freed.
+/// and the key is kept, with the admission), or it meets the mark (gone: the table finds no
+/// rebuild under way, and the caller decides again on the key as new) or finds the key removed.
+/// All three are reached; the admission is never both lost and reported, and once both threads
+/// are done the removed entry has been freed.
 #[test]
 fn an_admission_racing_an_eviction_is_kept_or_told() {
     check_reaches(&[0, 1, 2], || {
@@ -206,8 +211,9 @@ fn nearly_full(word: impl Fn(u64) -> u64) -> Arc<ModelTable> {
     table
 }
 
-/// The insert that would fill the shard's last spare slot grows it (a new table of 32 pointers to
-/// the same 14 entries, then the new key), and then frees what the horizon allows, while an
+/// The insert that would fill the shard's last spare slot grows it (a new table of 32 slots with
+/// the 14 keys cloned and their words relocated, then the new key), and then frees what the
+/// horizon allows, while an
 /// admission on key 5 (a spawned thread) goes through the old table or the new one: the admission
 /// lands once, every key is there afterwards, and the old table is freed by the growing thread or
 /// kept because the admission was in (both are reached).
@@ -237,13 +243,15 @@ fn a_growth_racing_an_admission_keeps_every_key() {
 }
 
 /// A growth that also removes an entry: key 1 is held marked gone, and a request that meets the
-/// mark replaces it (`replace_gone`), under the lock: the old entry's slot is made a tomb, and the
-/// new entry's insert grows the table, so the old entry and the old table are retired in one
-/// batch and freed together. A peek of key 1 (a spawned thread) races it: it reads the mark (the
-/// old entry, through the old table), "not held" (the old table after the tomb) or the new word
-/// (the new table); whichever, the batch is freed by the replacing thread or kept because the peek
-/// was in (all six are reached), and loom finds no free of the old entry unordered with the peek's
-/// read of it, which is a read through the old table freed in the same batch.
+/// mark replaces it (`replace_gone`), under the lock: the write grows the table first (key 1's
+/// marked word relocated with the rest), then makes the new table's slot of key 1 a tomb and
+/// inserts the new entry, so the old table and the old entry are retired one after the other.
+/// A peek of key 1 (a spawned thread) races it: it reads the mark (through the old table, before
+/// the growth, or in its copy in the new one), the new word, or "not held" (the new table after
+/// the tomb, before the new entry is published);
+/// whichever, what was retired is freed by the replacing thread or kept because the peek was in
+/// (all six are reached), and loom finds no drop of an entry unordered with the peek's read of
+/// it.
 #[test]
 fn a_growth_that_replaces_an_entry_frees_it_after_its_reader() {
     let all: Vec<(u8, bool)> = (0..3).flat_map(|k| [(k, false), (k, true)]).collect();

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::algorithm::sealed::{Contract, Held};
+use crate::algorithm::sealed::{Contract, Held, Relocate};
 use crate::algorithm::Algorithm;
 use crate::cas::Gone;
 use crate::clock::Nanos;
@@ -39,6 +39,20 @@ pub(crate) mod sealed {
 }
 
 use sealed::{TieredPolicy, TieredState};
+
+impl<S: Relocate> Relocate for TieredState<S> {
+    /// The algorithm's state copied, in the same tier.
+    fn copy(&self) -> Self {
+        TieredState {
+            state: self.state.copy(),
+            tier: self.tier,
+        }
+    }
+
+    fn seal(&self, copy: &Self) {
+        self.state.seal(&copy.state);
+    }
+}
 
 /// The [token bucket](crate::token_bucket) per key: bursts up to the quota's capacity, then its
 /// steady rate; a key is forgotten once its bucket is full again.

@@ -64,7 +64,7 @@ pub(super) struct Shared<A: Algorithm> {
     pub(super) state: CachePadded<A::State>,
 }
 
-impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Bounds the number of keys held at once (any value is accepted; 0 sends every key to the
     /// overflow policy).
     ///

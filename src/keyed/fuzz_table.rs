@@ -21,7 +21,7 @@ impl<K> std::fmt::Debug for FuzzTable<K> {
     }
 }
 
-impl<K: Hash + Eq> FuzzTable<K> {
+impl<K: Hash + Eq + Clone> FuzzTable<K> {
     /// A table of `shards` shards (rounded up to a power of two).
     pub fn with_shards(shards: usize) -> FuzzTable<K> {
         FuzzTable(Table::with_shards(shards))
@@ -95,7 +95,7 @@ impl<K: Hash + Eq> FuzzTable<K> {
         })
     }
 
-    /// Rebuilds every shard's table at its size (the same entries, a new table of pointers).
+    /// Rebuilds every shard's table at its size (the keys cloned, the words relocated).
     pub fn rebuild(&self) {
         self.0.rebuild_all();
     }

@@ -162,7 +162,7 @@ pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
     pub(super) sweepers: Mutex<Vec<Weak<Bell>>>,
 }
 
-impl<K: Hash + Eq> KeyedLimiter<K, TokenBucketKeys, MonotonicClock> {
+impl<K: Hash + Eq + Clone> KeyedLimiter<K, TokenBucketKeys, MonotonicClock> {
     /// A keyed token bucket for `quota` per key, on the default clock, with the default bound
     /// (2^20 keys) and overflow policy ([`Overflow::Refuse`](super::Overflow::Refuse)).
     ///
@@ -179,7 +179,7 @@ impl<K: Hash + Eq> KeyedLimiter<K, TokenBucketKeys, MonotonicClock> {
     }
 }
 
-impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
+impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
     /// A keyed token bucket for `quota` per key, reading time from `clock`. Every key starts full (the
     /// quota's initial fill is not used; see the [module docs](super)).
     ///
@@ -199,7 +199,7 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
     }
 }
 
-impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// A keyed limiter running algorithm `A` (named by the type annotation) for `quota` per key,
     /// reading time from `clock`. Every key starts fresh (a full bucket, an empty queue, an empty
     /// window; the quota's initial fill is not used).

@@ -93,7 +93,7 @@ impl Request<LeakyMeterKeys> for Schedule {
     }
 }
 
-impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, LeakyMeterKeys, C> {
+impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, LeakyMeterKeys, C> {
     /// Takes a place in `key`'s virtual queue now: the answer says how long to wait before acting
     /// ([`Scheduled::delay`]), or when the key's queue will have room. The keyed form of
     /// [`LeakyMeter::try_schedule`](crate::leaky::LeakyMeter::try_schedule).

@@ -48,9 +48,14 @@ impl<K: Hash + Eq, V> Store<K, V> {
     }
 
     /// Runs `f` on `key`'s state with no lock held (the `Arc` keeps it alive if it is removed
-    /// meanwhile), or answers `None`. Like the table's, this map never moves a state.
+    /// meanwhile), or answers `None`. This map never moves or seals a state, so a `Gone` from
+    /// `f` always means evicted, and is answered as the table answers it after its second look.
     #[inline]
-    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    pub(crate) fn with_read<Q, R>(
+        &self,
+        key: &Q,
+        f: impl Fn(&V) -> Result<R, crate::cas::Gone>,
+    ) -> Option<Result<R, crate::cas::Gone>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,

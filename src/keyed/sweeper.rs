@@ -12,7 +12,7 @@ use crate::sync::{lock, Condvar, Mutex};
 
 impl<K, A, C> KeyedLimiter<K, A, C>
 where
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     A: Algorithm,
     C: Clock + Send + Sync + 'static,
 {

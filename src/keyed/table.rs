@@ -5,71 +5,109 @@
 //! # Layout
 //!
 //! A fixed number of shards (chosen by the hash's top bits), each an open-addressing table with
-//! linear probing, in groups of 16 slots: 16 control bytes, then 16 pointers. A control byte is
-//! [`EMPTY`], [`TOMB`] (the entry was removed) or `0x80 | tag` (a live entry; `tag` is seven bits
-//! of the hash); a live slot's pointer leads to the entry, `(hash, key, state)` in an allocation
-//! of its own. **An entry never moves**: growing or clearing a shard builds a new table of
-//! pointers to the same entries, so a reader holding `&K` or `&V` from any table, old or new,
-//! holds the one copy there is, and the rebuild runs no user code (each entry keeps the hash it
-//! was inserted with). A slot once used is not reused in the same table.
+//! linear probing, in groups of 16 slots: 16 control bytes, then 16 entries, each a key and its
+//! state stored in the slot itself (no allocation per key, and one cache miss fewer per lookup
+//! than an entry behind a pointer). A control byte is [`EMPTY`], [`TOMB`] (the entry was
+//! removed) or `0x80 | tag` (a live entry; `tag` is seven bits of the hash). A slot once used is
+//! not reused in the same table.
+//!
+//! **An entry never moves while a reader may hold it.** Growing or clearing a shard builds a new
+//! table in two phases, under the shard lock:
+//!
+//! 1. *Keys.* Each live key is cloned and hashed into the new table, which no reader sees yet.
+//!    This is the rebuild's only user code (`Clone` and `Hash`); if it panics, the new table is
+//!    dropped (its clones with it, after the lock is released) and nothing else has changed.
+//! 2. *States.* Each live state is [copied](Relocate) into the new table, which is then made
+//!    reachable as the shard's `next`, and each original is sealed: a one-word state is swapped
+//!    to the gone mark by a compare-and-swap (one that fails because a decision wrote meanwhile
+//!    updates the copy and tries again), so that no decision can take effect in the old table
+//!    any more; a state that lives on the heap (the sliding log's ring) is shared by both copies
+//!    and needs no seal. Then the new table is published.
+//!
+//! A reader still on the old table keeps using the old copies, which live until every such
+//! reader has left and are dropped then: its key is the old key (a write through `&K`, to a
+//! `Mutex` or a memo in the key, lands on an object still alive and owned), and a decision it
+//! makes on a sealed state takes effect nowhere and answers [`Gone`]. [`Table::with_read`] then
+//! goes on in the new table, published or still `next`, where the copy was written before the
+//! seal: without a lock, so that no lookup ever waits for a rebuild (a lookup from a signal
+//! handler that interrupted the rebuild on its own thread included).
 //!
 //! # Why readers need no lock
 //!
 //! - **Memory.** A reader enters the table's epoch ([`super::epoch`]) for the length of its
 //!   lookup and decision: on Linux a plain store to its own slot, with no hardware barrier. A
-//!   removed entry and a replaced table are *retired*, and freed only after every reader that may
-//!   have seen them has left, so a reader's references stay valid whatever writers do meanwhile.
+//!   removed entry and a replaced table are *retired*, and dropped or freed only after every
+//!   reader that may have seen them has left, so a reader's references stay valid whatever
+//!   writers do meanwhile.
 //! - **Removal.** Eviction marks the state gone (the algorithms' own compare-and-swap, see the
 //!   [module docs](super)) and then the slot [`TOMB`]; a reader holding the entry sees the mark
 //!   and takes the new-key path, which is exact under the shard lock.
-//! - **Growth.** A reader on a replaced table sees the same entries as the new one (they are the
-//!   same objects), as of the moment the table was replaced; a key inserted later is found under
-//!   the lock, which the keyed limiter takes for any key a lookup does not find.
+//! - **Growth.** A reader on a replaced table sees each key that was live when the table was
+//!   replaced, and either decides on its state before it was sealed (the copy carries the
+//!   decision) or meets the seal and decides on the copy; a key inserted later is found under the
+//!   lock, which the keyed limiter takes for any key a lookup does not find.
 //!
 //! # What user code runs where
 //!
-//! A key's `Hash` runs before any lock is taken; `Eq` runs in lookups (inside the epoch, or under
-//! the shard lock on a write); `Drop` runs only after every lock is released: a key not inserted
-//! is dropped as the call returns, a removed key when its entry is freed (by the call that
-//! removed it or by a later write, a sweep, a shrink or the table's drop, whichever first finds
-//! its readers gone). A panic in any of them leaves the table whole: nothing is changed before
-//! the last call of user code on a write path, and every retired entry is dropped exactly once,
-//! the first panic being passed on after the rest are dropped. A key whose `Eq` or `Hash` calls
-//! into the same limiter may deadlock on a write (the shard lock is not reentrant), as a key
-//! whose `Eq` locks a mutex its caller holds would; a key's `Drop` may call anything.
+//! A key's `Hash` runs before any lock is taken, and, with `Clone`, under the shard lock when
+//! a write rebuilds the shard (before the write decides anything); `Eq` runs in lookups (inside
+//! the epoch, or under the shard lock on a write); `Drop` runs only after every lock is released:
+//! a key not inserted is dropped as the call returns, a removed key (and a replaced table's copy
+//! of a key) when the epoch lets it go (by the call that removed it or by a later write, a sweep,
+//! a shrink or the table's drop, whichever first finds its readers gone). A panic in any of them
+//! leaves the table whole: nothing is changed before the last call of user code on a write path,
+//! and every key is dropped exactly once, the first panic being passed on after the rest are
+//! dropped. A key whose `Eq`, `Hash` or `Clone` calls into the same limiter may deadlock on a
+//! write (the shard lock is not reentrant), as a key whose `Eq` locks a mutex its caller holds
+//! would; a key's `Drop` may call anything. A key whose hash changes while it is held (through
+//! interior mutability) is a logic error, as for `std`'s `HashMap`: the table stays sound, but
+//! the key may be found where it was and not where it now hashes, and a request for it may open
+//! a second state.
 //!
 //! # Bounded memory with a parked reader
 //!
-//! The table counts the entries it has retired and not yet freed ([`Table::unreclaimed`]); the
+//! The table counts the entries it has retired and not yet dropped ([`Table::unreclaimed`]); the
 //! keyed limiter refuses room to new keys while that count is at its `max_keys`, so that a reader
 //! parked forever inside a lookup (a key's `Eq` that blocks) holds at most `max_keys` removed
-//! entries and the tables replaced while `max_keys` keys came and went, rather than every entry
-//! removed after it parked.
+//! entries and the tables replaced while `max_keys` keys came and went (with their copies of
+//! the keys then live), rather than every entry removed after it parked.
 //!
 //! # Safety
 //!
 //! The invariants the `unsafe` blocks keep:
 //!
-//! 1. An entry is owned by the table from `Box::into_raw` at its insert until it is freed once:
-//!    when its slot in the current table is made [`TOMB`] it is retired (exactly once: only the
-//!    shard lock's holder removes, and a removed slot is never live again), and freed after the
-//!    epoch's horizon passes its retirement; entries still live are freed by the table's drop.
-//! 2. A slot's pointer is written once, before its control byte is published live (Release), and
-//!    read only after the control byte was read live (Acquire) or by the lock's holder.
+//! 1. A slot's entry is written once, by the shard lock's holder, before its control byte is
+//!    published live (Release), and never written again (states change through their own
+//!    atomics); it is read only after the control byte was read live (Acquire) or by the lock's
+//!    holder. A rebuild writes the new table's keys and states before sharing it as `next`
+//!    (Release); a reader reads them in a table it reached through the shard (Acquire).
+//! 2. Each entry is dropped exactly once, and only after no reader can reach it: a removed entry
+//!    (its slot made [`TOMB`], once, under the lock) in place when the epoch's horizon passes its
+//!    retirement; the live entries of a replaced table (the old copies: the keys were cloned and
+//!    the states relocated into the new table) when the horizon passes the table's retirement;
+//!    the entries live in the current tables by the table's drop. A table being built that is
+//!    abandoned holds keys without states, and only its keys are dropped.
 //! 3. A current table is only replaced under its shard's lock, and the replaced one is retired
-//!    after the new one is published; tables own no entries.
-//! 4. A reader dereferences a table or entry pointer only inside a pin of this table's domain
-//!    (taken before it loaded the table pointer) or under the shard lock.
+//!    after the new one is published. A table's memory has owners ([`Raw::release`]): the table
+//!    itself, and each of its removed entries until that entry is dropped in place; it is freed
+//!    with the last, so a removed entry never outlives the memory it sits in, whichever
+//!    collection (possibly freed by another thread at the same time) reaches it first.
+//! 4. A reader dereferences a table or entry only inside a pin of this table's domain (taken
+//!    before it loaded the table pointer) or under the shard lock.
 
 use std::borrow::Borrow;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
 use super::epoch::Domain;
 use super::store::Slot;
-use crate::sync::{lock, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Mutex, Ordering};
+use crate::algorithm::sealed::Relocate;
+use crate::cas::Gone;
+use crate::sync::{fence, lock, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 /// A slot never used in this table: a probe stops here.
 const EMPTY: u8 = 0;
@@ -103,49 +141,80 @@ fn capacity_for(live: usize) -> usize {
     capacity
 }
 
-/// One key's entry: allocated once, never moved, freed once (Safety, 1).
+impl Relocate for crate::sync::AtomicU64 {
+    fn copy(&self) -> Self {
+        // Relaxed: `seal` brings the copy up to date with the word it replaces.
+        crate::sync::AtomicU64::new(self.load(Ordering::Relaxed))
+    }
+
+    fn seal(&self, copy: &Self) {
+        // Relaxed: only this thread has written the copy so far.
+        let mut word = copy.load(Ordering::Relaxed);
+        loop {
+            // AcqRel on success: a reader that loads the mark (Acquire) sees the copy as written
+            // before it, so a decision that meets the mark and goes on in the copy (`look_again`)
+            // decides on the last word this state held. Acquire on failure: the word a decision
+            // wrote meanwhile, copied before trying again.
+            match self.compare_exchange(word, crate::cas::GONE, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(seen) => {
+                    word = seen;
+                    // Relaxed: published by the successful compare-and-swap.
+                    copy.store(seen, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// One key and its state, in a slot of a table (Safety, 1 and 2).
 struct Entry<K, V> {
-    /// The hash the entry was inserted with (a rebuild places it without calling `Hash`).
-    hash: u64,
     key: K,
     state: V,
-    /// Under loom, a cell read by every reader of the entry and written when it is freed, so
+    /// Under loom, a cell read by every reader of the entry and written when it is dropped, so
     /// that loom fails a model in which the two are not ordered (a use after free).
     #[cfg(tollgate_loom)]
     alive: crate::sync::UnsafeCell<()>,
 }
 
-impl<K, V> Entry<K, V> {
-    #[inline]
-    fn touch(&self) {
-        #[cfg(tollgate_loom)]
-        self.alive.with(|_| ());
-    }
-}
-
-/// Sixteen slots: their control bytes, then their entries' pointers.
+/// Sixteen slots: their control bytes, then their entries.
 struct Group<K, V> {
     ctrl: [AtomicU8; GROUP],
-    ptrs: [AtomicPtr<Entry<K, V>>; GROUP],
+    entries: [UnsafeCell<MaybeUninit<Entry<K, V>>>; GROUP],
 }
 
-/// One shard's table of slots. It owns no entry (Safety, 3).
+/// One shard's table of slots. Its entries are dropped explicitly (Safety, 2): dropping a `Raw`
+/// frees its memory and drops no key or state.
 struct Raw<K, V> {
     mask: usize,
     groups: Box<[Group<K, V>]>,
+    /// Owners of the table's memory: the table itself (current, then retired), and each removed
+    /// entry of it not yet dropped. Whoever gives up the last frees it ([`Raw::release`]), so a
+    /// removed entry is dropped in place even when the table it sits in was retired later and
+    /// collected first (two threads may free two collections at once).
+    owners: AtomicUsize,
 }
 
 impl<K, V> Raw<K, V> {
+    /// An empty table, built in place on the heap (a group of large keys is never built on the
+    /// stack).
     fn new(capacity: usize) -> Box<Raw<K, V>> {
         debug_assert!(capacity.is_power_of_two() && capacity >= MIN_CAPACITY);
+        let mut groups = Box::<[Group<K, V>]>::new_uninit_slice(capacity / GROUP);
+        for group in groups.iter_mut() {
+            // SAFETY: `ctrl` is written in place; `entries` are `MaybeUninit`, valid
+            // uninitialized.
+            unsafe {
+                std::ptr::addr_of_mut!((*group.as_mut_ptr()).ctrl)
+                    .write(std::array::from_fn(|_| AtomicU8::new(EMPTY)));
+            }
+        }
         Box::new(Raw {
             mask: capacity - 1,
-            groups: (0..capacity / GROUP)
-                .map(|_| Group {
-                    ctrl: std::array::from_fn(|_| AtomicU8::new(EMPTY)),
-                    ptrs: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
-                })
-                .collect(),
+            // SAFETY: every group's `ctrl` was written above; the rest may stay uninitialized.
+            groups: unsafe { groups.assume_init() },
+            owners: AtomicUsize::new(1),
         })
     }
 
@@ -164,31 +233,46 @@ impl<K, V> Raw<K, V> {
         &self.group(i).ctrl[i % GROUP]
     }
 
+    /// Slot `i`'s entry, possibly uninitialized.
     #[inline]
-    fn ptr(&self, i: usize) -> &AtomicPtr<Entry<K, V>> {
-        &self.group(i).ptrs[i % GROUP]
+    fn slot(&self, i: usize) -> *mut Entry<K, V> {
+        self.group(i).entries[i % GROUP].get().cast()
     }
 
     fn capacity(&self) -> usize {
         self.mask + 1
     }
 
-    /// The entry of slot `i`, whose control byte was read live.
+    /// Slot `i`'s key (and, under loom, a read of the slot's cell).
     ///
     /// # Safety
     ///
-    /// Slot `i`'s control byte was read live with Acquire (or by the lock's holder), and the
-    /// caller holds a pin taken before it loaded this table, or the shard lock.
+    /// Slot `i`'s key was written: its control byte was read live with Acquire (or by the
+    /// lock's holder, or by the table's builder), and the caller holds a pin taken before it
+    /// loaded this table, or the shard lock. (A reference to the key alone: while a rebuild's
+    /// first phase fills a new table, a slot's key is there before its state.)
     #[inline]
-    unsafe fn entry(&self, i: usize) -> &Entry<K, V> {
-        // Relaxed: the pointer was written before the control byte's Release publication, which
-        // the caller's Acquire load of the control byte (or its lock) has seen (Safety, 2).
-        let ptr = self.ptr(i).load(Ordering::Relaxed);
-        // SAFETY: a published entry, not freed while the caller's pin or lock lasts (Safety, 1
-        // and 4).
-        let entry = unsafe { &*ptr };
-        entry.touch();
-        entry
+    unsafe fn key(&self, i: usize) -> &K {
+        let entry = self.slot(i);
+        #[cfg(tollgate_loom)]
+        // SAFETY: written with the key (`put`, or the rebuild's first phase).
+        unsafe { &*std::ptr::addr_of!((*entry).alive) }.with(|_| ());
+        // SAFETY: written before the control byte's publication, which the caller's Acquire
+        // load (or its lock) has seen, never written again, and not dropped while the caller's
+        // pin or lock lasts (Safety, 1, 2 and 4).
+        unsafe { &*std::ptr::addr_of!((*entry).key) }
+    }
+
+    /// Slot `i`'s state.
+    ///
+    /// # Safety
+    ///
+    /// As [`Raw::key`], and the state was written: the table was reached through the shard (as
+    /// current or as `next`), or the caller holds the lock.
+    #[inline]
+    unsafe fn state(&self, i: usize) -> &V {
+        // SAFETY: the caller's contract (Safety, 1, 2 and 4).
+        unsafe { &*std::ptr::addr_of!((*self.slot(i)).state) }
     }
 
     /// Probes for `key` from its home slot: its live slot, or `None`. Terminates: a table is
@@ -210,38 +294,117 @@ impl<K, V> Raw<K, V> {
             match self.ctrl(i).load(Ordering::Acquire) {
                 EMPTY => return None,
                 // SAFETY: a live control byte, read with Acquire; the caller's contract.
-                c if c == tag && unsafe { self.entry(i) }.key.borrow() == key => return Some(i),
+                c if c == tag && unsafe { self.key(i) }.borrow() == key => return Some(i),
                 _ => i = (i + 1) & self.mask,
             }
         }
     }
 
-    /// Publishes `entry` in the first empty slot of its probe sequence. Only the shard lock's
-    /// holder (or a builder not yet sharing the table) calls it, with a slot to spare.
-    fn put(&self, hash: u64, entry: *mut Entry<K, V>) {
+    /// The first empty slot of `hash`'s probe sequence.
+    fn vacancy(&self, hash: u64) -> usize {
         let mut i = hash as usize & self.mask;
         // Relaxed: only the writer stores control bytes, and it reads its own stores.
         while self.ctrl(i).load(Ordering::Relaxed) != EMPTY {
             i = (i + 1) & self.mask;
         }
-        // Relaxed: published by the control byte's Release store below (Safety, 2).
-        self.ptr(i).store(entry, Ordering::Relaxed);
-        // Release: a reader that sees the slot live sees the pointer and the entry it leads to.
+        i
+    }
+
+    /// Publishes an entry of `key` and `state` in the first empty slot of its probe sequence.
+    /// Only the shard lock's holder calls it, with a slot to spare.
+    fn put(&self, hash: u64, key: K, state: V) {
+        let i = self.vacancy(hash);
+        // SAFETY: an empty slot: no reader reads it before the Release store below (Safety, 1).
+        unsafe {
+            self.slot(i).write(Entry {
+                key,
+                state,
+                #[cfg(tollgate_loom)]
+                alive: crate::sync::UnsafeCell::new(()),
+            });
+        }
+        // Release: a reader that sees the slot live sees the entry.
         self.ctrl(i).store(tag(hash), Ordering::Release);
     }
 
-    /// The entries of the live slots, for the lock's holder or the table's drop.
-    fn live(&self) -> impl Iterator<Item = (usize, *mut Entry<K, V>)> + '_ {
-        (0..self.capacity())
-            // Relaxed: the lock's holder reads its own (or its predecessors') stores.
-            .filter(move |&i| self.ctrl(i).load(Ordering::Relaxed) & LIVE != 0)
-            .map(move |i| (i, self.ptr(i).load(Ordering::Relaxed)))
+    /// The live slots, for the lock's holder, a builder or the table's drop.
+    fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        // Relaxed: the lock's holder reads its own (or its predecessors') stores.
+        (0..self.capacity()).filter(move |&i| self.ctrl(i).load(Ordering::Relaxed) & LIVE != 0)
+    }
+
+    /// Counts a removed entry as an owner of the table's memory, until it is dropped. By the lock's
+    /// holder, on the current table.
+    fn own(&self) {
+        // Relaxed: as `Arc::clone`; the table is alive (current, under the lock).
+        self.owners.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Gives up one ownership of `table`'s memory (its own, or a removed entry's, once dropped),
+    /// freeing it with the last.
+    ///
+    /// # Safety
+    ///
+    /// `table` came from `Box::into_raw`, and the caller holds one ownership, given up here once.
+    unsafe fn release(table: *mut Raw<K, V>) {
+        // Release, then Acquire on the last: as `Arc`'s drop, so that every use of the table by
+        // the other owners happens before it is freed.
+        // SAFETY: the caller's ownership keeps it allocated until this decrement.
+        if unsafe { &*table }.owners.fetch_sub(1, Ordering::Release) == 1 {
+            fence(Ordering::Acquire);
+            // SAFETY: the last owner; from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(table) });
+        }
+    }
+
+    /// Drops the entry of slot `i` in place, or its key alone.
+    ///
+    /// # Safety
+    ///
+    /// The slot holds an entry (its state too, if `state`), which no reader or writer can reach
+    /// any more and which is dropped only here, once (Safety, 2).
+    unsafe fn drop_entry(&self, i: usize, state: bool) {
+        let entry = self.slot(i);
+        #[cfg(tollgate_loom)]
+        // SAFETY: the caller's contract.
+        unsafe { &*entry }.alive.with_mut(|_| ());
+        // SAFETY: the caller's contract.
+        unsafe {
+            if state {
+                std::ptr::drop_in_place(entry);
+            } else {
+                std::ptr::drop_in_place(std::ptr::addr_of_mut!((*entry).key));
+                #[cfg(tollgate_loom)]
+                std::ptr::drop_in_place(std::ptr::addr_of_mut!((*entry).alive));
+            }
+        }
     }
 }
 
-/// What a write unlinked: freed once no reader that may have seen it is left.
+/// Runs every drop, each even if one before it panics (a second panic while unwinding would
+/// abort), remembering the first panic.
+struct Drops(Option<Box<dyn std::any::Any + Send>>);
+
+impl Drops {
+    fn run(&mut self, drop: impl FnOnce()) {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(drop)) {
+            self.0.get_or_insert(panic);
+        }
+    }
+
+    /// Passes the first panic on, if there was one.
+    fn finish(self) {
+        if let Some(panic) = self.0 {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// What a write unlinked: dropped and freed once no reader that may have seen it is left.
 struct Garbage<K, V> {
-    entries: Vec<*mut Entry<K, V>>,
+    /// Removed entries: a table and a slot, dropped in place.
+    entries: Vec<(*mut Raw<K, V>, usize)>,
+    /// Replaced tables: their live entries (the old copies) are dropped, then the tables freed.
     tables: Vec<*mut Raw<K, V>>,
 }
 
@@ -262,31 +425,52 @@ impl<K, V> Garbage<K, V> {
         self.tables.append(&mut other.tables);
     }
 
-    /// Frees everything, dropping each entry exactly once even if a key's `Drop` panics, then
-    /// passes the first panic on.
+    /// Drops every removed entry, then each table's live entries, releasing the tables (each is
+    /// freed with its last owner): each entry exactly once even if a `Drop` panics; then passes
+    /// the first panic on.
     ///
     /// # Safety
     ///
-    /// No reader or writer can reach any of it any more, and each pointer is here once.
+    /// No reader or writer can reach any of it any more, and each item is here once, holding
+    /// one ownership of its table (Safety, 2 and 3).
     unsafe fn free(self) {
+        let mut drops = Drops(None);
+        for (table, i) in self.entries {
+            // SAFETY: the caller's contract; removed, so not live in its table, whose own
+            // freeing passes over it; the entry's ownership keeps the table allocated.
+            drops.run(|| unsafe { (*table).drop_entry(i, true) });
+            // SAFETY: the entry's ownership, given up once.
+            unsafe { Raw::release(table) };
+        }
         for table in self.tables {
-            // SAFETY: the caller's contract; tables own no entries and run no user code.
-            drop(unsafe { Box::from_raw(table) });
-        }
-        let mut first_panic = None;
-        for entry in self.entries {
-            // SAFETY: the caller's contract (Safety, 1).
-            let entry = unsafe { Box::from_raw(entry) };
-            #[cfg(tollgate_loom)]
-            entry.alive.with_mut(|_| ());
-            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(entry)));
-            if let Err(panic) = dropped {
-                first_panic.get_or_insert(panic);
+            // SAFETY: the caller's contract: the table's own ownership.
+            for i in unsafe { &*table }.live() {
+                // SAFETY: as above: the old copies, each a whole entry.
+                drops.run(|| unsafe { (*table).drop_entry(i, true) });
             }
+            // SAFETY: the table's own ownership, given up once.
+            unsafe { Raw::release(table) };
         }
-        if let Some(panic) = first_panic {
-            std::panic::resume_unwind(panic);
+        drops.finish();
+    }
+}
+
+/// A rebuild cut short by a key's `Clone` or `Hash` panicking: the new table, with the clones
+/// made so far, and the panic. Nothing else was changed.
+struct Unfinished<K, V> {
+    table: Box<Raw<K, V>>,
+    panic: Box<dyn std::any::Any + Send>,
+}
+
+impl<K, V> Unfinished<K, V> {
+    /// Drops the clones (call with no lock held: they run `Drop`), then passes the panic on.
+    fn resume(self) -> ! {
+        let mut drops = Drops(None);
+        for i in self.table.live() {
+            // SAFETY: the table was never shared; its live slots hold keys and no states.
+            drops.run(|| unsafe { self.table.drop_entry(i, false) });
         }
+        std::panic::resume_unwind(self.panic)
     }
 }
 
@@ -323,6 +507,10 @@ struct Writer {
 struct Shard<K, V> {
     /// The current table: replaced (Release) only by the lock's holder.
     raw: AtomicPtr<Raw<K, V>>,
+    /// While a rebuild relocates the states, the table being built (its keys all in place);
+    /// null otherwise. Set (Release) before the first state is sealed, cleared (Release) after
+    /// `raw` is replaced. A reader that met a sealed state finds the copy here.
+    next: AtomicPtr<Raw<K, V>>,
     writer: Mutex<Writer>,
 }
 
@@ -346,22 +534,23 @@ pub(crate) struct Table<K, V> {
     /// This table's readers (one domain per table: a reader of another table holds none of
     /// this one's memory).
     domain: Domain,
-    /// Retired, not yet freed (locked after a shard's lock is released, never while one is held).
+    /// Retired, not yet freed. Locked while a shard's lock is held (never the other way round),
+    /// so that what a shard retires is queued in the order it was retired.
     reclaim: Mutex<Reclaim<K, V>>,
     /// Whether `reclaim` holds anything: writers look at it before locking it.
     reclaiming: AtomicBool,
-    /// Entries retired and not yet freed.
+    /// Entries retired and not yet dropped.
     unreclaimed: CachePadded<AtomicUsize>,
 }
 
 // SAFETY: the table owns its keys and states (sent with it) and shares them between threads only
-// as `&K` and `&V` (hence `Sync` for both); its raw pointers are owned entries and tables.
+// as `&K` and `&V` (hence `Sync` for both); its raw pointers are owned tables.
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for Table<K, V> {}
 // SAFETY: as above; every write to shared memory is an atomic or happens under the shard lock
 // before a Release publication.
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Table<K, V> {}
 
-impl<K: Hash + Eq, V> Table<K, V> {
+impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     /// A table with four shards per core, and at least 8: DashMap's count (shards spread the
     /// locks of new keys and bound how much one growth copies; lookups never wait for either).
     #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the store is the stand-in map
@@ -378,6 +567,7 @@ impl<K: Hash + Eq, V> Table<K, V> {
                 .map(|_| {
                     CachePadded::new(Shard {
                         raw: AtomicPtr::new(Box::into_raw(Raw::new(MIN_CAPACITY))),
+                        next: AtomicPtr::new(std::ptr::null_mut()),
                         writer: Mutex::new(Writer { used: 0, live: 0 }),
                     })
                 })
@@ -419,9 +609,19 @@ impl<K: Hash + Eq, V> Table<K, V> {
 
     /// Runs `f` on `key`'s state, or answers `None` if the key is not held. Without a lock: the
     /// lookup and `f` run inside the epoch (under the shard lock if this thread cannot enter it).
-    /// `f` may find the state marked gone (evicted): what the caller makes of that is its own.
+    ///
+    /// `f` answers [`Gone`] when the state it met is marked gone: then it took effect nowhere.
+    /// If the mark is a rebuild's seal (see the module docs), `f` runs again on the key's copy in
+    /// the table that replaces it (before or after that is published; still without a lock, so a
+    /// lookup that interrupted a rebuild on its own thread, from a signal handler, completes). An
+    /// answer of `Gone` from `with_read` means the key was evicted (it may be in the instant
+    /// between eviction's mark and its removal): what the caller makes of that is its own.
     #[inline]
-    pub(crate) fn with_read<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    pub(crate) fn with_read<Q, R>(
+        &self,
+        key: &Q,
+        f: impl Fn(&V) -> Result<R, Gone>,
+    ) -> Option<Result<R, Gone>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -433,12 +633,73 @@ impl<K: Hash + Eq, V> Table<K, V> {
         };
         // Acquire: the table as its builder initialized it. The pin, taken before this load,
         // keeps it alive (Safety, 4).
+        let raw = shard.raw.load(Ordering::Acquire);
         // SAFETY: a current table is freed only after its retirement and every pin before it.
-        let raw = unsafe { &*shard.raw.load(Ordering::Acquire) };
+        let table = unsafe { &*raw };
         // SAFETY: under the pin, on the table loaded after it.
-        let i = unsafe { raw.find(hash, key) }?;
-        // SAFETY: found live, under the pin.
-        Some(f(&unsafe { raw.entry(i) }.state))
+        let i = unsafe { table.find(hash, key) }?;
+        // SAFETY: found live, in a published table, under the pin.
+        match f(unsafe { table.state(i) }) {
+            Err(Gone) => self.look_again(shard, raw, hash, key, f),
+            done => Some(done),
+        }
+    }
+
+    /// After `f` met a mark on the key's state in `raw`: runs `f` on the key in the table that
+    /// replaced `raw` or is replacing it, until it meets no seal; answers `Gone` if the mark was
+    /// not a seal. Each turn moves to a newer table, so it ends (within the rebuilds that run
+    /// meanwhile) without waiting for any. Under the caller's pin.
+    #[cold]
+    #[inline(never)]
+    fn look_again<Q, R>(
+        &self,
+        shard: &Shard<K, V>,
+        mut raw: *mut Raw<K, V>,
+        hash: u64,
+        key: &Q,
+        f: impl Fn(&V) -> Result<R, Gone>,
+    ) -> Option<Result<R, Gone>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // The table `raw` was built from, while `raw` was reached as `next`, not yet published:
+        // finding it still current means `raw` is still being built (and no newer table exists).
+        let mut built_from = std::ptr::null_mut();
+        loop {
+            // Acquire, both, and `next` first: a `next` loaded after the seal was seen and before
+            // `raw` was found still current is the table being built from `raw` (the rebuild sets
+            // it before sealing and clears it only after replacing `raw`), and its copy of the
+            // key's state was written before the seal.
+            let next = shard.next.load(Ordering::Acquire);
+            let current = shard.raw.load(Ordering::Acquire);
+            let (successor, reached_as_next) = if current != raw && current != built_from {
+                // Tables only advance: one that is neither `raw` nor older than it is newer.
+                (current, false)
+            } else if current == raw && !next.is_null() && next != raw {
+                (next, true)
+            } else {
+                // `raw` is the newest table, or is still being built from the current one, or is
+                // current with its own rebuild's `next` not yet cleared: the mark in it is not a
+                // seal (a seal is copied out before the table it is in stops being the newest).
+                return Some(Err(Gone::seen()));
+            };
+            // SAFETY: under the caller's pin, taken before the first table was loaded; every
+            // table reached from the shard since is retired no earlier than it is replaced, and
+            // freed only after the pin ends (Safety, 4). No address is reused while pinned.
+            let table = unsafe { &*successor };
+            // SAFETY: under the pin; the successor's keys and states are all in place (a table
+            // being built is set as `next` only once they are).
+            let i = unsafe { table.find(hash, key) }?;
+            // SAFETY: as above.
+            match f(unsafe { table.state(i) }) {
+                Err(Gone) => {
+                    built_from = if reached_as_next { raw } else { std::ptr::null_mut() };
+                    raw = successor;
+                }
+                done => return Some(done),
+            }
+        }
     }
 
     /// Enters this table's epoch.
@@ -474,13 +735,14 @@ impl<K: Hash + Eq, V> Table<K, V> {
 
     /// The lookup under the shard lock, for a thread that cannot enter the epoch.
     #[cold]
+    #[inline(never)]
     fn with_locked<Q, R>(
         &self,
         shard: &Shard<K, V>,
         hash: u64,
         key: &Q,
-        f: impl FnOnce(&V) -> R,
-    ) -> Option<R>
+        f: impl Fn(&V) -> Result<R, Gone>,
+    ) -> Option<Result<R, Gone>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -490,13 +752,14 @@ impl<K: Hash + Eq, V> Table<K, V> {
         // SAFETY: under the lock.
         let i = unsafe { raw.find(hash, key) }?;
         // SAFETY: found live, under the lock.
-        Some(f(&unsafe { raw.entry(i) }.state))
+        Some(f(unsafe { raw.state(i) }))
     }
 
     /// Runs `f` under `key`'s shard lock on the key's entry, if any; if `f` answers a state, it is
     /// inserted for a vacant key, or replaces the occupied one's (the old entry is removed and the
     /// new one inserted, still under the lock). `key` is dropped after the lock is released if it
-    /// was not inserted.
+    /// was not inserted. If the shard has no slot to spare, it is rebuilt first, before `f`
+    /// runs: a key's `Clone` or `Hash` panicking there leaves everything as it was.
     pub(crate) fn with_entry<R>(
         &self,
         key: K,
@@ -505,128 +768,157 @@ impl<K: Hash + Eq, V> Table<K, V> {
         // User code (`Hash`), before anything is held.
         let hash = self.hash(&key);
         let shard = self.shard(hash);
-        let mut garbage = Garbage::new();
-        let (answer, unused) = {
+        let written = {
             let mut writer = lock(&shard.writer);
-            let raw = shard.current(&writer);
-            // User code (`Eq`, then `f`), before anything is changed.
-            // SAFETY: under the lock.
-            let (state, answer, removed) = match unsafe { raw.find(hash, &key) } {
-                Some(i) => {
-                    // SAFETY: found live, under the lock.
-                    let entry = unsafe { raw.entry(i) };
-                    let (state, answer) = f(Slot::Occupied(&entry.key, &entry.state));
-                    (state, answer, Some(i))
+            // User code (`Clone`, `Hash`) in a rebuild, then `Eq` and `f`, before anything the
+            // write decides is changed.
+            match self.make_room(shard, &mut writer) {
+                Err(unfinished) => Err((unfinished, key)),
+                Ok(()) => {
+                    let raw = shard.current(&writer);
+                    let mut garbage = Garbage::new();
+                    // SAFETY: under the lock.
+                    let (state, answer, removed) = match unsafe { raw.find(hash, &key) } {
+                        Some(i) => {
+                            // SAFETY: found live, under the lock.
+                            let (held, state) = unsafe { (raw.key(i), raw.state(i)) };
+                            let (state, answer) = f(Slot::Occupied(held, state));
+                            (state, answer, Some(i))
+                        }
+                        None => {
+                            let (state, answer) = f(Slot::Vacant(&key));
+                            (state, answer, None)
+                        }
+                    };
+                    let unused = match state {
+                        Some(state) => {
+                            if let Some(i) = removed {
+                                raw.own();
+                                garbage.entries.push((shard.raw.load(Ordering::Relaxed), i));
+                                // Release: a reader that sees the slot removed and looks again
+                                // under the lock finds the replacement.
+                                raw.ctrl(i).store(TOMB, Ordering::Release);
+                                writer.live -= 1;
+                            }
+                            // `make_room` left a slot to spare.
+                            raw.put(hash, key, state);
+                            writer.used += 1;
+                            writer.live += 1;
+                            None
+                        }
+                        None => Some(key),
+                    };
+                    self.hand_over(&mut lock(&self.reclaim), garbage);
+                    Ok((answer, unused))
                 }
-                None => {
-                    let (state, answer) = f(Slot::Vacant(&key));
-                    (state, answer, None)
-                }
-            };
-            match state {
-                Some(state) => {
-                    if let Some(i) = removed {
-                        // Relaxed: the lock's holder reads what it will retire.
-                        garbage.entries.push(raw.ptr(i).load(Ordering::Relaxed));
-                        // Release: a reader that sees the slot removed and looks again under the
-                        // lock finds the replacement.
-                        raw.ctrl(i).store(TOMB, Ordering::Release);
-                        writer.live -= 1;
-                    }
-                    self.insert(shard, &mut writer, hash, key, state, &mut garbage);
-                    (answer, None)
-                }
-                None => (answer, Some(key)),
             }
         };
         // No lock held from here: what is freed, and the key not inserted, run their `Drop`;
-        // each runs even if the other panics (a second panic while unwinding would abort), and
-        // the first panic is passed on.
-        let freed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.retire(garbage)));
-        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unused)));
-        if let Err(panic) = freed.and(dropped) {
-            std::panic::resume_unwind(panic);
-        }
+        // each runs even if the other panics, and the first panic is passed on.
+        let (answer, unused) = match written {
+            Ok(written) => written,
+            Err((unfinished, key)) => {
+                // The rebuild's panic is the one passed on.
+                Drops(None).run(|| drop(key));
+                unfinished.resume()
+            }
+        };
+        let mut drops = Drops(None);
+        drops.run(|| self.free_retired());
+        drops.run(|| drop(unused));
+        drops.finish();
         answer
     }
 
-    /// Inserts a key known to be absent, rebuilding the table first if it has no slot to spare.
-    /// Runs no user code.
-    fn insert(
-        &self,
-        shard: &Shard<K, V>,
-        writer: &mut Writer,
-        hash: u64,
-        key: K,
-        state: V,
-        garbage: &mut Garbage<K, V>,
-    ) {
-        let entry = Box::into_raw(Box::new(Entry {
-            hash,
-            key,
-            state,
-            #[cfg(tollgate_loom)]
-            alive: crate::sync::UnsafeCell::new(()),
-        }));
+    /// Rebuilds the shard if its table has no slot to spare: at the same capacity if at most half
+    /// of it is live (clearing the removed entries), else at the next that holds them.
+    fn make_room(&self, shard: &Shard<K, V>, writer: &mut Writer) -> Result<(), Unfinished<K, V>> {
         let capacity = shard.current(writer).capacity();
-        if writer.used + 1 > max_used(capacity) {
-            // Half full of live entries or more: grow; otherwise clear the removed ones.
-            let live = writer.live + 1;
-            let capacity = if live <= max_used(capacity) / 2 {
-                capacity
-            } else {
-                capacity_for(live.max(max_used(capacity) + 1))
-            };
-            self.rebuild(shard, writer, capacity, garbage);
+        if writer.used < max_used(capacity) {
+            return Ok(());
         }
-        shard.current(writer).put(hash, entry);
-        writer.used += 1;
-        writer.live += 1;
+        let live = writer.live + 1;
+        let capacity = if live <= max_used(capacity) / 2 {
+            capacity
+        } else {
+            capacity_for(live.max(max_used(capacity) + 1))
+        };
+        self.rebuild(shard, writer, capacity)
     }
 
-    /// Replaces the shard's table by one of `capacity` pointing to its live entries, and hands
-    /// the old one to `garbage`. Under the shard lock; runs no user code (each entry keeps its
-    /// hash), so it cannot be left half done.
+    /// Replaces the shard's table by one of `capacity` holding its live entries (see the module
+    /// docs: clones of the keys, then the states relocated), and hands the old one to the
+    /// reclaimer. Under the shard lock. If a key's `Clone` or `Hash` panics, nothing is changed,
+    /// and the new table is handed back with the panic, to be dropped once the lock is released.
     fn rebuild(
         &self,
         shard: &Shard<K, V>,
         writer: &mut Writer,
         capacity: usize,
-        garbage: &mut Garbage<K, V>,
-    ) {
+    ) -> Result<(), Unfinished<K, V>> {
         debug_assert!(max_used(capacity) >= writer.live);
-        let new = Raw::new(capacity);
+        let new: Box<Raw<K, V>> = Raw::new(capacity);
         let old_ptr = shard.raw.load(Ordering::Relaxed);
         let old = shard.current(writer);
-        for (_, entry) in old.live() {
+        // Phase 1, the keys: user code, on a table no one else sees.
+        let mut placed = Vec::with_capacity(writer.live);
+        let cloned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for i in old.live() {
+                // SAFETY: a live entry, under the lock.
+                let key = unsafe { old.key(i) }.clone();
+                let hash = self.hash(&key);
+                let j = new.vacancy(hash);
+                let slot = new.slot(j);
+                // SAFETY: an empty slot of a table not yet shared: its key alone, for now (the
+                // second phase writes the state before sharing the table).
+                unsafe {
+                    std::ptr::addr_of_mut!((*slot).key).write(key);
+                    #[cfg(tollgate_loom)]
+                    std::ptr::addr_of_mut!((*slot).alive).write(crate::sync::UnsafeCell::new(()));
+                }
+                // Relaxed: the table is shared by the Release store of `next` below.
+                new.ctrl(j).store(tag(hash), Ordering::Relaxed);
+                placed.push((i, j));
+            }
+        }));
+        if let Err(panic) = cloned {
+            return Err(Unfinished { table: new, panic });
+        }
+        // Phase 2, the states: no user code, so it cannot be cut short. First a copy of each,
+        // while the table is still private; then the table is shared as `next`, and each
+        // original sealed, bringing its copy up to date. A reader that meets a seal (or any
+        // mark) goes on in the new table, where every key and state is in place.
+        for &(i, j) in &placed {
             // SAFETY: a live entry, under the lock.
-            new.put(unsafe { &*entry }.hash, entry);
+            let state = unsafe { old.state(i) };
+            // SAFETY: slot `j` holds a key and no state yet, in a table not yet shared.
+            unsafe { std::ptr::addr_of_mut!((*new.slot(j)).state).write(state.copy()) };
+        }
+        let new = Box::into_raw(new);
+        // Release: a reader that loads it sees the keys and states written above.
+        shard.next.store(new, Ordering::Release);
+        // SAFETY: `new` is the table just built, freed only after it is retired as a current
+        // table, which it becomes below.
+        let built = unsafe { &*new };
+        for (i, j) in placed {
+            // SAFETY: a live entry, under the lock; slot `j`'s state was written above.
+            unsafe { old.state(i).seal(built.state(j)) };
         }
         // Release: a reader that loads the new table sees its slots.
-        shard.raw.store(Box::into_raw(new), Ordering::Release);
+        shard.raw.store(new, Ordering::Release);
+        // Release: after the table is replaced, so that a reader that sees `next` cleared (or
+        // set by a later rebuild) sees `raw` replaced too (`look_again`).
+        shard.next.store(std::ptr::null_mut(), Ordering::Release);
         writer.used = writer.live;
+        let mut garbage = Garbage::new();
         garbage.tables.push(old_ptr);
-    }
-
-    /// Hands what a write unlinked to the reclaimer, and frees what no reader can still hold.
-    /// Called with no lock held.
-    fn retire(&self, garbage: Garbage<K, V>) {
-        if garbage.is_empty() {
-            self.free_retired();
-            return;
-        }
-        let freed = {
-            let mut reclaim = lock(&self.reclaim);
-            self.hand_over(&mut reclaim, garbage);
-            // At once: with no lookup in flight (one thread inserting, say), a replaced table is
-            // freed as a growing `HashMap` frees it, and the allocator can reuse its memory.
-            self.collect(&mut reclaim)
-        };
-        // SAFETY: past the horizon: no reader holds any of it (`collect`).
-        unsafe { freed.free() };
+        self.hand_over(&mut lock(&self.reclaim), garbage);
+        Ok(())
     }
 
     /// Queues what a write unlinked, at the epoch it moves to: freed by a later `collect`.
+    /// Called with the unlinking shard's lock held (so a shard's garbage queues in the order it
+    /// was unlinked).
     fn hand_over(&self, reclaim: &mut Reclaim<K, V>, garbage: Garbage<K, V>) {
         if garbage.is_empty() {
             return;
@@ -634,12 +926,16 @@ impl<K: Hash + Eq, V> Table<K, V> {
         // Relaxed: a count read as a bound, moved only under this lock.
         self.unreclaimed
             .fetch_add(garbage.entries.len(), Ordering::Relaxed);
-        // After the unlinking (the caller's stores, under the shard lock it released): readers
-        // that enter at the epoch this moves to see it unlinked.
+        // After the unlinking (the caller's stores, under the shard lock it holds): readers that
+        // enter at the epoch this moves to see it unlinked.
         let epoch = self.domain.retire();
         reclaim.pending.push_back(Batch { epoch, garbage });
         // Relaxed: a hint, as in `collect`.
         self.reclaiming.store(true, Ordering::Relaxed);
+        // At the next write's look: with no lookup in flight (one thread inserting, say), a
+        // replaced table is freed as a growing `HashMap` frees it, and the allocator can reuse
+        // its memory.
+        reclaim.calls = reclaim.every;
     }
 
     /// Takes out of `reclaim` what no reader can still hold (the batches retired before the
@@ -659,7 +955,7 @@ impl<K: Hash + Eq, V> Table<K, V> {
         } else {
             RECLAIM_EVERY
         };
-        // Relaxed: as in `retire`.
+        // Relaxed: as in `hand_over`.
         self.unreclaimed
             .fetch_sub(freed.entries.len(), Ordering::Relaxed);
         // Relaxed: a hint; the reclaimer's own lock orders the list.
@@ -669,6 +965,7 @@ impl<K: Hash + Eq, V> Table<K, V> {
     }
 
     /// Frees the retired garbage whose readers are gone, if there is any and a look is due.
+    /// Called with no lock held.
     fn free_retired(&self) {
         // Relaxed: a hint (garbage retired meanwhile is freed at a later call, or with the table).
         if !self.reclaiming.load(Ordering::Relaxed) {
@@ -682,21 +979,21 @@ impl<K: Hash + Eq, V> Table<K, V> {
             }
             self.collect(&mut reclaim)
         };
-        // SAFETY: past the horizon (`collect`).
+        // SAFETY: past the horizon (`collect`); each item holds one ownership (Safety, 3).
         unsafe { freed.free() };
     }
 
-    /// Frees the retired garbage whose readers are gone, now.
+    /// Frees the retired garbage whose readers are gone, now. Called with no lock held.
     pub(crate) fn reclaim_now(&self) {
         // Relaxed: as in `free_retired`.
         if self.reclaiming.load(Ordering::Relaxed) {
             let freed = self.collect(&mut lock(&self.reclaim));
-            // SAFETY: past the horizon (`collect`).
+            // SAFETY: past the horizon (`collect`); each item holds one ownership (Safety, 3).
             unsafe { freed.free() };
         }
     }
 
-    /// Entries removed and not yet freed (a reader may still hold them).
+    /// Entries removed and not yet dropped (a reader may still hold them).
     #[inline]
     pub(crate) fn unreclaimed(&self) -> usize {
         // Relaxed: a snapshot of a count.
@@ -704,26 +1001,26 @@ impl<K: Hash + Eq, V> Table<K, V> {
     }
 
     /// Removes every entry whose state `evict` marks gone (marking and removing under the
-    /// shard lock, one shard at a time), and answers how many it removed. Frees nothing and runs
+    /// shard lock, one shard at a time), and answers how many it removed. Drops nothing and runs
     /// no key's `Drop`, so a sweep is never cut short and its count is always returned: the
     /// caller settles its own books, then calls [`Table::reclaim_now`] (where a panicking `Drop`
     /// surfaces).
     pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
+            let mut writer = lock(&shard.writer);
+            let raw_ptr = shard.raw.load(Ordering::Relaxed);
+            let raw = shard.current(&writer);
             let mut garbage = Garbage::new();
-            {
-                let mut writer = lock(&shard.writer);
-                let raw = shard.current(&writer);
-                for (i, entry) in raw.live() {
-                    // SAFETY: a live entry, under the lock.
-                    if evict(&unsafe { &*entry }.state) {
-                        // Release: after the mark `evict` wrote, as in `with_entry`.
-                        raw.ctrl(i).store(TOMB, Ordering::Release);
-                        garbage.entries.push(entry);
-                        writer.live -= 1;
-                        removed += 1;
-                    }
+            for i in raw.live() {
+                // SAFETY: a live entry, under the lock.
+                if evict(unsafe { raw.state(i) }) {
+                    // Release: after the mark `evict` wrote, as in `with_entry`.
+                    raw.ctrl(i).store(TOMB, Ordering::Release);
+                    raw.own();
+                    garbage.entries.push((raw_ptr, i));
+                    writer.live -= 1;
+                    removed += 1;
                 }
             }
             self.hand_over(&mut lock(&self.reclaim), garbage);
@@ -732,39 +1029,40 @@ impl<K: Hash + Eq, V> Table<K, V> {
     }
 
     /// Rebuilds every shard whose table is larger than its live entries need, or holds removed
-    /// ones, at the smallest capacity that holds them, and frees what no reader holds.
+    /// ones, at the smallest capacity that holds them, and frees what no reader holds. A key's
+    /// `Clone` or `Hash` panicking stops it there, its shard unchanged, and the panic is passed
+    /// on.
     #[cfg_attr(tollgate_loom, allow(dead_code))]
     pub(crate) fn shrink_to_fit(&self) {
-        for shard in self.shards.iter() {
-            let mut garbage = Garbage::new();
-            {
-                let mut writer = lock(&shard.writer);
-                let capacity = shard.current(&writer).capacity();
-                let fit = capacity_for(writer.live + 1);
-                if fit < capacity || writer.used > writer.live {
-                    self.rebuild(shard, &mut writer, fit, &mut garbage);
-                }
-            }
-            // Queued, not freed, until every shard is done: a key's `Drop` panicking in the
-            // freeing cannot cut the shrink short.
-            self.hand_over(&mut lock(&self.reclaim), garbage);
-        }
-        self.reclaim_now();
+        self.rebuild_each(|capacity, writer| {
+            let fit = capacity_for(writer.live + 1);
+            (fit < capacity || writer.used > writer.live).then_some(fit)
+        });
     }
 
     /// Rebuilds every shard at its current capacity.
     #[cfg(any(test, tollgate_loom, fuzzing))]
     pub(crate) fn rebuild_all(&self) {
+        self.rebuild_each(|capacity, _| Some(capacity));
+    }
+
+    /// Rebuilds each shard at the capacity `at` answers for it (none: left alone), then frees
+    /// what no reader holds.
+    fn rebuild_each(&self, at: impl Fn(usize, &Writer) -> Option<usize>) {
         for shard in self.shards.iter() {
-            let mut garbage = Garbage::new();
-            {
+            let rebuilt = {
                 let mut writer = lock(&shard.writer);
-                let capacity = shard.current(&writer).capacity();
-                self.rebuild(shard, &mut writer, capacity, &mut garbage);
+                match at(shard.current(&writer).capacity(), &writer) {
+                    Some(capacity) => self.rebuild(shard, &mut writer, capacity),
+                    None => Ok(()),
+                }
+            };
+            if let Err(unfinished) = rebuilt {
+                unfinished.resume();
             }
-            // As in `shrink_to_fit`: every shard first, then the freeing.
-            self.hand_over(&mut lock(&self.reclaim), garbage);
         }
+        // Queued, not freed, until every shard is done: a key's `Drop` panicking in the freeing
+        // cannot cut the rebuilds short.
         self.reclaim_now();
     }
 
@@ -793,21 +1091,26 @@ impl<K: Hash + Eq, V> Table<K, V> {
 
 impl<K, V> Drop for Table<K, V> {
     fn drop(&mut self) {
-        let mut all = Garbage::new();
+        let mut retired = Garbage::new();
+        for mut batch in lock(&self.reclaim).pending.drain(..) {
+            retired.append(&mut batch.garbage);
+        }
+        let mut drops = Drops(None);
+        // SAFETY: `&mut self`: no reader or writer is left; each item was retired once, and the
+        // tables its entries sit in are retired with them or current (freed below) (Safety, 2).
+        drops.run(|| unsafe { retired.free() });
         for shard in self.shards.iter() {
             // Relaxed: `&mut self`, no other thread is left.
             let raw = shard.raw.load(Ordering::Relaxed);
-            // SAFETY: the current table, live until here.
-            all.entries
-                .extend(unsafe { &*raw }.live().map(|(_, entry)| entry));
-            all.tables.push(raw);
+            // SAFETY: the current table, live until here, owning its live entries whole.
+            for i in unsafe { &*raw }.live() {
+                // SAFETY: as above; dropped once, here.
+                drops.run(|| unsafe { (*raw).drop_entry(i, true) });
+            }
+            // SAFETY: the table's own ownership (its removed entries were freed above).
+            unsafe { Raw::release(raw) };
         }
-        for mut batch in lock(&self.reclaim).pending.drain(..) {
-            all.append(&mut batch.garbage);
-        }
-        // SAFETY: `&mut self`: no reader or writer is left, and each entry is either live in its
-        // shard's current table or retired, never both (Safety, 1).
-        unsafe { all.free() };
+        drops.finish();
     }
 }
 
@@ -824,7 +1127,7 @@ impl<K> std::fmt::Debug for BenchTable<K> {
 }
 
 #[cfg(not(tollgate_loom))]
-impl<K: Hash + Eq> Default for BenchTable<K> {
+impl<K: Hash + Eq + Clone> Default for BenchTable<K> {
     /// The keyed limiter's shard count.
     fn default() -> BenchTable<K> {
         BenchTable(Table::new())
@@ -832,15 +1135,16 @@ impl<K: Hash + Eq> Default for BenchTable<K> {
 }
 
 #[cfg(not(tollgate_loom))]
-impl<K: Hash + Eq> BenchTable<K> {
-    /// Runs `f` on `key`'s word without a lock (see [`Table::with_read`]).
+impl<K: Hash + Eq + Clone> BenchTable<K> {
+    /// Runs `f` on `key`'s word without a lock (see [`Table::with_read`]; `f` never answers
+    /// `Gone`, so it runs once).
     #[inline]
-    pub fn read<Q, R>(&self, key: &Q, f: impl FnOnce(&crate::sync::AtomicU64) -> R) -> Option<R>
+    pub fn read<Q, R>(&self, key: &Q, f: impl Fn(&crate::sync::AtomicU64) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.0.with_read(key, f)
+        self.0.with_read(key, |word| Ok(f(word))).and_then(Result::ok)
     }
 
     /// Inserts `key` with `word` unless it is held; answers whether it inserted.
@@ -923,7 +1227,7 @@ impl ModelTable {
         })
     }
 
-    /// Rebuilds every shard's table at its size (the same entries, a new table of pointers).
+    /// Rebuilds every shard's table at its size (the keys cloned, the words relocated).
     pub fn rebuild(&self) {
         self.0.rebuild_all();
     }
@@ -995,6 +1299,13 @@ mod tests {
         }
     }
 
+    /// A copy counts as live until dropped: after every reclamation, one live copy per key held.
+    impl Clone for Key {
+        fn clone(&self) -> Key {
+            Key::new(self.0, &self.1)
+        }
+    }
+
     impl Drop for Key {
         fn drop(&mut self) {
             self.1.fetch_sub(1, Ordering::Relaxed);
@@ -1039,7 +1350,7 @@ mod tests {
         }
     }
 
-    fn put<K: Hash + Eq>(table: &Table<K, AtomicU64>, key: K, v: u64) {
+    fn put<K: Hash + Eq + Clone>(table: &Table<K, AtomicU64>, key: K, v: u64) {
         table.with_entry(key, |_| (Some(AtomicU64::new(v)), ()));
     }
 
@@ -1154,13 +1465,17 @@ mod tests {
         let (entered, release) = (Barrier::new(2), Barrier::new(2));
         std::thread::scope(|s| {
             s.spawn(|| {
+                let first = AtomicBool::new(true);
                 let seen = table.with_read(&1, |word| {
-                    entered.wait();
-                    release.wait();
+                    if first.swap(false, Ordering::Relaxed) {
+                        entered.wait();
+                        release.wait();
+                    }
                     read(word)
                 });
-                // The entry the reader held was removed under it: it reads the mark.
-                assert_eq!(seen, Some(Err(Gone)));
+                // The entry the reader held was removed under it: it read the mark, and the look
+                // again under the lock found the key gone.
+                assert_eq!(seen, None);
             });
             entered.wait();
             assert_eq!(table.retain(|w| crate::cas::mark_gone(w, 5)), 1);
@@ -1256,8 +1571,9 @@ mod tests {
         assert_eq!(table.retired(), 0);
     }
 
-    /// A key whose `Drop` may panic, whose `Hash` and `Eq` may panic on a chosen call, and which
-    /// records every drop (by id), so that a test sees each key dropped exactly once.
+    /// A key whose `Drop` may panic, whose `Hash`, `Eq` and `Clone` may panic on a chosen call,
+    /// and which records every copy made and dropped (by id), so that a test sees each copy
+    /// dropped exactly once.
     struct Touchy {
         id: u64,
         log: Arc<Log>,
@@ -1265,8 +1581,12 @@ mod tests {
 
     #[derive(Default)]
     struct Log {
+        /// Ids of the copies made (each key and each clone), in order.
+        made: std::sync::Mutex<Vec<u64>>,
         /// Ids dropped, in order.
         dropped: std::sync::Mutex<Vec<u64>>,
+        /// Clone calls left before one panics (`u64::MAX`: never).
+        clones_until_panic: AtomicU64,
         /// A drop of this id panics.
         panic_on_drop: AtomicU64,
         /// Hash calls left before one panics (`u64::MAX`: never).
@@ -1282,20 +1602,44 @@ mod tests {
             log.panic_on_drop.store(u64::MAX, Ordering::Relaxed);
             log.hashes_until_panic.store(u64::MAX, Ordering::Relaxed);
             log.eqs_until_panic.store(u64::MAX, Ordering::Relaxed);
+            log.clones_until_panic.store(u64::MAX, Ordering::Relaxed);
             Arc::new(log)
         }
 
         fn key(self: &Arc<Log>, id: u64) -> Touchy {
+            self.made.lock().unwrap().push(id);
             Touchy {
                 id,
                 log: self.clone(),
             }
         }
 
-        fn dropped(&self) -> Vec<u64> {
-            let mut ids = self.dropped.lock().unwrap().clone();
+        /// The ids of the copies alive (made, not dropped), sorted; panics if a copy was
+        /// dropped that was not alive (a double drop).
+        fn live(&self) -> Vec<u64> {
+            let mut live: HashMap<u64, usize> = HashMap::new();
+            for &id in self.made.lock().unwrap().iter() {
+                *live.entry(id).or_default() += 1;
+            }
+            for &id in self.dropped.lock().unwrap().iter() {
+                let n = live.get_mut(&id).expect("dropped, never made");
+                *n = n.checked_sub(1).expect("dropped twice");
+            }
+            let mut ids: Vec<u64> = live
+                .into_iter()
+                .flat_map(|(id, n)| std::iter::repeat_n(id, n))
+                .collect();
             ids.sort_unstable();
             ids
+        }
+    }
+
+    impl Clone for Touchy {
+        fn clone(&self) -> Touchy {
+            if countdown(&self.log.clones_until_panic) {
+                panic!("clone");
+            }
+            self.log.key(self.id)
         }
     }
 
@@ -1341,8 +1685,8 @@ mod tests {
     }
 
     /// Finding (a): a key whose `Drop` panics while its entry is freed. Every other key is still
-    /// dropped, each exactly once, the panic reaches the caller, and later reclamation and the
-    /// table's drop free nothing twice (before the fix: a double free).
+    /// dropped, each copy exactly once, the panic reaches the caller, and later reclamation and
+    /// the table's drop drop nothing twice (before the fix: a double free).
     #[test]
     fn a_panicking_drop_while_freeing_drops_every_key_once() {
         let log = Log::new();
@@ -1350,69 +1694,89 @@ mod tests {
         for id in 0..40 {
             put(&table, log.key(id), id);
         }
+        // The growths' old copies are gone already: nothing reads the table.
+        assert_eq!(log.live(), (0..40).collect::<Vec<_>>());
         log.panic_on_drop.store(7, Ordering::Relaxed);
         // Evict ids 0 to 19 (7 among them): the sweep itself runs no `Drop` and completes; the
         // freeing that follows drops them all and passes key 7's panic on.
         assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) < 20), 20);
         let freed = quietly(|| table.reclaim_now());
         assert!(freed.is_err(), "the drop's panic reaches the caller");
-        let mut want: Vec<u64> = (0..20).collect();
-        assert_eq!(log.dropped(), want);
+        assert_eq!(log.live(), (20..40).collect::<Vec<_>>());
         assert_eq!(table.len(), 20);
         assert_eq!(table.unreclaimed(), 0);
         table.shrink_to_fit();
         assert_eq!(table.retired(), 0);
-        assert_eq!(log.dropped(), want);
+        assert_eq!(log.live(), (20..40).collect::<Vec<_>>());
         drop(table);
-        want.extend(20..40);
-        assert_eq!(log.dropped(), want);
+        assert_eq!(log.live(), Vec::<u64>::new());
     }
 
-    /// Finding (b): `Hash` panicking. A rebuild calls no `Hash` (entries keep theirs), so no
-    /// growth can be left half done; a panic while hashing a new key changes nothing.
+    /// Finding (b): `Hash` or `Clone` panicking in a rebuild (which clones and hashes every live
+    /// key into the new table before it changes anything). The table is left as it was: every
+    /// key found once, with its own state (before the fix: keys left unreachable behind `MOVED`
+    /// slots, a second state opened for each); the clones made are dropped; the next insert
+    /// grows it.
     #[test]
-    fn a_panicking_hash_leaves_the_table_whole() {
-        let log = Log::new();
-        let table: Table<Touchy, AtomicU64> = Table::with_shards(1);
-        for id in 0..14 {
-            put(&table, log.key(id), id);
-        }
-        let hashed = log.hashes.load(Ordering::Relaxed);
-        table.rebuild_all();
-        table.shrink_to_fit();
-        assert_eq!(
-            log.hashes.load(Ordering::Relaxed),
-            hashed,
-            "a rebuild hashed"
-        );
-        // The insert that grows the table panics in its `Hash`: nothing is changed.
-        log.hashes_until_panic.store(0, Ordering::Relaxed);
-        assert!(quietly(|| put(&table, log.key(14), 14)).is_err());
-        assert_eq!(table.len(), 14);
-        assert_eq!(table.capacity(), 16);
-        // The next one grows it, and every key is found exactly once, with its own state.
-        put(&table, log.key(14), 14);
-        assert_eq!(table.capacity(), 32);
-        for id in 0..15 {
-            assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
-        }
-        // A growth with `Eq` panicking in the probe of the new key: nothing changed either.
-        log.eqs_until_panic.store(0, Ordering::Relaxed);
-        let before = table.len();
-        let _ = quietly(|| put(&table, log.key(3), 99));
-        assert_eq!(table.len(), before);
-        log.eqs_until_panic.store(u64::MAX, Ordering::Relaxed);
-        assert_eq!(table.len(), 15);
-        for id in 0..15 {
-            assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
+    fn a_panicking_hash_or_clone_in_a_rebuild_leaves_the_table_whole() {
+        for clone in [false, true] {
+            let log = Log::new();
+            let table: Table<Touchy, AtomicU64> = Table::with_shards(1);
+            for id in 0..14 {
+                put(&table, log.key(id), id);
+            }
+            assert_eq!(table.capacity(), 16);
+            // Key 14 needs a growth: the sixth `Hash` (the new key's, then five clones') or the
+            // sixth `Clone` panics, halfway through the new table.
+            if clone {
+                log.clones_until_panic.store(5, Ordering::Relaxed);
+            } else {
+                log.hashes_until_panic.store(5, Ordering::Relaxed);
+            }
+            assert!(quietly(|| put(&table, log.key(14), 14)).is_err());
+            assert_eq!(table.len(), 14);
+            assert_eq!(table.capacity(), 16);
+            assert_eq!(log.live(), (0..14).collect::<Vec<_>>(), "clone {clone}");
+            for id in 0..14 {
+                assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
+            }
+            // The next one grows it, and every key is found exactly once, with its own state.
+            put(&table, log.key(14), 14);
+            assert_eq!(table.capacity(), 32);
+            for id in 0..15 {
+                assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
+            }
+            // An insert with `Eq` panicking in the probe of the new key: nothing changed either.
+            log.eqs_until_panic.store(0, Ordering::Relaxed);
+            let _ = quietly(|| put(&table, log.key(3), 99));
+            log.eqs_until_panic.store(u64::MAX, Ordering::Relaxed);
+            assert_eq!(table.len(), 15);
+            for id in 0..15 {
+                assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
+            }
+            assert_eq!(table.retired(), 0);
+            assert_eq!(log.live(), (0..15).collect::<Vec<_>>());
+            drop(table);
+            assert_eq!(log.live(), Vec::<u64>::new());
         }
     }
 
-    /// A key whose `Eq` writes through `&self`: every comparison counts itself in the key.
+    /// A key whose `Eq` writes through `&self`: every comparison counts itself in a counter its
+    /// copies share, and allocates a memo in the copy compared.
     struct Counting {
         id: u64,
-        compared: AtomicU64,
+        compared: Arc<AtomicU64>,
         memo: std::sync::Mutex<Option<String>>,
+    }
+
+    impl Clone for Counting {
+        fn clone(&self) -> Counting {
+            Counting {
+                id: self.id,
+                compared: self.compared.clone(),
+                memo: std::sync::Mutex::new(None),
+            }
+        }
     }
 
     impl PartialEq for Counting {
@@ -1424,6 +1788,11 @@ mod tests {
                 .lock()
                 .unwrap()
                 .get_or_insert_with(|| self.id.to_string());
+            other
+                .memo
+                .lock()
+                .unwrap()
+                .get_or_insert_with(|| other.id.to_string());
             self.id == other.id
         }
     }
@@ -1437,15 +1806,16 @@ mod tests {
     fn counting(id: u64) -> Counting {
         Counting {
             id,
-            compared: AtomicU64::new(0),
+            compared: Arc::new(AtomicU64::new(0)),
             memo: std::sync::Mutex::new(None),
         }
     }
 
     /// Finding (c): lookups compare (and so write into) held keys while a thread rebuilds the
-    /// table over and over. An entry never moves, so no write lands on a copy nobody owns: the
-    /// comparisons counted in the held keys are exactly the ones made with them (before the fix:
-    /// writes lost to the bitwise copy, a double free of the memo).
+    /// table over and over. A key a reader holds is never moved (a rebuild clones it, and the old
+    /// copy lives until its readers have left), so every write lands on a live object, and every
+    /// copy's memo is freed once (before the fix: writes to a bitwise copy nobody owned, a
+    /// double free of the memo under AddressSanitizer).
     #[test]
     fn writes_through_a_held_key_are_never_lost_to_a_rebuild() {
         const KEYS: u64 = 64;
@@ -1455,22 +1825,16 @@ mod tests {
             200_000
         };
         let table: Table<Counting, AtomicU64> = Table::with_shards(1);
-        for id in 0..KEYS {
-            put(&table, counting(id), id);
-        }
-        // Comparisons counted in the held keys: read under the lock, comparing nothing.
-        let held = || {
-            let mut held = 0;
-            for shard in table.shards.iter() {
-                let writer = lock(&shard.writer);
-                for (_, entry) in shard.current(&writer).live() {
-                    // SAFETY: a live entry, under the lock.
-                    held += unsafe { &*entry }.key.compared.load(Ordering::Relaxed);
-                }
-            }
-            held
-        };
-        let before = held();
+        let held: Vec<Arc<AtomicU64>> = (0..KEYS)
+            .map(|id| {
+                let key = counting(id);
+                let compared = key.compared.clone();
+                put(&table, key, id);
+                compared
+            })
+            .collect();
+        let counted = || held.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>();
+        let before = counted();
         let stop = AtomicBool::new(false);
         let probes = std::thread::scope(|s| {
             s.spawn(|| {
@@ -1482,7 +1846,7 @@ mod tests {
                 let mut own = 0u64;
                 for i in 0..lookups {
                     let key = counting(i % KEYS);
-                    assert!(table.with_read(&key, |_| ()).is_some());
+                    assert!(table.with_read(&key, |_| Ok(())).is_some());
                     own += key.compared.load(Ordering::Relaxed);
                 }
                 own
@@ -1491,8 +1855,80 @@ mod tests {
             stop.store(true, Ordering::Relaxed);
             own
         });
-        // Each comparison counted once in the probe key and once in the held key.
-        assert_eq!(held() - before, probes);
+        // Each comparison counted once in the probe key and once in a held key's copies.
+        assert_eq!(counted() - before, probes);
+        assert_eq!(table.retired(), 0);
+    }
+
+    /// A key whose drop waits at a gate (the original only: clones have none), then checks that
+    /// its own bytes are still there.
+    struct Gated {
+        id: u64,
+        canary: u64,
+        gate: Option<Arc<(Barrier, Barrier)>>,
+    }
+
+    const CANARY: u64 = 0x5afe_c0de_5afe_c0de;
+
+    impl Clone for Gated {
+        fn clone(&self) -> Gated {
+            Gated {
+                id: self.id,
+                canary: CANARY,
+                gate: None,
+            }
+        }
+    }
+    impl PartialEq for Gated {
+        fn eq(&self, other: &Gated) -> bool {
+            self.id == other.id
+        }
+    }
+    impl Eq for Gated {}
+    impl Hash for Gated {
+        fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+            self.id.hash(h)
+        }
+    }
+    impl Drop for Gated {
+        fn drop(&mut self) {
+            if let Some(gate) = self.gate.take() {
+                gate.0.wait();
+                gate.1.wait();
+            }
+            assert_eq!(std::hint::black_box(self.canary), CANARY, "a key dropped in freed memory");
+        }
+    }
+
+    /// A removed entry is dropped in place, in the table it was removed from; that table, retired
+    /// later, may be collected and freed by another thread while the entry's drop is still
+    /// running. The table's memory outlives the drop (before the fix, found by the stress test:
+    /// the key's drop ran in freed memory; AddressSanitizer reports it as a use after free).
+    #[test]
+    fn a_removed_entry_is_dropped_before_its_table_is_freed() {
+        let gate = Arc::new((Barrier::new(2), Barrier::new(2)));
+        let table: Table<Gated, AtomicU64> = Table::with_shards(1);
+        let gated = Gated {
+            id: 1,
+            canary: CANARY,
+            gate: Some(gate.clone()),
+        };
+        put(&table, gated, 1);
+        put(&table, Gated { id: 2, canary: CANARY, gate: None }, 2);
+        // Key 1 removed (its entry queued in one batch), nothing freed yet.
+        assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) == 1), 1);
+        std::thread::scope(|s| {
+            // Collects the entry's batch and drops the key, which waits at the gate.
+            let dropper = s.spawn(|| table.reclaim_now());
+            gate.0.wait();
+            // Meanwhile the table the entry sits in is replaced, and its batch collected and
+            // freed by this thread.
+            table.rebuild_all();
+            gate.1.wait();
+            dropper.join().unwrap();
+        });
+        assert_eq!(table.retired(), 0);
+        assert_eq!(table.len(), 1);
     }
 
     /// Finding (d): a reader parked inside one table's lookup holds none of another table's
@@ -1508,6 +1944,7 @@ mod tests {
                 parked.with_read(&1, |_| {
                     entered.wait();
                     release.wait();
+                    Ok(())
                 })
             });
             entered.wait();
@@ -1533,10 +1970,13 @@ mod tests {
         let (entered, release) = (Barrier::new(2), Barrier::new(2));
         std::thread::scope(|s| {
             s.spawn(|| {
+                let first = AtomicBool::new(true);
                 table.with_read(&1, |outer| {
-                    assert_eq!(table.with_read(&2, read), Some(Ok(2)));
-                    entered.wait();
-                    release.wait();
+                    if first.swap(false, Ordering::Relaxed) {
+                        assert_eq!(table.with_read(&2, read), Some(Ok(2)));
+                        entered.wait();
+                        release.wait();
+                    }
                     read(outer)
                 })
             });
@@ -1554,7 +1994,7 @@ mod tests {
     /// specialization made `u64` and a newtype around it hash differently.)
     #[test]
     fn a_key_and_its_borrowed_form_hash_alike() {
-        #[derive(PartialEq, Eq, Hash)]
+        #[derive(Clone, PartialEq, Eq, Hash)]
         struct UserId(u64);
         impl Borrow<u64> for UserId {
             fn borrow(&self) -> &u64 {
@@ -1573,11 +2013,13 @@ mod tests {
         assert_eq!(strings.with_read("alice", read), Some(Ok(1)));
     }
 
-    /// Finding (k): a large key is never built on the stack by the table (entries are boxed
-    /// from the key the caller passed, and tables hold pointers), and a key's `Drop` runs with no
-    /// lock held, so a key whose drop uses the same table does not deadlock.
+    /// Finding (k): a table of large keys is never built on the stack (a group of 16 inline
+    /// entries of 128 KiB keys is 2 MiB, a test thread's whole stack), and a key's `Drop` runs
+    /// with no lock held, so a key whose drop uses the same table does not deadlock (here the old
+    /// copies a growth leaves behind insert keys too, as they are dropped).
     #[test]
     fn a_key_dropped_by_the_table_may_use_it() {
+        #[derive(Clone)]
         struct Reentrant(u64);
         static TABLE: std::sync::OnceLock<&'static Table<Reentrant, AtomicU64>> =
             std::sync::OnceLock::new();
@@ -1601,7 +2043,7 @@ mod tests {
             fn drop(&mut self) {
                 if let Some(table) = TABLE.get() {
                     // A lookup and a write, from inside a drop the table runs.
-                    let _ = table.with_read(&0u64, |_| ());
+                    let _ = table.with_read(&0u64, |_| Ok(()));
                     if self.0 < 1_000 {
                         put(table, Reentrant(self.0 + 1_000), 1_000);
                     }
@@ -1615,20 +2057,31 @@ mod tests {
         }
         // The duplicate key is dropped after the lock; removed keys when they are freed.
         table.with_entry(Reentrant(3), |_| (None, ()));
-        assert!(table.with_read(&1_003, |_| ()).is_some());
+        assert!(table.with_read(&1_003, |_| Ok(())).is_some());
         assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) < 5), 5);
         table.reclaim_now();
         for id in 1_000..1_005 {
-            assert!(table.with_read(&id, |_| ()).is_some(), "{id}");
+            assert!(table.with_read(&id, |_| Ok(())).is_some(), "{id}");
         }
-        // Big keys: 1 MiB each, boxed straight from the caller's value.
-        let big: Table<Box<[u8; 1 << 20]>, AtomicU64> = Table::with_shards(1);
+        // Big keys, stored in the slots: a table of 16 KiB keys grows and finds them.
+        const BIG: usize = 16 << 10;
+        let big: Table<[u8; BIG], AtomicU64> = Table::with_shards(1);
         for i in 0..20u8 {
-            let mut key = vec![0u8; 1 << 20].into_boxed_slice();
+            let mut key = [0u8; BIG];
             key[0] = i;
-            let key: Box<[u8; 1 << 20]> = key.try_into().unwrap();
             put(&big, key, u64::from(i));
         }
-        assert_eq!(big.len(), 20);
+        let mut key = [0u8; BIG];
+        key[0] = 19;
+        assert_eq!((big.len(), big.with_read(&key, read)), (20, Some(Ok(19))));
+        // A table of 64 KiB keys made on a thread with 512 KiB of stack, where one group of 16
+        // entries (1 MiB) built on the stack would overflow it.
+        let made = std::thread::Builder::new()
+            .stack_size(512 << 10)
+            .spawn(|| Raw::<[u8; 64 << 10], AtomicU64>::new(64).capacity())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(made, 64);
     }
 }

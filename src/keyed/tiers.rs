@@ -12,7 +12,7 @@ use crate::quota::{Quota, QuotaError};
 /// The most tiers a tiered limiter accepts: a key stores its tier in one byte.
 const MAX_TIERS: usize = 256;
 
-impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// The quota of each tier: one, unless built by [`KeyedLimiter::with_tiers`].
     ///
     /// # Examples
@@ -53,10 +53,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if self.pick.is_none() {
             return 0;
         }
-        match self.store.with_read(key, |state| A::tier_of(state)) {
-            Some(tier) => tier.min(self.quotas.len().saturating_sub(1)),
-            // Not held: the tier it would be given.
-            None => self
+        // A state's tier survives eviction's mark and a rebuild's seal: read it as it is.
+        match self.store.with_read(key, |state| Ok(A::tier_of(state))) {
+            Some(Ok(tier)) => tier.min(self.quotas.len().saturating_sub(1)),
+            // Not held (the lookup never answers `Gone` here): the tier it would be given.
+            Some(Err(crate::cas::Gone)) | None => self
                 .tier_of(&key.to_owned())
                 .min(self.quotas.len().saturating_sub(1)),
         }
@@ -68,7 +69,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 }
 
-impl<K: Hash + Eq, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C> {
+impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C> {
     /// A keyed limiter running algorithm `A` with a quota chosen per key: `pick` is called with
     /// a new key (one the limiter does not hold) and answers the index of its tier in `tiers`; the
     /// key keeps that tier while it is held. An index past the end is taken as the last tier.

@@ -143,7 +143,7 @@
 use std::fmt;
 
 use super::window_of;
-use crate::algorithm::sealed::{Contract, Held};
+use crate::algorithm::sealed::{Contract, Held, Relocate};
 use crate::cas::{self, retries, Backoff, Gone};
 use crate::clock::{MonotonicClock, Nanos};
 use crate::limiter::Direct;
@@ -429,7 +429,9 @@ const NO_GROUP: u64 = 0;
 /// - from `first` on, N **slots**; position `p` lives in slot `p % N`. See `Entry` for the state
 ///   table.
 pub struct Log {
-    words: Box<[AtomicU64]>,
+    /// Shared only while a keyed table is rebuilt: the old table's copy of the log and the new
+    /// one's are the same log (see [`Relocate`]).
+    words: std::sync::Arc<[AtomicU64]>,
     /// The index of slot 0 in `words`.
     first: usize,
 }
@@ -442,6 +444,20 @@ const GROUP: usize = 1;
 const KEYED_FIRST: usize = 2;
 /// Slot 0's index in a direct log: 128 bytes after the head, as a cache-line pair.
 const DIRECT_FIRST: usize = 16;
+
+impl Relocate for Log {
+    /// The same log: both copies reach the one ring, so a decision through either takes effect
+    /// in it.
+    fn copy(&self) -> Log {
+        Log {
+            words: std::sync::Arc::clone(&self.words),
+            first: self.first,
+        }
+    }
+
+    /// Nothing to seal: the copy is the same log.
+    fn seal(&self, _copy: &Log) {}
+}
 
 impl fmt::Debug for Log {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
