@@ -694,7 +694,11 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             // SAFETY: as above.
             match f(unsafe { table.state(i) }) {
                 Err(Gone) => {
-                    built_from = if reached_as_next { raw } else { std::ptr::null_mut() };
+                    built_from = if reached_as_next {
+                        raw
+                    } else {
+                        std::ptr::null_mut()
+                    };
                     raw = successor;
                 }
                 done => return Some(done),
@@ -1144,7 +1148,9 @@ impl<K: Hash + Eq + Clone> BenchTable<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.0.with_read(key, |word| Ok(f(word))).and_then(Result::ok)
+        self.0
+            .with_read(key, |word| Ok(f(word)))
+            .and_then(Result::ok)
     }
 
     /// Inserts `key` with `word` unless it is held; answers whether it inserted.
@@ -1896,7 +1902,11 @@ mod tests {
                 gate.0.wait();
                 gate.1.wait();
             }
-            assert_eq!(std::hint::black_box(self.canary), CANARY, "a key dropped in freed memory");
+            assert_eq!(
+                std::hint::black_box(self.canary),
+                CANARY,
+                "a key dropped in freed memory"
+            );
         }
     }
 
@@ -1914,7 +1924,15 @@ mod tests {
             gate: Some(gate.clone()),
         };
         put(&table, gated, 1);
-        put(&table, Gated { id: 2, canary: CANARY, gate: None }, 2);
+        put(
+            &table,
+            Gated {
+                id: 2,
+                canary: CANARY,
+                gate: None,
+            },
+            2,
+        );
         // Key 1 removed (its entry queued in one batch), nothing freed yet.
         assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) == 1), 1);
         std::thread::scope(|s| {
