@@ -310,6 +310,27 @@ impl<K, V> Raw<K, V> {
         i
     }
 
+    /// Indices an empty slot's memory holds (`Origins`).
+    const PER_EMPTY: usize = std::mem::size_of::<Entry<K, V>>() / std::mem::size_of::<usize>();
+
+    /// Slot `i`'s state field, as a place for an index (`Origins`).
+    fn stash(&self, i: usize) -> *mut usize {
+        // SAFETY: in bounds of the slot (`slot`); no reference is made.
+        unsafe { std::ptr::addr_of_mut!((*self.slot(i)).state) }.cast()
+    }
+
+    /// The empty slots' memory, as consecutive places for indices, in slot order (`Origins`).
+    fn empties(&self) -> impl Iterator<Item = *mut usize> + '_ {
+        (0..self.capacity())
+            // Relaxed: the lock's holder reads its own stores.
+            .filter(move |&i| self.ctrl(i).load(Ordering::Relaxed) == EMPTY)
+            .flat_map(move |i| {
+                let base = self.slot(i).cast::<usize>();
+                // SAFETY: `PER_EMPTY` indices fit in one entry's memory.
+                (0..Self::PER_EMPTY).map(move |k| unsafe { base.add(k) })
+            })
+    }
+
     /// Publishes an entry of `key` and `state` in the first empty slot of its probe sequence.
     /// Only the shard lock's holder calls it, with a slot to spare.
     fn put(&self, hash: u64, key: K, state: V) {
@@ -377,6 +398,71 @@ impl<K, V> Raw<K, V> {
                 #[cfg(tollgate_loom)]
                 std::ptr::drop_in_place(std::ptr::addr_of_mut!((*entry).alive));
             }
+        }
+    }
+}
+
+/// Where a rebuild keeps, between its two phases, the old slot of each key it placed, so that it
+/// allocates nothing but the new table (a temporary the size of a shard's keys, freed at once,
+/// moves glibc's allocator to keep freed memory resident: measured, 1 to 2 bytes a key).
+///
+/// During the first phase each placed slot's state field holds its original's index (when a
+/// state has room for a `usize`). After it, those indices are laid out, in the order of the new
+/// table's live slots, over the memory of its empty slots, which no reader ever reads: a growth
+/// or a clearing leaves more than half the slots empty, room enough. A rebuild that leaves too
+/// few (`shrink_to_fit` at a tight fit), or states too small to hold an index, keeps the pairs
+/// on the heap instead.
+enum Origins {
+    /// In the new table's empty slots, the `k`-th index for its `k`-th live slot.
+    Empties,
+    /// `(old, new)` slot pairs.
+    Heap(Vec<(usize, usize)>),
+}
+
+impl Origins {
+    /// Whether a state field of `V` has room for an index (size and alignment).
+    const fn stashes<V>() -> bool {
+        std::mem::size_of::<V>() >= std::mem::size_of::<usize>()
+            && std::mem::align_of::<V>() >= std::mem::align_of::<usize>()
+    }
+
+    /// Moves the indices the first phase left in the state fields of `table` (which holds `live`
+    /// keys) to where the second phase reads them; `heap` holds the pairs if they were never
+    /// stashed.
+    fn keep<K, V>(table: &Raw<K, V>, live: usize, mut heap: Vec<(usize, usize)>) -> Origins {
+        if !Origins::stashes::<V>() {
+            return Origins::Heap(heap);
+        }
+        let room = (table.capacity() - live).saturating_mul(Raw::<K, V>::PER_EMPTY);
+        if room >= live {
+            for (j, place) in table.live().zip(table.empties()) {
+                // SAFETY: `j` is live, its state field holds the stashed index (`stashes`: room
+                // and alignment for it); `place` is in an empty slot's memory, aligned (an
+                // entry's alignment is at least its state's), and not in `j`'s.
+                unsafe { place.write(table.stash(j).read()) };
+            }
+            Origins::Empties
+        } else {
+            heap.extend(table.live().map(|j| {
+                // SAFETY: as above.
+                (unsafe { table.stash(j).read() }, j)
+            }));
+            Origins::Heap(heap)
+        }
+    }
+
+    /// Runs `f(old, new)` for each key placed in `table`.
+    fn each<K, V>(&self, table: &Raw<K, V>, mut f: impl FnMut(usize, usize)) {
+        match self {
+            Origins::Empties => {
+                for (j, place) in table.live().zip(table.empties()) {
+                    // SAFETY: written by `keep`; no slot has been used or emptied since (the
+                    // rebuild holds the shard lock, and the table's empty slots are read by no
+                    // one else: a reader stops at their control bytes).
+                    f(unsafe { place.read() }, j);
+                }
+            }
+            Origins::Heap(pairs) => pairs.iter().for_each(|&(i, j)| f(i, j)),
         }
     }
 }
@@ -864,8 +950,9 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         let new: Box<Raw<K, V>> = Raw::new(capacity);
         let old_ptr = shard.raw.load(Ordering::Relaxed);
         let old = shard.current(writer);
-        // Phase 1, the keys: user code, on a table no one else sees.
-        let mut placed = Vec::with_capacity(writer.live);
+        // Phase 1, the keys: user code, on a table no one else sees. Each placed slot's state
+        // field holds, for now, the index of its original (`Origins`).
+        let mut heap = Vec::new();
         let cloned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             for i in old.live() {
                 // SAFETY: a live entry, under the lock.
@@ -873,41 +960,49 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
                 let hash = self.hash(&key);
                 let j = new.vacancy(hash);
                 let slot = new.slot(j);
-                // SAFETY: an empty slot of a table not yet shared: its key alone, for now (the
-                // second phase writes the state before sharing the table).
+                // SAFETY: an empty slot of a table not yet shared: its key, and in place of its
+                // state the original's index (the second phase writes the state before sharing
+                // the table).
                 unsafe {
                     std::ptr::addr_of_mut!((*slot).key).write(key);
                     #[cfg(tollgate_loom)]
                     std::ptr::addr_of_mut!((*slot).alive).write(crate::sync::UnsafeCell::new(()));
+                    if Origins::stashes::<V>() {
+                        new.stash(j).write(i);
+                    }
+                }
+                if !Origins::stashes::<V>() {
+                    heap.push((i, j));
                 }
                 // Relaxed: the table is shared by the Release store of `next` below.
                 new.ctrl(j).store(tag(hash), Ordering::Relaxed);
-                placed.push((i, j));
             }
         }));
         if let Err(panic) = cloned {
             return Err(Unfinished { table: new, panic });
         }
+        let origins = Origins::keep(&new, writer.live, heap);
         // Phase 2, the states: no user code, so it cannot be cut short. First a copy of each,
         // while the table is still private; then the table is shared as `next`, and each
         // original sealed, bringing its copy up to date. A reader that meets a seal (or any
         // mark) goes on in the new table, where every key and state is in place.
-        for &(i, j) in &placed {
+        origins.each(&new, |i, j| {
             // SAFETY: a live entry, under the lock.
             let state = unsafe { old.state(i) };
-            // SAFETY: slot `j` holds a key and no state yet, in a table not yet shared.
+            // SAFETY: slot `j` holds a key and in place of its state the original's index, now
+            // read; the table is not yet shared.
             unsafe { std::ptr::addr_of_mut!((*new.slot(j)).state).write(state.copy()) };
-        }
+        });
         let new = Box::into_raw(new);
         // Release: a reader that loads it sees the keys and states written above.
         shard.next.store(new, Ordering::Release);
         // SAFETY: `new` is the table just built, freed only after it is retired as a current
         // table, which it becomes below.
         let built = unsafe { &*new };
-        for (i, j) in placed {
+        origins.each(built, |i, j| {
             // SAFETY: a live entry, under the lock; slot `j`'s state was written above.
             unsafe { old.state(i).seal(built.state(j)) };
-        }
+        });
         // Release: a reader that loads the new table sees its slots.
         shard.raw.store(new, Ordering::Release);
         // Release: after the table is replaced, so that a reader that sees `next` cleared (or
@@ -1497,6 +1592,43 @@ mod tests {
         });
         assert_eq!(table.retired(), 0);
         assert_eq!(table.unreclaimed(), 0);
+    }
+
+    /// A state too small to hold a slot index: rebuilds keep the old slots on the heap
+    /// (`Origins::Heap`); sealing is not exercised here (no reader runs).
+    impl Relocate for std::sync::atomic::AtomicU16 {
+        fn copy(&self) -> Self {
+            std::sync::atomic::AtomicU16::new(self.load(Ordering::Relaxed))
+        }
+        fn seal(&self, copy: &Self) {
+            copy.store(self.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    /// Every rebuild finds each state again, whichever way it keeps the old slots between its
+    /// phases: in the new table's empty slots (a growth), on the heap (a rebuild at a tight fit,
+    /// or states too small to hold an index).
+    #[test]
+    fn rebuilds_carry_every_state_to_its_key() {
+        use std::sync::atomic::AtomicU16;
+        let words: Table<u64, AtomicU64> = Table::with_shards(1);
+        let shorts: Table<u64, AtomicU16> = Table::with_shards(1);
+        for k in 0..1_000u64 {
+            put(&words, k, k * 3);
+            shorts.with_entry(k, |_| (Some(AtomicU16::new(k as u16 * 3)), ()));
+            if k % 97 == 0 {
+                // At a tight fit: 7/8 of the slots live, too few empty ones to hold the indices.
+                words.rebuild_all();
+                shorts.rebuild_all();
+            }
+        }
+        words.shrink_to_fit();
+        shorts.shrink_to_fit();
+        for k in 0..1_000u64 {
+            assert_eq!(words.with_read(&k, read), Some(Ok(k * 3)));
+            let short = shorts.with_read(&k, |s| Ok(s.load(Ordering::Relaxed)));
+            assert_eq!(short, Some(Ok(k as u16 * 3)));
+        }
     }
 
     /// A table full of removed entries is rebuilt at the same size, not grown: a key space
