@@ -111,7 +111,9 @@ impl<A: Algorithm> Request<A> for Acquire {
 
 /// A rate limiter with one state per key, bounded memory and lossless eviction of idle keys.
 ///
-/// `K` is the key type: lookups take any borrowed form of it (`&str` for `String` keys). `A` is the
+/// `K` is the key type, `Hash + Eq + Clone` (a table that grows clones its keys rather than moving
+/// them: see the module docs, "Sound for every key type"): lookups take any borrowed form of it
+/// (`&str` for `String` keys). `A` is the
 /// algorithm run per key ([`TokenBucketKeys`], the default); `C` the clock. See the
 /// [module docs](super) for eviction, the memory bound and the protocol that makes them lossless.
 ///

@@ -100,13 +100,17 @@
 //! them has ended, and each table has its epoch of its own: a lookup parked in one limiter holds
 //! nothing of another's.
 //!
-//! **Sound for every key type.** As `std`'s `HashMap` is: a key's `Hash`, `Eq` or `Drop` may panic,
-//! and the limiter stays whole (a panic in `Hash` or `Eq` changes nothing; a panicking `Drop` runs
-//! after every lock is released, the other removed keys are still dropped, each exactly once, and
-//! the panic reaches the call that freed it, whose own effect, an admission say, has then taken
-//! place without its answer reaching the caller); `Drop` may call back into the limiter. A key's `Eq`
-//! or `Hash` that calls the same limiter may deadlock on a new key (the shard lock is not
-//! reentrant). The clock is read before a lookup begins.
+//! **Sound for every key type.** As `std`'s `HashMap` is, for any key that is also `Clone` (a
+//! table that grows clones its keys into the new table rather than moving them, so that a key a
+//! lookup may be reading, perhaps writing through `&self` to a memo or a `Mutex` in it, is never
+//! moved; the old copy is dropped once no lookup can hold it). A key's `Hash`, `Eq`, `Clone` or
+//! `Drop` may panic, and the limiter stays whole (a panic in `Hash`, `Eq` or `Clone` changes
+//! nothing: a growth clones and hashes every key before it changes anything; a panicking `Drop`
+//! runs after every lock is released, the other removed keys are still dropped, each exactly
+//! once, and the panic reaches the call that freed it, whose own effect, an admission say, has
+//! then taken place without its answer reaching the caller); `Drop` may call back into the
+//! limiter. A key's `Eq`, `Hash` or `Clone` that calls the same limiter may deadlock on a new key
+//! (the shard lock is not reentrant). The clock is read before a lookup begins.
 //!
 //! **Bounded memory with a parked reader.** A removed key is freed when no lookup that began
 //! before its removal is still running: normally at once (by the eviction that removed it). A
@@ -138,11 +142,13 @@
 //! **Why this map.** DashMap, the crate's map until then (and governor's), holds a shard's read
 //! lock for every lookup: two read-modify-writes on a word every core hitting that shard shares.
 //! The maps with lock-free reads measured beside it (`benches/README.md`, the `maps` bench) cost
-//! more memory and lost to DashMap on one thread. The first form of this table kept DashMap's
-//! layout (keys and states inline) and moved keys bitwise when it grew, which is unsound for keys
-//! a reader may still hold; entries of their own are what soundness costs in memory (more than a
-//! `u64` key's inline bytes; `benches/README.md` has the measurements and the comparison with
-//! governor). Measured figures of speed are in `benches/README.md`, not here.
+//! more memory and lost to DashMap on one thread. This table keeps DashMap's layout (keys and
+//! states inline in the slots, so a lookup meets one cache miss for the control bytes and one for
+//! the entry), and grows without moving a key a reader may hold: the keys are cloned into the new
+//! table, each one-word state is copied and its original sealed with the gone mark, and a lookup
+//! that meets a seal goes on in the new table, without a lock (so a lookup never waits for a
+//! growth, from a signal handler that interrupted one included). Measured figures of speed and
+//! memory are in `benches/README.md`, not here.
 //!
 //! **Clocks that step backwards across an eviction.** A full bucket is "full as of its last
 //! reading"; a reading earlier than that would see it less than full. To keep forgetting from ever
