@@ -1,64 +1,98 @@
 //! The keyed limiter's table (`tollgate::keyed::table`) against a `HashMap`, with keys whose
-//! `Hash`, `Eq` or `Drop` panic on chosen calls. Arbitrary sequences of inserts, replacements,
-//! admissions (adding one to a key's word), peeks, evictions (marking gone and removing every key
-//! whose word is a value, freeing the removed keys at once or leaving them to later writes),
-//! replacements of gone states, relocations of every entry and shrinks, on up to 256 keys in 1 to
-//! 4 shards, so that tables grow, fill with removed entries, are rebuilt and shrink.
+//! `Hash`, `Eq`, `Clone` or `Drop` panic on chosen calls. Arbitrary sequences of inserts,
+//! replacements, admissions (adding one to a key's word), peeks, evictions (marking gone and
+//! removing every key whose word is a value, freeing what is retired at once or leaving it to
+//! later writes), replacements of gone states, rebuilds of every shard and shrinks, on up to 256
+//! keys in 1 to 4 shards, so that tables grow, fill with removed entries, are rebuilt and shrink.
 //! Single-threaded: the threaded and loom tests check the races; this checks that no sequence of
-//! steps, and no panic from a key, loses, resurrects, duplicates or double-drops a key.
+//! steps, and no panic from a key, loses, resurrects, duplicates, leaks or double-drops a key.
 //!
 //! # Keys that panic
 //!
 //! Every key ([`Key`]) is a value `k` (what `Hash` and `Eq` see; it also borrows as `u64`, so the
-//! checks look keys up without running any key code) and a serial number unique to the instance,
-//! with a shared [`Control`] that counts the `Hash`, `Eq` and `Drop` calls of the operation under
-//! way, makes the chosen ones panic (with an [`Injected`] payload), and records every drop by
-//! serial, failing at once on a second drop of an instance. An operation may arm [`Faults`]: the
-//! op's first `Hash` call panics; its `n`th `Eq` call panics; its `n`th key drop panics, or every
-//! drop of a key whose `k % 64` is in a mask does. A `Drop` never panics while the thread is
-//! already unwinding (that would abort the process, in any program). Each operation runs inside
-//! `catch_unwind`.
+//! checks look keys up without running any key code) and a serial number unique to the instance.
+//! A clone is a new instance: the same `k`, a new serial. A shared [`Control`] keeps a record of
+//! every instance (its `k`, whether it is alive), logs every `Hash`, `Eq`, `Clone` and `Drop` call
+//! of the operation under way (with the serials involved), makes the chosen ones panic (with an
+//! [`Injected`] payload), and fails at once on a second drop of an instance. An operation may arm
+//! [`Faults`]: its `n`th `Hash` call panics; its `n`th `Eq` call; its `n`th `Clone` call (before
+//! making the clone); its `n`th key drop, or every drop of a key whose `k % 64` is in a mask. A
+//! `Drop` never panics while the thread is already unwinding (that would abort the process, in
+//! any program). Each operation runs inside `catch_unwind`.
+//!
+//! The model follows every instance: for each key it holds the instance the table holds and its
+//! word; the *removed* instances (entries evicted or replaced, retired and not yet freed, which
+//! the table counts as unreclaimed), and the *old copies* (the live entries of a replaced table,
+//! retired and not yet freed), each in the order they were retired, one group per operation.
 //!
 //! # What the model expects
 //!
-//! From `src/keyed/table.rs` ("What user code runs where"):
+//! From `src/keyed/table.rs` ("Layout", "What user code runs where"). A *rebuild* of a shard
+//! (a write's growth or clearing, `Rebuild`, `Shrink`) clones each live key of the shard, hashes
+//! the clone, and places it in a new table; when it finishes, the clones are the instances the
+//! table holds, and the instances it held are old copies, dropped when the replaced table is
+//! freed. Which writes rebuild, and which keys share a shard, depends on the shards' slot counts
+//! and on the hasher's random seed: the model does not predict it, it reads it off the log (a
+//! write rebuilt if it cloned), and checks that what it read is consistent.
 //!
-//! - `Hash` runs exactly once per keyed operation, before anything is held; `Eq` only in the
-//!   probe (under the shard lock for writes, in the epoch for lookups); rebuilds, shrinks and
-//!   sweeps run neither.
-//! - A panic in `Hash` or `Eq` means the operation did nothing: no key inserted or replaced, no
-//!   word added to; the operation's own key is dropped once, while unwinding. An `Eq` panic on the
-//!   first comparison is certain whenever the key is held (its probe compares at least once).
-//! - A panic in the drop of a key the operation did not insert (an insert of a held key, a
-//!   replacement of a state that is not gone): nothing changed.
-//! - A panic in the drop of a replaced key (`Put` of a held key): the replacement happened (the
-//!   old entry was unlinked under the lock, and freed after it).
+//! - A write (`Insert`, `Put`, `ReplaceGone`) hashes its own key once, first, before any lock.
+//!   Then, if it rebuilds, it clones and hashes each live key of the shard, each clone hashed
+//!   right after it is made, each key the table holds cloned at most once; then its probe runs
+//!   `Eq`, always as `held == own key`, with `held` an instance the table holds (after the
+//!   rebuild: a clone); no user code runs after the probe but drops. An `Eq` panic on the first
+//!   comparison is certain whenever the key is held (its probe compares at least once).
+//! - A panic in the write's own `Hash`: nothing happened, nothing is freed; the op's key is
+//!   dropped while unwinding, and nothing else.
+//! - A panic in a rebuild's `Clone` or `Hash`: nothing changed (the table holds the same
+//!   instances, nothing is freed); every clone the operation made and the op's own key are
+//!   dropped, and nothing else (a panic in those drops is swallowed: the `Clone` or `Hash` panic
+//!   is the one passed on).
+//! - A rebuild that finished stays done whatever comes after it: after an `Eq` panic the clones
+//!   are held and the old copies wait (nothing is freed; only the op's key is dropped, while
+//!   unwinding).
+//! - Otherwise the write happens, then freeing, then the drop of the op's key if it was not
+//!   inserted. A write that retired something (a `Put` of a held key, whose replaced instance is
+//!   removed; or a rebuild, whose old copies are retired) frees everything retired, its own
+//!   retirements included (no reader is pinned); any other write frees all of it or none of it
+//!   (the reclaimer looks every 8 to 4 096 writes). Freeing drops the removed instances first,
+//!   then the old copies, each group in the order it was retired (any order within one), then
+//!   the op's key; each drop runs even if one before it panicked, and the first panic is passed
+//!   on. A write whose freeing or own drop panicked has done its work all the same.
+//! - A lookup (`Bump`, `Read`) hashes the probe once and compares (`held == probe`) in the
+//!   probe, and does nothing else: no clone, no drop. Single-threaded it never meets a sealed
+//!   state, so a held key always answers its word.
 //! - A sweep (`Forget` and `Evict`: the table's `retain`, as the keyed limiter evicts) marks and
 //!   removes every key whose word is the value, in every shard, and runs no key code at all: it
-//!   answers the count, with the removed keys still alive, counted as unreclaimed. (Before the
-//!   table's commit d0ef1e1 the sweep freed each shard's removed keys before sweeping the next,
-//!   so a panicking `Drop` cut it short; this target's first form modelled that.)
-//! - Freeing drops each key freed exactly once; a panic in one drop is passed on after the rest
-//!   are dropped (with a mask every masked key panics, and the first one's panic is passed on).
-//!   `Forget` frees at once (`reclaim_now`, as the limiter does after a sweep). What `Evict`
-//!   removed stays *pending* until a later operation frees it, all of it at once (no reader holds
-//!   any): certainly a rebuild, a shrink, a `Forget`, or a `Put` that replaces (a write that
-//!   retires something collects); perhaps any other write (the reclaimer looks every 8 to 4 096
-//!   writes); never a lookup, nor a write whose `Hash` or `Eq` panicked (it stops before freeing).
-//!   A write frees the pending keys first, then the key it replaced, then the key it did not
-//!   insert, each even if an earlier one panicked; so the `n`th drop of an operation is one of the
-//!   pending keys if `n` is below their count, and the operation's own drop if `n` is that count.
-//!   A write whose freeing panicked has done its work (insert or replacement) all the same.
-//! - Dropping the table drops every key it holds or has pending exactly once and passes the first
-//!   panic on.
+//!   answers the count, and the instances it removed are counted as unreclaimed. `Forget` then
+//!   frees at once (`reclaim_now`, as the limiter does after a sweep): everything retired.
+//! - `Rebuild` (every shard) and `Shrink` (the shards larger than they need or holding removed
+//!   slots) rebuild shard by shard, cloning and hashing each live key, and run no `Eq`. `Rebuild`
+//!   clones every key the table holds exactly once. A panic in `Clone` or `Hash` stops it at that
+//!   shard: its clones (the last ones made) are dropped, the shards rebuilt before it keep their
+//!   clones, and their old copies wait, with everything else retired, for a later freeing;
+//!   nothing else is dropped. Without such a panic everything retired is freed at the end, as
+//!   by a write.
+//! - No `Drop` runs while a shard lock is held (a key's `Drop` "may call anything", including
+//!   the same limiter). A drop made while unwinding (the only drops that can run inside the
+//!   table's own code, before it catches the panic) is probed: another thread takes every shard
+//!   lock (`FuzzTable::len`) and must get them within [`PROBE_WAIT`]. Set
+//!   `TABLE_OPS_NO_LOCK_PROBE` in the environment to skip the probe.
+//! - Dropping the table drops every instance left exactly once: the removed ones, then the old
+//!   copies, then the held ones; and passes the first panic on.
 //!
-//! The caught payload is always the first injected panic of the operation, and an operation
-//! answers normally exactly when no injected panic fired. After every operation, panicking or
-//! not: the table's length is the model's, every key the model holds reads the model's word (so,
-//! with the length, the table holds exactly the model's keys), the live key instances are exactly
-//! the ones the model holds or has pending (every other one dropped, once), and nothing is left
-//! retired but the pending keys (no pin or lock outlived an unwinding). At the end, dropping the
-//! table drops every instance left.
+//! The caught payload is always the first injected panic of the operation, and an operation answers
+//! normally exactly when no injected panic fired. (A later panic of the same operation is not
+//! passed on: another drop's, the rest of the drops running after the first; or a drop's while a
+//! failed rebuild cleans up, after the `Clone` or `Hash` panic that is passed on. The operation
+//! panics all the same.) After every operation, panicking or not: the table's length is the
+//! model's; every key the model holds reads the model's word (so, with the length, the table holds
+//! exactly the model's keys); the table counts exactly the model's removed instances as
+//! unreclaimed; the live instances are exactly the ones the model holds, has removed or keeps as
+//! old copies (every other one dropped, once), so at least one per key held; and when nothing is
+//! waiting to be freed, nothing is left retired (no pin or lock outlived an unwinding). At the end,
+//! if the input says so, a reclaim with no faults armed drops every removed instance and old copy,
+//! leaving exactly one live instance per key held; then dropping the table drops every instance
+//! left.
 //!
 //! # Catching panics under libFuzzer
 //!
@@ -69,27 +103,35 @@
 //! silently to the operation's `catch_unwind` (or through the table's own catch-and-resume), and
 //! every other panic (a failed check, a panic of the table's own) goes to libFuzzer's hook and
 //! aborts as before. Injected panics are raised with `std::panic::panic_any`, whose payload the
-//! hook can see; `resume_unwind` (how the table passes a drop's panic on) calls no hook.
+//! hook can see; `resume_unwind` (how the table passes a panic on) calls no hook.
 
 #![no_main]
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, Once, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use tollgate::keyed::model_table::{FuzzTable, Gone};
 
+/// How long a drop made while unwinding waits for another thread to take every shard lock
+/// before it concludes that its own thread holds one.
+const PROBE_WAIT: Duration = Duration::from_secs(2);
+
 /// The payload of an injected panic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Injected {
     /// A `Hash` call on the key with this value and serial.
     Hash { k: u64, serial: u64 },
     /// An `Eq` call comparing these values.
     Eq { k: u64, other: u64 },
+    /// A `Clone` call on the key with this value and serial (no clone was made).
+    Clone { k: u64, serial: u64 },
     /// The drop of the key with this value and serial.
     Drop { k: u64, serial: u64 },
 }
@@ -97,11 +139,14 @@ enum Injected {
 /// Which of an operation's calls panic.
 #[derive(Debug, Clone, Copy, Default, Arbitrary)]
 struct Faults {
-    /// The first `Hash` call panics.
-    hash: bool,
+    /// The `n`th `Hash` call (from 0) panics: 0 is a keyed operation's own key, the later ones
+    /// the clones of a rebuild.
+    hash: Option<u8>,
     /// The `n`th `Eq` call (from 0) panics.
     eq: Option<u8>,
     drop: Option<DropFault>,
+    /// The `n`th `Clone` call (from 0) panics.
+    clone: Option<u8>,
 }
 
 #[derive(Debug, Clone, Copy, Arbitrary)]
@@ -123,61 +168,136 @@ impl DropFault {
     }
 }
 
+/// A call of user code, by instance serials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    Hash(u64),
+    /// `held == other`: `held` is `self`.
+    Eq {
+        held: u64,
+        other: u64,
+    },
+    /// `child` is `None` if the call panicked.
+    Clone {
+        parent: u64,
+        child: Option<u64>,
+    },
+    /// `unwinding`: made while the thread was unwinding; `locked`: the probe found a shard lock
+    /// held by this thread.
+    Drop {
+        serial: u64,
+        unwinding: bool,
+        locked: bool,
+    },
+}
+
 /// What the current operation's keys did.
 #[derive(Debug, Default)]
 struct Calls {
     hashes: u32,
     eqs: u32,
+    clones: u32,
     drops: u32,
+    events: Vec<Event>,
     /// Injected panics, in the order they were raised.
     fired: Vec<Injected>,
+}
+
+impl Calls {
+    /// Checks that no drop ran with a shard lock held.
+    fn check_locks(&self, control: &Control, what: &str) {
+        for e in &self.events {
+            if let Event::Drop {
+                serial,
+                locked: true,
+                ..
+            } = e
+            {
+                let at = control.state().locked_at.take().unwrap_or_default();
+                panic!(
+                    "{what}: key #{serial} dropped with a shard lock held: {self:?}\n\
+                     the drop ran at:\n{at}"
+                );
+            }
+        }
+    }
+}
+
+/// One key instance.
+struct Instance {
+    k: u64,
+    alive: bool,
 }
 
 #[derive(Default)]
 struct State {
     faults: Faults,
     calls: Calls,
-    /// Whether each instance (by serial) has been dropped.
-    dropped: Vec<bool>,
+    /// Every instance, by serial.
+    instances: Vec<Instance>,
     /// Instances not yet dropped.
     alive: usize,
+    /// Lock probes still running (see [`Control::locked`]).
+    probes: Vec<JoinHandle<()>>,
+    /// Where the first drop made with a shard lock held ran (its backtrace).
+    locked_at: Option<String>,
 }
 
 /// Shared by every key of a run.
-#[derive(Default)]
-struct Control(Mutex<State>);
+struct Control {
+    state: Mutex<State>,
+    /// The table, for the lock probe.
+    table: OnceLock<Weak<FuzzTable<Key>>>,
+    /// Whether drops made while unwinding probe the shard locks.
+    probe: bool,
+}
 
 impl Control {
+    fn new() -> Control {
+        Control {
+            state: Mutex::default(),
+            table: OnceLock::new(),
+            probe: std::env::var_os("TABLE_OPS_NO_LOCK_PROBE").is_none(),
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic is never raised with the lock held, but recover anyway: the checks read it.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A new instance of key `k`.
     fn key(self: &Arc<Control>, k: u64) -> Key {
         let mut state = self.state();
-        let serial = state.dropped.len() as u64;
-        state.dropped.push(false);
-        state.alive += 1;
         Key {
             k,
-            serial,
+            serial: new_instance(&mut state, k),
             control: self.clone(),
         }
     }
 
-    /// Arms `faults` for the next operation, with its call counts at zero.
+    /// Arms `faults` for the next operation, with its call log empty.
     fn arm(&self, faults: Faults) {
         let mut state = self.state();
         state.faults = faults;
         state.calls = Calls::default();
     }
 
-    /// Disarms, answering what the operation's keys did.
+    /// Disarms, answering what the operation's keys did; waits for its lock probes (the
+    /// operation has returned, so it holds no lock).
     fn disarm(&self) -> Calls {
-        let mut state = self.state();
-        state.faults = Faults::default();
-        std::mem::take(&mut state.calls)
+        let (calls, probes) = {
+            let mut state = self.state();
+            state.faults = Faults::default();
+            (
+                std::mem::take(&mut state.calls),
+                std::mem::take(&mut state.probes),
+            )
+        };
+        for probe in probes {
+            probe.join().expect("a lock probe panicked");
+        }
+        calls
     }
 
     fn alive(&self) -> usize {
@@ -185,38 +305,111 @@ impl Control {
     }
 
     fn is_alive(&self, serial: u64) -> bool {
-        !self.state().dropped[serial as usize]
+        self.state().instances[serial as usize].alive
     }
 
-    /// Counts a call and answers whether it panics (recording the panic if so).
+    fn k_of(&self, serial: u64) -> u64 {
+        self.state().instances[serial as usize].k
+    }
+
+    /// Logs a call and answers whether it panics (recording the panic if so).
     fn hash_call(&self, k: u64, serial: u64) -> Option<Injected> {
         let mut state = self.state();
+        state.calls.events.push(Event::Hash(serial));
         let nth = state.calls.hashes;
         state.calls.hashes += 1;
-        let fire = state.faults.hash && nth == 0;
+        let fire = state.faults.hash.is_some_and(|n| nth == u32::from(n));
         fire.then(|| record(&mut state, Injected::Hash { k, serial }))
     }
 
-    fn eq_call(&self, k: u64, other: u64) -> Option<Injected> {
+    fn eq_call(&self, held: &Key, other: &Key) -> Option<Injected> {
         let mut state = self.state();
+        state.calls.events.push(Event::Eq {
+            held: held.serial,
+            other: other.serial,
+        });
         let nth = state.calls.eqs;
         state.calls.eqs += 1;
         let fire = state.faults.eq.is_some_and(|n| nth == u32::from(n));
-        fire.then(|| record(&mut state, Injected::Eq { k, other }))
+        let injected = Injected::Eq {
+            k: held.k,
+            other: other.k,
+        };
+        fire.then(|| record(&mut state, injected))
     }
 
-    fn drop_call(&self, k: u64, serial: u64) -> Option<Injected> {
+    /// A clone of instance `serial` of `k`, or the panic to raise instead.
+    fn clone_call(self: &Arc<Control>, k: u64, serial: u64) -> Result<Key, Injected> {
+        let mut state = self.state();
+        let nth = state.calls.clones;
+        state.calls.clones += 1;
+        if state.faults.clone.is_some_and(|n| nth == u32::from(n)) {
+            state.calls.events.push(Event::Clone {
+                parent: serial,
+                child: None,
+            });
+            return Err(record(&mut state, Injected::Clone { k, serial }));
+        }
+        let child = new_instance(&mut state, k);
+        state.calls.events.push(Event::Clone {
+            parent: serial,
+            child: Some(child),
+        });
+        Ok(Key {
+            k,
+            serial: child,
+            control: self.clone(),
+        })
+    }
+
+    fn drop_call(&self, k: u64, serial: u64, unwinding: bool, locked: bool) -> Option<Injected> {
         let mut state = self.state();
         assert!(
-            !std::mem::replace(&mut state.dropped[serial as usize], true),
+            std::mem::replace(&mut state.instances[serial as usize].alive, false),
             "key {k} (#{serial}) dropped twice"
         );
         state.alive -= 1;
+        state.calls.events.push(Event::Drop {
+            serial,
+            unwinding,
+            locked,
+        });
         let nth = state.calls.drops;
         state.calls.drops += 1;
-        let fire = DropFault::fires(state.faults.drop, nth, k) && !std::thread::panicking();
+        let fire = DropFault::fires(state.faults.drop, nth, k) && !unwinding;
         fire.then(|| record(&mut state, Injected::Drop { k, serial }))
     }
+
+    /// Whether this thread holds a shard lock of the table: another thread takes every shard
+    /// lock in turn, and this one waits [`PROBE_WAIT`] for it. (A probe still blocked is joined
+    /// at [`Control::disarm`], once the operation has released its locks.)
+    fn locked(&self) -> bool {
+        if !self.probe {
+            return false;
+        }
+        let Some(table) = self.table.get().and_then(Weak::upgrade) else {
+            return false;
+        };
+        let (done, wait) = mpsc::channel();
+        let probe = std::thread::spawn(move || {
+            table.len();
+            let _ = done.send(());
+        });
+        let locked = wait.recv_timeout(PROBE_WAIT).is_err();
+        let mut state = self.state();
+        state.probes.push(probe);
+        if locked && state.locked_at.is_none() {
+            state.locked_at = Some(std::backtrace::Backtrace::force_capture().to_string());
+        }
+        locked
+    }
+}
+
+fn new_instance(state: &mut State, k: u64) -> u64 {
+    let serial = state.instances.len() as u64;
+    state.instances.push(Instance { k, alive: true });
+    state.alive += 1;
+    serial
 }
 
 fn record(state: &mut State, injected: Injected) -> Injected {
@@ -243,7 +436,7 @@ impl Hash for Key {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Key) -> bool {
-        if let Some(injected) = self.control.eq_call(self.k, other.k) {
+        if let Some(injected) = self.control.eq_call(self, other) {
             panic::panic_any(injected);
         }
         self.k == other.k
@@ -251,6 +444,14 @@ impl PartialEq for Key {
 }
 
 impl Eq for Key {}
+
+impl Clone for Key {
+    fn clone(&self) -> Key {
+        self.control
+            .clone_call(self.k, self.serial)
+            .unwrap_or_else(|injected| panic::panic_any(injected))
+    }
+}
 
 impl Borrow<u64> for Key {
     fn borrow(&self) -> &u64 {
@@ -260,7 +461,12 @@ impl Borrow<u64> for Key {
 
 impl Drop for Key {
     fn drop(&mut self) {
-        if let Some(injected) = self.control.drop_call(self.k, self.serial) {
+        let unwinding = std::thread::panicking();
+        let locked = unwinding && self.control.locked();
+        if let Some(injected) = self
+            .control
+            .drop_call(self.k, self.serial, unwinding, locked)
+        {
             panic::panic_any(injected);
         }
     }
@@ -290,13 +496,13 @@ enum Kind {
     Bump(u8),
     /// Read the key's word (looked up by a key instance).
     Read(u8),
-    /// Mark gone and remove every key whose word is this value, then free them.
+    /// Mark gone and remove every key whose word is this value, then free what is retired.
     Forget(u8),
     /// Mark gone and remove every key whose word is this value, leaving them to later writes.
     Evict(u8),
     /// Replace the key's state with a fresh word if it is marked gone.
     ReplaceGone(u8, u8),
-    /// Relocate every entry into a new table.
+    /// Rebuild every shard (the keys cloned into a new table).
     Rebuild,
     /// Shrink every shard to what it holds.
     Shrink,
@@ -314,6 +520,8 @@ struct Input {
     ops: Vec<Op>,
     /// Which drops panic when the table is dropped at the end.
     last: Option<DropFault>,
+    /// Whether everything retired is freed, with no fault armed, before the table is dropped.
+    settle: bool,
 }
 
 impl<'a> Arbitrary<'a> for Input {
@@ -321,6 +529,7 @@ impl<'a> Arbitrary<'a> for Input {
         Ok(Input {
             shards: u.int_in_range(1..=4)?,
             last: u.arbitrary()?,
+            settle: u.arbitrary()?,
             ops: u
                 .arbitrary_iter()?
                 .take(2_000)
@@ -329,11 +538,70 @@ impl<'a> Arbitrary<'a> for Input {
     }
 }
 
-/// What the model holds for a key: the instance held and its word.
+/// What the model holds for a key: the instance the table holds and its word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Held {
     serial: u64,
     word: u64,
+}
+
+/// The model: the keys held, and the instances retired and not yet freed.
+#[derive(Debug, Default)]
+struct Model {
+    keys: HashMap<u64, Held>,
+    /// Removed instances (evicted or replaced), one group per operation, oldest first.
+    removed: Vec<Vec<u64>>,
+    /// Old copies (the held instances of replaced tables), one group per operation, oldest
+    /// first.
+    copies: Vec<Vec<u64>>,
+}
+
+impl Model {
+    /// Whether `serial` is an instance the table holds.
+    fn holds(&self, serial: u64, control: &Control) -> bool {
+        self.keys
+            .get(&control.k_of(serial))
+            .is_some_and(|h| h.serial == serial)
+    }
+
+    /// A finished rebuild: each clone is held in place of its parent, which is an old copy now.
+    fn install(&mut self, clones: &[(u64, u64)], control: &Control, what: &str) {
+        let mut parents = Vec::new();
+        for &(parent, child) in clones {
+            let k = control.k_of(parent);
+            let held = self.keys.get_mut(&k);
+            assert!(
+                held.as_ref().is_some_and(|h| h.serial == parent),
+                "{what}: cloned #{parent} of key {k}, which the table does not hold ({held:?})"
+            );
+            if let Some(held) = held {
+                held.serial = child;
+            }
+            parents.push(parent);
+        }
+        if !parents.is_empty() {
+            self.copies.push(parents);
+        }
+    }
+
+    fn removed(&mut self, serials: Vec<u64>) {
+        if !serials.is_empty() {
+            self.removed.push(serials);
+        }
+    }
+
+    fn pending(&self) -> usize {
+        self.removed.iter().chain(&self.copies).map(Vec::len).sum()
+    }
+
+    /// Everything retired, in the order freeing drops it (removed, then old copies), then
+    /// `last`; forgets it.
+    fn take_all(&mut self, last: Vec<u64>) -> Vec<Vec<u64>> {
+        let mut groups = std::mem::take(&mut self.removed);
+        groups.append(&mut self.copies);
+        groups.push(last);
+        groups
+    }
 }
 
 /// An operation's answer.
@@ -365,87 +633,104 @@ fn outcome(result: std::thread::Result<Answer>, calls: &Calls) -> Result<Answer,
     }
 }
 
-/// A key instance: its value and serial.
-type Id = (u64, u64);
-
-fn id(k: u64, held: &Held) -> Id {
-    (k, held.serial)
-}
-
-/// Checks the drops an operation made against the ones expected, `groups` of them in an order
-/// known between groups and not within one (a batch freed, in the order of its shards and
-/// slots): as many drops; with `Nth(n)`, one panic, from the group holding the `n`th drop, if
-/// there are `n` drops; with a mask, a panic from every masked key, in the order of the groups.
-/// Answers whether a drop panicked.
-fn check_drops(calls: &Calls, fault: Option<DropFault>, groups: &[Vec<Id>], what: &str) -> bool {
-    let total: usize = groups.iter().map(Vec::len).sum();
-    assert_eq!(calls.drops as usize, total, "{what}: drops");
-    let fired: Vec<Injected> = calls
-        .fired
-        .iter()
-        .copied()
-        .filter(|f| matches!(f, Injected::Drop { .. }))
-        .collect();
-    let group_of = |f: &Injected| {
-        groups
-            .iter()
-            .position(|g| {
-                g.iter()
-                    .any(|&(k, serial)| *f == Injected::Drop { k, serial })
-            })
-            .unwrap_or_else(|| panic!("{what}: {f:?} was not to be dropped"))
-    };
-    match fault {
-        Some(DropFault::Nth(n)) => {
-            let mut first = 0;
-            let holding = groups.iter().position(|g| {
-                first += g.len();
-                usize::from(n) < first
-            });
-            match holding {
-                Some(g) => assert!(
-                    fired.len() == 1 && group_of(&fired[0]) == g,
-                    "{what}: {fired:?}, expected one of {:?}",
-                    groups[g]
-                ),
-                None => assert_eq!(fired, [], "{what}: fewer drops than {n}"),
-            }
-        }
-        fault => {
-            let mut want: Vec<Injected> = groups
-                .iter()
-                .flatten()
-                .filter(|&&(k, _)| DropFault::fires(fault, u32::MAX, k))
-                .map(|&(k, serial)| Injected::Drop { k, serial })
-                .collect();
-            let order: Vec<usize> = fired.iter().map(group_of).collect();
-            assert!(order.is_sorted(), "{what}: {fired:?} out of order");
-            let mut fired = fired.clone();
-            fired.sort_unstable();
-            want.sort_unstable();
-            assert_eq!(fired, want, "{what}: the drops that panicked");
+/// Checks that `dropped` (an operation's drops, in order) are exactly the instances of `groups`,
+/// group by group (in any order within a group).
+fn check_freed(dropped: &[u64], groups: &[Vec<u64>], what: &str) {
+    let mut group_of = HashMap::new();
+    for (g, group) in groups.iter().enumerate() {
+        for &serial in group {
+            assert!(
+                group_of.insert(serial, g).is_none(),
+                "{what}: #{serial} twice"
+            );
         }
     }
-    !fired.is_empty()
+    let mut last = 0;
+    for &serial in dropped {
+        let g = *group_of.get(&serial).unwrap_or_else(|| {
+            panic!("{what}: #{serial} dropped, not expected: {dropped:?}, expected {groups:?}")
+        });
+        assert!(
+            g >= last,
+            "{what}: out of order: {dropped:?}, expected {groups:?}"
+        );
+        last = g;
+    }
+    // Each at most once (the control fails on a second drop), so this is every one.
+    assert_eq!(
+        dropped.len(),
+        group_of.len(),
+        "{what}: dropped {dropped:?}, expected {groups:?}"
+    );
+}
+
+/// A rebuild's log, after a keyed operation's own hash (if any): its clones, each followed at
+/// once by the clone's hash; whether the last `Clone` call panicked; then the rest of the
+/// events.
+fn clones_of(events: &[Event], what: &str) -> (Vec<(u64, u64)>, bool, usize) {
+    let mut clones = Vec::new();
+    let mut at = 0;
+    while let Some(&Event::Clone { parent, child }) = events.get(at) {
+        at += 1;
+        let Some(child) = child else {
+            return (clones, true, at);
+        };
+        assert_eq!(
+            events.get(at),
+            Some(&Event::Hash(child)),
+            "{what}: a clone is hashed once, as soon as it is made: {events:?}"
+        );
+        at += 1;
+        clones.push((parent, child));
+    }
+    (clones, false, at)
+}
+
+/// The drops of `events[at..]`, which must all be drops: their serials, and whether each was
+/// made while unwinding.
+fn drops_from(events: &[Event], at: usize, what: &str) -> Vec<(u64, bool)> {
+    events[at..]
+        .iter()
+        .map(|e| match *e {
+            Event::Drop {
+                serial, unwinding, ..
+            } => (serial, unwinding),
+            other => panic!("{what}: {other:?} out of place: {events:?}"),
+        })
+        .collect()
+}
+
+/// The serials of `drops`, checking that none was made while unwinding.
+fn settled(drops: &[(u64, bool)], what: &str) -> Vec<u64> {
+    drops
+        .iter()
+        .map(|&(serial, unwinding)| {
+            assert!(!unwinding, "{what}: #{serial} dropped while unwinding");
+            serial
+        })
+        .collect()
+}
+
+fn serials(drops: &[(u64, bool)]) -> HashSet<u64> {
+    drops.iter().map(|&(serial, _)| serial).collect()
 }
 
 fuzz_target!(|input: Input| {
     install_hook();
-    let control = Arc::new(Control::default());
-    let table: FuzzTable<Key> = FuzzTable::with_shards(input.shards);
-    let mut model: HashMap<u64, Held> = HashMap::new();
-    // Removed by `Evict`, not yet freed (alive, and counted as unreclaimed).
-    let mut pending: Vec<Id> = Vec::new();
+    let control = Arc::new(Control::new());
+    let table: Arc<FuzzTable<Key>> = Arc::new(FuzzTable::with_shards(input.shards));
+    let _ = control.table.set(Arc::downgrade(&table));
+    let mut model = Model::default();
     for (i, op) in input.ops.iter().enumerate() {
         let faults = op.faults.unwrap_or_default();
         let what = format!("op {i}: {op:?}");
         let what = what.as_str();
-        match op.kind {
+        let calls = match op.kind {
             Kind::Insert(k, v) | Kind::Put(k, v) | Kind::ReplaceGone(k, v) => {
                 let (k, v) = (u64::from(k), u64::from(v));
                 let key = control.key(k);
                 let serial = key.serial;
-                let held = model.get(&k).copied();
+                let held = model.keys.get(&k).copied();
                 control.arm(faults);
                 let result = panic::catch_unwind(AssertUnwindSafe(|| match op.kind {
                     Kind::Insert(..) => Answer::Inserted(table.insert(key, v)),
@@ -454,72 +739,107 @@ fuzz_target!(|input: Input| {
                 }));
                 let calls = control.disarm();
                 let got = outcome(result, &calls);
-                assert_eq!(calls.hashes, 1, "{what}: hashed the key once");
-                // All or nothing of what is pending is freed.
-                let unreclaimed = table.unreclaimed();
-                assert!(unreclaimed == 0 || unreclaimed == pending.len(), "{what}");
-                let freed_pending = unreclaimed == 0 && !pending.is_empty();
-                // Hash first, then the probe: a panic in either stops the operation there.
-                match got {
-                    Err(Injected::Hash { k: hk, serial: hs }) => {
-                        assert!(faults.hash && (hk, hs) == (k, serial), "{what}");
-                    }
-                    Err(Injected::Eq { .. }) => assert!(!faults.hash, "{what}"),
-                    _ => {
-                        assert!(!faults.hash, "{what}: the hash did not panic");
-                        let compared = held.is_some() && faults.eq == Some(0);
-                        assert!(!compared, "{what}: the probe of a held key compared");
-                    }
+                let events = &calls.events;
+                // The op's own hash, first; then a rebuild's clones; then the probe's
+                // comparisons; then drops only.
+                assert_eq!(
+                    events.first(),
+                    Some(&Event::Hash(serial)),
+                    "{what}: its own key hashed first: {events:?}"
+                );
+                let (clones, clone_failed, mut at) = clones_of(&events[1..], what);
+                at += 1;
+                let mut compared = Vec::new();
+                while let Some(&Event::Eq { held, other }) = events.get(at) {
+                    assert_eq!(
+                        other, serial,
+                        "{what}: compared with its own key: {events:?}"
+                    );
+                    compared.push(held);
+                    at += 1;
                 }
-                if matches!(got, Err(Injected::Hash { .. } | Injected::Eq { .. })) {
-                    // Nothing happened, nothing was freed; the key was dropped while unwinding.
-                    assert!(!freed_pending, "{what}: freed after a panic in Hash or Eq");
-                    assert_eq!(calls.drops, 1, "{what}");
-                } else {
-                    let inserts = match op.kind {
-                        Kind::Insert(..) => held.is_none(),
-                        Kind::Put(..) => true,
-                        // A held state is never gone under the shard lock (eviction marks and
-                        // removes under it), so this never replaces.
-                        _ => false,
-                    };
-                    // The operation's own drop: the old key (replaced) or the new one (not
-                    // inserted).
-                    let own = match (inserts, held) {
-                        (true, None) => None,
-                        (true, Some(old)) => Some(id(k, &old)),
-                        (false, _) => Some((k, serial)),
-                    };
-                    if inserts && held.is_some() && !pending.is_empty() {
-                        assert!(freed_pending, "{what}: a write that retires collects");
+                let drops = drops_from(events, at, what);
+                match got {
+                    Err(Injected::Hash { serial: hashed, .. }) if hashed == serial => {
+                        // Nothing held, nothing happened; the key dropped while unwinding.
+                        assert_eq!(faults.hash, Some(0), "{what}");
+                        assert_eq!(events.len(), 1 + drops.len(), "{what}: {events:?}");
+                        assert_eq!(drops, [(serial, true)], "{what}: {events:?}");
                     }
-                    let mut groups = Vec::new();
-                    if freed_pending {
-                        groups.push(std::mem::take(&mut pending));
+                    Err(Injected::Clone { .. } | Injected::Hash { .. }) => {
+                        // A rebuild cut short: nothing changed, every clone made and the key
+                        // dropped, nothing freed.
+                        assert!(compared.is_empty(), "{what}: compared after: {events:?}");
+                        let mut made: HashSet<u64> = clones.iter().map(|&(_, c)| c).collect();
+                        made.insert(serial);
+                        assert_eq!(serials(&drops), made, "{what}: {events:?}");
                     }
-                    groups.extend(own.map(|own| vec![own]));
-                    let panicked = check_drops(&calls, faults.drop, &groups, what);
-                    match got {
-                        Err(_) => assert!(panicked, "{what}"),
-                        Ok(answer) => {
-                            assert!(!panicked, "{what}");
-                            let want = match op.kind {
-                                Kind::Insert(..) => Answer::Inserted(held.is_none()),
-                                _ => Answer::Word(held.map(|h| h.word)),
-                            };
-                            assert_eq!(answer, want, "{what}");
+                    _ => {
+                        assert!(!clone_failed, "{what}: a clone panicked: {events:?}");
+                        model.install(&clones, &control, what);
+                        for &h in &compared {
+                            assert!(
+                                model.holds(h, &control),
+                                "{what}: compared with #{h}, not held: {events:?}"
+                            );
+                        }
+                        match got {
+                            Err(Injected::Eq { .. }) => {
+                                // Nothing changed but the rebuild; the key dropped while
+                                // unwinding, nothing freed.
+                                assert_eq!(drops, [(serial, true)], "{what}: {events:?}");
+                            }
+                            Ok(_) | Err(Injected::Drop { .. }) => {
+                                if held.is_some() {
+                                    assert!(
+                                        !compared.is_empty(),
+                                        "{what}: the probe of a held key compared"
+                                    );
+                                }
+                                let inserts = match op.kind {
+                                    Kind::Insert(..) => held.is_none(),
+                                    Kind::Put(..) => true,
+                                    // A held state is never gone under the shard lock (eviction
+                                    // marks and removes under it, a rebuild seals only the
+                                    // replaced table's), so this never replaces.
+                                    _ => false,
+                                };
+                                if let Ok(answer) = &got {
+                                    let want = match op.kind {
+                                        Kind::Insert(..) => Answer::Inserted(held.is_none()),
+                                        _ => Answer::Word(held.map(|h| h.word)),
+                                    };
+                                    assert_eq!(*answer, want, "{what}");
+                                }
+                                // Done whether or not a drop after it panicked.
+                                let mut retired = !clones.is_empty();
+                                if inserts {
+                                    let old = model.keys.insert(k, Held { serial, word: v });
+                                    if let Some(old) = old {
+                                        model.removed(vec![old.serial]);
+                                        retired = true;
+                                    }
+                                }
+                                let own = if inserts { vec![] } else { vec![serial] };
+                                let dropped = settled(&drops, what);
+                                // All retired freed (certainly after retiring), or none.
+                                if retired || dropped.len() > own.len() {
+                                    check_freed(&dropped, &model.take_all(own), what);
+                                } else {
+                                    check_freed(&dropped, &[own], what);
+                                }
+                            }
+                            Err(other) => panic!("{what}: {other:?}"),
                         }
                     }
-                    // Done whether or not a drop after it panicked.
-                    if inserts {
-                        model.insert(k, Held { serial, word: v });
-                    }
                 }
+                calls
             }
             Kind::Bump(k) | Kind::Read(k) => {
                 let k = u64::from(k);
                 let probe = control.key(k);
-                let held = model.get(&k).copied();
+                let serial = probe.serial;
+                let held = model.keys.get(&k).copied();
                 control.arm(faults);
                 let result = panic::catch_unwind(AssertUnwindSafe(|| {
                     Answer::Looked(match op.kind {
@@ -530,15 +850,28 @@ fuzz_target!(|input: Input| {
                 let calls = control.disarm();
                 drop(probe);
                 let got = outcome(result, &calls);
-                assert_eq!(calls.hashes, 1, "{what}: hashed the key once");
-                assert_eq!(calls.drops, 0, "{what}: a lookup frees nothing");
+                let events = &calls.events;
+                assert_eq!(
+                    events.first(),
+                    Some(&Event::Hash(serial)),
+                    "{what}: hashed the key first: {events:?}"
+                );
+                let mut compared = 0;
+                for e in &events[1..] {
+                    match *e {
+                        Event::Eq { held, other } if other == serial => {
+                            assert!(model.holds(held, &control), "{what}: {events:?}");
+                            compared += 1;
+                        }
+                        _ => panic!("{what}: a lookup hashes once and compares: {events:?}"),
+                    }
+                }
                 match got {
                     Ok(answer) => {
-                        assert!(!faults.hash, "{what}: the hash did not panic");
                         if held.is_some() {
-                            assert_ne!(faults.eq, Some(0), "{what}: no comparison");
+                            assert!(compared > 0, "{what}: no comparison");
                         }
-                        let want = match (op.kind, model.get_mut(&k)) {
+                        let want = match (op.kind, model.keys.get_mut(&k)) {
                             (Kind::Bump(_), Some(held)) => {
                                 held.word += 1;
                                 Some(Ok(held.word))
@@ -548,17 +881,19 @@ fuzz_target!(|input: Input| {
                         assert_eq!(answer, Answer::Looked(want), "{what}");
                     }
                     // Nothing added to.
-                    Err(Injected::Hash { .. }) => assert!(faults.hash, "{what}"),
-                    Err(Injected::Eq { .. }) => assert!(!faults.hash, "{what}"),
+                    Err(Injected::Hash { .. }) => assert_eq!(events.len(), 1, "{what}"),
+                    Err(Injected::Eq { .. }) => {}
                     Err(other) => panic!("{what}: {other:?}"),
                 }
+                calls
             }
             Kind::Forget(v) | Kind::Evict(v) => {
                 let v = u64::from(v);
-                let gone: Vec<Id> = model
-                    .iter()
-                    .filter(|(_, h)| h.word == v)
-                    .map(|(&k, h)| id(k, h))
+                let gone: Vec<u64> = model
+                    .keys
+                    .values()
+                    .filter(|h| h.word == v)
+                    .map(|h| h.serial)
                     .collect();
                 // The sweep: marks and removes them all, frees nothing, runs no key code.
                 control.arm(faults);
@@ -567,35 +902,28 @@ fuzz_target!(|input: Input| {
                 let calls = control.disarm();
                 let got = outcome(result, &calls);
                 assert_eq!(got, Ok(Answer::Removed(gone.len())), "{what}: the sweep");
-                assert_eq!(
-                    (calls.hashes, calls.eqs, calls.drops),
-                    (0, 0, 0),
-                    "{what}: a sweep runs no key code"
-                );
-                for (k, _) in &gone {
-                    model.remove(k);
-                }
-                assert_eq!(table.len(), model.len(), "{what}: swept");
-                let removed = pending.len() + gone.len();
-                assert_eq!(table.unreclaimed(), removed, "{what}: swept");
-                assert_eq!(control.alive(), model.len() + removed, "{what}");
+                assert_eq!(calls.events, [], "{what}: a sweep runs no key code");
+                model.keys.retain(|_, h| h.word != v);
+                model.removed(gone);
+                assert_eq!(table.len(), model.keys.len(), "{what}: swept");
                 if matches!(op.kind, Kind::Evict(_)) {
-                    pending.extend(gone);
+                    calls
                 } else {
-                    // The freeing after it: the older batches first.
-                    let groups = [std::mem::take(&mut pending), gone];
+                    // The freeing after it: everything retired.
                     control.arm(faults);
                     let result = panic::catch_unwind(AssertUnwindSafe(|| {
                         table.reclaim();
                         Answer::Done
                     }));
                     let calls = control.disarm();
-                    let got = outcome(result, &calls);
-                    let panicked = check_drops(&calls, faults.drop, &groups, what);
-                    assert_eq!(got.is_err(), panicked, "{what}: {got:?}");
+                    outcome(result, &calls).ok();
+                    let dropped = settled(&drops_from(&calls.events, 0, what), what);
+                    check_freed(&dropped, &model.take_all(vec![]), what);
+                    calls
                 }
             }
             Kind::Rebuild | Kind::Shrink => {
+                let holding = model.keys.len();
                 control.arm(faults);
                 let result = panic::catch_unwind(AssertUnwindSafe(|| {
                     match op.kind {
@@ -606,42 +934,82 @@ fuzz_target!(|input: Input| {
                 }));
                 let calls = control.disarm();
                 let got = outcome(result, &calls);
-                assert_eq!(
-                    (calls.hashes, calls.eqs),
-                    (0, 0),
-                    "{what}: a rebuild runs no key code"
-                );
-                // Each frees what is pending (all of it, at its first retirement).
-                let groups = [std::mem::take(&mut pending)];
-                let panicked = check_drops(&calls, faults.drop, &groups, what);
-                assert_eq!(got.is_err(), panicked, "{what}: {got:?}");
+                let events = &calls.events;
+                let (clones, clone_failed, at) = clones_of(events, what);
+                let drops = drops_from(events, at, what);
+                match got {
+                    Err(Injected::Clone { .. } | Injected::Hash { .. }) => {
+                        // Stopped at a shard: its clones (the last made) dropped, the shards
+                        // before it rebuilt, nothing freed.
+                        let dropped = serials(&drops);
+                        let cut = clones
+                            .iter()
+                            .position(|&(_, c)| dropped.contains(&c))
+                            .unwrap_or(clones.len());
+                        let (kept, lost) = clones.split_at(cut);
+                        let lost: HashSet<u64> = lost.iter().map(|&(_, c)| c).collect();
+                        assert_eq!(
+                            dropped, lost,
+                            "{what}: the failing shard's clones, and only them: {events:?}"
+                        );
+                        model.install(kept, &control, what);
+                    }
+                    Ok(_) | Err(Injected::Drop { .. }) => {
+                        assert!(!clone_failed, "{what}: a clone panicked: {events:?}");
+                        if matches!(op.kind, Kind::Rebuild) {
+                            assert_eq!(clones.len(), holding, "{what}: every key cloned");
+                        }
+                        model.install(&clones, &control, what);
+                        let dropped = settled(&drops, what);
+                        check_freed(&dropped, &model.take_all(vec![]), what);
+                    }
+                    Err(other) => panic!("{what}: {other:?}"),
+                }
+                calls
             }
-        }
+        };
         // After every operation, panicking or not.
-        assert_eq!(table.len(), model.len(), "{what}: len");
-        for (&k, held) in &model {
+        calls.check_locks(&control, what);
+        assert_eq!(table.len(), model.keys.len(), "{what}: len");
+        for (&k, held) in &model.keys {
             assert_eq!(table.read(&k), Some(Ok(held.word)), "{what}: key {k}");
             assert!(control.is_alive(held.serial), "{what}: key {k} dropped");
         }
-        for &(k, serial) in &pending {
-            if !model.contains_key(&k) {
+        for &serial in model.removed.iter().chain(&model.copies).flatten() {
+            let k = control.k_of(serial);
+            if !model.keys.contains_key(&k) {
                 assert_eq!(table.read(&k), None, "{what}: removed key {k} held");
             }
-            assert!(control.is_alive(serial), "{what}: pending key {k} dropped");
+            assert!(control.is_alive(serial), "{what}: retired key {k} dropped");
         }
-        let alive = model.len() + pending.len();
+        let removed: usize = model.removed.iter().map(Vec::len).sum();
+        assert_eq!(table.unreclaimed(), removed, "{what}: unreclaimed");
+        let alive = model.keys.len() + model.pending();
         assert_eq!(control.alive(), alive, "{what}: instances alive");
-        if pending.is_empty() {
-            // Frees what is retired if anything is, which nothing should be.
-            assert_eq!((table.retired(), table.unreclaimed()), (0, 0), "{what}");
-        } else {
-            assert_eq!(table.unreclaimed(), pending.len(), "{what}: pending");
+        if model.pending() == 0 {
+            // Frees what is retired if anything is, which holds no key.
+            control.arm(Faults::default());
+            let retired = table.retired();
+            let calls = control.disarm();
+            assert_eq!((retired, calls.events), (0, vec![]), "{what}");
         }
     }
-    // The table's drop drops every key it holds, then every key pending, each once, and passes
-    // the first panic on.
-    let held: Vec<Id> = model.iter().map(|(&k, h)| id(k, h)).collect();
-    let groups = [held, pending];
+    if input.settle {
+        // A reclaim with no fault armed: every removed instance and old copy dropped, one
+        // instance left per key held.
+        control.arm(Faults::default());
+        table.reclaim();
+        let calls = control.disarm();
+        let dropped = settled(&drops_from(&calls.events, 0, "settle"), "settle");
+        check_freed(&dropped, &model.take_all(vec![]), "the last reclaim");
+        assert_eq!(control.alive(), model.keys.len(), "the last reclaim");
+        assert_eq!(table.unreclaimed(), 0, "the last reclaim");
+    }
+    // The table's drop drops every removed instance, every old copy, then every key it holds,
+    // each once, and passes the first panic on.
+    let held: Vec<u64> = model.keys.values().map(|h| h.serial).collect();
+    let groups = model.take_all(held);
+    let table = Arc::into_inner(table).expect("no lock probe holds the table");
     control.arm(Faults {
         drop: input.last,
         ..Faults::default()
@@ -651,8 +1019,11 @@ fuzz_target!(|input: Input| {
         Answer::Done
     }));
     let calls = control.disarm();
-    let got = outcome(result, &calls);
-    let panicked = check_drops(&calls, input.last, &groups, "the table's drop");
-    assert_eq!(got.is_err(), panicked, "the table's drop: {got:?}");
+    outcome(result, &calls).ok();
+    let dropped = settled(
+        &drops_from(&calls.events, 0, "the table's drop"),
+        "the table's drop",
+    );
+    check_freed(&dropped, &groups, "the table's drop");
     assert_eq!(control.alive(), 0, "the table's drop");
 });

@@ -545,17 +545,22 @@ impl<K, V> Garbage<K, V> {
 /// made so far, and the panic. Nothing else was changed.
 struct Unfinished<K, V> {
     table: Box<Raw<K, V>>,
+    /// The clone being hashed when `Hash` panicked, not yet placed.
+    clone: Option<K>,
     panic: Box<dyn std::any::Any + Send>,
 }
 
 impl<K, V> Unfinished<K, V> {
-    /// Drops the clones (call with no lock held: they run `Drop`), then passes the panic on.
-    fn resume(self) -> ! {
+    /// Drops the clones (call with no lock held: they run `Drop`), then runs `then` (the caller's
+    /// own drops), then passes the rebuild's panic on (a panic of any of these drops is not).
+    fn resume(self, then: impl FnOnce()) -> ! {
         let mut drops = Drops(None);
         for i in self.table.live() {
             // SAFETY: the table was never shared; its live slots hold keys and no states.
             drops.run(|| unsafe { self.table.drop_entry(i, false) });
         }
+        drops.run(|| drop(self.clone));
+        drops.run(then);
         std::panic::resume_unwind(self.panic)
     }
 }
@@ -907,11 +912,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         // each runs even if the other panics, and the first panic is passed on.
         let (answer, unused) = match written {
             Ok(written) => written,
-            Err((unfinished, key)) => {
-                // The rebuild's panic is the one passed on.
-                Drops(None).run(|| drop(key));
-                unfinished.resume()
-            }
+            Err((unfinished, key)) => unfinished.resume(|| drop(key)),
         };
         let mut drops = Drops(None);
         drops.run(|| self.free_retired());
@@ -953,11 +954,13 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         // Phase 1, the keys: user code, on a table no one else sees. Each placed slot's state
         // field holds, for now, the index of its original (`Origins`).
         let mut heap = Vec::new();
+        // A clone being hashed: if `Hash` panics, it is dropped with the others, after the lock.
+        let mut hashing = None;
         let cloned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             for i in old.live() {
                 // SAFETY: a live entry, under the lock.
-                let key = unsafe { old.key(i) }.clone();
-                let hash = self.hash(&key);
+                let hash = self.hash(hashing.insert(unsafe { old.key(i) }.clone()));
+                let Some(key) = hashing.take() else { continue };
                 let j = new.vacancy(hash);
                 let slot = new.slot(j);
                 // SAFETY: an empty slot of a table not yet shared: its key, and in place of its
@@ -979,7 +982,11 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             }
         }));
         if let Err(panic) = cloned {
-            return Err(Unfinished { table: new, panic });
+            return Err(Unfinished {
+                table: new,
+                clone: hashing,
+                panic,
+            });
         }
         let origins = Origins::keep(&new, writer.live, heap);
         // Phase 2, the states: no user code, so it cannot be cut short. First a copy of each,
@@ -1157,7 +1164,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
                 }
             };
             if let Err(unfinished) = rebuilt {
-                unfinished.resume();
+                unfinished.resume(|| ());
             }
         }
         // Queued, not freed, until every shard is done: a key's `Drop` panicking in the freeing
@@ -1897,6 +1904,65 @@ mod tests {
             drop(table);
             assert_eq!(log.live(), Vec::<u64>::new());
         }
+    }
+
+    /// A key's clone made by a rebuild whose `Hash` then panics is dropped after the shard lock
+    /// is released, like every other drop the table runs: its `Drop` may use the table (before
+    /// the fix, found by the fuzz target: dropped as the panic unwound, under the lock).
+    #[test]
+    fn a_clone_whose_hash_panics_is_dropped_after_the_lock() {
+        static TABLE: std::sync::OnceLock<&'static Table<Probe, AtomicU64>> =
+            std::sync::OnceLock::new();
+        static PANIC_NEXT_HASH: AtomicBool = AtomicBool::new(false);
+        static DROPS: AtomicU64 = AtomicU64::new(0);
+        static UNDER_A_LOCK: AtomicU64 = AtomicU64::new(0);
+        #[derive(Clone, PartialEq, Eq)]
+        struct Probe(u64);
+        impl Hash for Probe {
+            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                if PANIC_NEXT_HASH.swap(false, Ordering::Relaxed) {
+                    panic!("hash");
+                }
+                self.0.hash(h)
+            }
+        }
+        impl Drop for Probe {
+            fn drop(&mut self) {
+                let Some(table) = TABLE.get() else { return };
+                DROPS.fetch_add(1, Ordering::Relaxed);
+                // Every shard's lock, from another thread: a lock this thread holds keeps it
+                // waiting (it gets the lock once the table lets go, and ends).
+                let (done, wait) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let _ = done.send(table.len());
+                });
+                if wait
+                    .recv_timeout(std::time::Duration::from_secs(2))
+                    .is_err()
+                {
+                    UNDER_A_LOCK.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let table = TABLE.get_or_init(|| Box::leak(Box::new(Table::with_shards(1))));
+        for id in 0..10 {
+            put(table, Probe(id), id);
+        }
+        let drops = DROPS.load(Ordering::Relaxed);
+        // The rebuild's first `Hash` is that of the first clone.
+        PANIC_NEXT_HASH.store(true, Ordering::Relaxed);
+        assert!(quietly(|| table.rebuild_all()).is_err());
+        assert_eq!(
+            DROPS.load(Ordering::Relaxed) - drops,
+            1,
+            "the clone, dropped once"
+        );
+        assert_eq!(
+            UNDER_A_LOCK.load(Ordering::Relaxed),
+            0,
+            "dropped under a lock"
+        );
+        assert_eq!(table.len(), 10);
     }
 
     /// A key whose `Eq` writes through `&self`: every comparison counts itself in a counter its
