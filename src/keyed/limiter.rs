@@ -384,12 +384,13 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // Decide small, describe once: the lookup answers the verdict (for a one-word algorithm,
         // the word decided on) in registers, and the outcome is built here, after the lookup,
         // where a caller reading only `is_ok()` lets the compiler drop what it does not read.
-        let now = now();
+        // The reading is taken after the table is asked to fetch the key's lines (their misses
+        // overlap the clock's work) and before the lookup enters the epoch.
         // Captured by value: the closure's copies stay in registers on the inlined path.
         let policy = &self.policy;
-        let known = self
-            .store
-            .with_read(key, move |state| A::verdict_keyed(policy, state, now, n));
+        let (now, known) = self.store.with_read_after(key, now, move |state, now| {
+            A::verdict_keyed(policy, state, now, n)
+        });
         match known {
             Some(Ok(verdict)) => {
                 A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from)

@@ -64,6 +64,22 @@ impl<K: Hash + Eq, V> Store<K, V> {
         state.map(|state| f(&state))
     }
 
+    /// `before()`, then [`Store::with_read`] with its answer (the table prefetches in between).
+    #[inline]
+    pub(crate) fn with_read_after<Q, T: Copy, R>(
+        &self,
+        key: &Q,
+        before: impl FnOnce() -> T,
+        f: impl Fn(&V, T) -> Result<R, crate::cas::Gone>,
+    ) -> (T, Option<Result<R, crate::cas::Gone>>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let t = before();
+        (t, self.with_read(key, |state| f(state, t)))
+    }
+
     pub(crate) fn with_entry<R>(
         &self,
         key: K,

@@ -598,6 +598,10 @@ struct Writer {
 struct Shard<K, V> {
     /// The current table: replaced (Release) only by the lock's holder.
     raw: AtomicPtr<Raw<K, V>>,
+    /// The current table's groups and mask, for [`Table::prefetch`] only: an address to hint
+    /// the processor with, never dereferenced (they may be a table behind, or mismatched).
+    hint: AtomicPtr<Group<K, V>>,
+    hint_mask: AtomicUsize,
     /// While a rebuild relocates the states, the table being built (its keys all in place);
     /// null otherwise. Set (Release) before the first state is sealed, cleared (Release) after
     /// `raw` is replaced. A reader that met a sealed state finds the copy here.
@@ -656,8 +660,12 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         Table {
             shards: (0..shards)
                 .map(|_| {
+                    let raw = Raw::new(MIN_CAPACITY);
+                    let hint = raw.groups.as_ptr().cast_mut();
                     CachePadded::new(Shard {
-                        raw: AtomicPtr::new(Box::into_raw(Raw::new(MIN_CAPACITY))),
+                        raw: AtomicPtr::new(Box::into_raw(raw)),
+                        hint: AtomicPtr::new(hint),
+                        hint_mask: AtomicUsize::new(MIN_CAPACITY - 1),
                         next: AtomicPtr::new(std::ptr::null_mut()),
                         writer: Mutex::new(Writer { used: 0, live: 0 }),
                     })
@@ -718,7 +726,22 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        let shard = self.shard(hash);
+        self.with_read_hashed(self.shard(hash), hash, key, f)
+    }
+
+    /// [`Table::with_read`], the key hashed.
+    #[inline(always)]
+    fn with_read_hashed<Q, R>(
+        &self,
+        shard: &Shard<K, V>,
+        hash: u64,
+        key: &Q,
+        f: impl Fn(&V) -> Result<R, Gone>,
+    ) -> Option<Result<R, Gone>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let Some(_pin) = self.pin() else {
             return self.with_locked(shard, hash, key, f);
         };
@@ -734,6 +757,58 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             Err(Gone) => self.look_again(shard, raw, hash, key, f),
             done => Some(done),
         }
+    }
+
+    /// Runs `f` on `key`'s state and `before()`'s answer, as [`Table::with_read`] does, calling
+    /// `before` first, outside the epoch (it may be user code, a clock), after asking the
+    /// processor to fetch the key's control bytes and home slot: their cache misses then overlap
+    /// `before`'s work instead of following it.
+    #[inline]
+    pub(crate) fn with_read_after<Q, T: Copy, R>(
+        &self,
+        key: &Q,
+        before: impl FnOnce() -> T,
+        f: impl Fn(&V, T) -> Result<R, Gone>,
+    ) -> (T, Option<Result<R, Gone>>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let shard = self.shard(hash);
+        Self::prefetch(shard, hash);
+        let t = before();
+        (
+            t,
+            self.with_read_hashed(shard, hash, key, move |state| f(state, t)),
+        )
+    }
+
+    /// Hints the processor to fetch the lines of `hash`'s home slot in `shard`'s current table.
+    #[inline(always)]
+    fn prefetch(shard: &Shard<K, V>, hash: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // Relaxed: a hint; a stale or mismatched pair only prefetches another address.
+            let groups = shard.hint.load(Ordering::Relaxed);
+            let i = hash as usize & shard.hint_mask.load(Ordering::Relaxed);
+            // Address arithmetic only (wrapping: nothing here is dereferenced).
+            let group = groups.wrapping_add(i / GROUP).cast::<u8>();
+            let entry = group.wrapping_add(
+                std::mem::offset_of!(Group<K, V>, entries)
+                    + i % GROUP * std::mem::size_of::<Entry<K, V>>(),
+            );
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch is a hint that reads no memory in the language's sense and
+            // cannot fault, whatever the address; SSE is part of x86-64.
+            #[allow(unused_unsafe)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(group.cast());
+                _mm_prefetch::<_MM_HINT_T0>(entry.cast());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (shard, hash);
     }
 
     /// After `f` met a mark on the key's state in `raw`: runs `f` on the key in the table that
@@ -1012,6 +1087,11 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         });
         // Release: a reader that loads the new table sees its slots.
         shard.raw.store(new, Ordering::Release);
+        // Relaxed: a hint (`prefetch`).
+        shard
+            .hint
+            .store(built.groups.as_ptr().cast_mut(), Ordering::Relaxed);
+        shard.hint_mask.store(built.mask, Ordering::Relaxed);
         // Release: after the table is replaced, so that a reader that sees `next` cleared (or
         // set by a later rebuild) sees `raw` replaced too (`look_again`).
         shard.next.store(std::ptr::null_mut(), Ordering::Release);
