@@ -17,6 +17,10 @@
 //! set-up; `benches/instructions.sh` does that subtraction.
 //!
 //! The quotas are `testkit::bench::Load`'s, the ones the criterion benches use.
+//!
+//! `<binary> interleave <keyedN>_<load> [rounds] [checks]` times the keyed checks instead, the two
+//! crates taking turns round by round (see [`interleave`]): a wall-time ratio that a noisy,
+//! shared machine disturbs far less than two separate criterion runs.
 
 use std::hint::black_box;
 
@@ -53,11 +57,97 @@ fn run(keys: &[u64], checks: u64, mut check: impl FnMut(u64) -> bool) -> u64 {
     admitted
 }
 
+/// The same checks as the counted cases, timed: tollgate's and governor's limiters built side by
+/// side, then `rounds` rounds of `checks` checks each, the two crates taking turns within every
+/// round (which goes first alternates), so that each round's ratio compares the two under the same
+/// machine state. Prints the medians of the time per check and of the per-round ratios: on a
+/// shared, noisy machine the ratio is the figure to trust, not the times.
+fn interleave(shape_load: &str, rounds: usize, checks: u64) {
+    let (shape, load_name) = shape_load
+        .split_once('_')
+        .unwrap_or_else(|| panic!("{shape_load:?}: expected <shape>_<load>"));
+    let load = match load_name {
+        "allow" => Load::Accept,
+        "deny" => Load::Deny,
+        other => panic!("load {other:?}: allow or deny"),
+    };
+    let n: usize = shape
+        .strip_prefix("keyed")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("shape {shape:?}: keyed<N>"));
+    let keys = shuffled(n);
+    let _ = quanta::Clock::new().now();
+    let ours: tollgate::keyed::KeyedLimiter<u64> =
+        tollgate::keyed::KeyedLimiter::new(load.tollgate_quota()).with_max_keys(1 << 20);
+    // Populated in key order and checked in the shuffled order, as the criterion benches do (a
+    // store that lays entries out in insertion order would otherwise be checked in its memory's
+    // order).
+    let at = tollgate::Clock::now(ours.clock());
+    for k in 0..n as u64 {
+        let _ = ours.check_key_at(&k, at);
+    }
+    let theirs = governor::RateLimiter::keyed(load.governor_quota());
+    for k in 0..n as u64 {
+        let _ = theirs.check_key(&k);
+    }
+    let time = |f: &mut dyn FnMut() -> u64| {
+        let start = std::time::Instant::now();
+        let admitted = f();
+        (start.elapsed().as_nanos() as f64 / checks as f64, admitted)
+    };
+    let (mut t_ours, mut t_theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut admitted_ours, mut admitted_theirs) = (0, 0);
+    for round in 0..rounds {
+        let mut a = || run(&keys, checks, |k| ours.check_key(&k).is_ok());
+        let mut b = || run(&keys, checks, |k| theirs.check_key(&k).is_ok());
+        let ((x, ax), (y, ay)) = if round % 2 == 0 {
+            let x = time(&mut a);
+            (x, time(&mut b))
+        } else {
+            let y = time(&mut b);
+            (time(&mut a), y)
+        };
+        admitted_ours += ax;
+        admitted_theirs += ay;
+        t_ours.push(x);
+        t_theirs.push(y);
+        ratios.push(x / y);
+    }
+    let total = checks * rounds as u64;
+    load.verify("tollgate (interleaved)", admitted_ours, total);
+    load.verify("governor (interleaved)", admitted_theirs, total);
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (lo, hi) = {
+        let mut r = ratios.clone();
+        r.sort_by(f64::total_cmp);
+        (r[r.len() / 10], r[r.len() - 1 - r.len() / 10])
+    };
+    println!(
+        "| {shape_load} | {:.1} | {:.1} | {:.2} ({lo:.2}-{hi:.2}) |",
+        median(&mut t_ours),
+        median(&mut t_theirs),
+        median(&mut ratios)
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    if args.first().map(String::as_str) == Some("interleave") {
+        let arg =
+            |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+        interleave(
+            args.get(1).map_or("keyed100000_allow", String::as_str),
+            arg(2, 41) as usize,
+            arg(3, 200_000),
+        );
+        return;
+    }
     let Some(case) = args.first() else {
         // `cargo bench` without arguments: nothing to count (the script passes a case).
         eprintln!("usage: instructions <tollgate|governor>_<keyed1|keyed100000|direct>_<allow|deny> <checks>");
