@@ -1905,6 +1905,13 @@ mod tests {
         }
     }
 
+    /// Every key of `ids` is held once, with its id as its word.
+    fn holds(table: &Table<Touchy, AtomicU64>, log: &Arc<Log>, ids: std::ops::Range<u64>) {
+        for id in ids {
+            assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
+        }
+    }
+
     fn quietly<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
     }
@@ -1962,23 +1969,17 @@ mod tests {
             assert_eq!(table.len(), 14);
             assert_eq!(table.capacity(), 16);
             assert_eq!(log.live(), (0..14).collect::<Vec<_>>(), "clone {clone}");
-            for id in 0..14 {
-                assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
-            }
+            holds(&table, &log, 0..14);
             // The next one grows it, and every key is found exactly once, with its own state.
             put(&table, log.key(14), 14);
             assert_eq!(table.capacity(), 32);
-            for id in 0..15 {
-                assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
-            }
+            holds(&table, &log, 0..15);
             // An insert with `Eq` panicking in the probe of the new key: nothing changed either.
             log.eqs_until_panic.store(0, Ordering::Relaxed);
             let _ = quietly(|| put(&table, log.key(3), 99));
             log.eqs_until_panic.store(u64::MAX, Ordering::Relaxed);
             assert_eq!(table.len(), 15);
-            for id in 0..15 {
-                assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
-            }
+            holds(&table, &log, 0..15);
             assert_eq!(table.retired(), 0);
             assert_eq!(log.live(), (0..15).collect::<Vec<_>>());
             drop(table);
