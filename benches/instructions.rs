@@ -18,7 +18,7 @@
 //!
 //! The quotas are `testkit::bench::Load`'s, the ones the criterion benches use.
 //!
-//! `<binary> interleave <keyedN>_<load> [rounds] [checks]` times the keyed checks instead, the two
+//! `<binary> interleave <keyedN>_<load> [rounds] [checks] [threads]` times the keyed checks instead, the two
 //! crates taking turns round by round (see [`interleave`]): a wall-time ratio that a noisy,
 //! shared machine disturbs far less than two separate criterion runs.
 
@@ -58,11 +58,11 @@ fn run(keys: &[u64], checks: u64, mut check: impl FnMut(u64) -> bool) -> u64 {
 }
 
 /// The same checks as the counted cases, timed: tollgate's and governor's limiters built side by
-/// side, then `rounds` rounds of `checks` checks each, the two crates taking turns within every
-/// round (which goes first alternates), so that each round's ratio compares the two under the same
-/// machine state. Prints the medians of the time per check and of the per-round ratios: on a
+/// side, then `rounds` rounds of `checks` checks on each of `threads` threads, the two crates
+/// taking turns within every round (which goes first alternates), so that each round's ratio
+/// compares the two under the same machine state. Prints the medians of the time per check and of the per-round ratios: on a
 /// shared, noisy machine the ratio is the figure to trust, not the times.
-fn interleave(shape_load: &str, rounds: usize, checks: u64) {
+fn interleave(shape_load: &str, rounds: usize, checks: u64, threads: usize) {
     let (shape, load_name) = shape_load
         .split_once('_')
         .unwrap_or_else(|| panic!("{shape_load:?}: expected <shape>_<load>"));
@@ -90,22 +90,40 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64) {
     for k in 0..n as u64 {
         let _ = theirs.check_key(&k);
     }
-    let time = |f: &mut dyn FnMut() -> u64| {
+    // Each thread checks the same shuffled keys from its own starting point, so that two threads
+    // are not on the same key at the same moment.
+    let orders: Vec<Vec<u64>> = (0..threads)
+        .map(|t| {
+            let mut order = keys.clone();
+            order.rotate_left(t * keys.len() / threads);
+            order
+        })
+        .collect();
+    // Nanoseconds per check of all the threads together (the inverse of the total throughput),
+    // and the checks admitted.
+    let time = |check: &(dyn Fn(u64) -> bool + Sync)| {
         let start = std::time::Instant::now();
-        let admitted = f();
-        (start.elapsed().as_nanos() as f64 / checks as f64, admitted)
+        let admitted: u64 = std::thread::scope(|s| {
+            let runs: Vec<_> = orders
+                .iter()
+                .map(|order| s.spawn(move || run(order, checks, check)))
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).sum()
+        });
+        let elapsed = start.elapsed().as_nanos() as f64;
+        (elapsed / (checks * threads as u64) as f64, admitted)
     };
     let (mut t_ours, mut t_theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut admitted_ours, mut admitted_theirs) = (0, 0);
+    let a = |k: u64| ours.check_key(&k).is_ok();
+    let b = |k: u64| theirs.check_key(&k).is_ok();
     for round in 0..rounds {
-        let mut a = || run(&keys, checks, |k| ours.check_key(&k).is_ok());
-        let mut b = || run(&keys, checks, |k| theirs.check_key(&k).is_ok());
         let ((x, ax), (y, ay)) = if round % 2 == 0 {
-            let x = time(&mut a);
-            (x, time(&mut b))
+            let x = time(&a);
+            (x, time(&b))
         } else {
-            let y = time(&mut b);
-            (time(&mut a), y)
+            let y = time(&b);
+            (time(&a), y)
         };
         admitted_ours += ax;
         admitted_theirs += ay;
@@ -113,7 +131,7 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64) {
         t_theirs.push(y);
         ratios.push(x / y);
     }
-    let total = checks * rounds as u64;
+    let total = checks * (rounds * threads) as u64;
     load.verify("tollgate (interleaved)", admitted_ours, total);
     load.verify("governor (interleaved)", admitted_theirs, total);
     let median = |v: &mut Vec<f64>| {
@@ -126,7 +144,7 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64) {
         (r[r.len() / 10], r[r.len() - 1 - r.len() / 10])
     };
     println!(
-        "| {shape_load} | {:.1} | {:.1} | {:.2} ({lo:.2}-{hi:.2}) |",
+        "| {shape_load} | {threads} | {:.1} | {:.1} | {:.2} ({lo:.2}-{hi:.2}) |",
         median(&mut t_ours),
         median(&mut t_theirs),
         median(&mut ratios)
@@ -145,6 +163,7 @@ fn main() {
             args.get(1).map_or("keyed100000_allow", String::as_str),
             arg(2, 41) as usize,
             arg(3, 200_000),
+            arg(4, 1).max(1) as usize,
         );
         return;
     }
