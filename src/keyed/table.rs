@@ -1736,8 +1736,8 @@ mod tests {
     }
 
     /// Threads add one to keys while others insert new keys and rebuild the tables: every
-    /// addition is kept (an entry never moves: an addition through an old table is an addition
-    /// to the one state there is).
+    /// addition is kept (one made in an old table before the seal is in the copy; one that meets
+    /// the seal is made again on the copy).
     #[test]
     fn no_write_is_lost_to_a_rebuild() {
         const KEYS: u64 = 3_000;
