@@ -18,7 +18,7 @@
 //!
 //! The quotas are `testkit::bench::Load`'s, the ones the criterion benches use.
 //!
-//! `<binary> interleave <keyedN>_<load> [rounds] [checks] [threads]` times the keyed checks instead, the two
+//! `<binary> interleave <keyedN|direct>_<load> [rounds] [checks] [threads]` times the checks instead, the two
 //! crates taking turns round by round (see [`interleave`]): a wall-time ratio that a noisy,
 //! shared machine disturbs far less than two separate criterion runs.
 
@@ -71,10 +71,13 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64, threads: usize) {
         "deny" => Load::Deny,
         other => panic!("load {other:?}: allow or deny"),
     };
-    let n: usize = shape
-        .strip_prefix("keyed")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("shape {shape:?}: keyed<N>"));
+    let n: usize = match shape {
+        "direct" => 1,
+        s => s
+            .strip_prefix("keyed")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("shape {s:?}: keyed<N> or direct")),
+    };
     let keys = shuffled(n);
     let _ = quanta::Clock::new().now();
     let ours: tollgate::keyed::KeyedLimiter<u64> =
@@ -115,15 +118,28 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64, threads: usize) {
     };
     let (mut t_ours, mut t_theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut admitted_ours, mut admitted_theirs) = (0, 0);
-    let a = |k: u64| ours.check_key(&k).is_ok();
-    let b = |k: u64| theirs.check_key(&k).is_ok();
+    // The direct shape: one bucket each, the key ignored.
+    let bucket = load.tollgate();
+    let direct = load.governor();
+    type Check<'a> = Box<dyn Fn(u64) -> bool + Sync + 'a>;
+    let (a, b): (Check<'_>, Check<'_>) = if shape == "direct" {
+        (
+            Box::new(|_| bucket.try_acquire().is_ok()),
+            Box::new(|_| direct.check().is_ok()),
+        )
+    } else {
+        (
+            Box::new(|k| ours.check_key(&k).is_ok()),
+            Box::new(|k| theirs.check_key(&k).is_ok()),
+        )
+    };
     for round in 0..rounds {
         let ((x, ax), (y, ay)) = if round % 2 == 0 {
-            let x = time(&a);
-            (x, time(&b))
+            let x = time(&*a);
+            (x, time(&*b))
         } else {
-            let y = time(&b);
-            (time(&a), y)
+            let y = time(&*b);
+            (time(&*a), y)
         };
         admitted_ours += ax;
         admitted_theirs += ay;
