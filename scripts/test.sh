@@ -13,9 +13,9 @@
 #
 # Works from any directory. Needs rustup with a stable toolchain (rustfmt and clippy are added when
 # missing) and a nightly toolchain for the docsrs, asan, fuzz and minver steps; installs cargo-fuzz
-# and cargo-hack (the features step) when they are missing. The redis step starts its own Redis
-# servers with scripts/redis.sh, which installs Debian's redis-server and redis-tools with apt-get
-# when they are missing.
+# and cargo-hack (the features step) when they are missing. The redis and minver steps start their
+# own Redis servers with scripts/redis.sh, which installs Debian's redis-server and redis-tools
+# with apt-get when they are missing.
 # Before the first step it prints the resolved versions of the direct dependencies (Cargo.lock is
 # not committed, so each fresh clone resolves the newest compatible releases; the log then shows what
 # moved when a new release breaks a step).
@@ -37,7 +37,8 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-4}
 # run above its 30-minute budget. Run `bash scripts/test.sh bench` before measuring.
 STEPS=(fmt clippy doc docsrs test asan redis loom fuzz package minver features)
 
-# The redis step's directory (servers' data, logs, PIDs and env file); cleanup stops and removes it.
+# The redis or minver step's Redis directory (servers' data, logs, PIDs and env file); cleanup
+# stops and removes it.
 REDIS_DIR=""
 
 # --- steps -----------------------------------------------------------------------------------------
@@ -265,6 +266,12 @@ step_minver() {
     # ordinary build. A dev-dependency pinned with `=` stays at its pin, and a crate that is both a
     # dependency and a dev-dependency (tokio, axum, tonic) resolves to one version, so the two
     # requirements' floors must agree.
+    # The Redis tests and the Redis module's doc examples then run against servers started as the
+    # redis step starts them (fresh: servers an earlier step left running are stopped first), up
+    # only while those run: the directory is set here, so that `cleanup` stops them on a failure,
+    # and the servers are started in the copy once the other tests have passed.
+    cleanup
+    REDIS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-redis.XXXXXX")
     local minver_dir="${CARGO_TARGET_DIR:-$ROOT/target}/minver"
     local copy="$minver_dir/tree"
     rm -rf "$copy"
@@ -283,19 +290,29 @@ step_minver() {
         # Every member's unit tests, and tollgate's integration tests but the `*_model` ones: those
         # run thousands of cases of the algorithms' arithmetic against the reference models (no
         # dependency's code), and would double the step's time. One cargo run, so the crates are
-        # built once, with one set of features.
+        # built once, with one set of features. Not the Redis tests: they run below, with the
+        # servers. Without any Redis variables an earlier step or the caller set, so nothing here
+        # reaches a server.
         local t tests=()
         for t in tests/*.rs; do
             t=$(basename "$t" .rs)
-            [[ $t == *_model ]] || tests+=(--test "$t")
+            [[ $t == *_model || $t == redis ]] || tests+=(--test "$t")
         done
-        # Without the Redis servers: the redis step tests them at the newest versions; at the
-        # minimal ones (redis 1.2) the cluster failover test failed (the client's failover
-        # handling is older), so the Redis tests skip here and the floor is a build floor only.
         env -u TOLLGATE_REDIS_URL -u TOLLGATE_REDIS_CLUSTER -u TOLLGATE_REDIS_SERVER \
             -u TOLLGATE_REDIS_CLI -u TOLLGATE_REDIS_PID -u TOLLGATE_REDIS_PIDS -u TOLLGATE_REQUIRE_REDIS \
             cargo test --workspace --all-features --no-fail-fast --lib "${tests[@]}"
+        # The Redis tests and the Redis module's doc examples against a standalone server and a
+        # cluster, as in the redis step (not its redis_shared example, to keep the step short), so
+        # the redis floor is one the tests pass with, not only one that builds: redis 1.2.0 to
+        # 1.2.3 built, but failed the cluster failover test (Cargo.toml). The same features as
+        # above, so only the test binary and the doc examples are built here.
+        bash scripts/redis.sh start "$REDIS_DIR"
+        # shellcheck source=/dev/null
+        source "$REDIS_DIR/env"
+        TOLLGATE_REQUIRE_REDIS=1 cargo test --workspace --all-features --test redis
+        cargo test --workspace --all-features --doc redis
     )
+    cleanup
 }
 
 step_features() {
@@ -335,14 +352,14 @@ describe() {
         loom) echo "loom models (release, LOOM_MAX_PREEMPTIONS=2)" ;;
         fuzz) echo "fuzz every target for ${FUZZ_SECONDS}s (nightly)" ;;
         package) echo "cargo package: the published files checked, the unpacked crate built" ;;
-        minver) echo "build and test against the direct dependencies' minimal versions (nightly resolver)" ;;
+        minver) echo "build and test against the direct dependencies' minimal versions (nightly resolver), the Redis tests against servers started here" ;;
         features) echo "cargo hack: each feature checked, every pair of features linted" ;;
         bench) echo "cargo bench --no-run" ;;
         *) echo "$1" ;;
     esac
 }
 
-# Undoes anything a step started: the redis step's servers and their directory.
+# Undoes anything a step started: the redis or minver step's servers and their directory.
 cleanup() {
     if [[ -n $REDIS_DIR ]]; then
         bash scripts/redis.sh stop "$REDIS_DIR"

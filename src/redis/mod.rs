@@ -169,7 +169,7 @@ pub use limiter::{
 pub use script::script_source;
 pub use script::RedisAlgorithm;
 
-/// The `redis` client crate this backend is built on (1.x, from 1.2, with its `tokio-comp`,
+/// The `redis` client crate this backend is built on (1.x, from 1.2.4, with its `tokio-comp`,
 /// `connection-manager`, `cluster-async` and `script` features on), re-exported so that the
 /// connections handed to [`RedisLimiter::builder`] and [`LeasedBucket::builder`] come from the
 /// same release the backend was compiled against.
@@ -178,7 +178,7 @@ pub use script::RedisAlgorithm;
 /// `ConnectionManager`, a `MultiplexedConnection`, a `cluster_async::ClusterConnection`). An
 /// application that also depends on `redis` directly gets the same crate, and may use its own
 /// `redis::...` paths, as long as its requirement allows the 1.x release cargo picks for both
-/// (`redis = "1.2"` or any later 1.x); with a `redis` of another major version, its connections
+/// (`redis = "1.2.4"` or any later 1.x); with a `redis` of another major version, its connections
 /// are of another crate and are refused at compile time. Using this re-export avoids the question.
 ///
 /// # Examples
