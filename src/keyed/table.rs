@@ -80,7 +80,11 @@
 //!    published live (Release), and never written again (states change through their own
 //!    atomics); it is read only after the control byte was read live (Acquire) or by the lock's
 //!    holder. A rebuild writes the new table's keys and states before sharing it as `next`
-//!    (Release); a reader reads them in a table it reached through the shard (Acquire).
+//!    (Release); a reader reads them in a table it reached through the shard (Acquire). The
+//!    memory of a slot that is not live is read by no reader (a probe stops at, or passes, its
+//!    control byte): the rebuild that builds a table keeps its scratch indices there (`Origins`)
+//!    and reads them back under the lock it holds throughout. The prefetch hint's address is
+//!    never dereferenced.
 //! 2. Each entry is dropped exactly once, and only after no reader can reach it: a removed entry
 //!    (its slot made [`TOMB`], once, under the lock) in place when the epoch's horizon passes its
 //!    retirement; the live entries of a replaced table (the old copies: the keys were cloned and
