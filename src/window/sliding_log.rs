@@ -429,8 +429,8 @@ const NO_GROUP: u64 = 0;
 /// - from `first` on, N **slots**; position `p` lives in slot `p % N`. See `Entry` for the state
 ///   table.
 pub struct Log {
-    /// Shared only while a keyed table is rebuilt: the old table's copy of the log and the new
-    /// one's are the same log (see [`Relocate`]).
+    /// Shared only when a keyed table is rebuilt, until the readers of the old table have left:
+    /// the old table's copy of the log and the new one's are the same log (see [`Relocate`]).
     words: std::sync::Arc<[AtomicU64]>,
     /// The index of slot 0 in `words`.
     first: usize,
