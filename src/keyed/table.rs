@@ -984,7 +984,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
                         }
                         None => Some(key),
                     };
-                    self.hand_over(&mut lock(&self.reclaim), garbage);
+                    self.hand_over(garbage);
                     Ok((answer, unused))
                 }
             }
@@ -1104,17 +1104,19 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         writer.used = writer.live;
         let mut garbage = Garbage::new();
         garbage.tables.push(old_ptr);
-        self.hand_over(&mut lock(&self.reclaim), garbage);
+        self.hand_over(garbage);
         Ok(())
     }
 
     /// Queues what a write unlinked, at the epoch it moves to: freed by a later `collect`.
     /// Called with the unlinking shard's lock held (so a shard's garbage queues in the order it
     /// was unlinked).
-    fn hand_over(&self, reclaim: &mut Reclaim<K, V>, garbage: Garbage<K, V>) {
+    fn hand_over(&self, garbage: Garbage<K, V>) {
+        // An insert that unlinked nothing takes no second lock.
         if garbage.is_empty() {
             return;
         }
+        let mut reclaim = lock(&self.reclaim);
         // Relaxed: a count read as a bound, moved only under this lock.
         self.unreclaimed
             .fetch_add(garbage.entries.len(), Ordering::Relaxed);
@@ -1215,7 +1217,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
                     removed += 1;
                 }
             }
-            self.hand_over(&mut lock(&self.reclaim), garbage);
+            self.hand_over(garbage);
         }
         removed
     }
