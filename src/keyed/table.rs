@@ -430,29 +430,44 @@ impl Origins {
             && std::mem::align_of::<V>() >= std::mem::align_of::<usize>()
     }
 
-    /// Moves the indices the first phase left in the state fields of `table` (which holds `live`
-    /// keys) to where the second phase reads them; `heap` holds the pairs if they were never
-    /// stashed.
-    fn keep<K, V>(table: &Raw<K, V>, live: usize, mut heap: Vec<(usize, usize)>) -> Origins {
-        if !Origins::stashes::<V>() {
-            return Origins::Heap(heap);
-        }
-        let room = (table.capacity() - live).saturating_mul(Raw::<K, V>::PER_EMPTY);
-        if room >= live {
-            for (j, place) in table.live().zip(table.empties()) {
-                // SAFETY: `j` is live, its state field holds the stashed index (`stashes`: room
-                // and alignment for it); `place` is in an empty slot's memory, aligned (an
-                // entry's alignment is at least its state's), and not in `j`'s.
-                unsafe { place.write(table.stash(j).read()) };
+    /// The second phase's first pass: writes into each live slot of `table` (which holds `live`
+    /// keys, and is not yet shared) the copy of its original's state in `old`, keeping the
+    /// original's index where the seal pass reads it (`each`). `heap` holds the pairs if they were
+    /// never stashed.
+    fn copy_states<K, V: Relocate>(
+        table: &Raw<K, V>,
+        old: &Raw<K, V>,
+        live: usize,
+        mut heap: Vec<(usize, usize)>,
+    ) -> Origins {
+        let copy = |i: usize, j: usize| {
+            // SAFETY: `i` is a live slot of `old`, under the shard lock; slot `j` of `table` holds
+            // a key and, in place of its state, nothing yet or the index just read.
+            unsafe { std::ptr::addr_of_mut!((*table.slot(j)).state).write(old.state(i).copy()) };
+        };
+        if Origins::stashes::<V>() {
+            let room = (table.capacity() - live).saturating_mul(Raw::<K, V>::PER_EMPTY);
+            if room >= live {
+                for (j, place) in table.live().zip(table.empties()) {
+                    // SAFETY: `j` is live, its state field holds the stashed index (`stashes`:
+                    // room and alignment for it); `place` is in an empty slot's memory, aligned
+                    // (an entry's alignment is at least its state's), and not in `j`'s.
+                    let i = unsafe { table.stash(j).read() };
+                    // SAFETY: as above: `place` is the next index's place, in an empty slot.
+                    unsafe { place.write(i) };
+                    copy(i, j);
+                }
+                return Origins::Empties;
             }
-            Origins::Empties
-        } else {
             heap.extend(table.live().map(|j| {
                 // SAFETY: as above.
                 (unsafe { table.stash(j).read() }, j)
             }));
-            Origins::Heap(heap)
         }
+        for &(i, j) in &heap {
+            copy(i, j);
+        }
+        Origins::Heap(heap)
     }
 
     /// Runs `f(old, new)` for each key placed in `table`.
@@ -460,7 +475,7 @@ impl Origins {
         match self {
             Origins::Empties => {
                 for (j, place) in table.live().zip(table.empties()) {
-                    // SAFETY: written by `keep`; no slot has been used or emptied since (the
+                    // SAFETY: written by `copy_states`; no slot has been used or emptied since (the
                     // rebuild holds the shard lock, and the table's empty slots are read by no
                     // one else: a reader stops at their control bytes).
                     f(unsafe { place.read() }, j);
@@ -1069,18 +1084,11 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
                 panic,
             });
         }
-        let origins = Origins::keep(&new, writer.live, heap);
         // Phase 2, the states: no user code, so it cannot be cut short. First a copy of each,
         // while the table is still private; then the table is shared as `next`, and each
         // original sealed, bringing its copy up to date. A reader that meets a seal (or any
         // mark) goes on in the new table, where every key and state is in place.
-        origins.each(&new, |i, j| {
-            // SAFETY: a live entry, under the lock.
-            let state = unsafe { old.state(i) };
-            // SAFETY: slot `j` holds a key and in place of its state the original's index, now
-            // read; the table is not yet shared.
-            unsafe { std::ptr::addr_of_mut!((*new.slot(j)).state).write(state.copy()) };
-        });
+        let origins = Origins::copy_states(&new, old, writer.live, heap);
         let new = Box::into_raw(new);
         // Release: a reader that loads it sees the keys and states written above.
         shard.next.store(new, Ordering::Release);
