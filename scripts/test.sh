@@ -10,6 +10,9 @@
 # Environment:
 #   FUZZ_SECONDS   seconds each fuzz target runs (default 4: 17 targets, about 70 s); e.g.
 #                  FUZZ_SECONDS=2 for a quick pass
+#   TOLLGATE_MIN_FREE_GIB
+#                  free disk (GiB, default 20) below which a step's own target directory is
+#                  removed once the step has passed (the warm rebuild of that step is then cold)
 #
 # Works from any directory. Needs rustup with a stable toolchain (rustfmt and clippy are added when
 # missing) and a nightly toolchain for the docsrs, asan, fuzz and minver steps; installs cargo-fuzz
@@ -32,6 +35,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-4}
+
+# Builds here are not incremental: the incremental caches only speed up a rebuild after an edit,
+# and in a cold run they were 3.1 GB of the test step's 7.6 GB target directory (with full
+# debuginfo, since cut to line tables in Cargo.toml's [profile.dev]). A CI machine whose disk filled
+# during that step failed a link with a bus error.
+export CARGO_INCREMENTAL=0
+
+# The target directory every step's own directory sits in, and the disk space below which a step's
+# own target directory (docsrs, asan, loom, fuzz, minver, features: used by that step only) is
+# removed once the step has passed, so that a run on a machine short of disk does not fill it.
+TARGET_ROOT=${CARGO_TARGET_DIR:-$ROOT/target}
+MIN_FREE_GIB=${TOLLGATE_MIN_FREE_GIB:-20}
 # `bench` (cargo bench --no-run: the benches' release build) is not in the default run: the clippy
 # step already type-checks every bench (--all-targets), and its four cold minutes kept the whole
 # run above its 30-minute budget. Run `bash scripts/test.sh bench` before measuring.
@@ -68,7 +83,7 @@ step_docsrs() {
     # (`doc(cfg(...))`, src/lib.rs) are checked too; warnings denied. A target directory of its
     # own, as the asan step's: nightly and `--cfg docsrs` would otherwise replace the stable build.
     # The pages: target/docsrs/doc/tollgate/index.html.
-    local docsrs_target="${CARGO_TARGET_DIR:-$ROOT/target}/docsrs"
+    local docsrs_target="$TARGET_ROOT/docsrs"
     RUSTDOCFLAGS="--cfg docsrs -D warnings" CARGO_TARGET_DIR="$docsrs_target" \
         cargo +nightly doc --all-features --no-deps -p tollgate
 }
@@ -117,15 +132,16 @@ step_asan() {
     # directory of its own, as the loom step's, keeps the instrumented build from replacing the
     # ordinary one. Cargo builds every dev-dependency for a test (criterion, axum, tonic, the maps
     # the benches compare...), instrumented too: most of the cold build (about 190 crates).
-    # Unoptimized, and without debuginfo for crates outside the workspace (a report's frames in
-    # tollgate and its tests keep their lines), which saves about a fifth of its CPU time.
-    local asan_target="${CARGO_TARGET_DIR:-$ROOT/target}/asan"
+    # Unoptimized, and without debuginfo for crates outside the workspace (Cargo.toml's
+    # [profile.dev]: a report's frames in tollgate and its tests keep their lines), which saves
+    # about a fifth of its CPU time.
+    local asan_target="$TARGET_ROOT/asan"
     local triple
     triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
     (
         export RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address"
         export CARGO_TARGET_DIR="$asan_target"
-        local flags=(--target "$triple" --config 'profile.dev.package."*".debug=false')
+        local flags=(--target "$triple")
         # The table's and the epoch's unit tests (and the rest of the keyed module's).
         cargo +nightly test "${flags[@]}" --lib -- keyed::
         cargo +nightly test "${flags[@]}" --test keyed_stress --test keyed --test keyed_reclaim --test keyed_signal
@@ -155,7 +171,7 @@ step_redis() {
 step_loom() {
     # A target directory of its own: --cfg tollgate_loom changes every crate's build, and sharing one would
     # throw away the ordinary build each time.
-    local loom_target="${CARGO_TARGET_DIR:-$ROOT/target}/loom"
+    local loom_target="$TARGET_ROOT/loom"
     # The models compile only under --cfg tollgate_loom, so the clippy step above never sees them: lint them
     # here, in the same configuration they run in. Not the redis feature: no model runs the Redis
     # client (the leased bucket's stock, tollgate::lease, is modelled without it), and building the
@@ -205,7 +221,7 @@ step_package() {
     # uncommitted edits (CI's clean clone has none; untracked files the include globs match are
     # packaged too). The ordinary target directory: the unpacked crate (target/package/) is a
     # package of its own there, and reuses the dependencies the test step built with every feature.
-    local pkg_target="${CARGO_TARGET_DIR:-$ROOT/target}"
+    local pkg_target="$TARGET_ROOT"
     local list
     list=$(cargo package --list --allow-dirty -p tollgate)
     # Allowed: the sources with the Redis backend's Lua scripts, the examples, the README, the
@@ -272,7 +288,7 @@ step_minver() {
     # and the servers are started in the copy once the other tests have passed.
     cleanup
     REDIS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-redis.XXXXXX")
-    local minver_dir="${CARGO_TARGET_DIR:-$ROOT/target}/minver"
+    local minver_dir="$TARGET_ROOT/minver"
     local copy="$minver_dir/tree"
     rm -rf "$copy"
     mkdir -p "$copy"
@@ -327,7 +343,7 @@ step_features() {
     # Every pair is linted, not only checked: clippy compiles each combination as check does, so a
     # check of the pairs would find nothing more. A target directory of its own: each combination
     # would otherwise replace the ordinary build.
-    local features_target="${CARGO_TARGET_DIR:-$ROOT/target}/features"
+    local features_target="$TARGET_ROOT/features"
     local flags=(--no-dev-deps -p tollgate --exclude-features loom)
     CARGO_TARGET_DIR="$features_target" cargo hack check --each-feature "${flags[@]}"
     CARGO_TARGET_DIR="$features_target" \
@@ -365,6 +381,44 @@ cleanup() {
         bash scripts/redis.sh stop "$REDIS_DIR"
         rm -rf "$REDIS_DIR"
         REDIS_DIR=""
+    fi
+}
+
+# The directory only step $1 builds in ("" for the steps that share the ordinary one).
+own_target_dir() {
+    case $1 in
+        docsrs | asan | loom | minver | features) echo "$TARGET_ROOT/$1" ;;
+        # cargo fuzz builds for an explicit --target: the fuzz workspace's own target directory,
+        # or the triple's directory in CARGO_TARGET_DIR.
+        fuzz)
+            local triple
+            triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
+            if [[ -n ${CARGO_TARGET_DIR:-} ]]; then
+                echo "$CARGO_TARGET_DIR/$triple"
+            else
+                echo "$ROOT/fuzz/target"
+            fi
+            ;;
+        *) echo "" ;;
+    esac
+}
+
+# Free space, in whole GiB, on the file system the target directory is on (or would be on).
+free_gib() {
+    local dir=$TARGET_ROOT
+    while [[ ! -e $dir ]]; do dir=$(dirname "$dir"); done
+    df -Pk "$dir" | awk 'NR == 2 { print int($4 / 1048576) }'
+}
+
+# After step $1 has passed: its own target directory is removed when less than MIN_FREE_GIB is
+# free, so that the steps after it have the space.
+release_disk() {
+    local dir free
+    dir=$(own_target_dir "$1")
+    free=$(free_gib)
+    if [[ -n $dir && -d $dir ]] && ((free < MIN_FREE_GIB)); then
+        echo "$free GiB free (under $MIN_FREE_GIB): removing $1's own target directory $dir ($(du -sh "$dir" | cut -f1))"
+        rm -rf "$dir"
     fi
 }
 
@@ -416,6 +470,13 @@ print_resolved_versions() {
 }
 print_resolved_versions
 
+# A cold run of every step needs about 8 GB of disk at its peak (measured with the settings above);
+# less than that free is reported before the first step, as a failing link may not say it.
+echo "==> $(free_gib) GiB free on the target directory's file system ($TARGET_ROOT)"
+if (($(free_gib) < 8)); then
+    echo "warning: a cold run needs about 8 GiB; a link that dies with a bus error is a full disk" >&2
+fi
+
 TOTAL=${#STEPS[@]}
 CURRENT=""
 SUMMARY=()
@@ -451,7 +512,8 @@ for s in "${STEPS[@]}"; do
     "step_$s"
     took=$((SECONDS - start))
     SUMMARY+=("$s=$(fmt_time "$took")")
-    echo "<== [$i/$TOTAL] $s: ok in $(fmt_time "$took")"
+    echo "<== [$i/$TOTAL] $s: ok in $(fmt_time "$took"), $(free_gib) GiB free"
+    release_disk "$s"
 done
 CURRENT=""
 # The EXIT trap prints the timings and the final line.
