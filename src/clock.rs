@@ -229,7 +229,17 @@ struct Shared {
     clock: quanta::Clock,
     epoch_raw: u64,
     epoch: quanta::Instant,
+    /// Nanoseconds per 2^[`TSC_SHIFT`] raw ticks, as quanta scales them, when quanta's raw
+    /// reading is the x86-64 TSC (see [`tsc`]); 0 otherwise, and then every reading goes through
+    /// quanta.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    tsc_scale: u64,
 }
+
+/// The fixed point of [`Shared::tsc_scale`]: 2^48 ticks are about a day at 3 GHz, so the scale
+/// carries 11-12 significant digits (quanta's own conversion of the same ticks, rounded), and a
+/// delta of up to 2^64 ticks times a scale under 2^64 fits the u128 product.
+const TSC_SHIFT: u32 = 48;
 
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -237,12 +247,69 @@ fn shared() -> &'static Shared {
         let clock = quanta::Clock::new();
         let epoch_raw = clock.raw();
         let epoch = clock.scaled(epoch_raw);
+        let tsc_scale = if tsc::is_quantas_raw(&clock) {
+            // quanta's `delta_as_nanos` is (delta × its factor) >> its shift: linear in the delta,
+            // so its value for 2^TSC_SHIFT ticks is the scale. At least 1: a zero would select
+            // quanta's path (and a clock of more than 2^48 GHz does not exist).
+            clock.delta_as_nanos(0, 1 << TSC_SHIFT).max(1)
+        } else {
+            0
+        };
         Shared {
             clock,
             epoch_raw,
             epoch,
+            tsc_scale,
         }
     })
+}
+
+/// The x86-64 time-stamp counter, read directly where quanta reads it too.
+///
+/// quanta's `Clock::raw` matches its clock type and calls out of line to `rdtsc`, and
+/// `delta_as_nanos` matches the type again: 33 of the 70 instructions of a direct bucket's check
+/// (callgrind, `benches/README.md`, thirteenth session). [`MonotonicClock::now`] instead executes
+/// `rdtsc` inline and scales the delta with [`Shared::tsc_scale`], a multiply and a shift, when
+/// [`is_quantas_raw`](tsc::is_quantas_raw) found at start-up that quanta's raw reading *is* the
+/// TSC (quanta chose the counter because the processor's TSC is invariant). Elsewhere (another
+/// architecture, no invariant TSC, quanta falling back to the OS clock) every reading goes through
+/// quanta as before. The readings of both paths are the same ticks scaled by the same factor, to
+/// within quanta's own rounding.
+///
+/// # Safety
+///
+/// The module's one `unsafe` block calls `core::arch::x86_64::_rdtsc`, which is `unsafe` only
+/// because it is a processor intrinsic: it reads a register, touches no memory, and the
+/// instruction exists on every x86-64 processor (quanta executes the same instruction for every
+/// raw reading on x86-64).
+mod tsc {
+    /// The TSC now.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    pub(super) fn read() -> u64 {
+        // SAFETY: `rdtsc` reads the time-stamp counter into registers; no memory is read or
+        // written, and every x86-64 processor has the instruction (the module's Safety section).
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    /// Whether `clock.raw()` reads the TSC: four readings of quanta's, each between two of the
+    /// TSC's own. A clock in nanoseconds (quanta's fallback, `clock_gettime`) cannot fall inside
+    /// the few ticks between two TSC reads four times over.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) fn is_quantas_raw(clock: &quanta::Clock) -> bool {
+        (0..4).all(|_| {
+            let before = read();
+            let raw = clock.raw();
+            let after = read();
+            before <= raw && raw <= after
+        })
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(super) fn is_quantas_raw(_clock: &quanta::Clock) -> bool {
+        false
+    }
 }
 
 /// The default clock: a calibrated TSC read through one process-wide `quanta::Clock`.
@@ -250,6 +317,12 @@ fn shared() -> &'static Shared {
 /// Monotonic, nanosecond resolution, one TSC read and a multiply a reading (its measured cost is
 /// in `benches/README.md`). All instances share one epoch (the first use of the clock in this
 /// process) and are cheap to create and copy.
+///
+/// quanta calibrates the TSC against the OS clock once per process and falls back to the OS clock
+/// where the TSC is not invariant. On x86-64, when quanta reads the TSC, a reading executes `rdtsc`
+/// inline and scales it with quanta's calibration (about 12 instructions, against quanta's 33 for
+/// the same reading through `Clock::raw` and `delta_as_nanos`, callgrind); elsewhere it goes
+/// through quanta.
 ///
 /// # Examples
 ///
@@ -295,9 +368,26 @@ impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Nanos {
         let s = self.shared;
+        #[cfg(target_arch = "x86_64")]
+        if s.tsc_scale != 0 {
+            // As `delta_as_nanos` below: a raw reading at or before the epoch (a TSC that differs
+            // slightly between cores) is 0, never a wrapped, huge reading. Truncated to u64 as
+            // quanta truncates, which takes 584 years of uptime.
+            let delta = tsc::read().saturating_sub(s.epoch_raw);
+            return Nanos(((u128::from(delta) * u128::from(s.tsc_scale)) >> TSC_SHIFT) as u64);
+        }
+        s.through_quanta()
+    }
+}
+
+impl Shared {
+    /// A reading through quanta, where the TSC is not quanta's raw reading (out of line: on
+    /// x86-64 with an invariant TSC it is never called).
+    #[cfg_attr(target_arch = "x86_64", cold, inline(never))]
+    fn through_quanta(&self) -> Nanos {
         // `delta_as_nanos` returns 0 for a raw reading at or before the epoch, so a TSC that differs
         // slightly between cores can never produce a wrapped, huge reading.
-        Nanos(s.clock.delta_as_nanos(s.epoch_raw, s.clock.raw()))
+        Nanos(self.clock.delta_as_nanos(self.epoch_raw, self.clock.raw()))
     }
 }
 
@@ -804,5 +894,44 @@ impl Default for TokioClock {
 impl Clock for TokioClock {
     fn now(&self) -> Nanos {
         Nanos::from(tokio::time::Instant::now().saturating_duration_since(self.epoch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inline TSC path (where it is taken) and quanta's own scaling read the same time: a
+    /// reading between two of quanta's lies between them, give or take the 2 ns the two
+    /// roundings may differ by within a day of the epoch.
+    #[test]
+    fn the_inline_reading_agrees_with_quantas() {
+        let clock = MonotonicClock::new();
+        let s = clock.shared;
+        for _ in 0..10_000 {
+            let before = s.through_quanta().as_u64();
+            let now = clock.now().as_u64();
+            let after = s.through_quanta().as_u64();
+            assert!(before <= now + 2, "{before} then {now}");
+            assert!(now <= after + 2, "{now} then {after}");
+        }
+    }
+
+    /// The scale is quanta's conversion of 2^48 ticks, so scaling any span by it gives quanta's
+    /// nanoseconds for that span, to within the rounding.
+    #[test]
+    fn the_scale_converts_spans_as_quanta_does() {
+        let s = shared();
+        if s.tsc_scale == 0 {
+            return; // quanta does not read the TSC here: every reading goes through quanta
+        }
+        for ticks in [1u64, 1_000, 1 << 20, 3_000_000_000, 1 << 40, 1 << 47] {
+            let ours = ((u128::from(ticks) * u128::from(s.tsc_scale)) >> TSC_SHIFT) as u64;
+            let quantas = s.clock.delta_as_nanos(0, ticks);
+            assert!(
+                ours <= quantas && quantas - ours <= 1 + (ticks >> TSC_SHIFT),
+                "{ticks} ticks: {ours} ns against quanta's {quantas}"
+            );
+        }
     }
 }

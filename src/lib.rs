@@ -95,7 +95,8 @@
 
 // Denied everywhere but in the keyed limiter's table and its epoch (`keyed::table`,
 // `keyed::epoch`), whose lock-free lookups read entries published by atomics and whose reclaimer
-// calls membarrier(2); every block there says why it is sound.
+// calls membarrier(2), and the default clock's `rdtsc` (`clock::tsc`); every block there says why
+// it is sound.
 #![deny(unsafe_code)]
 // docs.rs (and `bash scripts/test.sh docsrs`) builds with `--cfg docsrs` on nightly: every
 // feature-gated item then carries an "Available on crate feature ..." badge, from the
