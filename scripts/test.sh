@@ -92,7 +92,8 @@ step_test() {
     # Unit, integration and doc tests of every member. loom-tests compiles to no tests here: its
     # models need --cfg tollgate_loom (the next step). --no-fail-fast runs every test binary, so each prints
     # its "test result:" line, and still exits non-zero if any test failed.
-    cargo test --workspace --all-features --no-fail-fast
+    # (Not the release-tests package: its two tests are tollgate's own files, run here already.)
+    cargo test --workspace --exclude tollgate-release-tests --all-features --no-fail-fast
     # The HTTP middleware's example drives itself over loopback and checks what it got, then that a
     # busy address is reported naming it (the same features as above, so nothing is rebuilt but
     # the examples); --help must print the usage and exit 0 without serving.
@@ -105,12 +106,12 @@ step_test() {
     # pushback admitted (about 1 s of waiting).
     cargo run --all-features --example grpc -- --self-test
     cargo run --all-features --example grpc -- --help | grep -i '^usage'
-    # The key spray at full size (10 million keys against a bound of 100 000): the debug run above
-    # sprays a tenth of that.
-    cargo test --release --test keyed_spray
-    # The sharded bucket's saturation measurement (>= 95 % of C + R*t under uneven load), which a
-    # debug build skips: it is about speed under contention.
-    cargo test --release --test sharded_threads
+    # In release, built against tollgate alone (release-tests/Cargo.toml: not the dev-dependencies'
+    # release build, 2 cold minutes): the key spray at full size (10 million keys against a bound
+    # of 100 000; the debug run above sprays a tenth of that), and the sharded bucket's saturation
+    # measurement (>= 95 % of C + R*t under uneven load), which a debug build skips: it is about
+    # speed under contention.
+    cargo test --release -p tollgate-release-tests
 }
 
 # The nightly toolchain the docsrs, asan and fuzz steps build with (doc_cfg, -Z flags).
@@ -316,7 +317,8 @@ step_minver() {
         done
         env -u TOLLGATE_REDIS_URL -u TOLLGATE_REDIS_CLUSTER -u TOLLGATE_REDIS_SERVER \
             -u TOLLGATE_REDIS_CLI -u TOLLGATE_REDIS_PID -u TOLLGATE_REDIS_PIDS -u TOLLGATE_REQUIRE_REDIS \
-            cargo test --workspace --all-features --no-fail-fast --lib "${tests[@]}"
+            cargo test --workspace --exclude tollgate-release-tests --all-features --no-fail-fast \
+            --lib "${tests[@]}"
         # The Redis tests and the Redis module's doc examples against a standalone server and a
         # cluster, as in the redis step (not its redis_shared example, to keep the step short), so
         # the redis floor is one the tests pass with, not only one that builds: redis 1.2.0 to
@@ -344,8 +346,9 @@ step_features() {
     # check of the pairs would find nothing more. A target directory of its own: each combination
     # would otherwise replace the ordinary build.
     local features_target="$TARGET_ROOT/features"
+    # The powerset to depth 2 holds no feature, each feature alone and every pair (a separate
+    # `check --each-feature` run would only repeat its first six builds).
     local flags=(--no-dev-deps -p tollgate --exclude-features loom)
-    CARGO_TARGET_DIR="$features_target" cargo hack check --each-feature "${flags[@]}"
     CARGO_TARGET_DIR="$features_target" \
         cargo hack clippy --feature-powerset --depth 2 "${flags[@]}" -- -D warnings
 }
@@ -369,7 +372,7 @@ describe() {
         fuzz) echo "fuzz every target for ${FUZZ_SECONDS}s (nightly)" ;;
         package) echo "cargo package: the published files checked, the unpacked crate built" ;;
         minver) echo "build and test against the direct dependencies' minimal versions (nightly resolver), the Redis tests against servers started here" ;;
-        features) echo "cargo hack: each feature checked, every pair of features linted" ;;
+        features) echo "cargo hack: no feature, each feature alone and every pair of features linted" ;;
         bench) echo "cargo bench --no-run" ;;
         *) echo "$1" ;;
     esac
