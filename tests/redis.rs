@@ -2171,7 +2171,13 @@ fn a_lease_serves_a_hundred_admissions_per_round_trip() {
             "{per_admission} round trips per admission: {s:?}"
         );
         assert!(s.admitted <= s.leased);
-        assert!(bucket.close().await.unwrap() <= 100);
+        // What goes back: the stock (at most one batch, 100) and the leftover the last landing
+        // replaced, which the next lease call would have returned (at most the low-water mark,
+        // 50 by default: the lease began at or below it). The leftover is there when the lease
+        // lands before the stock runs out, as it can on a loaded machine (a fresh-clone run of the
+        // test script gave back more than 100 here).
+        let back = bucket.close().await.unwrap();
+        assert!(back <= 100 + 50, "{back} given back: {s:?}");
     });
 }
 

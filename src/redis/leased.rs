@@ -459,7 +459,9 @@ impl LeasedBucket {
     }
 
     /// Gives back every unspent token now, waiting for the call, and closes the bucket (a lease
-    /// still in flight gives back what it gets when it lands). Answers how many went back.
+    /// still in flight gives back what it gets when it lands). Answers how many went back: at
+    /// most `batch + low_water`, the stock and the leftover the last lease replaced when it
+    /// landed (which the next lease call would have given back).
     ///
     /// # Errors
     ///
