@@ -229,17 +229,18 @@ struct Shared {
     clock: quanta::Clock,
     epoch_raw: u64,
     epoch: quanta::Instant,
-    /// Nanoseconds per 2^[`TSC_SHIFT`] raw ticks, as quanta scales them, when quanta's raw
-    /// reading is the x86-64 TSC (see [`tsc`]); 0 otherwise, and then every reading goes through
-    /// quanta.
+    /// Nanoseconds per 2^64 raw ticks, as quanta scales them, when quanta's raw reading is the
+    /// x86-64 TSC (see [`tsc`]) and the TSC runs faster than 1 GHz; 0 otherwise, and then every
+    /// reading goes through quanta. A reading is then the high half of the 128-bit product of
+    /// the ticks since the epoch and this scale: one `mul`, no shift.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     tsc_scale: u64,
 }
 
-/// The fixed point of [`Shared::tsc_scale`]: 2^48 ticks are about a day at 3 GHz, so the scale
-/// carries 11-12 significant digits (quanta's own conversion of the same ticks, rounded), and a
-/// delta of up to 2^64 ticks times a scale under 2^64 fits the u128 product.
-const TSC_SHIFT: u32 = 48;
+/// The span [`Shared::tsc_scale`] is measured over: quanta's nanoseconds for 2^48 ticks (about a
+/// day at 3 GHz), moved up 16 bits. The scale so carries 11-12 significant digits (quanta's own
+/// conversion of the same ticks, rounded), and it fits a u64 when a tick is under 1 ns.
+const TSC_SPAN: u32 = 48;
 
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -247,11 +248,12 @@ fn shared() -> &'static Shared {
         let clock = quanta::Clock::new();
         let epoch_raw = clock.raw();
         let epoch = clock.scaled(epoch_raw);
-        let tsc_scale = if tsc::is_quantas_raw(&clock) {
-            // quanta's `delta_as_nanos` is (delta × its factor) >> its shift: linear in the delta,
-            // so its value for 2^TSC_SHIFT ticks is the scale. At least 1: a zero would select
-            // quanta's path (and a clock of more than 2^48 GHz does not exist).
-            clock.delta_as_nanos(0, 1 << TSC_SHIFT).max(1)
+        // quanta's `delta_as_nanos` is (delta × its factor) >> its shift: linear in the delta, so
+        // its value for 2^TSC_SPAN ticks, moved up to 2^64, is the scale. A TSC at 1 GHz or slower
+        // (a scale of 2^64 or more) and a zero scale keep quanta's path.
+        let span = clock.delta_as_nanos(0, 1 << TSC_SPAN);
+        let tsc_scale = if tsc::is_quantas_raw(&clock) && span > 0 && span < 1 << TSC_SPAN {
+            span << (64 - TSC_SPAN)
         } else {
             0
         };
@@ -269,12 +271,12 @@ fn shared() -> &'static Shared {
 /// quanta's `Clock::raw` matches its clock type and calls out of line to `rdtsc`, and
 /// `delta_as_nanos` matches the type again: 33 of the 70 instructions of a direct bucket's check
 /// (callgrind, `benches/README.md`, thirteenth session). [`MonotonicClock::now`] instead executes
-/// `rdtsc` inline and scales the delta with [`Shared::tsc_scale`], a multiply and a shift, when
+/// `rdtsc` inline and scales the delta with [`Shared::tsc_scale`], one multiply, when
 /// [`is_quantas_raw`](tsc::is_quantas_raw) found at start-up that quanta's raw reading *is* the
 /// TSC (quanta chose the counter because the processor's TSC is invariant). Elsewhere (another
-/// architecture, no invariant TSC, quanta falling back to the OS clock) every reading goes through
-/// quanta as before. The readings of both paths are the same ticks scaled by the same factor, to
-/// within quanta's own rounding.
+/// architecture, no invariant TSC, quanta falling back to the OS clock, a TSC at 1 GHz or slower)
+/// every reading goes through quanta as before. The readings of both paths are the same ticks
+/// scaled by the same factor, to within quanta's own rounding.
 ///
 /// # Safety
 ///
@@ -374,7 +376,7 @@ impl Clock for MonotonicClock {
             // slightly between cores) is 0, never a wrapped, huge reading. Truncated to u64 as
             // quanta truncates, which takes 584 years of uptime.
             let delta = tsc::read().saturating_sub(s.epoch_raw);
-            return Nanos(((u128::from(delta) * u128::from(s.tsc_scale)) >> TSC_SHIFT) as u64);
+            return Nanos(((u128::from(delta) * u128::from(s.tsc_scale)) >> 64) as u64);
         }
         s.through_quanta()
     }
@@ -917,7 +919,7 @@ mod tests {
         }
     }
 
-    /// The scale is quanta's conversion of 2^48 ticks, so scaling any span by it gives quanta's
+    /// The scale is quanta's conversion of 2^48 ticks (moved up to 2^64), so scaling any span by it gives quanta's
     /// nanoseconds for that span, to within the rounding.
     #[test]
     fn the_scale_converts_spans_as_quanta_does() {
@@ -926,10 +928,10 @@ mod tests {
             return; // quanta does not read the TSC here: every reading goes through quanta
         }
         for ticks in [1u64, 1_000, 1 << 20, 3_000_000_000, 1 << 40, 1 << 47] {
-            let ours = ((u128::from(ticks) * u128::from(s.tsc_scale)) >> TSC_SHIFT) as u64;
+            let ours = ((u128::from(ticks) * u128::from(s.tsc_scale)) >> 64) as u64;
             let quantas = s.clock.delta_as_nanos(0, ticks);
             assert!(
-                ours <= quantas && quantas - ours <= 1 + (ticks >> TSC_SHIFT),
+                ours <= quantas && quantas - ours <= 1 + (ticks >> TSC_SPAN),
                 "{ticks} ticks: {ours} ns against quanta's {quantas}"
             );
         }
