@@ -250,9 +250,12 @@ fn shared() -> &'static Shared {
         let epoch = clock.scaled(epoch_raw);
         // quanta's `delta_as_nanos` is (delta × its factor) >> its shift: linear in the delta, so
         // its value for 2^TSC_SPAN ticks, moved up to 2^64, is the scale. A TSC at 1 GHz or slower
-        // (a scale of 2^64 or more) and a zero scale keep quanta's path.
+        // (a scale of 2^64 or more) and a zero scale keep quanta's path. A span under 2^TSC_SPAN
+        // also says that quanta reads its counter (its OS-clock and mock readings are already
+        // nanoseconds, whose span is exactly 2^TSC_SPAN), so `is_quantas_raw` executes `rdtsc`
+        // only in a process where quanta executes it for every reading.
         let span = clock.delta_as_nanos(0, 1 << TSC_SPAN);
-        let tsc_scale = if tsc::is_quantas_raw(&clock) && span > 0 && span < 1 << TSC_SPAN {
+        let tsc_scale = if span > 0 && span < 1 << TSC_SPAN && tsc::is_quantas_raw(&clock) {
             span << (64 - TSC_SPAN)
         } else {
             0
@@ -281,9 +284,11 @@ fn shared() -> &'static Shared {
 /// # Safety
 ///
 /// The module's one `unsafe` block calls `core::arch::x86_64::_rdtsc`, which is `unsafe` only
-/// because it is a processor intrinsic: it reads a register, touches no memory, and the
-/// instruction exists on every x86-64 processor (quanta executes the same instruction for every
-/// raw reading on x86-64).
+/// because it is a processor intrinsic: it reads a register and touches no memory. The
+/// instruction exists on every x86-64 processor; it faults only where the OS disabled it for the
+/// process (Linux's `prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`), and it runs only once quanta's
+/// calibration has shown that quanta reads the counter, executing the same instruction for every
+/// reading: where this block would fault, quanta already has.
 mod tsc {
     /// The TSC now.
     #[cfg(target_arch = "x86_64")]
@@ -291,7 +296,8 @@ mod tsc {
     #[allow(unsafe_code)]
     pub(super) fn read() -> u64 {
         // SAFETY: `rdtsc` reads the time-stamp counter into registers; no memory is read or
-        // written, and every x86-64 processor has the instruction (the module's Safety section).
+        // written, every x86-64 processor has the instruction, and it runs only where quanta's
+        // readings execute it too (the module's Safety section).
         unsafe { core::arch::x86_64::_rdtsc() }
     }
 
@@ -919,8 +925,8 @@ mod tests {
         }
     }
 
-    /// The scale is quanta's conversion of 2^48 ticks (moved up to 2^64), so scaling any span by it gives quanta's
-    /// nanoseconds for that span, to within the rounding.
+    /// The scale is quanta's conversion of 2^48 ticks (moved up to 2^64), so scaling any span by
+    /// it gives quanta's nanoseconds for that span, to within the rounding.
     #[test]
     fn the_scale_converts_spans_as_quanta_does() {
         let s = shared();
