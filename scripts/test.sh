@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check tollgate has, in order, and stops at the first failure.
 #
-#   bash scripts/test.sh              all steps (about 25 minutes from a cold build on 2 cores)
+#   bash scripts/test.sh              all steps (about 23 minutes from a cold build on 2 cores)
 #   bash scripts/test.sh loom fuzz    only the named steps, in the order given
 #
 # Steps: fmt clippy doc docsrs test asan redis loom fuzz package minver features (see the step_*
@@ -477,7 +477,7 @@ print_resolved_versions() {
 }
 print_resolved_versions
 
-# A cold run of every step filled 5.4 GB of target directories at its peak (measured with the
+# A cold run of every step filled 4.8-5.4 GB of target directories at its peak (measured with the
 # settings above, on a fresh clone); less than 8 GiB free is reported before the first step, as a
 # failing link may not say that the disk was full.
 echo "==> $(free_gib) GiB free on the target directory's file system ($TARGET_ROOT)"
