@@ -115,6 +115,11 @@ step_test() {
     cargo test --release -p tollgate-release-tests
 }
 
+# The nightly toolchain's host target (the asan step's --target; cargo fuzz's build directory).
+host_triple() {
+    rustc +nightly -vV | sed -n 's/^host: //p'
+}
+
 # The nightly toolchain the docsrs, asan and fuzz steps build with (doc_cfg, -Z flags).
 need_nightly() {
     if ! command -v rustup >/dev/null 2>&1 || ! rustup toolchain list | grep -q '^nightly'; then
@@ -139,7 +144,7 @@ step_asan() {
     # about a fifth of its CPU time.
     local asan_target="$TARGET_ROOT/asan"
     local triple
-    triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
+    triple=$(host_triple)
     (
         export RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address"
         export CARGO_TARGET_DIR="$asan_target"
@@ -398,10 +403,8 @@ own_target_dir() {
         # cargo fuzz builds for an explicit --target: the fuzz workspace's own target directory,
         # or the triple's directory in CARGO_TARGET_DIR.
         fuzz)
-            local triple
-            triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
             if [[ -n ${CARGO_TARGET_DIR:-} ]]; then
-                echo "$CARGO_TARGET_DIR/$triple"
+                echo "$CARGO_TARGET_DIR/$(host_triple)"
             else
                 echo "$ROOT/fuzz/target"
             fi

@@ -381,14 +381,20 @@ impl Clock for MonotonicClock {
             // As `delta_as_nanos` below: a raw reading at or before the epoch (a TSC that differs
             // slightly between cores) is 0, never a wrapped, huge reading. Truncated to u64 as
             // quanta truncates, which takes 584 years of uptime.
-            let delta = tsc::read().saturating_sub(s.epoch_raw);
-            return Nanos(((u128::from(delta) * u128::from(s.tsc_scale)) >> 64) as u64);
+            return Nanos(s.tsc_nanos(tsc::read().saturating_sub(s.epoch_raw)));
         }
         s.through_quanta()
     }
 }
 
 impl Shared {
+    /// `ticks` of the TSC in nanoseconds: the high half of their product with the scale.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn tsc_nanos(&self, ticks: u64) -> u64 {
+        ((u128::from(ticks) * u128::from(self.tsc_scale)) >> 64) as u64
+    }
+
     /// A reading through quanta, where the TSC is not quanta's raw reading (out of line: on
     /// x86-64 with an invariant TSC it is never called).
     #[cfg_attr(target_arch = "x86_64", cold, inline(never))]
@@ -934,7 +940,7 @@ mod tests {
             return; // quanta does not read the TSC here: every reading goes through quanta
         }
         for ticks in [1u64, 1_000, 1 << 20, 3_000_000_000, 1 << 40, 1 << 47] {
-            let ours = ((u128::from(ticks) * u128::from(s.tsc_scale)) >> 64) as u64;
+            let ours = s.tsc_nanos(ticks);
             let quantas = s.clock.delta_as_nanos(0, ticks);
             assert!(
                 ours <= quantas && quantas - ours <= 1 + (ticks >> TSC_SPAN),
