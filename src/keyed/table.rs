@@ -815,6 +815,9 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             let i = hash as usize & shard.hint_mask.load(Ordering::Relaxed);
             // Address arithmetic only (wrapping: nothing here is dereferenced).
             let group = groups.wrapping_add(i / GROUP).cast::<u8>();
+            // The field offsets, not the group's start: the compiler may order the fields either
+            // way, and the control bytes are the lookup's first read.
+            let ctrl = group.wrapping_add(std::mem::offset_of!(Group<K, V>, ctrl) + i % GROUP);
             let entry = group.wrapping_add(
                 std::mem::offset_of!(Group<K, V>, entries)
                     + i % GROUP * std::mem::size_of::<Entry<K, V>>(),
@@ -824,7 +827,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             // cannot fault, whatever the address; SSE is part of x86-64.
             #[allow(unused_unsafe)]
             unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(group.cast());
+                _mm_prefetch::<_MM_HINT_T0>(ctrl.cast());
                 _mm_prefetch::<_MM_HINT_T0>(entry.cast());
             }
         }
