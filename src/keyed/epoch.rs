@@ -100,7 +100,12 @@ struct Block {
 pub(crate) struct Domain {
     /// Starts at 1: 0 in a slot means "not reading".
     epoch: CachePadded<AtomicU64>,
-    blocks: Box<[AtomicPtr<Block>]>,
+    /// Whether this process uses `membarrier(2)`: [`fast`], read once here (it never changes
+    /// once decided) so that a pin reads a plain field rather than asking a `OnceLock`.
+    fast: bool,
+    /// Inline, of a constant length: a pin's index, checked against [`MAX_THREADS`], needs no
+    /// second bounds check.
+    blocks: [AtomicPtr<Block>; BLOCKS],
 }
 
 impl std::fmt::Debug for Domain {
@@ -137,9 +142,8 @@ impl Domain {
     pub(crate) fn new() -> Domain {
         Domain {
             epoch: CachePadded::new(AtomicU64::new(1)),
-            blocks: (0..BLOCKS)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
+            fast: fast(),
+            blocks: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
         }
     }
 
@@ -190,7 +194,7 @@ impl Domain {
             // Nested: the outer pin protects this reader too. In fence mode the fence keeps this
             // reader's loads after the outer's store, which a handler may have interrupted
             // between its store and its fence.
-            light_barrier();
+            light_barrier(self.fast);
             return Some(Pin {
                 slot: None,
                 _not_send: std::marker::PhantomData,
@@ -202,7 +206,7 @@ impl Domain {
         // Relaxed, then the light barrier: together with the heavy barrier of `horizon`, this
         // store is ordered before the reader's loads of table pointers (see the module docs).
         slot.store(epoch, Ordering::Relaxed);
-        light_barrier();
+        light_barrier(self.fast);
         Some(Pin {
             slot: Some(slot),
             _not_send: std::marker::PhantomData,
@@ -286,8 +290,8 @@ fn dead(_index: usize) -> bool {
 /// The reader's side: a compiler fence where the heavy barrier is `membarrier(2)`, a full fence
 /// otherwise.
 #[inline]
-fn light_barrier() {
-    if fast() {
+fn light_barrier(fast: bool) {
+    if fast {
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
     } else {
         fence(Ordering::SeqCst);
