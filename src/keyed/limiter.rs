@@ -364,10 +364,11 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.check_key_n_with(key, n, || now)
     }
 
-    /// A request for `n` on `key` at the reading `now()` gives. The reading is taken before the
-    /// lookup enters the table's epoch: a clock is user code, and a reader parked inside the
-    /// epoch would hold the table's removed entries (see the module docs, "Bounded memory").
-    #[inline]
+    /// A request for `n` on `key` at the reading `now()` gives: always inlined, so that the
+    /// outcome is built in the caller, which drops what it does not read (a caller reading only
+    /// `is_ok()` pays for the decision and none of the description); the lookup and the
+    /// decision are [`KeyedLimiter::decide_known`], the unknown key's path is out of line.
+    #[inline(always)]
     fn check_key_n_with<Q>(
         &self,
         key: &Q,
@@ -378,12 +379,35 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        match self.decide_known(key, n, now) {
+            (now, Some(verdict)) => {
+                A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from)
+            }
+            (now, None) => self.check_unknown(key, n, now),
+        }
+    }
+
+    /// The decision on a known key: the reading, and what the decision decided on (`None`: the
+    /// key is not in the table, or eviction marked its state gone, and nothing took effect).
+    /// The reading is taken before the lookup enters the table's epoch: a clock is user code,
+    /// and a reader parked inside the epoch would hold the table's removed entries (see the
+    /// module docs, "Bounded memory").
+    #[inline]
+    fn decide_known<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        now: impl Fn() -> Nanos,
+    ) -> (Nanos, Option<A::Verdict>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         // A known key: the decision is the algorithm's own compare-and-swap on the key's state.
         // If eviction marked the state gone (its key forgotten), the decision took effect nowhere,
         // and the key is decided as new (see the module docs).
         // Decide small, describe once: the lookup answers the verdict (for a one-word algorithm,
-        // the word decided on) in registers, and the outcome is built here, after the lookup,
-        // where a caller reading only `is_ok()` lets the compiler drop what it does not read.
+        // the word decided on) in registers, and the outcome is built by the caller.
         // The reading is taken after the table is asked to fetch the key's lines (their misses
         // overlap the clock's work) and before the lookup enters the epoch.
         // Captured by value: the closure's copies stay in registers on the inlined path.
@@ -392,12 +416,24 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             A::verdict_keyed(policy, state, now, n)
         });
         match known {
-            Some(Ok(verdict)) => {
-                A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from)
-            }
-            // A query never creates a key.
-            _ if n == 0 => self.peek_key_n_at(key, 0, now),
-            _ => self.check_new(&Acquire, key, n, now),
+            Some(Ok(verdict)) => (now, Some(verdict)),
+            _ => (now, None),
+        }
+    }
+
+    /// A key not in the table (or whose state eviction marked gone) at `now`: a query answers
+    /// without creating it; a request creates it ([`KeyedLimiter::check_new`]).
+    #[cold]
+    #[inline(never)]
+    fn check_unknown<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if n == 0 {
+            self.peek_key_n_at(key, 0, now)
+        } else {
+            self.check_new(&Acquire, key, n, now)
         }
     }
 
