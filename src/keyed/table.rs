@@ -782,7 +782,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     /// `before` first, outside the epoch (it may be user code, a clock), after asking the
     /// processor to fetch the key's control bytes and home slot: their cache misses then overlap
     /// `before`'s work instead of following it.
-    #[inline]
+    #[inline(always)]
     #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
     pub(crate) fn with_read_after<Q, T: Copy, R>(
         &self,
