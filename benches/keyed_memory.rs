@@ -1,15 +1,24 @@
-//! Bytes per key of the keyed limiters, as resident-set growth in a fresh process.
+//! Bytes per key of the keyed limiters, as the growth of a fresh process's memory.
 //!
-//! `cargo bench --bench keyed_memory` (Linux only: it reads `/proc/self/status`). For each limiter
-//! and each key count it re-executes itself (`--child <limiter> <keys>`) [`RUNS`] times; the child
-//! builds an empty limiter, reads its `VmRSS`, checks the keys `0..keys` once each, reads `VmRSS`
-//! again, and prints the growth divided by the key count. A fresh process per measurement means no
-//! earlier map's freed memory is reused. The parent prints a markdown table of the medians and the
-//! range of the runs.
+//! `cargo bench --bench keyed_memory` (Linux only: it reads `/proc/self/status`). For each limiter,
+//! key count and measure it re-executes itself (`--child <limiter> <keys> <measure>`) [`RUNS`]
+//! times; the child builds an empty limiter, reads the measure, checks the keys `0..keys` once
+//! each, reads it again, and prints the growth divided by the key count. A fresh process per
+//! measurement means no earlier map's freed memory is reused. The parent prints a markdown table
+//! of the medians and the range of the runs for each measure:
+//!
+//! - **anonymous** (`RssAnon`, the target's measure): the heap and anonymous mappings, which is
+//!   where a map keeps its keys;
+//! - **resident** (`VmRSS`, the figure of earlier sessions): the same plus the file-backed pages of
+//!   the executable and its libraries that the run touched for the first time. Those do not grow
+//!   with the keys: `/proc/self/smaps` of tollgate's children at 100 000 keys showed libc's mapping
+//!   64 KiB larger after the keys than before in some processes (code faulted in the first time
+//!   the limiter called a function of libc's, such as the `membarrier(2)` system call; 0.66 bytes
+//!   a key at 100 000 keys), and not in others.
 //!
 //! | limiter | built as |
 //! | --- | --- |
-//! | `tollgate` | `KeyedLimiter::<u64>::new(quota).with_max_keys(1 << 20)`: a `DashMap<u64, AtomicU64>` with ahash |
+//! | `tollgate` | `KeyedLimiter::<u64>::new(quota).with_max_keys(1 << 20)`: its own sharded table (`u64` key and `AtomicU64` state in each slot) with ahash |
 //! | `governor` | `RateLimiter::keyed(quota)`: governor's default `DashMap<u64, InMemoryState>` with std's `RandomState` |
 //! | `hashmap` | for reference: a `std` `HashMap<u64, AtomicU64, ahash::RandomState>`, one table, no shards |
 //!
@@ -27,7 +36,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use testkit::bench::{child_runs, rss, rss_bytes};
+use testkit::bench::{anon, anon_bytes, child_runs, rss, rss_bytes};
 use tollgate::keyed::KeyedLimiter;
 use tollgate::Quota;
 
@@ -52,59 +61,74 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let limiter = &args[i + 1];
         let keys: usize = args[i + 2].parse().expect("a key count");
-        child(limiter, keys);
+        let measure = match args[i + 3].as_str() {
+            "anon" => anon,
+            "rss" => rss,
+            other => panic!("unknown measure {other}"),
+        };
+        child(limiter, keys, measure);
         return;
     }
-    if rss_bytes().is_none() {
+    if rss_bytes().is_none() || anon_bytes().is_none() {
         println!("keyed_memory: no /proc/self/status VmRSS on this system; nothing measured");
         return;
     }
     parent();
 }
 
-/// Runs every (limiter, key count) in fresh processes and prints the table.
+/// Runs every (limiter, key count) in fresh processes and prints the tables: the anonymous
+/// memory's first (the target's measure), then the resident set's.
 fn parent() {
     let exe = std::env::current_exe().expect("the bench's own path");
-    println!("Resident-set growth per key, `u64` keys, in bytes: median of {RUNS} fresh processes (range).");
-    println!();
-    println!("| keys | tollgate | governor | hashmap (reference) | tollgate ÷ governor |");
-    println!("| ---: | ---: | ---: | ---: | ---: |");
-    for keys in SIZES {
-        let medians: Vec<(f64, f64, f64)> = LIMITERS
-            .iter()
-            .map(|limiter| {
-                let runs = child_runs(
-                    &exe,
-                    &["--child", limiter, &keys.to_string()],
-                    RUNS,
-                    &format!("{limiter} at {keys} keys"),
-                );
-                (runs[RUNS / 2], runs[0], runs[RUNS - 1])
-            })
-            .collect();
-        let cell =
-            |(median, low, high): (f64, f64, f64)| format!("{median:.1} ({low:.1}–{high:.1})");
-        println!(
-            "| {keys} | {} | {} | {} | {:.2} |",
-            cell(medians[0]),
-            cell(medians[1]),
-            cell(medians[2]),
-            medians[0].0 / medians[1].0
-        );
+    for (measure, title) in [
+        ("anon", "Anonymous memory (`RssAnon`) growth per key"),
+        (
+            "rss",
+            "Resident-set (`VmRSS`) growth per key, file-backed pages included",
+        ),
+    ] {
+        println!("{title}, `u64` keys, in bytes: median of {RUNS} fresh processes (range).");
+        println!();
+        println!("| keys | tollgate | governor | hashmap (reference) | tollgate ÷ governor |");
+        println!("| ---: | ---: | ---: | ---: | ---: |");
+        for keys in SIZES {
+            let medians: Vec<(f64, f64, f64)> = LIMITERS
+                .iter()
+                .map(|limiter| {
+                    let runs = child_runs(
+                        &exe,
+                        &["--child", limiter, &keys.to_string(), measure],
+                        RUNS,
+                        &format!("{limiter} at {keys} keys ({measure})"),
+                    );
+                    (runs[RUNS / 2], runs[0], runs[RUNS - 1])
+                })
+                .collect();
+            let cell =
+                |(median, low, high): (f64, f64, f64)| format!("{median:.1} ({low:.1}–{high:.1})");
+            println!(
+                "| {keys} | {} | {} | {} | {:.2} |",
+                cell(medians[0]),
+                cell(medians[1]),
+                cell(medians[2]),
+                medians[0].0 / medians[1].0
+            );
+        }
+        println!();
     }
 }
 
-/// Builds `limiter` empty, adds `keys` keys, and prints the resident-set growth per key.
-fn child(limiter: &str, keys: usize) {
+/// Builds `limiter` empty, adds `keys` keys, and prints the growth of `measure` per key.
+fn child(limiter: &str, keys: usize, measure: fn() -> i64) {
     let growth = match limiter {
         "tollgate" => {
             let quota = Quota::per_period(1, PERIOD).expect("a valid quota");
             let map: KeyedLimiter<u64> = KeyedLimiter::new(quota).with_max_keys(MAX_KEYS);
-            let before = rss();
+            let before = measure();
             for key in 0..keys as u64 {
                 assert!(map.check_key(&key).is_ok(), "a new key is admitted");
             }
-            let after = rss();
+            let after = measure();
             assert_eq!(map.len(), keys, "tollgate holds every key");
             assert_eq!(map.evictions(), 0, "tollgate evicted none");
             after - before
@@ -112,21 +136,21 @@ fn child(limiter: &str, keys: usize) {
         "governor" => {
             let quota = governor::Quota::with_period(PERIOD).expect("a non-zero period");
             let map: governor::DefaultKeyedRateLimiter<u64> = governor::RateLimiter::keyed(quota);
-            let before = rss();
+            let before = measure();
             for key in 0..keys as u64 {
                 assert!(map.check_key(&key).is_ok(), "a new key is admitted");
             }
-            let after = rss();
+            let after = measure();
             assert_eq!(map.len(), keys, "governor holds every key");
             after - before
         }
         "hashmap" => {
             let mut map = HashMap::with_hasher(ahash::RandomState::new());
-            let before = rss();
+            let before = measure();
             for key in 0..keys as u64 {
                 map.insert(key, AtomicU64::new(0));
             }
-            let after = rss();
+            let after = measure();
             assert_eq!(map.len(), keys);
             after - before
         }

@@ -299,6 +299,9 @@ def read_keyed_memory(path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0].isdigit():
             rows[int(cells[0])] = (float(cells[1].split()[0]), float(cells[2].split()[0]))
+        elif rows and not line.startswith("|"):
+            # The first table is the target's (anonymous memory); the resident set's follows.
+            break
     if not rows:
         sys.exit(f"no table in {path}: pass the output of `cargo bench --bench keyed_memory`")
     return rows

@@ -341,10 +341,42 @@ pub fn child_runs(exe: &std::path::Path, args: &[&str], runs: usize, what: &str)
 /// }
 /// ```
 pub fn rss_bytes() -> Option<u64> {
+    status_kb("VmRSS:").map(|kb| kb * 1024)
+}
+
+/// This process's anonymous resident memory, in bytes (`RssAnon` from `/proc/self/status`: the
+/// heap and anonymous mappings, without the file-backed pages of the executable and its
+/// libraries), or `None` where there is no such line (not Linux, or a kernel before 4.5). What a
+/// map holds for its keys is anonymous; a library's code pages, faulted in the first time a
+/// function of it runs, are file-backed, shared with every process that maps the library, and do
+/// not grow with the keys.
+///
+/// ```
+/// if let Some(bytes) = testkit::bench::anon_bytes() {
+///     assert!(bytes > 0);
+/// }
+/// ```
+pub fn anon_bytes() -> Option<u64> {
+    status_kb("RssAnon:").map(|kb| kb * 1024)
+}
+
+/// A `/proc/self/status` field given in kB.
+fn status_kb(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// [`anon_bytes`] where it must exist (a memory bench's child, after its parent checked).
+///
+/// ```no_run
+/// let before = testkit::bench::anon();
+/// let keys: Vec<u64> = (0..1_000_000).collect();
+/// let per_key = (testkit::bench::anon() - before) as f64 / keys.len() as f64;
+/// println!("{per_key:.1} bytes per key");
+/// ```
+pub fn anon() -> i64 {
+    anon_bytes().expect("RssAnon in /proc/self/status") as i64
 }
 
 /// [`rss_bytes`] where it must exist (a memory bench's child, after its parent checked).
