@@ -12,9 +12,8 @@
 //! - **resident** (`VmRSS`, the figure of earlier sessions): the same plus the file-backed pages of
 //!   the executable and its libraries that the run touched for the first time. Those do not grow
 //!   with the keys: `/proc/self/smaps` of tollgate's children at 100 000 keys showed libc's mapping
-//!   64 KiB larger after the keys than before in some processes (code faulted in the first time
-//!   the limiter called a function of libc's, such as the `membarrier(2)` system call; 0.66 bytes
-//!   a key at 100 000 keys), and not in others.
+//!   64 KiB larger after the keys than before in some processes (libc code faulted in the first
+//!   time the limiter called it; 0.66 bytes a key at 100 000 keys), and not in others.
 //!
 //! | limiter | built as |
 //! | --- | --- |
