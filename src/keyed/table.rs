@@ -5,9 +5,14 @@
 //! # Layout
 //!
 //! A fixed number of shards (chosen by the hash's top bits), each an open-addressing table with
-//! linear probing, in groups of 16 slots: 16 control bytes, then 16 entries, each a key and its
-//! state stored in the slot itself (no allocation per key, and one cache miss fewer per lookup
-//! than an entry behind a pointer). A control byte is [`EMPTY`], [`TOMB`] (the entry was
+//! linear probing in one allocation: its entries, each a key and its state stored in the slot
+//! itself (no allocation per key, and one cache miss fewer per lookup than an entry behind a
+//! pointer), then one control byte per slot, all together (as `std`'s `HashMap` keeps them).
+//! The control bytes are a seventeenth of a table of `u64` keys and states and stay in the
+//! cache, so a lookup of a known key misses on its entry's line alone; with the control bytes
+//! beside each 16 entries (the layout until the fourteenth session) it missed on two lines,
+//! which cost the check 11-22 % at two threads in a model of the two layouts (benches/README.md,
+//! fourteenth session). A control byte is [`EMPTY`], [`TOMB`] (the entry was
 //! removed) or `0x80 | tag` (a live entry; `tag` is seven bits of the hash). A slot once used is
 //! not reused in the same table.
 //!
@@ -98,6 +103,11 @@
 //!    collection (possibly freed by another thread at the same time) reaches it first.
 //! 4. A reader dereferences a table or entry only inside a pin of this table's domain (taken
 //!    before it loaded the table pointer) or under the shard lock.
+//! 5. A table's allocation is made by [`Raw::new`] with [`Raw::layout`] of its capacity (a power
+//!    of two, never changed) and freed once, by `Raw`'s drop, with the same layout: `capacity`
+//!    entries from its start, then `capacity` control bytes, all initialized by `new`. Every
+//!    slot index used is masked by `capacity - 1`, so every entry and control byte reached lies
+//!    inside it.
 
 use std::borrow::Borrow;
 use std::cell::UnsafeCell;
@@ -121,8 +131,6 @@ const TOMB: u8 = 1;
 const LIVE: u8 = 0x80;
 /// The smallest table.
 const MIN_CAPACITY: usize = 16;
-/// Slots per group.
-const GROUP: usize = 16;
 
 /// The control byte of a live entry with this hash.
 #[inline]
@@ -182,17 +190,40 @@ struct Entry<K, V> {
     alive: crate::sync::UnsafeCell<()>,
 }
 
-/// Sixteen slots: their control bytes, then their entries.
-struct Group<K, V> {
-    ctrl: [AtomicU8; GROUP],
-    entries: [UnsafeCell<MaybeUninit<Entry<K, V>>>; GROUP],
+/// A slot's entry, possibly uninitialized.
+type Cell<K, V> = UnsafeCell<MaybeUninit<Entry<K, V>>>;
+
+impl<K, V> Drop for Raw<K, V> {
+    /// Drops the control bytes and frees the allocation; the entries were dropped, or moved
+    /// out, before (Safety, 2).
+    fn drop(&mut self) {
+        let capacity = self.capacity();
+        let (layout, ctrl_at) = Self::layout(capacity);
+        // SAFETY: the control bytes were initialized by `new` and are dropped once, here (a
+        // no-op but under loom); then the allocation `new` made with this layout is freed.
+        unsafe {
+            let ctrl = self
+                .base
+                .as_ptr()
+                .cast::<u8>()
+                .add(ctrl_at)
+                .cast::<AtomicU8>();
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(ctrl, capacity));
+            std::alloc::dealloc(self.base.as_ptr().cast(), layout);
+        }
+    }
 }
 
-/// One shard's table of slots. Its entries are dropped explicitly (Safety, 2): dropping a `Raw`
-/// frees its memory and drops no key or state.
+/// One shard's table of slots, in one allocation: `capacity` entries, then `capacity` control
+/// bytes (as `std`'s `HashMap` lays its table out). The control bytes of a whole table sit
+/// together, 1/17 of its bytes for a `u64` key and state: they stay in the cache while the
+/// entries do not, so a lookup misses on the entry's line alone. Its entries are dropped
+/// explicitly (Safety, 2): dropping a `Raw` drops its control bytes and frees its memory, and
+/// drops no key or state.
 struct Raw<K, V> {
     mask: usize,
-    groups: Box<[Group<K, V>]>,
+    /// The allocation's start: the first entry (Safety, 5).
+    base: std::ptr::NonNull<Cell<K, V>>,
     /// Owners of the table's memory: the table itself (current, then retired), and each removed
     /// entry of it not yet dropped. Whoever gives up the last frees it ([`Raw::release`]), so a
     /// removed entry is dropped in place even when the table it sits in was retired later and
@@ -200,47 +231,83 @@ struct Raw<K, V> {
     owners: AtomicUsize,
 }
 
+// SAFETY: a `Raw` owns its allocation as a `Box<[T]>` would (its entries and control bytes,
+// reached only through it); what the table shares between threads is ruled by the table's own
+// `Send` and `Sync` (see `Table`).
+unsafe impl<K: Send, V: Send> Send for Raw<K, V> {}
+// SAFETY: as above; shared, a `Raw` hands out `&AtomicU8` and, under the table's invariants,
+// `&K` and `&V`.
+unsafe impl<K: Sync, V: Sync> Sync for Raw<K, V> {}
+
 impl<K, V> Raw<K, V> {
-    /// An empty table, built in place on the heap (a group of large keys is never built on the
-    /// stack).
+    /// The allocation of a table of `capacity` slots, and where its control bytes start (the
+    /// entries' size: an array of `u8` needs no padding after them).
+    fn layout(capacity: usize) -> (std::alloc::Layout, usize) {
+        let entries = std::alloc::Layout::array::<Cell<K, V>>(capacity);
+        let ctrl = std::alloc::Layout::array::<AtomicU8>(capacity);
+        match entries.and_then(|e| e.extend(ctrl?)) {
+            Ok((layout, ctrl_at)) => (layout, ctrl_at),
+            // As `Vec` does when its buffer would not fit the address space.
+            Err(_) => panic!("capacity overflow: a keyed table of {capacity} slots"),
+        }
+    }
+
+    /// An empty table, built in place on the heap (no entry is ever built on the stack).
     fn new(capacity: usize) -> Box<Raw<K, V>> {
         debug_assert!(capacity.is_power_of_two() && capacity >= MIN_CAPACITY);
-        let mut groups = Box::<[Group<K, V>]>::new_uninit_slice(capacity / GROUP);
-        for group in groups.iter_mut() {
-            // SAFETY: `ctrl` is written in place; `entries` are `MaybeUninit`, valid
-            // uninitialized.
-            unsafe {
-                std::ptr::addr_of_mut!((*group.as_mut_ptr()).ctrl)
-                    .write(std::array::from_fn(|_| AtomicU8::new(EMPTY)));
+        let (layout, ctrl_at) = Self::layout(capacity);
+        debug_assert_eq!(ctrl_at, Self::ctrl_at(capacity));
+        // SAFETY: `layout` is not zero-sized: it holds `capacity` (at least 16) control bytes.
+        let base = unsafe { std::alloc::alloc(layout) };
+        let Some(base) = std::ptr::NonNull::new(base) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        // SAFETY: the control bytes lie inside the allocation (`layout`), each written once
+        // here; the entries may stay uninitialized (`MaybeUninit`).
+        unsafe {
+            let ctrl = base.as_ptr().add(ctrl_at).cast::<AtomicU8>();
+            for i in 0..capacity {
+                ctrl.add(i).write(AtomicU8::new(EMPTY));
             }
         }
         Box::new(Raw {
             mask: capacity - 1,
-            // SAFETY: every group's `ctrl` was written above; the rest may stay uninitialized.
-            groups: unsafe { groups.assume_init() },
+            base: base.cast(),
             owners: AtomicUsize::new(1),
         })
     }
 
-    /// Slot `i`'s group; `i` is at most `mask` (every caller masks it).
-    #[inline]
-    fn group(&self, i: usize) -> &Group<K, V> {
-        debug_assert!(i <= self.mask);
-        // SAFETY: `i <= mask`, and the table has `(mask + 1) / GROUP` groups (built so in `new`,
-        // never resized), so `i / GROUP` is in bounds. (Unchecked: the probe is the hot loop of
-        // every keyed check.)
-        unsafe { self.groups.get_unchecked(i / GROUP) }
+    /// Where the control bytes start: past `capacity` entries (Safety, 5), as [`Raw::layout`]
+    /// places them (rounded up to a control byte's alignment, which is 1 but under loom).
+    #[inline(always)]
+    fn ctrl_at(capacity: usize) -> usize {
+        (capacity * std::mem::size_of::<Cell<K, V>>())
+            .next_multiple_of(std::mem::align_of::<AtomicU8>())
     }
 
+    /// Slot `i`'s control byte; `i` is at most `mask` (every caller masks it).
     #[inline]
     fn ctrl(&self, i: usize) -> &AtomicU8 {
-        &self.group(i).ctrl[i % GROUP]
+        debug_assert!(i <= self.mask);
+        // SAFETY: `i <= mask`, so the byte lies inside the allocation, initialized by `new`
+        // (Safety, 5). (Unchecked: the probe is the hot loop of every keyed check.)
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .cast::<u8>()
+                .add(Self::ctrl_at(self.capacity()))
+                .cast::<AtomicU8>()
+                .add(i)
+        }
     }
 
-    /// Slot `i`'s entry, possibly uninitialized.
+    /// Slot `i`'s entry, possibly uninitialized; `i` is at most `mask`.
     #[inline]
     fn slot(&self, i: usize) -> *mut Entry<K, V> {
-        self.group(i).entries[i % GROUP].get().cast()
+        debug_assert!(i <= self.mask);
+        // SAFETY: `i <= mask`: inside the allocation's entries (Safety, 5).
+        unsafe { (*self.base.as_ptr().add(i)).get().cast() }
     }
 
     fn capacity(&self) -> usize {
@@ -617,9 +684,9 @@ struct Writer {
 struct Shard<K, V> {
     /// The current table: replaced (Release) only by the lock's holder.
     raw: AtomicPtr<Raw<K, V>>,
-    /// The current table's groups and mask, for [`Table::prefetch`] only: an address to hint
+    /// The current table's allocation and mask, for [`Table::prefetch`] only: an address to hint
     /// the processor with, never dereferenced (they may be a table behind, or mismatched).
-    hint: AtomicPtr<Group<K, V>>,
+    hint: AtomicPtr<Cell<K, V>>,
     hint_mask: AtomicUsize,
     /// While a rebuild relocates the states, the table being built (its keys all in place);
     /// null otherwise. Set (Release) before the first state is sealed, cleared (Release) after
@@ -680,7 +747,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             shards: (0..shards)
                 .map(|_| {
                     let raw = Raw::new(MIN_CAPACITY);
-                    let hint = raw.groups.as_ptr().cast_mut();
+                    let hint = raw.base.as_ptr();
                     CachePadded::new(Shard {
                         raw: AtomicPtr::new(Box::into_raw(raw)),
                         hint: AtomicPtr::new(hint),
@@ -811,17 +878,17 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         #[cfg(target_arch = "x86_64")]
         {
             // Relaxed: a hint; a stale or mismatched pair only prefetches another address.
-            let groups = shard.hint.load(Ordering::Relaxed);
-            let i = hash as usize & shard.hint_mask.load(Ordering::Relaxed);
-            // Address arithmetic only (wrapping: nothing here is dereferenced).
-            let group = groups.wrapping_add(i / GROUP).cast::<u8>();
-            // The field offsets, not the group's start: the compiler may order the fields either
-            // way, and the control bytes are the lookup's first read.
-            let ctrl = group.wrapping_add(std::mem::offset_of!(Group<K, V>, ctrl) + i % GROUP);
-            let entry = group.wrapping_add(
-                std::mem::offset_of!(Group<K, V>, entries)
-                    + i % GROUP * std::mem::size_of::<Entry<K, V>>(),
-            );
+            let base = shard.hint.load(Ordering::Relaxed);
+            let mask = shard.hint_mask.load(Ordering::Relaxed);
+            let i = hash as usize & mask;
+            // Address arithmetic only (wrapping: nothing here is dereferenced), as `Raw::ctrl`
+            // and `Raw::slot` compute it.
+            let entry = base.wrapping_add(i);
+            let ctrl = base
+                .cast::<u8>()
+                .wrapping_add(Raw::<K, V>::ctrl_at(mask.wrapping_add(1)))
+                .cast::<AtomicU8>()
+                .wrapping_add(i);
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             // SAFETY: a prefetch is a hint that reads no memory in the language's sense and
             // cannot fault, whatever the address; SSE is part of x86-64.
@@ -1105,9 +1172,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         // Release: a reader that loads the new table sees its slots.
         shard.raw.store(new, Ordering::Release);
         // Relaxed: a hint (`prefetch`).
-        shard
-            .hint
-            .store(built.groups.as_ptr().cast_mut(), Ordering::Relaxed);
+        shard.hint.store(built.base.as_ptr(), Ordering::Relaxed);
         shard.hint_mask.store(built.mask, Ordering::Relaxed);
         // Release: after the table is replaced, so that a reader that sees `next` cleared (or
         // set by a later rebuild) sees `raw` replaced too (`look_again`).
@@ -2331,8 +2396,8 @@ mod tests {
         assert_eq!(strings.with_read("alice", read), Some(Ok(1)));
     }
 
-    /// Finding (k): a table of large keys is never built on the stack (a group of 16 inline
-    /// entries of 128 KiB keys is 2 MiB, a test thread's whole stack), and a key's `Drop` runs
+    /// Finding (k): a table of large keys is never built on the stack (16 inline entries of
+    /// 128 KiB keys are 2 MiB, a test thread's whole stack), and a key's `Drop` runs
     /// with no lock held, so a key whose drop uses the same table does not deadlock (here the old
     /// copies a growth leaves behind insert keys too, as they are dropped).
     #[test]
@@ -2392,8 +2457,8 @@ mod tests {
         let mut key = [0u8; BIG];
         key[0] = 19;
         assert_eq!((big.len(), big.with_read(&key, read)), (20, Some(Ok(19))));
-        // A table of 64 KiB keys made on a thread with 512 KiB of stack, where one group of 16
-        // entries (1 MiB) built on the stack would overflow it.
+        // A table of 64 KiB keys made on a thread with 512 KiB of stack, where 16 entries
+        // (1 MiB) built on the stack would overflow it.
         let made = std::thread::Builder::new()
             .stack_size(512 << 10)
             .spawn(|| Raw::<[u8; 64 << 10], AtomicU64>::new(64).capacity())
