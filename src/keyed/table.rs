@@ -867,7 +867,14 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         let t = before();
         (
             t,
-            self.with_read_hashed(shard, hash, key, move |state| f(state, t)),
+            self.with_read_hashed(
+                shard,
+                hash,
+                key,
+                // Inlined into the lookup: the decision's arithmetic is the check's hot path.
+                #[inline(always)]
+                move |state| f(state, t),
+            ),
         )
     }
 
