@@ -47,7 +47,7 @@ const SIZES: [usize; 3] = [100_000, 900_000, 1_000_000];
 const LIMITERS: [&str; 3] = ["tollgate", "governor", "hashmap"];
 
 /// Fresh processes per (limiter, key count); the table gives their median and range.
-const RUNS: usize = 5;
+const RUNS: usize = 15;
 
 /// tollgate's bound on keys: its default, 2^20, set explicitly.
 const MAX_KEYS: usize = 1 << 20;
