@@ -429,7 +429,8 @@ impl<T: OneWord> Contract for T {
             // Refused by its size: `describe_keyed` says so without reading the word.
             Err(_) => Ok(0),
             Ok(true) => {
-                let decided = cas::update_live(state, |word| judged_on::<T>(policy, word, now, n))?;
+                let decided =
+                    cas::update_live(state, move |word| judged_on::<T>(policy, word, now, n))?;
                 Ok(decided.unwrap_or_else(|word| word))
             }
             Ok(false) => live_word(state),
