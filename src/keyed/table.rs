@@ -231,14 +231,6 @@ struct Raw<K, V> {
     owners: AtomicUsize,
 }
 
-// SAFETY: a `Raw` owns its allocation as a `Box<[T]>` would (its entries and control bytes,
-// reached only through it); what the table shares between threads is ruled by the table's own
-// `Send` and `Sync` (see `Table`).
-unsafe impl<K: Send, V: Send> Send for Raw<K, V> {}
-// SAFETY: as above; shared, a `Raw` hands out `&AtomicU8` and, under the table's invariants,
-// `&K` and `&V`.
-unsafe impl<K: Sync, V: Sync> Sync for Raw<K, V> {}
-
 impl<K, V> Raw<K, V> {
     /// The allocation of a table of `capacity` slots, and where its control bytes start (the
     /// entries' size: an array of `u8` needs no padding after them).
