@@ -198,18 +198,12 @@ impl<K, V> Drop for Raw<K, V> {
     /// out, before (Safety, 2).
     fn drop(&mut self) {
         let capacity = self.capacity();
-        let (layout, ctrl_at) = Self::layout(capacity);
+        let ctrl = Self::ctrl_start(self.base.as_ptr(), capacity);
         // SAFETY: the control bytes were initialized by `new` and are dropped once, here (a
         // no-op but under loom); then the allocation `new` made with this layout is freed.
         unsafe {
-            let ctrl = self
-                .base
-                .as_ptr()
-                .cast::<u8>()
-                .add(ctrl_at)
-                .cast::<AtomicU8>();
             std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(ctrl, capacity));
-            std::alloc::dealloc(self.base.as_ptr().cast(), layout);
+            std::alloc::dealloc(self.base.as_ptr().cast(), Self::layout(capacity));
         }
     }
 }
@@ -232,13 +226,16 @@ struct Raw<K, V> {
 }
 
 impl<K, V> Raw<K, V> {
-    /// The allocation of a table of `capacity` slots, and where its control bytes start (the
-    /// entries' size: an array of `u8` needs no padding after them).
-    fn layout(capacity: usize) -> (std::alloc::Layout, usize) {
+    /// The allocation of a table of `capacity` slots: the entries, then the control bytes from
+    /// [`Raw::ctrl_at`].
+    fn layout(capacity: usize) -> std::alloc::Layout {
         let entries = std::alloc::Layout::array::<Cell<K, V>>(capacity);
         let ctrl = std::alloc::Layout::array::<AtomicU8>(capacity);
         match entries.and_then(|e| e.extend(ctrl?)) {
-            Ok((layout, ctrl_at)) => (layout, ctrl_at),
+            Ok((layout, ctrl_at)) => {
+                debug_assert_eq!(ctrl_at, Self::ctrl_at(capacity));
+                layout
+            }
             // As `Vec` does when its buffer would not fit the address space.
             Err(_) => panic!("capacity overflow: a keyed table of {capacity} slots"),
         }
@@ -247,8 +244,7 @@ impl<K, V> Raw<K, V> {
     /// An empty table, built in place on the heap (no entry is ever built on the stack).
     fn new(capacity: usize) -> Box<Raw<K, V>> {
         debug_assert!(capacity.is_power_of_two() && capacity >= MIN_CAPACITY);
-        let (layout, ctrl_at) = Self::layout(capacity);
-        debug_assert_eq!(ctrl_at, Self::ctrl_at(capacity));
+        let layout = Self::layout(capacity);
         // SAFETY: `layout` is not zero-sized: it holds `capacity` (at least 16) control bytes.
         let base = unsafe { std::alloc::alloc(layout) };
         let Some(base) = std::ptr::NonNull::new(base) else {
@@ -257,7 +253,7 @@ impl<K, V> Raw<K, V> {
         // SAFETY: the control bytes lie inside the allocation (`layout`), each written once
         // here; the entries may stay uninitialized (`MaybeUninit`).
         unsafe {
-            let ctrl = base.as_ptr().add(ctrl_at).cast::<AtomicU8>();
+            let ctrl = Self::ctrl_start(base.as_ptr().cast(), capacity);
             for i in 0..capacity {
                 ctrl.add(i).write(AtomicU8::new(EMPTY));
             }
@@ -277,21 +273,22 @@ impl<K, V> Raw<K, V> {
             .next_multiple_of(std::mem::align_of::<AtomicU8>())
     }
 
+    /// The first control byte of the table of `capacity` slots that starts at `base`: address
+    /// arithmetic only (also for [`Table::prefetch`]'s hint, which may be a table behind).
+    #[inline(always)]
+    fn ctrl_start(base: *mut Cell<K, V>, capacity: usize) -> *mut AtomicU8 {
+        base.cast::<u8>()
+            .wrapping_add(Self::ctrl_at(capacity))
+            .cast()
+    }
+
     /// Slot `i`'s control byte; `i` is at most `mask` (every caller masks it).
     #[inline]
     fn ctrl(&self, i: usize) -> &AtomicU8 {
         debug_assert!(i <= self.mask);
         // SAFETY: `i <= mask`, so the byte lies inside the allocation, initialized by `new`
         // (Safety, 5). (Unchecked: the probe is the hot loop of every keyed check.)
-        unsafe {
-            &*self
-                .base
-                .as_ptr()
-                .cast::<u8>()
-                .add(Self::ctrl_at(self.capacity()))
-                .cast::<AtomicU8>()
-                .add(i)
-        }
+        unsafe { &*Self::ctrl_start(self.base.as_ptr(), self.capacity()).add(i) }
     }
 
     /// Slot `i`'s entry, possibly uninitialized; `i` is at most `mask`.
@@ -883,11 +880,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             // Address arithmetic only (wrapping: nothing here is dereferenced), as `Raw::ctrl`
             // and `Raw::slot` compute it.
             let entry = base.wrapping_add(i);
-            let ctrl = base
-                .cast::<u8>()
-                .wrapping_add(Raw::<K, V>::ctrl_at(mask.wrapping_add(1)))
-                .cast::<AtomicU8>()
-                .wrapping_add(i);
+            let ctrl = Raw::<K, V>::ctrl_start(base, mask.wrapping_add(1)).wrapping_add(i);
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             // SAFETY: a prefetch is a hint that reads no memory in the language's sense and
             // cannot fault, whatever the address; SSE is part of x86-64.
