@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Run by hand: `target/release/deps/instructions-* <case> <checks>` with a case of
-//! `<crate>_<shape>_<load>`: crate `tollgate` or `governor`; shape `keyed1` (one key),
+//! `<crate>_<shape>_<load>`: crate `tollgate`, `governor` or `floor` (the [`Floor`], keyed shapes
+//! only; the script counts the first two); shape `keyed1` (one key),
 //! `keyed100000` (100 000 keys) or `direct` (one bucket); load `allow` (every check admitted) or
 //! `deny` (every check refused). The program builds the limiter, populates the keys (one check each,
 //! taking the only token under `deny`), shuffles the order they are checked in (a fixed seed), then
@@ -20,7 +21,9 @@
 //!
 //! `<binary> interleave <keyedN|direct>_<load> [rounds] [checks] [threads]` times the checks instead, the two
 //! crates taking turns round by round (see [`interleave`]): a wall-time ratio that a noisy,
-//! shared machine disturbs far less than two separate criterion runs.
+//! shared machine disturbs far less than two separate criterion runs. Keyed shapes also time a
+//! [`Floor`] in the same rounds: the least a keyed check can do on the machine, so that a ratio
+//! can be read against what the machine allows.
 
 use std::hint::black_box;
 
@@ -57,11 +60,95 @@ fn run(keys: &[u64], checks: u64, mut check: impl FnMut(u64) -> bool) -> u64 {
     admitted
 }
 
-/// The same checks as the counted cases, timed: tollgate's and governor's limiters built side by
-/// side, then `rounds` rounds of `checks` checks on each of `threads` threads, the two crates
-/// taking turns within every round (which goes first alternates), so that each round's ratio
-/// compares the two under the same machine state. Prints the medians of the time per check and of the per-round ratios: on a
-/// shared, noisy machine the ratio is the figure to trust, not the times.
+/// The least a keyed check can do, as a yardstick for the interleaved times: hash the key (ahash,
+/// as tollgate's table), ask the processor for the key's control byte and entry, read the default
+/// clock (`tollgate::MonotonicClock`, the TSC), then probe and decide on the key's word with one
+/// compare (denying) or one compare-and-swap (admitting, [`testkit::bench::floor_decide`]).
+/// tollgate's order (prefetch, clock, probe) and its layout (one allocation of 16-byte entries,
+/// control bytes apart, linear probing), but one table, no shards, no epoch pin, no eviction mark,
+/// no policy arithmetic and no outcome: built once, then only read (words aside), it cannot insert,
+/// grow, evict or reclaim. Not a limiter: it decides on an arrival time moved 1 ns a check.
+struct Floor {
+    hasher: ahash::RandomState,
+    mask: usize,
+    /// 0: empty; else `0x80 | top 7 bits of the hash`.
+    tags: Vec<u8>,
+    entries: Vec<(u64, std::sync::atomic::AtomicU64)>,
+    clock: tollgate::MonotonicClock,
+}
+
+impl Floor {
+    /// `floor_decide`'s tolerance: 2^32 ns, so an admitting key is never refused during a run.
+    const TOLERANCE: u64 = 1 << 32;
+
+    /// The keys `0..n`, their words starting where `load` puts them (0 admits at any reading,
+    /// `u64::MAX` refuses at every one), at most 7/8 full (tollgate's table grows at that fill).
+    fn new(load: Load, n: usize) -> Floor {
+        let slots = (n * 8 / 7 + 1).next_power_of_two();
+        let start = match load {
+            Load::Accept => 0,
+            Load::Deny => u64::MAX,
+        };
+        let mut floor = Floor {
+            hasher: ahash::RandomState::new(),
+            mask: slots - 1,
+            tags: vec![0; slots],
+            entries: (0..slots)
+                .map(|_| (0, std::sync::atomic::AtomicU64::new(start)))
+                .collect(),
+            clock: tollgate::MonotonicClock::new(),
+        };
+        for k in 0..n as u64 {
+            let h = floor.hasher.hash_one(k);
+            let mut i = h as usize & floor.mask;
+            while floor.tags[i] != 0 {
+                i = (i + 1) & floor.mask;
+            }
+            floor.tags[i] = Self::tag(h);
+            floor.entries[i].0 = k;
+        }
+        floor
+    }
+
+    fn tag(hash: u64) -> u8 {
+        0x80 | (hash >> 57) as u8
+    }
+
+    /// One check of `key`, which must be one of the keys (an absent key's probe ends at an empty
+    /// slot and is refused).
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let h = self.hasher.hash_one(key);
+        let mut i = h as usize & self.mask;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch reads no memory in the language's sense and cannot fault; both
+        // addresses are in bounds anyway (`i <= mask`).
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.tags.as_ptr().add(i).cast());
+            _mm_prefetch::<_MM_HINT_T0>(self.entries.as_ptr().add(i).cast());
+        }
+        let now = tollgate::Clock::now(&self.clock).as_u64();
+        let tag = Self::tag(h);
+        loop {
+            match self.tags[i] {
+                0 => return false,
+                t if t == tag && self.entries[i].0 == key => {
+                    return testkit::bench::floor_decide(&self.entries[i].1, now, Self::TOLERANCE)
+                }
+                _ => i = (i + 1) & self.mask,
+            }
+        }
+    }
+}
+
+/// The same checks as the counted cases, timed: tollgate's and governor's limiters (and, keyed, the
+/// [`Floor`]) built side by side, then `rounds` rounds of `checks` checks on each of `threads`
+/// threads, the limiters taking turns within every round (each goes first in turn), so that each
+/// round's ratios compare them under the same machine state. Prints one markdown row: the
+/// medians of the time per check and of the per-round ratios (tollgate ÷ governor with its
+/// 10th-90th percentiles; then the floor's time, floor ÷ governor and tollgate ÷ floor). On a
+/// shared, noisy machine the ratios are the figures to trust, not the times.
 fn interleave(shape_load: &str, rounds: usize, checks: u64, threads: usize) {
     let (shape, load_name) = shape_load
         .split_once('_')
@@ -117,7 +204,8 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64, threads: usize) {
         (elapsed / (checks * threads as u64) as f64, admitted)
     };
     let (mut t_ours, mut t_theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut admitted_ours, mut admitted_theirs) = (0, 0);
+    let (mut t_floor, mut floor_ratios, mut over_floor) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut admitted_ours, mut admitted_theirs, mut admitted_floor) = (0, 0, 0);
     // The direct shape: one bucket each, the key ignored.
     let bucket = load.tollgate();
     let direct = load.governor();
@@ -133,23 +221,38 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64, threads: usize) {
             Box::new(|k| theirs.check_key(&k).is_ok()),
         )
     };
+    let floor = (shape != "direct").then(|| Floor::new(load, n));
+    let c: Option<Check<'_>> = floor
+        .as_ref()
+        .map(|f| -> Check<'_> { Box::new(move |k| f.check(k)) });
+    let mut checkers: Vec<&(dyn Fn(u64) -> bool + Sync)> = vec![&*a, &*b];
+    checkers.extend(c.as_deref());
     for round in 0..rounds {
-        let ((x, ax), (y, ay)) = if round % 2 == 0 {
-            let x = time(&*a);
-            (x, time(&*b))
-        } else {
-            let y = time(&*b);
-            (time(&*a), y)
-        };
+        // Each limiter goes first in turn.
+        let mut results = vec![(0.0, 0); checkers.len()];
+        for j in 0..checkers.len() {
+            let which = (round + j) % checkers.len();
+            results[which] = time(checkers[which]);
+        }
+        let ((x, ax), (y, ay)) = (results[0], results[1]);
         admitted_ours += ax;
         admitted_theirs += ay;
         t_ours.push(x);
         t_theirs.push(y);
         ratios.push(x / y);
+        if let Some(&(z, az)) = results.get(2) {
+            admitted_floor += az;
+            t_floor.push(z);
+            floor_ratios.push(z / y);
+            over_floor.push(x / z);
+        }
     }
     let total = checks * (rounds * threads) as u64;
     load.verify("tollgate (interleaved)", admitted_ours, total);
     load.verify("governor (interleaved)", admitted_theirs, total);
+    if floor.is_some() {
+        load.verify("floor (interleaved)", admitted_floor, total);
+    }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -159,8 +262,20 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64, threads: usize) {
         r.sort_by(f64::total_cmp);
         (r[r.len() / 10], r[r.len() - 1 - r.len() / 10])
     };
+    // The floor's columns: its time, its ratio to governor's, and tollgate's ratio to it (each the
+    // median of the per-round ratios); "-" for the direct shape.
+    let floor_columns = if t_floor.is_empty() {
+        "- | - | -".to_string()
+    } else {
+        format!(
+            "{:.1} | {:.3} | {:.2}",
+            median(&mut t_floor),
+            median(&mut floor_ratios),
+            median(&mut over_floor)
+        )
+    };
     println!(
-        "| {shape_load} | {threads} | {:.1} | {:.1} | {:.2} ({lo:.2}-{hi:.2}) |",
+        "| {shape_load} | {threads} | {:.1} | {:.1} | {:.3} ({lo:.2}-{hi:.2}) | {floor_columns} |",
         median(&mut t_ours),
         median(&mut t_theirs),
         median(&mut ratios)
@@ -185,7 +300,7 @@ fn main() {
     }
     let Some(case) = args.first() else {
         // `cargo bench` without arguments: nothing to count (the script passes a case).
-        eprintln!("usage: instructions <tollgate|governor>_<keyed1|keyed100000|direct>_<allow|deny> <checks>");
+        eprintln!("usage: instructions <tollgate|governor|floor>_<keyed1|keyed100000|direct>_<allow|deny> <checks>");
         return;
     };
     let checks: u64 = args
@@ -248,7 +363,12 @@ fn main() {
             }
             run(&keys, checks, |k| limiter.check_key(&k).is_ok())
         }
-        (other, _) => panic!("crate {other:?}: tollgate or governor"),
+        ("floor", "direct") => panic!("the floor is keyed only"),
+        ("floor", _) => {
+            let floor = Floor::new(load, keys.len());
+            run(&keys, checks, |k| floor.check(k))
+        }
+        (other, _) => panic!("crate {other:?}: tollgate, governor or floor"),
     };
     load.verify(case, admitted, checks);
 }
