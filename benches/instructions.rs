@@ -78,17 +78,11 @@ struct Floor {
 }
 
 impl Floor {
-    /// `floor_decide`'s tolerance: 2^32 ns, so an admitting key is never refused during a run.
-    const TOLERANCE: u64 = 1 << 32;
-
-    /// The keys `0..n`, their words starting where `load` puts them (0 admits at any reading,
-    /// `u64::MAX` refuses at every one), at most 7/8 full (tollgate's table grows at that fill).
+    /// The keys `0..n`, their words starting at [`Load::floor_word`], at most 7/8 full
+    /// (tollgate's table grows at that fill).
     fn new(load: Load, n: usize) -> Floor {
         let slots = (n * 8 / 7 + 1).next_power_of_two();
-        let start = match load {
-            Load::Accept => 0,
-            Load::Deny => u64::MAX,
-        };
+        let start = load.floor_word();
         let mut floor = Floor {
             hasher: ahash::RandomState::new(),
             mask: slots - 1,
@@ -134,7 +128,11 @@ impl Floor {
             match self.tags[i] {
                 0 => return false,
                 t if t == tag && self.entries[i].0 == key => {
-                    return testkit::bench::floor_decide(&self.entries[i].1, now, Self::TOLERANCE)
+                    return testkit::bench::floor_decide(
+                        &self.entries[i].1,
+                        now,
+                        testkit::bench::FLOOR_TOLERANCE,
+                    )
                 }
                 _ => i = (i + 1) & self.mask,
             }
@@ -222,11 +220,11 @@ fn interleave(shape_load: &str, rounds: usize, checks: u64, threads: usize) {
         )
     };
     let floor = (shape != "direct").then(|| Floor::new(load, n));
-    let c: Option<Check<'_>> = floor
+    let floor_check: Option<Check<'_>> = floor
         .as_ref()
         .map(|f| -> Check<'_> { Box::new(move |k| f.check(k)) });
     let mut checkers: Vec<&(dyn Fn(u64) -> bool + Sync)> = vec![&*a, &*b];
-    checkers.extend(c.as_deref());
+    checkers.extend(floor_check.as_deref());
     for round in 0..rounds {
         // Each limiter goes first in turn.
         let mut results = vec![(0.0, 0); checkers.len()];

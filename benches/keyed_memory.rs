@@ -69,7 +69,7 @@ fn main() {
         return;
     }
     if rss_bytes().is_none() || anon_bytes().is_none() {
-        println!("keyed_memory: no /proc/self/status VmRSS on this system; nothing measured");
+        println!("keyed_memory: no VmRSS or RssAnon in /proc/self/status on this system; nothing measured");
         return;
     }
     parent();

@@ -73,7 +73,9 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
-use testkit::bench::{child_runs, criterion_home, floor_decide, rss, rss_bytes, run_threads, Load};
+use testkit::bench::{
+    child_runs, criterion_home, floor_decide, rss, rss_bytes, run_threads, Load, FLOOR_TOLERANCE,
+};
 use tollgate::{Clock, MonotonicClock};
 
 /// The `u64` key spaces of the throughput part (the keyed bench's).
@@ -388,24 +390,11 @@ impl<K: Key> Lookup<K> for Floor<K> {
     }
 }
 
-/// How far ahead of the reading a key's arrival time may run and still be admitted: 2^32 ns, so an
-/// accept-heavy key (1 ns per admission) is never refused during a sample.
-const TOLERANCE: u64 = 1 << 32;
-
-/// The first word of every key: 0 accept-heavy (any reading admits), `u64::MAX` reject-heavy (past
-/// any reading plus the tolerance).
-fn start_word(load: Load) -> u64 {
-    match load {
-        Load::Accept => 0,
-        Load::Deny => u64::MAX,
-    }
-}
-
 /// The one-word decision: admits at `now` if the arrival time is within the tolerance, moving it on
 /// by 1 ns with a compare-and-swap; a refusal writes nothing.
 #[inline]
 fn decide(word: &AtomicU64, now: u64) -> bool {
-    floor_decide(word, now, TOLERANCE)
+    floor_decide(word, now, FLOOR_TOLERANCE)
 }
 
 /// The keys `0..size` in a pseudo-random order (Fisher-Yates with SplitMix64, fixed seed).
@@ -524,7 +513,7 @@ fn key_space<K: Key>(
     space: &str,
 ) {
     let order: Vec<K> = shuffled(size);
-    let word = start_word(load);
+    let word = load.floor_word();
     measure(
         group,
         load,

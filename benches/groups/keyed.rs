@@ -55,7 +55,7 @@ use crossbeam_utils::CachePadded;
 use tollgate::keyed::{KeyedLimiter, TokenBucketKeys};
 use tollgate::{Clock, CoarseClock, MonotonicClock, Nanos};
 
-use testkit::bench::{floor_decide, run_threads, Load};
+use testkit::bench::{floor_decide, run_threads, Load, FLOOR_TOLERANCE};
 
 /// The key-space sizes.
 const SIZES: [usize; 4] = [1, 1_000, 100_000, 1_000_000];
@@ -293,18 +293,9 @@ struct Floor {
 }
 
 impl Floor {
-    /// How far ahead of the reading a key's arrival time may run and still be admitted: 2^32 ns
-    /// (4.3 s), so at one admission per nanosecond of arrival time an accept-heavy key is never
-    /// refused during a run.
-    const TOLERANCE: u64 = 1 << 32;
-
-    /// Accept-heavy words start at 0 (any reading admits); reject-heavy ones at `u64::MAX`, past any
-    /// reading plus the tolerance, so every check is refused without a write.
+    /// Every key's word starts at [`Load::floor_word`].
     fn populated(load: Load, size: usize) -> Floor {
-        let start = match load {
-            Load::Accept => 0,
-            Load::Deny => u64::MAX,
-        };
+        let start = load.floor_word();
         let mut map = HashMap::with_hasher(ahash::RandomState::new());
         map.extend((0..size as u64).map(|key| (key, AtomicU64::new(start))));
         Floor { map }
@@ -317,10 +308,12 @@ impl Floor {
         let Some(word) = self.map.get(&key) else {
             return false;
         };
-        // The reading is taken once the key's word is found, as `KeyedLimiter::check_key` does, so
-        // that the lookup's cache misses are not held up behind the clock read.
+        // The reading is taken once the key's word is found, so that the lookup's cache misses are
+        // not held up behind the clock read. (`KeyedLimiter::check_key` goes further: it asks for
+        // the key's lines before the clock and probes after it, so the two overlap; the
+        // `instructions` bench's `Floor` does the same.)
         let now = now();
-        floor_decide(word, now, Floor::TOLERANCE)
+        floor_decide(word, now, FLOOR_TOLERANCE)
     }
 }
 

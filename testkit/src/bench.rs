@@ -52,6 +52,25 @@ impl Load {
     /// Both loads, accept-heavy first.
     pub const BOTH: [Load; 2] = [Load::Accept, Load::Deny];
 
+    /// The first word of every key of a floor under this load ([`floor_decide`]): 0 accept-heavy
+    /// (any reading admits), `u64::MAX` reject-heavy (past any reading plus the tolerance, so
+    /// every check is refused without a write).
+    ///
+    /// ```
+    /// use std::sync::atomic::AtomicU64;
+    /// use testkit::bench::{floor_decide, Load, FLOOR_TOLERANCE};
+    /// let admits = AtomicU64::new(Load::Accept.floor_word());
+    /// let refuses = AtomicU64::new(Load::Deny.floor_word());
+    /// assert!(floor_decide(&admits, 5, FLOOR_TOLERANCE));
+    /// assert!(!floor_decide(&refuses, 5, FLOOR_TOLERANCE));
+    /// ```
+    pub fn floor_word(self) -> u64 {
+        match self {
+            Load::Accept => 0,
+            Load::Deny => u64::MAX,
+        }
+    }
+
     /// The suffix of the group name: `allow` or `deny`.
     pub fn name(self) -> &'static str {
         match self {
@@ -391,6 +410,15 @@ pub fn rss() -> i64 {
     rss_bytes().expect("VmRSS in /proc/self/status") as i64
 }
 
+/// How far ahead of the reading a floor's arrival time may run and still be admitted
+/// ([`floor_decide`]): 2^32 ns (4.3 s), so at one admission per nanosecond of arrival time an
+/// accept-heavy key is never refused during a run.
+///
+/// ```
+/// assert_eq!(testkit::bench::FLOOR_TOLERANCE, 1 << 32);
+/// ```
+pub const FLOOR_TOLERANCE: u64 = 1 << 32;
+
 /// The keyed benches' floor decision on one arrival-time word: admits at reading `now` (moving the
 /// word on by 1 ns, with one compare-and-swap on the key's own word) while the word is within
 /// `tolerance` of `now`, and refuses (writing nothing) once it is past.
@@ -398,7 +426,7 @@ pub fn rss() -> i64 {
 /// ```
 /// use std::sync::atomic::AtomicU64;
 /// let word = AtomicU64::new(0);
-/// assert!(testkit::bench::floor_decide(&word, 5, 1 << 32));
+/// assert!(testkit::bench::floor_decide(&word, 5, testkit::bench::FLOOR_TOLERANCE));
 /// assert!(!testkit::bench::floor_decide(&AtomicU64::new(u64::MAX), 5, 1 << 32));
 /// ```
 #[inline]
