@@ -36,12 +36,11 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64", not(tollgate_loom)))]
 
 use std::hash::{Hash, Hasher};
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use testkit::child::Child;
 use tollgate::keyed::{barrier_failures, KeyedError, KeyedLimiter, TokenBucketKeys};
 use tollgate::{Clock, ManualClock, Quota};
 
@@ -73,63 +72,12 @@ fn membarrier_refused_after_start_is_counted_and_memory_is_still_freed() {
 
 /// Runs `case` in a child process and checks that it passed.
 fn run_case(case: &str) {
-    let exe = std::env::current_exe().expect("the path of this test binary");
-    let mut child = Command::new(&exe)
-        .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CASE_VAR, case)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("could not start {}: {e}", exe.display()));
-    let stdout = drain(child.stdout.take().expect("the child's stdout"));
-    let stderr = drain(child.stderr.take().expect("the child's stderr"));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for the child") {
-            break Some(status);
-        }
-        if started.elapsed() > CHILD_TIMEOUT {
-            // Our own child, by its handle.
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let elapsed = started.elapsed();
-    let stdout = stdout.join().expect("the child's stdout reader");
-    let stderr = stderr.join().expect("the child's stderr reader");
-    let shown = format!("--- child stdout ---\n{stdout}--- child stderr ---\n{stderr}");
-    let Some(status) = status else {
-        panic!("case {case}: the child did not finish within {CHILD_TIMEOUT:?} and was killed\n{shown}");
-    };
-    assert!(
-        status.success(),
-        "case {case}: the child failed ({status})\n{shown}"
-    );
-    let marker = format!("{MARKER} {case}");
-    assert!(
-        stdout.lines().any(|line| line == marker),
-        "case {case}: the child succeeded without printing `{marker}` (did it run the case?)\n{shown}"
-    );
-    assert!(
-        stdout.contains("test result: ok. 1 passed"),
-        "case {case}: the child did not run exactly one test\n{shown}"
-    );
-    for line in stdout.lines().filter(|l| l.starts_with('[')) {
+    let done = Child::start(CHILD_TEST, &[(CASE_VAR, case)]).finish(CHILD_TIMEOUT);
+    done.assert_passed(&format!("case {case}"), &format!("{MARKER} {case}"));
+    for line in done.stdout.lines().filter(|l| l.starts_with('[')) {
         println!("{line}");
     }
-    println!("[{case}] child ran for {elapsed:.2?}");
-}
-
-/// Reads `from` to its end on a thread of its own (so that a full pipe cannot stall the child).
-fn drain(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = from.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
+    println!("[{case}] child ran for {:.2?}", done.elapsed);
 }
 
 // ---------------------------------------------------------------------------------------------

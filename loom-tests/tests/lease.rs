@@ -1,7 +1,9 @@
 //! Loom models of [`tollgate::lease::LeaseStock`], the local stock a leased bucket spends from:
 //! two admitters and a landing lease never spend more than was leased and never lose a token
-//! (every token is spent once, handed back once, or still in the stock); at most one lease is in
-//! flight; a drain (what a bucket's drop does) hands back exactly the tokens not spent.
+//! (every token is spent once, handed back once, or still in the stock), and never find the stock
+//! empty while it holds tokens; at most one lease is in flight; a drain (what a bucket's drop
+//! does) hands back exactly the tokens not spent, and a drain racing a landing misses nothing that
+//! a second drain does not find.
 //!
 //! Readings are explicit milliseconds, so expiry is exact. Run with
 //! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release`.
@@ -25,10 +27,12 @@ fn taken(t: Take) -> u64 {
 
 #[test]
 fn admitters_and_a_landing_lease_conserve_every_token() {
-    // 2 tokens in stock; two admitters take one each while a lease of 2 more lands. Summary: the
-    // tokens the landing replaced (handed back), which may be 0, 1 or 2.
-    check_reaches(&[0u64, 1, 2], || {
+    // An older lease of 1 token and a newer one of 2; two admitters take one each while a third
+    // lease of 2 lands, replacing the older lease. Summary: the tokens the landing replaced
+    // (handed back): 1 when it landed before any admitter spent the older lease's token, else 0.
+    check_reaches(&[0u64, 1], || {
         let stock = Arc::new(LeaseStock::new());
+        stock.land(1, EXPIRY, NOW);
         stock.land(2, EXPIRY, NOW);
         let admitters: Vec<_> = (0..2)
             .map(|_| {
@@ -39,14 +43,37 @@ fn admitters_and_a_landing_lease_conserve_every_token() {
         let replaced = stock.land(2, EXPIRY, NOW);
         let spent: u64 = admitters.into_iter().map(|a| a.join().unwrap()).sum();
         let left = stock.drain(NOW);
-        // Leased 4: each spent once, handed back once, or left, never two of these.
+        // Leased 5: each spent once, handed back once, or left, never two of these.
         assert_eq!(
             spent + replaced + left,
-            4,
+            5,
             "spent {spent}, replaced {replaced}, left {left}"
         );
-        assert!(spent <= 2);
+        // The stock never looked empty while it held tokens (between the landing's two swaps the
+        // older tokens are in neither word, but the newest lease's are there).
+        assert_eq!(spent, 2, "an admitter found no token");
         replaced
+    });
+}
+
+#[test]
+fn a_drain_racing_a_landing_loses_no_token() {
+    // What a close racing a lease in flight does: the drain may miss the tokens a landing is
+    // moving between its two words, and the lease's own drain after it (when it sees the bucket
+    // closed) finds them. Summary: what the first drain found.
+    check_reaches(&[2u64, 3, 5], || {
+        let stock = Arc::new(LeaseStock::new());
+        stock.land(2, EXPIRY, NOW);
+        let lander = {
+            let stock = stock.clone();
+            thread::spawn(move || stock.land(3, EXPIRY, NOW))
+        };
+        let first = stock.drain(NOW);
+        let replaced = lander.join().unwrap();
+        let second = stock.drain(NOW);
+        assert_eq!(replaced, 0);
+        assert_eq!(first + second, 5, "first {first}, second {second}");
+        first
     });
 }
 

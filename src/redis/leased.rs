@@ -3,6 +3,7 @@
 //! round trip.
 
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,27 @@ use crate::sync::{fence, AtomicBool, AtomicU64, Ordering};
 /// no I/O. When the stock falls to the low-water mark one task fetches the next lease (one at a
 /// time); [`acquire`](LeasedBucket::acquire) may wait for it.
 ///
+/// # Leases
+///
+/// - **A landing lease adds to the stock.** The tokens still unspent when a lease lands stay
+///   spendable beside the new ones, each lease until its own expiry, the older first (see
+///   [`LeaseStock`]): each lease call brings a whole batch of use, not a batch less the low-water
+///   mark. Only tokens of a lease from two landings ago, still unspent, are replaced: they are
+///   given back with the next lease call, which costs no extra round trip.
+/// - **After a lease that finds less than a batch, the next one waits for a batch.** Such a lease
+///   took every whole token the shared bucket held, so the bucket is empty; the next lease starts
+///   once a whole batch has refilled there (if nothing else takes it), less a random 0-25 % so
+///   that processes which leased together fall out of step. The same holds after a full grant
+///   that left less than a batch behind. While it waits, an empty stock refuses at once, its
+///   `retry_after` saying when the lease starts.
+/// - **What that costs in round trips.** Below the limit, a process makes about one lease call
+///   per `batch` admissions. Under saturation (demand above `R`, `N` processes on one key), the
+///   shared bucket refills a batch every `batch / R` seconds and each process leases about once in
+///   that time: about `N / batch` round trips per admission in all (0.03 for three processes at
+///   the default batch of 100), against one or more per admission when every process leased as
+///   soon as a token refilled. Raise `batch` (up to the capacity) for more processes.
+///   `benches/README.md` ("Leases under saturation") has the measured figures.
+///
 /// # The bound
 ///
 /// It never admits a token it has not leased: admissions never exceed tokens leased. A leased
@@ -28,7 +50,8 @@ use crate::sync::{fence, AtomicBool, AtomicU64, Ordering};
 /// `R` per second with capacity `C`. Unspent tokens a new lease replaces are given back with the
 /// next lease, and those left when the bucket is closed or dropped are given back then (as
 /// [`TokenBucket::refund`](crate::TokenBucket::refund) does: never moving the state before now).
-/// The cost: up to `batch` tokens held idle per process, which other processes cannot use.
+/// The cost: up to `batch + low_water` tokens held idle per process (a new lease and what was left
+/// of the one before when it landed), which other processes cannot use.
 ///
 /// # Failures
 ///
@@ -76,8 +99,11 @@ struct Inner {
     stock: LeaseStock,
     /// Unspent tokens a landing lease replaced: given back with the next lease.
     owed: AtomicU64,
-    /// Milliseconds since `epoch` before which a lease is known to find no token (0: none).
-    empty_until: AtomicU64,
+    /// Milliseconds since `epoch` before which no lease starts: the shared bucket is known to hold
+    /// less than a batch until then (0: no such time known).
+    lease_after: AtomicU64,
+    /// Draws each wait's jitter (a hash of the lease count under this process's random keys).
+    jitter: RandomState,
     /// Whether the last lease failed: the failure policy answers until one succeeds.
     unavailable: AtomicBool,
     /// Set once, by `close` or drop: tokens that land afterwards are given back at once.
@@ -242,7 +268,8 @@ impl LeasedBucketBuilder {
                 epoch: Instant::now(),
                 stock: LeaseStock::new(),
                 owed: AtomicU64::new(0),
-                empty_until: AtomicU64::new(0),
+                lease_after: AtomicU64::new(0),
+                jitter: RandomState::new(),
                 unavailable: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 landed: tokio::sync::Notify::new(),
@@ -267,9 +294,10 @@ impl Inner {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Starts a lease unless one is in flight or the shared bucket is known to be empty.
+    /// Starts a lease unless one is in flight or the shared bucket is known to hold less than a
+    /// batch.
     fn prefetch(self: &Arc<Self>) {
-        if self.empty_until.load(Ordering::Relaxed) > self.now_ms() {
+        if self.lease_after.load(Ordering::Relaxed) > self.now_ms() {
             return;
         }
         if self.stock.begin_lease() {
@@ -297,13 +325,15 @@ impl Inner {
                     );
                     let replaced = self.stock.land(granted, expiry, self.now_ms());
                     add(&self.owed, replaced);
-                    self.empty_until.store(0, Ordering::Relaxed);
-                } else {
-                    let wait = lease.retry_after.as_nanos();
-                    let wait_ms = u64::try_from(wait.div_ceil(1_000_000)).unwrap_or(u64::MAX);
-                    self.empty_until
-                        .store(self.now_ms().saturating_add(wait_ms), Ordering::Relaxed);
                 }
+                let wait = self.until_batch(&lease);
+                let after = if wait.is_zero() {
+                    0
+                } else {
+                    let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                    self.now_ms().saturating_add(wait_ms)
+                };
+                self.lease_after.store(after, Ordering::Relaxed);
             }
             Err(_) => {
                 // Not given back: owed again.
@@ -321,6 +351,35 @@ impl Inner {
             // leaves those tokens spent, which never admits more than the limit.
             let _ = self.give_back().await;
         }
+    }
+
+    /// How long after `lease` the next one waits: until the shared bucket holds a whole batch
+    /// again (if nothing else is taken), shortened by a random 0-25 %.
+    ///
+    /// A lease that finds less than a batch has emptied the bucket (it takes every whole token
+    /// there, up to the batch). Leasing again at once would bring back the few tokens that refilled
+    /// in one round trip: under saturation every process would then lease per admission or so.
+    /// Waiting for a batch makes each lease bring most of one, and the shortening lets processes
+    /// that leased together drift apart instead of leasing in step. It stays below the time for a
+    /// batch to refill, so that a lone process under saturation finds at least three quarters of
+    /// a batch and the shared bucket never sits full, losing tokens to its capacity, while it
+    /// waits.
+    fn until_batch(&self, lease: &super::limiter::Lease) -> Duration {
+        let quota = self.limiter.quota();
+        // The bucket is full `full_after` from now; it lacks a batch until `capacity - batch`
+        // intervals before that.
+        let slack = quota
+            .interval()
+            .saturating_mul(u32::try_from(quota.capacity() - self.batch).unwrap_or(u32::MAX));
+        let wait = lease.full_after.saturating_sub(slack);
+        if wait.is_zero() {
+            return wait;
+        }
+        // 0..=1023 parts in 4096 taken off: a random 0-25 %.
+        let draw = self.jitter.hash_one(self.leases.load(Ordering::Relaxed)) % 1024;
+        let nanos = wait.as_nanos();
+        let cut = nanos / 4096 * u128::from(draw);
+        Duration::from_nanos(u64::try_from(nanos - cut).unwrap_or(u64::MAX))
     }
 
     /// Drains the stock and gives back every unspent token (one call, when there are any).
@@ -341,11 +400,11 @@ impl Inner {
         }
     }
 
-    /// The refusal of an empty stock: the time until a lease is known to find a token, or zero
-    /// when that is not known (a lease is on its way).
+    /// The refusal of an empty stock: the time until the next lease starts, or zero when that is
+    /// not known (a lease is on its way).
     fn empty(&self, now_ms: u64) -> Denied {
         let until = self
-            .empty_until
+            .lease_after
             .load(Ordering::Relaxed)
             .saturating_sub(now_ms);
         let wait_ns = u128::from(until) * 1_000_000;
@@ -362,9 +421,9 @@ impl LeasedBucket {
     ///
     /// # Errors
     ///
-    /// [`RedisError::Denied`] when the stock is empty (its `retry_after` is the time until a lease
-    /// is known to find a token, or zero while a lease is on its way; its `retry_at` is on this
-    /// bucket's own clock, nanoseconds since it was built). When the last lease failed, the
+    /// [`RedisError::Denied`] when the stock is empty (its `retry_after` is the time until the next
+    /// lease starts, once the shared bucket holds a batch again, or zero while a lease is on its
+    /// way; its `retry_at` is on this bucket's own clock, nanoseconds since it was built). When the last lease failed, the
     /// limiter's [`FailurePolicy`](super::FailurePolicy) answers instead.
     ///
     /// # Examples
@@ -460,8 +519,10 @@ impl LeasedBucket {
 
     /// Gives back every unspent token now, waiting for the call, and closes the bucket (a lease
     /// still in flight gives back what it gets when it lands). Answers how many went back: at
-    /// most `batch + low_water`, the stock and the leftover the last lease replaced when it
-    /// landed (which the next lease call would have given back).
+    /// most `batch + low_water` (the newest lease's tokens, what was left of the lease before it,
+    /// and the leftover of an older one that the last landing replaced, which the next lease call
+    /// would have given back: a lease starts at or below the low-water mark, so the last two
+    /// together are at most `low_water`).
     ///
     /// # Errors
     ///

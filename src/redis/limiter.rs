@@ -627,6 +627,7 @@ impl RedisLimiter<LeakyMeterKeys> {
 pub struct Lease {
     pub(crate) granted: u64,
     pub(crate) retry_after: Duration,
+    pub(crate) full_after: Duration,
 }
 
 impl Lease {
@@ -646,6 +647,17 @@ impl Lease {
     /// See [`RedisLimiter::lease_key`].
     pub fn retry_after(&self) -> Duration {
         self.retry_after
+    }
+
+    /// The time until the key's bucket is full again after this lease, if nothing else is taken
+    /// (zero when it is full now). A [`LeasedBucket`](super::LeasedBucket) waits from it until a
+    /// whole batch is there before its next lease.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisLimiter::lease_key`].
+    pub fn full_after(&self) -> Duration {
+        self.full_after
     }
 }
 
@@ -684,6 +696,7 @@ impl RedisLimiter<TokenBucketKeys> {
     /// let none = limiter.lease_key(&key, 8, 0).await?;
     /// assert_eq!(none.granted(), 0);
     /// assert!(none.retry_after().as_secs() <= 6); // one token every 6 s
+    /// assert!(none.full_after().as_secs() <= 60); // all 10 back within a minute
     /// // Giving 5 back makes 5 available again.
     /// assert_eq!(limiter.lease_key(&key, 8, 5).await?.granted(), 5);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -712,14 +725,19 @@ impl RedisLimiter<TokenBucketKeys> {
         give_back: u64,
     ) -> Result<Lease, RedisError> {
         let reply = self.decide(name, "lease", up_to, Some(give_back)).await?;
-        let retry = u128::from(reply.wait) * u128::from(self.plan.tick);
+        let span = |ticks: u64| {
+            let nanos = u128::from(ticks) * u128::from(self.plan.tick);
+            Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        };
         Ok(Lease {
             granted: reply.backlog,
             retry_after: if reply.backlog > 0 {
                 Duration::ZERO
             } else {
-                Duration::from_nanos(u64::try_from(retry).unwrap_or(u64::MAX))
+                span(reply.wait)
             },
+            // `reset`: the ticks until the state's theoretical arrival time, when it is full.
+            full_after: span(reply.reset),
         })
     }
 }

@@ -13,6 +13,7 @@
 //! | [`consts`] | [`consts::MAX_USABLE_NS`] (the crate's `Nanos::MAX_USABLE`), [`consts::YEAR_NS`] | everywhere, instead of `1 << 62` |
 //! | [`strategies`] | proptest strategies: the common operations (requests, calls, amounts, clock steps), the rate checks' requests, counts, periods, rates, starts | every model proptest |
 //! | `fuzz_input` (feature `arbitrary`) | the same kinds of input drawn from a fuzzer's bytes, and operation lists | every `*_ops` fuzz target |
+//! | [`child`] | one of a test binary's own tests run in a child process | `tests/keyed_seccomp.rs`, `tests/redis_leases.rs` |
 //! | `bench` (feature `bench`) | the benches' two loads, the `Mutex` baseline, the timed loops | `benches/` |
 //!
 //! # Design
@@ -64,6 +65,7 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod child;
 pub mod consts;
 pub mod driver;
 #[cfg(feature = "arbitrary")]
