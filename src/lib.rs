@@ -36,7 +36,7 @@
 //! | [`wait::LimiterExt`], [`wait::KeyedLimitExt`], [`wait::Wait`] | waiting instead of being refused, on every limiter: blocking `wait_n`, and with `tokio` the futures `until_ready`, `until_n_ready`, `until_key_ready`; optionally bounded (`_within`) and jittered |
 //! | [`Direct`], [`Algorithm`] | the one facade the direct limiters are aliases of, and the sealed algorithm markers it (and [`keyed::KeyedLimiter`]) runs |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, `next_after`, exact `retry_after` |
-//! | [`Reservation`], [`ReserveError`], [`Partial`] | the token buckets' `reserve_n` (tokens taken now, into debt, yours at `ready_at`; `cancel`) and `take_up_to` (as many as are there, at most `n`) |
+//! | [`Reservation`], [`ReserveError`], [`Partial`] | the token buckets' `reserve_n` (tokens taken now, into debt, yours at `ready_at`; `cancel`) and `take_up_to` (as many as are there, at most `n`), direct, sharded and keyed (`reserve_key_n`, `take_up_to_key`) |
 //! | [`Clock`], [`Nanos`] | time injection: every limiter method has an `_at(now)` form |
 //! | [`MonotonicClock`] | the default: a calibrated TSC through one process-wide quanta clock |
 //! | [`CoarseClock`] | a timestamp refreshed by a background thread: one load per reading, up to 1 ms stale |

@@ -70,6 +70,7 @@ use std::time::Duration;
 
 use crate::clock::Nanos;
 use crate::gcra::MAX_WAIT_NS;
+use crate::keyed::TooManyKeys;
 use crate::outcome::{Denied, InsufficientCapacity};
 
 #[cfg(doc)]
@@ -169,6 +170,9 @@ pub enum ReserveError {
     InsufficientCapacity(InsufficientCapacity),
     /// `max_wait` is above [`MAX_WAIT`].
     MaxWait(MaxWaitError),
+    /// A keyed reservation's new key found no room (see
+    /// [`Overflow::Refuse`](crate::keyed::Overflow::Refuse)); never from a direct bucket.
+    TooManyKeys(TooManyKeys),
 }
 
 impl ReserveError {
@@ -185,7 +189,9 @@ impl ReserveError {
     pub fn denied(&self) -> Option<&Denied> {
         match self {
             ReserveError::Denied(d) => Some(d),
-            ReserveError::InsufficientCapacity(_) | ReserveError::MaxWait(_) => None,
+            ReserveError::InsufficientCapacity(_)
+            | ReserveError::MaxWait(_)
+            | ReserveError::TooManyKeys(_) => None,
         }
     }
 }
@@ -202,6 +208,12 @@ impl From<InsufficientCapacity> for ReserveError {
     }
 }
 
+impl From<TooManyKeys> for ReserveError {
+    fn from(e: TooManyKeys) -> ReserveError {
+        ReserveError::TooManyKeys(e)
+    }
+}
+
 impl From<MaxWaitError> for ReserveError {
     fn from(e: MaxWaitError) -> ReserveError {
         ReserveError::MaxWait(e)
@@ -214,6 +226,7 @@ impl fmt::Display for ReserveError {
             ReserveError::Denied(d) => d.fmt(f),
             ReserveError::InsufficientCapacity(e) => e.fmt(f),
             ReserveError::MaxWait(e) => e.fmt(f),
+            ReserveError::TooManyKeys(e) => e.fmt(f),
         }
     }
 }
@@ -224,14 +237,16 @@ impl std::error::Error for ReserveError {
             ReserveError::Denied(d) => Some(d),
             ReserveError::InsufficientCapacity(e) => Some(e),
             ReserveError::MaxWait(e) => Some(e),
+            ReserveError::TooManyKeys(e) => Some(e),
         }
     }
 }
 
 /// Tokens taken from a bucket, maybe into debt: they are the caller's at
 /// [`ready_at`](Reservation::ready_at), after [`delay`](Reservation::delay). `L` is the limiter
-/// that granted it ([`TokenBucket`] or [`ShardedBucket`]), which [`cancel`](Reservation::cancel)
-/// gives the tokens back to.
+/// that granted it ([`TokenBucket`], [`ShardedBucket`], or a keyed token bucket,
+/// [`KeyedLimiter`](crate::keyed::KeyedLimiter), whose reservations also hold their key `K`),
+/// which [`cancel`](Reservation::cancel) gives the tokens back to.
 ///
 /// Dropping a reservation keeps its tokens (see the [module docs](self)).
 ///
@@ -246,8 +261,10 @@ impl std::error::Error for ReserveError {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use = "dropping a Reservation keeps its tokens: wait for ready_at(), or cancel() it"]
-pub struct Reservation<'a, L> {
+pub struct Reservation<'a, L, K = ()> {
     pub(crate) limiter: &'a L,
+    /// The key, for a keyed limiter's reservation (its cancel finds the key's state again).
+    pub(crate) key: K,
     pub(crate) tokens: u64,
     /// The reading the decision used (clamped nanoseconds).
     pub(crate) now: u64,
@@ -266,6 +283,12 @@ pub(crate) enum Parts {
     },
     /// From these shards of a sharded bucket.
     Shards(Vec<ShardPart>),
+    /// From a keyed limiter's shared overflow limiter (the reservation's new key found no room),
+    /// whose word after the reservation was `tat`.
+    Overflow {
+        /// The word the reservation wrote.
+        tat: u64,
+    },
 }
 
 /// The tokens a reservation took from one shard, and the shard's word after its last write there.
@@ -276,7 +299,7 @@ pub(crate) struct ShardPart {
     pub(crate) tat: u64,
 }
 
-impl<L> Reservation<'_, L> {
+impl<L, K> Reservation<'_, L, K> {
     /// The tokens reserved (0 for a query).
     ///
     /// # Examples
@@ -332,7 +355,7 @@ impl<L> Reservation<'_, L> {
     }
 }
 
-impl<L> fmt::Debug for Reservation<'_, L> {
+impl<L, K> fmt::Debug for Reservation<'_, L, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reservation")
             .field("tokens", &self.tokens)

@@ -768,6 +768,7 @@ impl<C: Clock> ShardedBucket<C> {
         let max_wait = MaxWaitError::check(max_wait)?;
         let base = now.clamped();
         let reservation = |tokens, ready, parts| Reservation {
+            key: (),
             limiter: self,
             tokens,
             now: base,

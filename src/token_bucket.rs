@@ -296,6 +296,7 @@ impl<C: Clock> TokenBucket<C> {
         let max_wait = MaxWaitError::check(max_wait)?;
         let t = self.policy.time(now);
         let reservation = |tokens, ready, tat| Reservation {
+            key: (),
             limiter: self,
             tokens,
             now: t.ns,

@@ -979,3 +979,53 @@ fn stress_concurrent_spray_with_automatic_sweeps_never_passes_the_bound() {
     assert_eq!(keyed.evictions() + keyed.len() as u64, created);
     assert!(keyed.evictions() > 0);
 }
+
+/// Threads reserving, taking partly and admitting on one key at one reading: everything handed
+/// out (admitted, taken, or reserved into debt within `max_wait`) is at most the burst plus what
+/// refills within `max_wait` (`C + R × max_wait`), and the limit is used: once no thread gets
+/// anything more, the key's debt is within one reservation of that bound. The same totals at once
+/// for a second key reached only through `reserve_key_n`, created by whichever thread came first.
+#[test]
+fn threads_reserving_and_taking_on_one_key_never_pass_c_plus_r_times_the_wait() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+    // 100 a second, capacity 100; reservations of 2 wait at most 500 ms: 150 at most in all.
+    let limiter: Arc<Limiter<u8>> = Arc::new(limiter(Quota::per_second(100).unwrap()));
+    let wait = Duration::from_millis(500);
+    let at = Nanos::new(SEC);
+    let handed = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (limiter, handed, start) = (limiter.clone(), handed.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                for i in 0..200u64 {
+                    let got = match (t + i) % 3 {
+                        0 => limiter
+                            .take_up_to_key_at(&1, 3, at)
+                            .map_or(0, |p| p.taken()),
+                        1 => limiter.check_key_at(&1, at).map_or(0, |_| 1),
+                        _ => limiter
+                            .reserve_key_n_at(&1, 2, wait, at)
+                            .map_or(0, |r| r.tokens()),
+                    };
+                    handed[0].fetch_add(got, Ordering::Relaxed);
+                    let got = limiter
+                        .reserve_key_n_at(&2, 2, wait, at)
+                        .map_or(0, |r| r.tokens());
+                    handed[1].fetch_add(got, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a thread panicked");
+    }
+    for (key, total) in handed.iter().enumerate() {
+        let total = total.load(Ordering::Relaxed);
+        assert!(total <= 150, "key {key}: {total} handed out, bound 150");
+        assert!(total >= 149, "key {key}: only {total} handed out of 150");
+    }
+    assert_eq!(limiter.len(), 2);
+}

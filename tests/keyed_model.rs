@@ -19,17 +19,21 @@ use keyed_driver::{quota, run, KeyedOp, MAX_OPS};
 use keyed_pair::run_pair;
 use testkit::driver::limiter::{Amount, Call};
 use testkit::driver::step::Step;
-use testkit::strategies::{call, step};
+use testkit::strategies::{amount, call, step, wait};
 
 /// Keys 0..6: few enough that keys are reused, evicted and created again.
 fn key() -> impl Strategy<Value = u8> {
     0u8..6
 }
 
-/// The calls every limiter answers on a key, evictions, and clock steps in intervals.
+/// The calls every limiter answers on a key, the token bucket's reservations, cancels and partial
+/// takes, evictions, and clock steps in intervals.
 fn op() -> impl Strategy<Value = KeyedOp> {
     prop_oneof![
         9 => (key(), call()).prop_map(|(key, call)| KeyedOp::Call { key, call }),
+        2 => (key(), amount(), wait()).prop_map(|(key, n, wait)| KeyedOp::Reserve { key, n, wait }),
+        1 => any::<u8>().prop_map(|index| KeyedOp::Cancel { index }),
+        2 => (key(), amount()).prop_map(|(key, n)| KeyedOp::TakeUpTo { key, n }),
         3 => Just(KeyedOp::Evict),
         4 => step().prop_map(KeyedOp::Time),
     ]

@@ -22,7 +22,7 @@ use tollgate::Quota;
 
 use keyed_driver::{quota, run, KeyedOp, MAX_OPS};
 use keyed_pair::run_pair;
-use shared_input::{call, list, start, step};
+use shared_input::{amount, call, list, start, step, wait};
 use testkit::fuzz_input as shared_input;
 
 /// One fuzz input: an algorithm, a quota, a starting reading and the operations.
@@ -37,16 +37,26 @@ struct Input {
     ops: Vec<KeyedOp>,
 }
 
-/// The calls every limiter answers on one of eight keys (reused, evicted and created again),
+/// The calls every limiter answers on one of eight keys (reused, evicted and created again), the
+/// token bucket's reservations, cancels and partial takes (skipped for the other algorithms),
 /// evictions, clock steps in intervals.
 fn op(u: &mut Unstructured<'_>) -> Result<KeyedOp> {
     let key = u.int_in_range(0..=7u8)?;
-    Ok(match u.int_in_range(0..=9u8)? {
+    Ok(match u.int_in_range(0..=12u8)? {
         0..=5 => KeyedOp::Call {
             key,
             call: call(u)?,
         },
-        6 => KeyedOp::Evict,
+        6 => KeyedOp::Reserve {
+            key,
+            n: amount(u)?,
+            wait: wait(u)?,
+        },
+        7 => KeyedOp::Cancel {
+            index: u.arbitrary()?,
+        },
+        8 => KeyedOp::TakeUpTo { key, n: amount(u)? },
+        9 => KeyedOp::Evict,
         _ => KeyedOp::Time(step(u)?),
     })
 }

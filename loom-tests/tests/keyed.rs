@@ -13,6 +13,11 @@
 //! earlier reading, which only the order "raise the floor, then remove" keeps from re-creating a
 //! forgotten key fresh as of that early reading: each of those five fails if the order is swapped.
 //!
+//! The keyed token bucket's reservations go through the same protocol: a reservation racing an
+//! eviction is never lost, and a cancel at a lagging reading racing its key's eviction and
+//! re-creation gives nothing to the key created afresh (it reads the floor after finding the
+//! key's state, and the floor rises before any state is marked gone).
+//!
 //! Run with
 //! `RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --test keyed`.
 
@@ -374,5 +379,74 @@ fn the_last_place_racing_an_eviction_goes_to_the_newcomer_or_is_still_held() {
             "a place lost or counted twice"
         );
         (placed, removed)
+    });
+}
+
+/// A reservation racing an eviction, as an admission does
+/// ([`eviction_racing_an_admission_never_loses_it`]): key 1 is full at [`T1`]; one thread
+/// reserves 2 there (an admission: no wait) while another evicts at `T1`. Whichever runs first,
+/// the key has nothing left at `T1` afterwards: a reservation the eviction removed after its write
+/// would let two more through.
+#[test]
+fn a_reservation_racing_an_eviction_is_never_lost() {
+    check_reaches(&[0, 1], || {
+        let limiter = Arc::new(limiter());
+        limiter.check_key_at(&1, T0).expect("a fresh key admits");
+
+        let evictor = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.retain_recent_at(T1))
+        };
+        let reserved = limiter
+            .reserve_key_n_at(&1, 2, std::time::Duration::ZERO, T1)
+            .map(|r| (r.tokens(), r.ready_at()));
+        let removed = evictor.join().expect("evictor panicked");
+
+        assert_eq!(reserved, Ok((2, T1)), "a full key refused a reservation");
+        assert_eq!(
+            limiter.remaining_key_at(&1, T1),
+            0,
+            "the reservation was lost"
+        );
+        assert!(matches!(
+            limiter.check_key_at(&1, T1),
+            Err(KeyedError::Denied(_))
+        ));
+        removed
+    });
+}
+
+/// A cancel at a lagging reading racing the eviction and re-creation of its key: key 1 reserves
+/// its 2 tokens at [`T0`] (ready at once) and is full again at [`T1`]; one thread cancels at `T0`
+/// (the reservation's own time, so not yet passed) while another evicts at `T1` and takes 1 from
+/// the key created afresh. If the cancel runs first, it gives the 2 back to the old state, which
+/// the eviction then forgets; if it runs after the eviction, it gives back nothing (its reading is
+/// below the floor), whether it finds the old state marked gone or the new one. Either way the new
+/// key has 1 left at `T1`: a cancel that gave back to the new key (1 token: the one taken after
+/// the reservation's word) would fill it. Fails without the floor check in
+/// `Reservation::cancel_at`.
+#[test]
+fn a_cancel_racing_an_eviction_gives_nothing_to_the_key_created_afresh() {
+    check_reaches(&[0u64, 2], || {
+        let limiter = Arc::new(limiter());
+        let reservation = limiter
+            .reserve_key_n_at(&1, 2, std::time::Duration::ZERO, T0)
+            .expect("a fresh key reserves");
+        let evictor = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                limiter.retain_recent_at(T1);
+                limiter.check_key_at(&1, T1)
+            })
+        };
+        let back = reservation.cancel_at(T0);
+        let taken = evictor.join().expect("evictor panicked");
+        assert!(taken.is_ok(), "the key at T1 is full: {taken:?}");
+        assert_eq!(
+            limiter.remaining_key_at(&1, T1),
+            1,
+            "the cancel gave tokens to the key created afresh"
+        );
+        back
     });
 }

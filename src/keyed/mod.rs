@@ -32,7 +32,7 @@
 //!
 //! | marker | per key | state per key | a key is forgotten when |
 //! | --- | --- | --- | --- |
-//! | [`TokenBucketKeys`] (the default) | the [token bucket](crate::token_bucket): bursts up to C, then R per second | 8 bytes | its bucket is full again (`tat <= now`) |
+//! | [`TokenBucketKeys`] (the default) | the [token bucket](crate::token_bucket): bursts up to C, then R per second; reservations into debt ([`KeyedLimiter::reserve_key_n`]) and partial takes ([`KeyedLimiter::take_up_to_key`]) | 8 bytes | its bucket is full again (`tat <= now`) |
 //! | [`LeakyMeterKeys`] | the [leaky meter](crate::leaky::meter), strict: admitted only when the key's virtual queue is empty; or scheduled, with a delay ([`KeyedLimiter::schedule_key_n`]) | 8 bytes | its queue is empty again |
 //! | [`FixedWindowKeys`] | the [fixed window](crate::window::fixed): N per window, windows on the clock's epoch | 8 bytes | its window is over |
 //! | [`SlidingWindowCounterKeys`] | the one-word [sliding window counter](crate::window::sliding_counter) | 8 bytes | both windows it counts are over |
@@ -214,6 +214,7 @@ mod evict;
 #[cfg(fuzzing)]
 mod fuzz_table;
 mod limiter;
+mod reserve;
 mod schedule;
 mod store;
 #[cfg(not(tollgate_loom))]

@@ -263,8 +263,8 @@ pub type Reserved = Result<(u64, u128, u64), Outcome>;
 /// # Panics
 ///
 /// On a refusal the kit does not know.
-pub fn observe_reservation<L>(
-    result: &Result<Reservation<'_, L>, ReserveError>,
+pub fn observe_reservation<L, K>(
+    result: &Result<Reservation<'_, L, K>, ReserveError>,
 ) -> Option<Reserved> {
     Some(match result {
         Ok(r) => Ok((r.tokens(), r.delay().as_nanos(), r.ready_at().as_u64())),

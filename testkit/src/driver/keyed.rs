@@ -22,10 +22,11 @@ use tollgate::keyed::{Algorithm, KeyedError, KeyedLimiter};
 use tollgate::{AcquireError, Admitted, Clock, ManualClock, Nanos, Quota};
 
 use crate::consts::MAX_USABLE_NS;
+use crate::driver::bucket::{expected_reservation, observe_partial, observe_reservation, Wait};
 use crate::driver::limiter::{Amount, Call};
 use crate::driver::step::Step;
 use crate::outcome;
-use crate::reference::bucket::{RefBucket, RefPolicy};
+use crate::reference::bucket::{RefBucket, RefPolicy, RefReservation};
 use crate::Outcome;
 
 /// The most operations one run applies (below the automatic sweep's 256 new keys).
@@ -42,6 +43,30 @@ pub enum KeyedOp {
         key: u8,
         /// What is asked.
         call: Call<Amount>,
+    },
+    /// `reserve_key_n_at` on `key` (the amount relative to the capacity); a reservation granted
+    /// by both limiters is held until a [`KeyedOp::Cancel`] (or the run's end: dropped, so kept).
+    /// Token bucket only: the other algorithms' runs skip it.
+    Reserve {
+        /// The key.
+        key: u8,
+        /// Tokens reserved.
+        n: Amount,
+        /// The longest wait accepted.
+        wait: Wait,
+    },
+    /// `cancel_at` of the held reservation at this index (modulo their number; nothing when none
+    /// is held), on both limiters. Token bucket only.
+    Cancel {
+        /// Which reservation.
+        index: u8,
+    },
+    /// `take_up_to_key_at` on `key`. Token bucket only.
+    TakeUpTo {
+        /// The key.
+        key: u8,
+        /// At most this many.
+        n: Amount,
     },
     /// `retain_recent_at(now)` on the evicting limiter only.
     Evict,
@@ -155,6 +180,54 @@ impl RefKeyed {
         }
     }
 
+    /// `key`'s bucket to decide on, and whether it is in the map.
+    fn bucket(&self, key: u8, now: u64) -> (RefBucket, bool) {
+        match self.keys.get(&key) {
+            Some(&bucket) => (bucket, true),
+            None => (self.fresh(now), false),
+        }
+    }
+
+    /// `reserve_key_n_at`: a key not in the map is created by a reservation of at least one
+    /// token (which always writes).
+    fn reserve(
+        &mut self,
+        key: u8,
+        n: u64,
+        max_wait_ns: u64,
+        now: u64,
+    ) -> Result<RefReservation, Outcome> {
+        let (mut bucket, held) = self.bucket(key, now);
+        let got = bucket.reserve(n, max_wait_ns, now);
+        if held || (n > 0 && got.is_ok()) {
+            self.keys.insert(key, bucket);
+        }
+        got
+    }
+
+    /// `take_up_to_key_at`: a key not in the map is created by a take of at least one token.
+    fn take_up_to(&mut self, key: u8, n: u64, now: u64) -> (u64, Outcome) {
+        let (mut bucket, held) = self.bucket(key, now);
+        let (taken, outcome) = bucket.take_up_to(n, now);
+        if held || taken > 0 {
+            self.keys.insert(key, bucket);
+        }
+        (taken, outcome.representable())
+    }
+
+    /// A keyed reservation's `cancel_at`: nothing at a reading before the floor (its key may have
+    /// been forgotten and created afresh) or when its key is not in the map; otherwise the
+    /// bucket's own cancel.
+    fn cancel(&mut self, key: u8, r: &RefReservation, now: u64) -> u64 {
+        if now.min(MAX_USABLE_NS) < self.floor {
+            return 0;
+        }
+        match self.keys.get_mut(&key) {
+            Some(bucket) => bucket.cancel(r, now),
+            None => 0,
+        }
+    }
+
     /// Raises the floor, then removes every key full at `now`; answers how many.
     fn evict(&mut self, now: u64) -> usize {
         self.floor = self.floor.max(now.min(MAX_USABLE_NS));
@@ -164,6 +237,30 @@ impl RefKeyed {
             .retain(|_, bucket| bucket.level_units(now) < burst);
         before - self.keys.len()
     }
+}
+
+/// Until the two limiters' states first differ, their answers must be equal, except at a reading
+/// before the evicting one's floor, and there only if `no_looser(evicting, keeping)`; from the first
+/// difference on they are compared with their models only.
+fn compare_pair<T: PartialEq + std::fmt::Debug>(
+    diverged: &mut bool,
+    reference: &RefKeyed,
+    now: u64,
+    ctx: &str,
+    evicting: &T,
+    keeping: &T,
+    no_looser: impl Fn(&T, &T) -> bool,
+) {
+    if *diverged || evicting == keeping {
+        return;
+    }
+    let before_floor = now.min(MAX_USABLE_NS) < reference.floor;
+    assert!(before_floor, "{evicting:?} vs {keeping:?}: {ctx}");
+    assert!(
+        no_looser(evicting, keeping),
+        "{evicting:?} vs {keeping:?}: {ctx}"
+    );
+    *diverged = true;
 }
 
 /// A keyed limiter's answer in the model's terms (see [`call_key`]): a direct limiter's, since the
@@ -210,6 +307,15 @@ pub fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) -> u64 
     // the clock, so with the clock here it judges at its own reading, as the model does).
     let mut latest = start;
     let capacity = policy.capacity;
+    // Reservations both limiters granted: each limiter's, with its key and the models'.
+    type Held<'a> = (
+        u8,
+        tollgate::Reservation<'a, Limiter, u8>,
+        tollgate::Reservation<'a, Limiter, u8>,
+        RefReservation,
+        RefReservation,
+    );
+    let mut held: Vec<Held<'_>> = Vec::new();
 
     for (i, op) in ops.iter().take(MAX_OPS).enumerate() {
         let at = Nanos::new(now);
@@ -235,6 +341,83 @@ pub fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) -> u64 
                     assert!(no_looser(call, &a, &b), "{a:?} vs {b:?}: {}", ctx);
                     diverged = true;
                 }
+            }
+            KeyedOp::Reserve { key, n, wait } => {
+                let n = n.resolve(capacity);
+                let max_wait = wait.resolve(policy.interval_ns);
+                let a = evicting.reserve_key_n_at(&key, n, max_wait, at);
+                let b = keeping.reserve_key_n_at(&key, n, max_wait, at);
+                let (Some(seen_a), Some(seen_b)) =
+                    (observe_reservation(&a), observe_reservation(&b))
+                else {
+                    assert!(a.is_err() && b.is_err(), "max_wait: {}", ctx);
+                    continue;
+                };
+                let max_wait = u64::try_from(max_wait.as_nanos()).expect("at most MAX_WAIT");
+                let want_a = ref_evicting.reserve(key, n, max_wait, now);
+                let want_b = ref_keeping.reserve(key, n, max_wait, now);
+                assert_eq!(seen_a, expected_reservation(&want_a), "evicting: {}", ctx);
+                assert_eq!(seen_b, expected_reservation(&want_b), "keeping: {}", ctx);
+                compare_pair(
+                    &mut diverged,
+                    &ref_evicting,
+                    now,
+                    &ctx,
+                    &seen_a,
+                    &seen_b,
+                    |a, b| b.is_ok() || a.is_err(),
+                );
+                if let (Ok(ra), Ok(rb), Ok(ma), Ok(mb)) = (a, b, want_a, want_b) {
+                    held.push((key, ra, rb, ma, mb));
+                }
+            }
+            KeyedOp::Cancel { index } => {
+                if !held.is_empty() {
+                    let (key, ra, rb, ma, mb) = held.remove(usize::from(index) % held.len());
+                    let back_a = ra.cancel_at(at);
+                    let back_b = rb.cancel_at(at);
+                    assert_eq!(
+                        back_a,
+                        ref_evicting.cancel(key, &ma, now),
+                        "evicting: {}",
+                        ctx
+                    );
+                    assert_eq!(
+                        back_b,
+                        ref_keeping.cancel(key, &mb, now),
+                        "keeping: {}",
+                        ctx
+                    );
+                    assert!(back_a <= ma.tokens && back_b <= mb.tokens, "{}", ctx);
+                    // Giving back moves the states apart when the amounts differ.
+                    if back_a != back_b {
+                        compare_pair(
+                            &mut diverged,
+                            &ref_evicting,
+                            now,
+                            &ctx,
+                            &back_a,
+                            &back_b,
+                            |a, b| a <= b,
+                        );
+                    }
+                }
+            }
+            KeyedOp::TakeUpTo { key, n } => {
+                let n = n.resolve(capacity);
+                let take = |l: &Limiter| {
+                    observe_partial(l.take_up_to_key_at(&key, n, at).map_err(|e| match e {
+                        KeyedError::Denied(d) => d,
+                        e => panic!("{e}: the driver never fills the map"),
+                    }))
+                };
+                let (a, b) = (take(&evicting), take(&keeping));
+                assert_eq!(a, ref_evicting.take_up_to(key, n, now), "evicting: {}", ctx);
+                assert_eq!(b, ref_keeping.take_up_to(key, n, now), "keeping: {}", ctx);
+                assert!(a.0 <= n && a.0 <= capacity, "{}", ctx);
+                compare_pair(&mut diverged, &ref_evicting, now, &ctx, &a, &b, |a, b| {
+                    a.0 <= b.0
+                });
             }
             KeyedOp::Evict => {
                 let removed = evicting.retain_recent_at(at);

@@ -73,6 +73,8 @@ pub fn run_pair<A: Algorithm>(quota: Quota, start: u64, ops: &[KeyedOp]) -> Opti
                 floor = floor.max(now.min(MAX_USABLE_NS));
                 evicted += removed as u64;
             }
+            // Only the token bucket reserves and takes partly (`keyed::run` drives those).
+            KeyedOp::Reserve { .. } | KeyedOp::Cancel { .. } | KeyedOp::TakeUpTo { .. } => {}
             KeyedOp::Time(step) => now = step.next(now, unit_ns),
         }
         assert!(evicting.len() <= keeping.len() || !compared, "{ctx}");
