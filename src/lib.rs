@@ -141,7 +141,7 @@ pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicCloc
 pub use limiter::{Direct, KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
 pub use partial::Partial;
-pub use quota::{Quota, QuotaError};
+pub use quota::{Quota, QuotaError, QuotaParseError};
 pub use reservation::{Reservation, ReserveError};
 pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};
 pub use token_bucket::TokenBucket;
