@@ -155,6 +155,27 @@ pub(crate) fn max_shift(interval_nanos: u64) -> u32 {
 /// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// With the `serde` feature a quota serializes as this string and deserializes from one (and only
+/// from one: a map of fields would be a second spelling of the same thing, and would need a
+/// self-describing format to tell the two apart), so a configuration file holds `"20/min, burst
+/// 5"`, and a bad string fails deserialization with the [`QuotaParseError`]'s message:
+///
+/// ```
+/// # #[cfg(feature = "serde")]
+/// # {
+/// use std::collections::BTreeMap;
+/// use tollgate::Quota;
+///
+/// let limits: BTreeMap<String, Quota> =
+///     serde_json::from_str(r#"{"login": "5/min", "api": "100/s, burst 20"}"#).unwrap();
+/// assert_eq!(limits["api"], Quota::per_second(100).unwrap().with_capacity(20).unwrap());
+/// assert_eq!(serde_json::to_string(&limits["login"]).unwrap(), r#""5/min""#);
+///
+/// let err = serde_json::from_str::<Quota>(r#""5/min, burts 2""#).unwrap_err();
+/// assert!(err.to_string().contains(r#"unknown clause "burts 2""#));
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     count: u64,

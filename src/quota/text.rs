@@ -1,5 +1,5 @@
-//! The text form of a [`Quota`] (`"100/s"`, `"20/min, burst 5"`): [`FromStr`], [`fmt::Display`]
-//! and [`QuotaParseError`].
+//! The text form of a [`Quota`] (`"100/s"`, `"20/min, burst 5"`): [`FromStr`], [`fmt::Display`],
+//! [`QuotaParseError`], and with the `serde` feature `Serialize` and `Deserialize` as that string.
 //!
 //! The grammar and its choices are documented on [`Quota`] ("Text form"). A small hand-written
 //! parser: the input is split at commas into the rate and its clauses, each part trimmed, and every
@@ -417,6 +417,41 @@ impl Error for QuotaParseError {
             Reason::Range(e) => Some(e),
             Reason::Syntax(_) => None,
         }
+    }
+}
+
+/// The text form, as a string ([`Quota`]'s `Display`).
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl serde::Serialize for Quota {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// From a string in the text form only (see [`Quota`], "Text form"); a refusal is the
+/// [`QuotaParseError`]'s message.
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl<'de> serde::Deserialize<'de> for Quota {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Quota, D::Error> {
+        deserializer.deserialize_str(QuotaVisitor)
+    }
+}
+
+#[cfg(feature = "serde")]
+struct QuotaVisitor;
+
+#[cfg(feature = "serde")]
+impl serde::de::Visitor<'_> for QuotaVisitor {
+    type Value = Quota;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a quota as a string such as \"100/s\" or \"20/min, burst 5\"")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Quota, E> {
+        text.parse().map_err(E::custom)
     }
 }
 
