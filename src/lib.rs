@@ -23,7 +23,7 @@
 //!
 //! | type | what it does |
 //! | --- | --- |
-//! | [`Quota`] | "n per period", a capacity (burst) and an initial fill, validated ([`QuotaError`]) |
+//! | [`Quota`] | "n per period", a capacity (burst) and an initial fill, validated ([`QuotaError`]); parsed from and printed as `"20/min, burst 5"` ([`QuotaParseError`]) |
 //! | [`TokenBucket`] | bursts up to C, then R per second; one `AtomicU64`, one CAS per admission, denials read only |
 //! | [`ShardedBucket`] | the same limit for one hot key, spread over cache-padded per-core shards with stealing |
 //! | [`window::FixedWindow`] | N per window, the count and the window index in one word; the boundary burst (up to 2N) |
@@ -89,6 +89,7 @@
 //! | `tower` | the HTTP middleware, `middleware` (a tower layer for axum, hyper and tonic) |
 //! | `axum` | `tower`, and the middleware's `peer_ip()` reads axum's `ConnectInfo<SocketAddr>` |
 //! | `tonic` | `tower`, and the middleware's `peer_ip()` reads tonic's `TcpConnectInfo` |
+//! | `serde` | `Serialize` and `Deserialize` for [`Quota`], as its [text form](Quota#text-form) (`"20/min, burst 5"`) |
 //!
 //! The `loom` feature is internal (the crate's own model checks, in `loom-tests/`): turning it on
 //! builds nothing more and changes nothing.
@@ -141,7 +142,7 @@ pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicCloc
 pub use limiter::{Direct, KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
 pub use partial::Partial;
-pub use quota::{Quota, QuotaError};
+pub use quota::{Quota, QuotaError, QuotaParseError};
 pub use reservation::{Reservation, ReserveError};
 pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};
 pub use token_bucket::TokenBucket;

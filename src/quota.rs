@@ -55,6 +55,10 @@
 use std::fmt;
 use std::time::Duration;
 
+mod text;
+
+pub use text::QuotaParseError;
+
 /// The longest burst window (`capacity × interval`) a limiter represents: 2^62 ns, about 146 years.
 pub(crate) const MAX_WINDOW_NANOS: u64 = 1 << 62;
 
@@ -92,6 +96,85 @@ pub(crate) fn max_shift(interval_nanos: u64) -> u32 {
 /// let err = Quota::per_second(0).unwrap_err();
 /// assert_eq!(err.field(), "count");
 /// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+///
+/// # Text form
+///
+/// A quota parses from a short string ([`FromStr`](std::str::FromStr): `"100/s".parse()`) and
+/// prints to one ([`Display`](fmt::Display)), so limits can live in configuration files, command
+/// lines and environment variables:
+///
+/// ```text
+/// quota  = count "/" period [ "," clause ]...
+/// period = [ number ] unit                  "s", "90s", "2 min", "250ms"; no number is 1
+/// clause = "burst" number | "initial" number   each at most once, in either order
+/// count, number = decimal digits, "_" allowed after the first (1_000_000), at most u64::MAX
+/// unit   = ns | us | µs | ms | s | m | min | h | d, or spelled out (see below)
+/// ```
+///
+/// - **Units** are lower case: `ns`, `us` (also `µs` with the micro sign or the Greek mu), `ms`,
+///   `s`, `min` (also `m`, as nginx writes `30r/m`), `h`, `d` (a day, 86 400 s), and the
+///   spellings `nsec`, `usec`, `msec`, `sec`, `secs`, `hr`, `hrs`, `nanosecond(s)`,
+///   `microsecond(s)`, `millisecond(s)`, `second(s)`, `minute(s)`, `mins`, `hour(s)`, `day(s)`.
+///   `M` or `MS` are refused rather than guessed at (month? megasecond?). There are no weeks,
+///   months or years: write `7d` or `30d`.
+/// - **Whole numbers only**, in every part: `1.5s` is refused with a hint to use a smaller unit
+///   (`1500ms`). The period may be any `Duration` down to `1ns` and up to `u64::MAX` seconds.
+/// - **Whitespace** is allowed around every part and between a period's number and its unit
+///   (`"100 / 2 min , burst 5"`); a clause's keyword and its number need some between them.
+/// - **`burst`** sets the capacity ([`Quota::with_capacity`]; the default is the count),
+///   **`initial`** the initial fill ([`Quota::with_initial`]; the default is full). The burst is
+///   applied first, whatever the order in the text.
+/// - **Printing** writes the count, `/`, the period in the largest of `d`, `h`, `min`, `s`, `ms`,
+///   `us`, `ns` that divides it (the number left out when it is 1), then `, burst <capacity>` only
+///   when the capacity differs from the count and `, initial <n>` only when an initial fill was
+///   set. Parsing what is printed gives back an equal quota, for every quota: `Quota`'s equality
+///   tells an initial fill set to the capacity from one left at its default, and so does the text.
+///
+/// A string that is not a quota is a [`QuotaParseError`] naming the part that is wrong
+/// ([`QuotaParseError::part`]: `"count"`, `"period"`, `"period unit"`, `"burst"`, ...) and the
+/// accepted form; a value in the form but out of range carries the [`QuotaError`] the
+/// constructors return for it ([`QuotaParseError::quota_error`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Quota;
+///
+/// assert_eq!("100/s".parse::<Quota>()?, Quota::per_second(100)?);
+/// assert_eq!("20/min, burst 5".parse::<Quota>()?, Quota::per_minute(20)?.with_capacity(5)?);
+/// assert_eq!("1_000 / hour".parse::<Quota>()?, Quota::per_hour(1_000)?);
+/// let odd = Quota::per_period(1, Duration::from_micros(1_500))?.with_initial(0)?;
+/// assert_eq!(odd.to_string(), "1/1500us, initial 0");
+/// assert_eq!(odd.to_string().parse::<Quota>()?, odd);
+///
+/// let err = "10/fortnight".parse::<Quota>().unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid quota \"10/fortnight\": unknown period unit \"fortnight\"; expected \
+///      <count>/[<n>]<unit>[, burst <n>][, initial <n>] with units ns, us, ms, s, min, h, d"
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// With the `serde` feature a quota serializes as this string and deserializes from one (and only
+/// from one: a map of fields would be a second spelling of the same thing, and would need a
+/// self-describing format to tell the two apart), so a configuration file holds `"20/min, burst
+/// 5"`, and a bad string fails deserialization with the [`QuotaParseError`]'s message:
+///
+/// ```
+/// # #[cfg(feature = "serde")]
+/// # {
+/// use std::collections::BTreeMap;
+/// use tollgate::Quota;
+///
+/// let limits: BTreeMap<String, Quota> =
+///     serde_json::from_str(r#"{"login": "5/min", "api": "100/s, burst 20"}"#).unwrap();
+/// assert_eq!(limits["api"], Quota::per_second(100).unwrap().with_capacity(20).unwrap());
+/// assert_eq!(serde_json::to_string(&limits["login"]).unwrap(), r#""5/min""#);
+///
+/// let err = serde_json::from_str::<Quota>(r#""5/min, burts 2""#).unwrap_err();
+/// assert!(err.to_string().contains(r#"unknown clause "burts 2""#));
+/// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
