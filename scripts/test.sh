@@ -8,7 +8,7 @@
 # functions below), and bench on request.
 #
 # Environment:
-#   FUZZ_SECONDS   seconds each fuzz target runs (default 3: 13 targets, about 55 s with
+#   FUZZ_SECONDS   seconds each fuzz target runs (default 3: 14 targets, about 55 s with
 #                  libFuzzer's start-up and cargo's; the build before them takes about 4 cold
 #                  minutes); e.g. FUZZ_SECONDS=60 for a longer search
 #   TOLLGATE_MIN_FREE_GIB

@@ -33,6 +33,7 @@
 //! | [`leaky::queue()`]: [`leaky::LeakySender`], [`leaky::LeakyReceiver`] | the leaky bucket as a queue: producers enqueue up to C items (a refused item is handed back), one consumer receives them at exactly R per second |
 //! | [`keyed::KeyedLimiter`] | one limit per key (`&str` lookups for `String` keys), a bound on the keys held, idle keys forgotten losslessly; a new key that finds no room is refused ([`keyed::KeyedError::TooManyKeys`]) or shares one overflow limit |
 //! | [`Limiter`], [`KeyedLimit`] | one interface for every limiter (object-safe: `Arc<dyn Limiter>`), and for every keyed limiter |
+//! | [`AllOf`] | several limits as one ("10 a second and 1 000 an hour"), direct or per key: admitted only when every limit admits, all or none |
 //! | [`wait::LimiterExt`], [`wait::KeyedLimitExt`], [`wait::Wait`] | waiting instead of being refused, on every limiter: blocking `wait_n`, and with `tokio` the futures `until_ready`, `until_n_ready`, `until_key_ready`; optionally bounded (`_within`) and jittered |
 //! | [`Direct`], [`Algorithm`] | the one facade the direct limiters are aliases of, and the sealed algorithm markers it (and [`keyed::KeyedLimiter`]) runs |
 //! | [`Admitted`], [`Denied`], [`AcquireError`], [`InsufficientCapacity`] | outcomes with `remaining`, `reset_after`, `next_after`, exact `retry_after` |
@@ -106,6 +107,7 @@
 #![cfg_attr(docsrs, doc(auto_cfg(hide(tollgate_loom, fuzzing))))]
 
 pub mod algorithm;
+pub mod all_of;
 mod cas;
 pub mod clock;
 mod gcra;
@@ -135,6 +137,7 @@ pub use algorithm::{
     Algorithm, FixedWindowAlgorithm, LeakyMeterAlgorithm, SlidingWindowCounterAlgorithm,
     SlidingWindowLogAlgorithm, TokenBucketAlgorithm,
 };
+pub use all_of::{AllOf, AllOfError, GiveBack, KeyedGiveBack};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use clock::TokioClock;

@@ -31,7 +31,7 @@ use super::limiter::Request;
 use super::{KeyedError, KeyedLimiter, TokenBucketKeys};
 use crate::cas::{self, Gone};
 use crate::clock::{Clock, Nanos};
-use crate::gcra::{Gcra, Reserved};
+use crate::gcra::{Gcra, Reserved, Time};
 use crate::outcome::{AcquireError, Denied};
 use crate::partial::Partial;
 use crate::reservation::{MaxWaitError, Parts, Reservation, ReserveError};
@@ -379,6 +379,90 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
     }
 }
 
+impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
+    /// Gives back `n` tokens of `key` now, never filling above the capacity; answers how many went
+    /// back (a token that only partly fit counted as one). The keyed form of
+    /// [`TokenBucket::refund`]: refund only what an admission of this key took.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{ManualClock, Quota};
+    /// let limiter: KeyedLimiter<String, _, _> =
+    ///     KeyedLimiter::with_clock(Quota::per_second(5)?, ManualClock::new());
+    /// limiter.check_key_n("a", 3)?;
+    /// assert_eq!(limiter.refund_key("a", 2), 2);
+    /// assert_eq!(limiter.remaining_key("a"), 4);
+    /// assert_eq!(limiter.refund_key("a", 100), 1); // capped at the capacity
+    /// assert_eq!(limiter.refund_key("b", 1), 0); // a key not held has nothing to get back
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_key<Q>(&self, key: &Q, n: u64) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.refund_key_at(key, n, self.clock.now())
+    }
+
+    /// Gives back `n` tokens of `key` as of `now`, never filling above the capacity and never
+    /// moving the key's state before `now`; answers how many went back. Nothing for a key not
+    /// held (it is full: forgotten keys are), or at a reading before the latest eviction's (the
+    /// key may have been forgotten and created afresh since; see
+    /// [`KeyedLimiter::reserve_key_n`]). Tokens a new key took from the shared overflow limiter
+    /// are not given back there.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let limiter: KeyedLimiter<u8, _, _> =
+    ///     KeyedLimiter::with_clock(Quota::per_second(5)?, ManualClock::new());
+    /// limiter.check_key_n_at(&1, 5, Nanos::new(0))?;
+    /// assert_eq!(limiter.refund_key_at(&1, 1, Nanos::new(0)), 1);
+    /// assert_eq!(limiter.remaining_key_at(&1, Nanos::new(0)), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_key_at<Q>(&self, key: &Q, n: u64, now: Nanos) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.on_held_key(key, now, |state, t| {
+            cas::update_live(state, |w| self.policy.refund_up_to(w, t, n))
+        })
+    }
+
+    /// `give` on `key`'s word at `now`, when the key is held and `now` is not before the floor;
+    /// 0 otherwise. The floor is read after the key's state was found: an eviction raises the
+    /// floor before it marks a state gone, and a state created afresh after that is found only
+    /// through the table's Acquire loads, so a floor raised by the eviction that forgot this key
+    /// is seen here (Relaxed, as in `fresh_at`).
+    fn on_held_key<Q>(
+        &self,
+        key: &Q,
+        now: Nanos,
+        give: impl Fn(&AtomicU64, Time) -> Result<Result<u64, ()>, Gone>,
+    ) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let t = self.policy.time(now);
+        self.store
+            .with_read(key, |state| {
+                if now.clamped() < self.floor.load(Ordering::Relaxed) {
+                    return Ok(0);
+                }
+                Ok(give(state, t)?.unwrap_or(0))
+            })
+            .and_then(Result::ok)
+            .unwrap_or(0)
+    }
+}
+
 impl<K: Hash + Eq + Clone, C: Clock> Reservation<'_, KeyedLimiter<K, TokenBucketKeys, C>, K> {
     /// Gives the reservation's tokens back now, less those taken from its key after it; answers
     /// how many went back (see [`Reservation::cancel_at`]).
@@ -421,7 +505,6 @@ impl<K: Hash + Eq + Clone, C: Clock> Reservation<'_, KeyedLimiter<K, TokenBucket
         }
         let limiter = self.limiter;
         let policy = &limiter.policy;
-        let t = policy.time(now);
         match self.parts {
             Parts::Overflow { tat } => match &limiter.overflow {
                 Some(shared) => cas::update(&shared.state, |w| {
@@ -432,23 +515,9 @@ impl<K: Hash + Eq + Clone, C: Clock> Reservation<'_, KeyedLimiter<K, TokenBucket
                 .unwrap_or(0),
                 None => 0,
             },
-            Parts::Word { tat } => limiter
-                .store
-                .with_read(&self.key, |state| {
-                    // Read after the key's state was found: an eviction raises the floor before it
-                    // marks a state gone, and a state created afresh after that is found only
-                    // through the table's Acquire loads, so a floor raised by the eviction that
-                    // forgot this key is seen here. Relaxed, as in `fresh_at`.
-                    if now.clamped() < limiter.floor.load(Ordering::Relaxed) {
-                        return Ok(0);
-                    }
-                    Ok(
-                        cas::update_live(state, |w| policy.cancel(w, t, self.tokens, tat))?
-                            .unwrap_or(0),
-                    )
-                })
-                .and_then(Result::ok)
-                .unwrap_or(0),
+            Parts::Word { tat } => limiter.on_held_key(&self.key, now, |state, t| {
+                cas::update_live(state, |w| policy.cancel(w, t, self.tokens, tat))
+            }),
             Parts::Shards(_) => 0,
         }
     }

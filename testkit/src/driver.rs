@@ -5,6 +5,7 @@
 //! answers (with [`limiter::Amount`], relative to the limit) and [`step::Step`] for the clock;
 //! each driver's own `Op` adds only what is its own.
 
+pub mod all_of;
 pub mod bucket;
 pub mod counter;
 pub mod keyed;
