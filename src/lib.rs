@@ -77,9 +77,32 @@
 //! - **Denials never write**, so a flood of refused requests does not fight over a cache line.
 //! - **Time only helps.** A clock that steps backwards, or readings that arrive out of order, never
 //!   create capacity; a reading years ahead just means "full".
+//! - **Readings ahead of the clock** (the one rule; see the next section).
 //! - **Integer arithmetic, rounded toward admitting less**, with every bound documented.
 //! - **No panics from any argument.** Bad configuration is a [`QuotaError`] naming the field and its
 //!   accepted range; an impossible request is [`InsufficientCapacity`], not a denial.
+//!
+//! # Readings ahead of the clock
+//!
+//! Every `_at` method takes a reading the caller holds, which should come from the limiter's own
+//! clock ([`Limiter::now`]). A wrong one far in the future is a bug this crate cannot detect
+//! without reading the clock on every call, which is what the `_at` forms exist to avoid. The rule,
+//! for every limiter and the queue:
+//!
+//! - **A decision on one limit is judged at the reading given.** A direct limiter's state, or one
+//!   key's state in a keyed limiter, is the limit the reading asked about: a reading years ahead
+//!   finds it full, and what it takes is taken as of then, so later honest readings of that same
+//!   limit wait until then. Only that limit: the caller who passed the reading owns it.
+//! - **What acts for other limits or other callers' items is never judged ahead of the clock:**
+//!   it uses `min(reading, clock.now())`. These are the keyed limiter's evictions (their reading
+//!   becomes the floor every new key starts from; see
+//!   [`KeyedLimiter::retain_recent_at`](keyed::KeyedLimiter::retain_recent_at)) and the leaky
+//!   queue's sends (their reading anchors the release grid every later item waits on; see
+//!   [`LeakySender::try_send_at`](leaky::LeakySender::try_send_at)). So one wrong reading can use
+//!   up the limit it was given to, but cannot lock other keys out or hold other items back: a
+//!   send at `u64::MAX` is released as of the clock's reading, as the items after it are.
+//! - **Readings behind the clock are taken as they are** (a reading taken a moment ago and used
+//!   now): see "Time only helps" above for why they never create capacity.
 //!
 //! # Features
 //!

@@ -21,6 +21,7 @@ use tollgate::{ManualClock, Nanos, Quota, QuotaError};
 
 /// 1000 per second: I = 1 ms.
 const I: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
 
 fn quota(capacity: u64) -> Quota {
     Quota::per_second(1000)
@@ -28,8 +29,12 @@ fn quota(capacity: u64) -> Quota {
         .expect("valid quota")
 }
 
+/// A queue whose clock reads the end of time: these tests pass every reading explicitly, and
+/// none is ahead of the clock (a send ahead of the clock is scheduled at the clock's reading; see
+/// `a_send_ahead_of_the_clock_is_scheduled_at_the_clock`).
 fn queue<T>(capacity: u64) -> (LeakySender<T, ManualClock>, LeakyReceiver<T, ManualClock>) {
-    leaky::queue_with_clock(quota(capacity), ManualClock::new()).expect("valid queue")
+    leaky::queue_with_clock(quota(capacity), ManualClock::starting_at(Nanos::MAX_USABLE))
+        .expect("valid queue")
 }
 
 fn t(ns: u64) -> Nanos {
@@ -652,4 +657,44 @@ fn stress_blocking_senders_on_a_tiny_queue_are_woken_and_lose_nothing() {
         .map(|h| h.join().expect("producer panicked"))
         .collect();
     check_exactly_once(&delivered, &reports);
+}
+
+/// A send at a reading ahead of the queue's clock is scheduled as of the clock's reading: the
+/// release grid is shared by every later item, and a wrong, far-future reading would otherwise
+/// hold all of them until then (about 146 years for `u64::MAX`), `recv_timeout` after `close`
+/// answering `Timeout` for ever. Readings behind the clock are taken as they are.
+#[test]
+fn a_send_ahead_of_the_clock_is_scheduled_at_the_clock() {
+    let clock = ManualClock::starting_at(t(SEC));
+    let (tx, mut rx) = leaky::queue_with_clock(quota(3), clock.clone()).expect("valid queue");
+    assert_eq!(
+        tx.try_send_at('a', t(u64::MAX)).expect("room").release_at(),
+        t(SEC)
+    );
+    assert_eq!(
+        tx.try_send_at('b', t(0)).expect("room").release_at(),
+        t(SEC + I)
+    );
+    rx.close();
+    clock.set(t(SEC + I));
+    let patience = Duration::from_secs(60);
+    assert_eq!(rx.recv_timeout(patience), Ok('a'));
+    assert_eq!(rx.recv_timeout(patience), Ok('b'));
+    assert_eq!(rx.recv_timeout(patience), Err(RecvTimeoutError::Closed));
+}
+
+/// The same on the real clock, the case that was reported: one send at `u64::MAX`, then every
+/// item is received at once after `close` (the generous timeout only guards against the defect,
+/// which never returned; it is no speed assertion).
+#[test]
+fn on_the_real_clock_a_far_future_send_holds_nothing_back() {
+    let q = Quota::per_second(1_000).expect("valid");
+    let (tx, mut rx) = leaky::queue(q).expect("valid queue");
+    tx.try_send_at(1, Nanos::new(u64::MAX)).expect("room");
+    tx.try_send(2).expect("room");
+    rx.close();
+    let patience = Duration::from_secs(60);
+    assert_eq!(rx.recv_timeout(patience), Ok(1));
+    assert_eq!(rx.recv_timeout(patience), Ok(2));
+    assert_eq!(rx.recv_timeout(patience), Err(RecvTimeoutError::Closed));
 }

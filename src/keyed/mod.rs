@@ -162,8 +162,9 @@
 //! reading are exactly those of a limiter that never evicts; a reading earlier than that may be
 //! refused where a never-evicting limiter would admit, never the reverse.
 //!
-//! **A reading from the future.** An eviction never judges at a reading ahead of the limiter's
-//! own clock: [`KeyedLimiter::retain_recent_at`] and every automatic sweep forget as of
+//! **A reading from the future** (the crate's one rule for these is in
+//! [Readings ahead of the clock](crate#readings-ahead-of-the-clock)). An eviction never judges at a
+//! reading ahead of the limiter's own clock: [`KeyedLimiter::retain_recent_at`] and every automatic sweep forget as of
 //! `min(reading, clock.now())`. So the floor never passes the clock's reading at the latest
 //! eviction, and a wrong, far-future timestamp passed to an `_at` method can use up its own key
 //! (as it would a direct limiter) but cannot lock the other keys out: without this bound, one

@@ -75,11 +75,12 @@
 //! receive at a reading of 2^62 ns or more (each `try_recv_at(Nanos::new(u64::MAX))` takes the
 //! next waiting item). The price is at the bound itself: the grid cannot move past it, so items
 //! whose slots would lie beyond it all fall due there, together. Only a reading at or near the
-//! bound puts them there: a monotonic clock takes 146 years to get there, so in practice this is a
-//! timestamp from elsewhere passed to [`try_send_at`](LeakySender::try_send_at). Such a reading
-//! moves the grid, and the items behind it wait for it, as in any FIFO;
-//! [`drain_now`](LeakyReceiver::drain_now) and [`into_leftovers`](LeakyReceiver::into_leftovers) hand
-//! them over at once.
+//! bound puts them there: a monotonic clock takes 146 years to get there, and a send never
+//! schedules ahead of the queue's own clock (a reading ahead of it counts as the clock's; see
+//! [Readings ahead of the clock](crate#readings-ahead-of-the-clock)), so only a clock that itself
+//! reads the end of time does. Before that rule, a timestamp from elsewhere passed to
+//! [`try_send_at`](LeakySender::try_send_at) moved the grid there, and every item behind it waited
+//! about 146 years.
 //!
 //! [`ManualClock`]: crate::ManualClock
 //!

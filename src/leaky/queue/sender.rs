@@ -139,7 +139,10 @@ impl<T, C: Clock> LeakySender<T, C> {
     ///
     /// The reading matters only when the queue is idle: an item arriving at an empty queue whose
     /// next slot has passed is released at its arrival time. Readings out of order (or a clock that
-    /// steps back) can never make an item due earlier than the grid allows. A reading past
+    /// steps back) can never make an item due earlier than the grid allows. A reading ahead of the
+    /// queue's clock counts as the clock's reading: the grid is shared by every later item, and a
+    /// wrong, far-future reading must not hold them all back (see
+    /// [Readings ahead of the clock](crate#readings-ahead-of-the-clock)). A reading past
     /// [`Nanos::MAX_USABLE`] counts as that bound, and so does a release time that would lie
     /// beyond it (see [the end of time](super#the-end-of-time)).
     ///
@@ -153,9 +156,13 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// use tollgate::leaky;
     /// use tollgate::{ManualClock, Nanos, Quota};
     ///
-    /// let (tx, _rx) = leaky::queue_with_clock(Quota::per_second(1)?.with_capacity(2)?, ManualClock::new())?;
+    /// let clock = ManualClock::starting_at(Nanos::new(10));
+    /// let (tx, _rx) = leaky::queue_with_clock(Quota::per_second(1)?.with_capacity(3)?, clock)?;
     /// assert_eq!(tx.try_send_at('a', Nanos::new(7)).expect("room").release_at(), Nanos::new(7));
     /// assert_eq!(tx.try_send_at('b', Nanos::new(8)).expect("room").release_at(), Nanos::new(1_000_000_007));
+    /// // Ahead of the clock (which reads 10): as of 10, so behind 'b' on the grid.
+    /// let far = tx.try_send_at('c', Nanos::new(u64::MAX)).expect("room");
+    /// assert_eq!(far.release_at(), Nanos::new(2_000_000_007));
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn try_send_at(&self, item: T, now: Nanos) -> Result<Ticket, TrySendError<T>> {

@@ -10,9 +10,11 @@
 //! [`QueueSpec`]s and [`QueueOp`]s their own way.
 //!
 //! The model is the documented pacing rule, written independently of the queue's internals: an
-//! item accepted at reading `t` is released at `max(previous accepted item's release + I, t)`
-//! (the first item ever at `t`), readings clamped to 2^62 ns and release times clamped to the
-//! same bound, so that the latest reading releases everything.
+//! item accepted at reading `t` is released at `max(previous accepted item's release + I, t')`
+//! (the first item ever at `t'`), where `t' = min(t, the clock's reading)` (a send is never
+//! scheduled ahead of the queue's clock, which the driver sets only for the clock-reading forms),
+//! readings clamped to 2^62 ns and release times clamped to the same bound, so that the latest
+//! reading releases everything.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -193,6 +195,8 @@ pub fn run(spec: &QueueSpec, start: u64, ops: &[QueueOp]) {
     };
     let mut rx = Some(rx);
     let mut now = start;
+    // What the queue's clock reads: `start` until a clock-reading form sets it.
+    let mut clock_now = start;
     let mut next_seq = [0u64; PRODUCERS];
     let mut accepted = Vec::new();
     let mut delivered = Vec::new();
@@ -213,11 +217,12 @@ pub fn run(spec: &QueueSpec, start: u64, ops: &[QueueOp]) {
                 let item = (p, next_seq[p]);
                 let got = if read {
                     clock.set(Nanos::new(now));
+                    clock_now = now;
                     tx.try_send(item)
                 } else {
                     tx.try_send_at(item, Nanos::new(now))
                 };
-                let want = model.send(p, next_seq[p], now);
+                let want = model.send(p, next_seq[p], now.min(clock_now));
                 match (got, want) {
                     (Ok(ticket), Ok((position, release))) => {
                         assert_eq!(
@@ -241,6 +246,7 @@ pub fn run(spec: &QueueSpec, start: u64, ops: &[QueueOp]) {
             QueueOp::Recv { clock: read } => {
                 let got = if read {
                     clock.set(Nanos::new(now));
+                    clock_now = now;
                     queue.try_recv()
                 } else {
                     queue.try_recv_at(Nanos::new(now))
