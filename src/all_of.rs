@@ -310,6 +310,10 @@ impl Refusal for KeyedError {
     }
 }
 
+/// An answer and the index of the limit it is from: the binding limit's admission, or the
+/// refusal reported.
+type Indexed<E> = (usize, Result<Admitted, E>);
+
 /// The decision over `count` limits (see the module docs) for at least one token: `take(i)`
 /// takes from limit `i`, `give(i)` gives back to it, `refusal(i)` is its refusal at the same
 /// reading, taking nothing (or `None`).
@@ -318,65 +322,151 @@ fn decide<E: Refusal>(
     take: impl Fn(usize) -> Result<Admitted, E>,
     give: impl Fn(usize),
     refusal: impl Fn(usize) -> Option<E>,
-) -> Result<Admitted, E> {
-    let mut binding: Option<Admitted> = None;
+) -> Indexed<E> {
+    let mut binding: Option<(usize, Admitted)> = None;
     for i in 0..count {
         match take(i) {
             Ok(admitted) => {
-                if binding.as_ref().is_none_or(|b| binds(&admitted, b)) {
-                    binding = Some(admitted);
+                if binding.as_ref().is_none_or(|(_, b)| binds(&admitted, b)) {
+                    binding = Some((i, admitted));
                 }
             }
             Err(refused) => {
                 for j in 0..i {
                     give(j);
                 }
-                return Err(longest(refused, (i + 1..count).filter_map(refusal)));
+                let others = (i + 1..count).filter_map(|j| Some((j, refusal(j)?)));
+                let (at, refused) = longest((i, refused), others);
+                return (at, Err(refused));
             }
         }
     }
-    Ok(binding.expect("at least one limit"))
+    admitted(binding)
 }
 
 /// The query's answer: the binding limit's, or the longest refusal.
-fn answer<E: Refusal>(
-    count: usize,
-    peek: impl Fn(usize) -> Result<Admitted, E>,
-) -> Result<Admitted, E> {
-    let mut binding: Option<Admitted> = None;
+fn answer<E: Refusal>(count: usize, peek: impl Fn(usize) -> Result<Admitted, E>) -> Indexed<E> {
+    let mut binding: Option<(usize, Admitted)> = None;
     for i in 0..count {
         match peek(i) {
             Ok(admitted) => {
-                if binding.as_ref().is_none_or(|b| binds(&admitted, b)) {
-                    binding = Some(admitted);
+                if binding.as_ref().is_none_or(|(_, b)| binds(&admitted, b)) {
+                    binding = Some((i, admitted));
                 }
             }
             Err(refused) => {
-                return Err(longest(
-                    refused,
-                    (i + 1..count).filter_map(|j| peek(j).err()),
-                ))
+                let others = (i + 1..count).filter_map(|j| Some((j, peek(j).err()?)));
+                let (at, refused) = longest((i, refused), others);
+                return (at, Err(refused));
             }
         }
     }
-    Ok(binding.expect("at least one limit"))
+    admitted(binding)
 }
 
-/// Of `first` and the other refusals, the one to report: one that is not "not now" (never, or
-/// no room) at once; otherwise the longest wait.
-fn longest<E: Refusal>(first: E, others: impl Iterator<Item = E>) -> E {
+/// Every limit admitted: the binding one. An `AllOf` always has a limit ([`AllOf::new`] refuses
+/// none), so there is one.
+fn admitted<E>(binding: Option<(usize, Admitted)>) -> Indexed<E> {
+    match binding {
+        Some((i, admitted)) => (i, Ok(admitted)),
+        None => unreachable!("an AllOf without limits"),
+    }
+}
+
+/// Of `first` and the other refusals (each with its limit's index), the one to report: one that
+/// is not "not now" (never, or no room) at once; otherwise the longest wait (the first of equals).
+fn longest<E: Refusal>(first: (usize, E), others: impl Iterator<Item = (usize, E)>) -> (usize, E) {
     let mut worst = first;
-    if worst.not_now().is_none() {
+    if worst.1.not_now().is_none() {
         return worst;
     }
     for other in others {
-        match (other.not_now(), worst.not_now()) {
+        match (other.1.not_now(), worst.1.not_now()) {
             (None, _) => return other,
             (Some(o), Some(w)) if o.retry_after() > w.retry_after() => worst = other,
             _ => {}
         }
     }
     worst
+}
+
+impl<L: GiveBack> AllOf<L> {
+    /// [`Limiter::try_acquire_n_at`] with the index (in [`AllOf::limits`]) of the limit the answer
+    /// is from: for an admission, the binding limit (fewest remaining); for a refusal, the limit
+    /// whose refusal is reported. The HTTP middleware's fields name that limit's policy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{AllOf, ManualClock, Nanos, Quota, TokenBucket};
+    /// let clock = ManualClock::new();
+    /// let limits = AllOf::new([
+    ///     TokenBucket::with_clock(Quota::per_second(10)?, clock.clone()),
+    ///     TokenBucket::with_clock(Quota::per_minute(100)?.with_capacity(3)?, clock.clone()),
+    /// ])?;
+    /// let (binding, admitted) = limits.try_acquire_n_at_indexed(1, Nanos::new(0));
+    /// assert_eq!((binding, admitted?.remaining()), (1, 2)); // the burst of 3 binds
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire_n_at_indexed(
+        &self,
+        n: u64,
+        now: Nanos,
+    ) -> (usize, Result<Admitted, AcquireError>) {
+        let l = &self.limits;
+        if n == 0 {
+            return answer(l.len(), |i| l[i].peek_n_at(0, now));
+        }
+        decide(
+            l.len(),
+            |i| l[i].try_acquire_n_at(n, now),
+            |i| l[i].give_back_at(n, now),
+            |i| l[i].peek_n_at(n, now).err(),
+        )
+    }
+}
+
+impl<L> AllOf<L> {
+    /// [`KeyedLimit::check_key_n_at`] with the index (in [`AllOf::limits`]) of the limit the
+    /// answer is from, as [`AllOf::try_acquire_n_at_indexed`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::{AllOf, ManualClock, Nanos, Quota};
+    /// let clock = ManualClock::new();
+    /// let limits: AllOf<KeyedLimiter<u8, _, _>> = AllOf::new([
+    ///     KeyedLimiter::with_clock(Quota::per_second(1)?, clock.clone()),
+    ///     KeyedLimiter::with_clock(Quota::per_hour(100)?, clock.clone()),
+    /// ])?;
+    /// let t = Nanos::new(0);
+    /// assert_eq!(limits.check_key_n_at_indexed(&7, 1, t).0, 0); // 0 left of 1 binds
+    /// let (refusing, refused) = limits.check_key_n_at_indexed(&7, 1, t);
+    /// assert_eq!(refusing, 0);
+    /// assert!(refused.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_key_n_at_indexed<Q: ?Sized>(
+        &self,
+        key: &Q,
+        n: u64,
+        now: Nanos,
+    ) -> (usize, Result<Admitted, KeyedError>)
+    where
+        L: KeyedGiveBack<Q>,
+    {
+        let l = &self.limits;
+        if n == 0 {
+            return answer(l.len(), |i| l[i].peek_key_n_at(key, 0, now));
+        }
+        decide(
+            l.len(),
+            |i| l[i].check_key_n_at(key, n, now),
+            |i| l[i].give_back_key_at(key, n, now),
+            |i| l[i].peek_key_n_at(key, n, now).err(),
+        )
+    }
 }
 
 impl<L: GiveBack> Limiter for AllOf<L> {
@@ -394,23 +484,15 @@ impl<L: GiveBack> Limiter for AllOf<L> {
                     .and_then(|e| e.denied().copied())
             },
         )
+        .1
     }
 
     fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        if n == 0 {
-            return self.peek_n_at(0, now);
-        }
-        let l = &self.limits;
-        decide(
-            l.len(),
-            |i| l[i].try_acquire_n_at(n, now),
-            |i| l[i].give_back_at(n, now),
-            |i| l[i].peek_n_at(n, now).err(),
-        )
+        self.try_acquire_n_at_indexed(n, now).1
     }
 
     fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        answer(self.limits.len(), |i| self.limits[i].peek_n_at(n, now))
+        answer(self.limits.len(), |i| self.limits[i].peek_n_at(n, now)).1
     }
 
     fn remaining_at(&self, now: Nanos) -> u64 {
@@ -432,22 +514,14 @@ impl<L: GiveBack> Limiter for AllOf<L> {
 
 impl<Q: ?Sized, L: KeyedGiveBack<Q>> KeyedLimit<Q> for AllOf<L> {
     fn check_key_n_at(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError> {
-        if n == 0 {
-            return self.peek_key_n_at(key, 0, now);
-        }
-        let l = &self.limits;
-        decide(
-            l.len(),
-            |i| l[i].check_key_n_at(key, n, now),
-            |i| l[i].give_back_key_at(key, n, now),
-            |i| l[i].peek_key_n_at(key, n, now).err(),
-        )
+        self.check_key_n_at_indexed(key, n, now).1
     }
 
     fn peek_key_n_at(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError> {
         answer(self.limits.len(), |i| {
             self.limits[i].peek_key_n_at(key, n, now)
         })
+        .1
     }
 
     fn remaining_key_at(&self, key: &Q, now: Nanos) -> u64 {

@@ -20,6 +20,7 @@ use tollgate::keyed::{
     SlidingWindowLogKeys, TokenBucketKeys,
 };
 use tollgate::middleware::{global, Global, Keyed, LimitLayer};
+use tollgate::Clock;
 use tollgate::{Admitted, Algorithm, Direct, ManualClock, Quota};
 use tower::{service_fn, Layer, Service};
 
@@ -247,4 +248,80 @@ proptest! {
         let steps = [Step { advance_ms: 0, cost: 1 }];
         keyed_case::<TokenBucketKeys>(quota, &steps)?;
     }
+}
+
+/// Several limits behind the layer ([`KeyedAllOf`], [`GlobalAllOf`]): `RateLimit-Policy` lists
+/// every policy, `RateLimit` names the one the decision was from (the binding one of an
+/// admission, the refusing one with the longest wait of a denial), and `Retry-After` is that
+/// longest wait. Checked against the `AllOf`'s own indexed answers on a twin, step by step.
+#[test]
+fn several_limits_list_every_policy_and_name_the_binding_one() {
+    use tollgate::middleware::{GlobalAllOf, KeyedAllOf};
+    use tollgate::{AllOf, TokenBucket};
+    let quotas = [
+        Quota::per_second(2).unwrap(),
+        Quota::per_minute(30).unwrap().with_capacity(5).unwrap(),
+    ];
+    let names = ["burst", "minute"];
+    let listed = format!(
+        "{}, {}",
+        policy_of(&quotas[0]).replace("\"default\"", "\"burst\""),
+        policy_of(&quotas[1]).replace("\"default\"", "\"minute\"")
+    );
+    let clock = ManualClock::new();
+    let keyed = |_: ()| -> AllOf<KeyedLimiter<u8, TokenBucketKeys, ManualClock>> {
+        AllOf::new(quotas.map(|q| KeyedLimiter::with_clock(q, clock.clone()))).unwrap()
+    };
+    let direct = |_: ()| -> AllOf<TokenBucket<ManualClock>> {
+        AllOf::new(quotas.map(|q| TokenBucket::with_clock(q, clock.clone()))).unwrap()
+    };
+    let keyed_layer = LimitLayer::new(KeyedAllOf::new(keyed(())), global_key())
+        .tier_names(names)
+        .build()
+        .unwrap();
+    let direct_layer = LimitLayer::new(GlobalAllOf::new(direct(())), global())
+        .tier_names(names)
+        .build()
+        .unwrap();
+    let keyed_twin = keyed(());
+    let direct_twin = direct(());
+    let handler: Handler = |_| std::future::ready(Ok(Response::new(())));
+    let mut keyed_svc = keyed_layer.layer(service_fn(handler));
+    let mut direct_svc = direct_layer.layer(service_fn(handler));
+    // Requests costing 1 every 100 ms, then a pause: both limits get to bind and to refuse.
+    let steps = [
+        0, 100, 100, 100, 100, 100, 100, 100, 2_000, 100, 100, 100, 100, 100, 100,
+    ];
+    let mut named = std::collections::BTreeSet::new();
+    for (i, &advance) in steps.iter().enumerate() {
+        clock.advance(Duration::from_millis(advance));
+        let at = clock.now();
+        let (at_keyed, want_keyed) = keyed_twin.check_key_n_at_indexed(&0, 1, at);
+        let (at_direct, want_direct) = direct_twin.try_acquire_n_at_indexed(1, at);
+        assert_eq!(at_keyed, at_direct, "step {i}");
+        assert_eq!(
+            want_keyed.map_err(|e| *e.denied().unwrap()),
+            want_direct.map_err(|e| *e.denied().unwrap()),
+            "step {i}"
+        );
+        named.insert((names[at_keyed], want_keyed.is_ok()));
+        let responses = [
+            now(keyed_svc.call(Request::builder().body(()).unwrap())).unwrap(),
+            now(direct_svc.call(Request::builder().body(()).unwrap())).unwrap(),
+        ];
+        let mut want = expect(want_keyed);
+        want.ratelimit = want
+            .ratelimit
+            .map(|r| r.replacen("\"default\"", &format!("\"{}\"", names[at_keyed]), 1));
+        for res in &responses {
+            assert_eq!(observed(res), want, "step {i}");
+            assert_eq!(
+                res.headers()["ratelimit-policy"].to_str().unwrap(),
+                listed,
+                "step {i}"
+            );
+        }
+    }
+    // Each limit bound an admission and refused a request at some step.
+    assert_eq!(named.len(), 4, "{named:?}");
 }

@@ -5,8 +5,9 @@
 use std::error::Error;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use crate::all_of::{AllOf, GiveBack, KeyedGiveBack};
 use crate::keyed::{KeyedError, TooManyKeys};
 use crate::limiter::{KeyedLimit, Limiter};
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
@@ -165,6 +166,215 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// more than one).
     fn tier_of_key(&self, _key: &K) -> usize {
         0
+    }
+
+    /// Whether every quota in [`Backend::tiers`] applies to every request at once (several
+    /// limits, as [`KeyedAllOf`] and [`GlobalAllOf`] are), rather than one per key. The layer then
+    /// lists them all in `RateLimit-Policy` and names in `RateLimit` the one
+    /// [`Backend::decide_indexed`] answers with. Default: `false`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{Backend, Global};
+    /// use tollgate::{Quota, TokenBucket};
+    /// let backend = Global::new(TokenBucket::new(Quota::per_second(1)?));
+    /// assert!(!Backend::<()>::all_apply(&backend));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    fn all_apply(&self) -> bool {
+        false
+    }
+
+    /// [`Backend::decide`], with the index in [`Backend::tiers`] of the quota the answer is from
+    /// when the backend knows it: for [`KeyedAllOf`] and [`GlobalAllOf`], the binding limit of an
+    /// admission, or the limit whose refusal is reported. `None` (the default) leaves the choice
+    /// to [`Backend::tier_of_key`]. Asked instead of `decide` when [`Backend::all_apply`].
+    ///
+    /// # Examples
+    ///
+    /// See [`KeyedAllOf`].
+    fn decide_indexed(&self, key: &K, cost: u64) -> (Option<usize>, Decision<Self::Future>) {
+        (None, self.decide(key, cost))
+    }
+}
+
+/// Several limits per key, each applying to every request ([`AllOf`] of keyed token buckets): a
+/// request is admitted only when every limit admits it. `RateLimit-Policy` lists every limit's
+/// policy (the draft allows a list), `RateLimit` names the one that binds (the fewest remaining)
+/// or, on a refusal, the one whose wait is reported (the longest, which `Retry-After` gives).
+/// Several limits cannot queue: under `delay_up_to` a request they refuse is refused, not
+/// delayed.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::KeyedLimiter;
+/// use tollgate::middleware::{Backend, Decision, KeyedAllOf};
+/// use tollgate::{AllOf, ManualClock, Quota};
+/// let clock = ManualClock::new();
+/// let backend = KeyedAllOf::new(AllOf::new([
+///     KeyedLimiter::<u8, _, _>::with_clock(Quota::per_second(10)?, clock.clone()),
+///     KeyedLimiter::with_clock(Quota::per_hour(1_000)?.with_capacity(2)?, clock.clone()),
+/// ])?);
+/// assert!(backend.all_apply());
+/// assert_eq!(backend.tiers().len(), 2);
+/// let (binding, decision) = backend.decide_indexed(&1, 1);
+/// assert_eq!(binding, Some(1)); // 1 left of the hourly burst of 2: that limit binds
+/// assert!(matches!(decision, Decision::Ready(Ok(_))));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct KeyedAllOf<L> {
+    all: AllOf<L>,
+    /// Every limit's quota, read once (the first time the key type is known).
+    quotas: OnceLock<Box<[Quota]>>,
+}
+
+impl<L> KeyedAllOf<L> {
+    /// `all`, as a backend.
+    ///
+    /// # Examples
+    ///
+    /// See [`KeyedAllOf`].
+    pub fn new(all: AllOf<L>) -> KeyedAllOf<L> {
+        KeyedAllOf {
+            all,
+            quotas: OnceLock::new(),
+        }
+    }
+
+    /// The limits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::middleware::KeyedAllOf;
+    /// use tollgate::{AllOf, Quota};
+    /// let backend = KeyedAllOf::new(AllOf::new([KeyedLimiter::<u8>::new(Quota::per_second(1)?)])?);
+    /// assert_eq!(backend.limits().limits().len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn limits(&self) -> &AllOf<L> {
+        &self.all
+    }
+}
+
+impl<K, L> Backend<K> for KeyedAllOf<L>
+where
+    K: 'static,
+    L: KeyedGiveBack<K> + 'static,
+{
+    type Future = Immediate;
+
+    fn decide(&self, key: &K, cost: u64) -> Decision<Immediate> {
+        Decision::Ready(self.all.check_key_n(key, cost).map_err(Refusal::from))
+    }
+
+    fn decide_indexed(&self, key: &K, cost: u64) -> (Option<usize>, Decision<Immediate>) {
+        let now = KeyedLimit::<K>::now(&self.all);
+        let (at, answer) = self.all.check_key_n_at_indexed(key, cost, now);
+        (Some(at), Decision::Ready(answer.map_err(Refusal::from)))
+    }
+
+    fn quota(&self) -> &Quota {
+        KeyedLimit::<K>::quota(&self.all)
+    }
+
+    fn tiers(&self) -> &[Quota] {
+        self.quotas.get_or_init(|| {
+            self.all
+                .limits()
+                .iter()
+                .map(|l| *KeyedLimit::<K>::quota(l))
+                .collect()
+        })
+    }
+
+    fn all_apply(&self) -> bool {
+        true
+    }
+}
+
+/// Several limits shared by every request ([`AllOf`] of direct token buckets; the key is not
+/// looked at), with the fields of [`KeyedAllOf`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::middleware::{Backend, Decision, GlobalAllOf};
+/// use tollgate::{AllOf, ManualClock, Quota, TokenBucket};
+/// let clock = ManualClock::new();
+/// let backend = GlobalAllOf::new(AllOf::new([
+///     TokenBucket::with_clock(Quota::per_second(1)?, clock.clone()),
+///     TokenBucket::with_clock(Quota::per_minute(10)?, clock.clone()),
+/// ])?);
+/// let (_, first) = backend.decide_indexed(&(), 1);
+/// assert!(matches!(first, Decision::Ready(Ok(_))));
+/// let (refusing, second) = backend.decide_indexed(&(), 1);
+/// assert_eq!(refusing, Some(0)); // the per-second limit refuses (and waits longest)
+/// assert!(matches!(second, Decision::Ready(Err(_))));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct GlobalAllOf<L> {
+    all: AllOf<L>,
+    quotas: Box<[Quota]>,
+}
+
+impl<L: GiveBack> GlobalAllOf<L> {
+    /// `all`, as a backend.
+    ///
+    /// # Examples
+    ///
+    /// See [`GlobalAllOf`].
+    pub fn new(all: AllOf<L>) -> GlobalAllOf<L> {
+        let quotas = all.quotas().into_boxed_slice();
+        GlobalAllOf { all, quotas }
+    }
+
+    /// The limits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::GlobalAllOf;
+    /// use tollgate::{AllOf, Quota, TokenBucket};
+    /// let backend = GlobalAllOf::new(AllOf::new([TokenBucket::new(Quota::per_second(1)?)])?);
+    /// assert_eq!(backend.limits().quotas().len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn limits(&self) -> &AllOf<L> {
+        &self.all
+    }
+}
+
+impl<K, L> Backend<K> for GlobalAllOf<L>
+where
+    L: GiveBack + 'static,
+{
+    type Future = Immediate;
+
+    fn decide(&self, _key: &K, cost: u64) -> Decision<Immediate> {
+        Decision::Ready(self.all.try_acquire_n(cost).map_err(Refusal::from))
+    }
+
+    fn decide_indexed(&self, _key: &K, cost: u64) -> (Option<usize>, Decision<Immediate>) {
+        let (at, answer) = self.all.try_acquire_n_at_indexed(cost, self.all.now());
+        (Some(at), Decision::Ready(answer.map_err(Refusal::from)))
+    }
+
+    fn quota(&self) -> &Quota {
+        self.all.quota()
+    }
+
+    fn tiers(&self) -> &[Quota] {
+        &self.quotas
+    }
+
+    fn all_apply(&self) -> bool {
+        true
     }
 }
 

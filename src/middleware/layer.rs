@@ -416,6 +416,9 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
     pub(crate) on_denied: D,
     /// One per tier of the backend (at least one).
     pub(crate) policies: Box<[Policy]>,
+    /// Every policy applies to every request ([`Backend::all_apply`]): decisions come from
+    /// [`Backend::decide_indexed`], whose index picks the policy.
+    pub(crate) all_apply: bool,
     pub(crate) partition_key: Option<PartitionKey<X::Key>>,
     #[cfg(feature = "tokio")]
     pub(crate) max_delay: Option<Duration>,
@@ -1119,16 +1122,28 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 .collect(),
         };
         let mut policies = Vec::with_capacity(tiers.len());
+        let mut members = Vec::with_capacity(tiers.len());
         for (quota, name) in tiers.iter().zip(&names) {
             let sf = fields::sf_string(name).map_err(LayerError::PolicyName)?;
             let member = fields::policy_member(&sf, quota, self.options.content_bytes);
             let value = fields::policy_value(&member)
                 .ok_or_else(|| LayerError::PolicyName(PolicyNameError::new(name)))?;
+            members.push(member);
             policies.push(Policy {
                 quota: *quota,
                 name: sf,
                 value,
             });
+        }
+        // Several limits at once: every response lists them all (the draft's `RateLimit-Policy`
+        // is a list), and its `RateLimit` names the one the decision was from.
+        let all_apply = self.backend.all_apply() && policies.len() > 1;
+        if all_apply {
+            let value = fields::policy_value(&members.join(", "))
+                .ok_or_else(|| LayerError::PolicyName(PolicyNameError::new(&names.join(", "))))?;
+            for policy in &mut policies {
+                policy.value = value.clone();
+            }
         }
         Ok(LimitLayer {
             shared: Arc::new(Shared {
@@ -1136,6 +1151,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 extractor: self.extractor,
                 on_denied: self.on_denied,
                 policies: policies.into_boxed_slice(),
+                all_apply,
                 partition_key: self.options.partition_key,
                 #[cfg(feature = "tokio")]
                 max_delay: self.options.max_delay,

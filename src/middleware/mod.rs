@@ -28,8 +28,10 @@
 //! - **Any limiter.** The layer is generic over a [`Backend`]: [`Keyed`] wraps any
 //!   [`KeyedLimit`](crate::KeyedLimit) (a [`KeyedLimiter`](crate::keyed::KeyedLimiter) of any
 //!   algorithm), [`Global`] any direct [`Limiter`](crate::Limiter) (one limit for every request),
-//!   [`Meter`] a leaky meter (direct or keyed, which can also delay instead of refusing), and
-//!   [`Redis`] (features `tower` and `redis`) a limit shared across machines. An in-process
+//!   [`Meter`] a leaky meter (direct or keyed, which can also delay instead of refusing),
+//!   [`KeyedAllOf`] and [`GlobalAllOf`] several limits at once ([`AllOf`](crate::AllOf): "10 a
+//!   second and 1 000 an hour"), and [`Redis`] (features `tower` and `redis`) a limit shared
+//!   across machines. An in-process
 //!   backend decides at once, with no future and no allocation; the Redis one through a future.
 //!
 //! # Keys
@@ -60,6 +62,10 @@
 //! [`Headers`] chooses which responses carry the fields (all the layer decided, unless set). A
 //! [tiered](crate::keyed::KeyedLimiter::with_tiers) keyed limiter's tiers are policies of their
 //! own ([`tier_names`](LimitLayerBuilder::tier_names)): a response carries its key's tier's.
+//! Several limits at once ([`KeyedAllOf`], [`GlobalAllOf`]) are policies too, named the same way:
+//! every response lists them all in `RateLimit-Policy` (the draft allows a list), and its
+//! `RateLimit` names the one that binds (the fewest remaining) or, on a refusal, the one whose
+//! wait `Retry-After` gives (the longest of the refusing limits').
 //! `pk` is sent only with [`partition_key`](LimitLayerBuilder::partition_key).
 //!
 //! # Refusals
@@ -126,7 +132,7 @@ pub mod key;
 mod layer;
 mod service;
 
-pub use backend::{Backend, Decision, Global, Keyed, Meter, Refusal};
+pub use backend::{Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::{KeyBytes, Redis};
