@@ -1998,10 +1998,12 @@ enum LeaseOp {
     },
     /// A per-call admission of `n` on the same key.
     Take(u64),
+    /// `take_up_to_key(n)`: as many as are there, at most `n`.
+    TakeUpTo(u64),
 }
 
 #[test]
-fn a_lease_answers_as_the_in_process_refund_then_take() {
+fn a_lease_and_a_partial_take_answer_as_the_in_process_bucket() {
     let url = redis_or_skip!();
     let rt = runtime();
     let conn = rt.block_on(manager(&url));
@@ -2010,6 +2012,7 @@ fn a_lease_answers_as_the_in_process_refund_then_take() {
         1 => (0..8u64, 0..1000u64).prop_map(|(quarters, jitter)| LeaseOp::Back { quarters, jitter }),
         4 => (0..=12u64, 0..=4u64).prop_map(|(n, back)| LeaseOp::Lease { n, back }),
         2 => (1..=3u64).prop_map(LeaseOp::Take),
+        2 => prop_oneof![0..=14u64, Just(u64::MAX)].prop_map(LeaseOp::TakeUpTo),
     ];
     proptest!(testkit::strategies::unpersisted(96), |(quota in gcra_quotas(), base in bases(), ops in proptest::collection::vec(op, 1..40))| {
         let capacity = quota.capacity();
@@ -2050,6 +2053,17 @@ fn a_lease_answers_as_the_in_process_refund_then_take() {
                 LeaseOp::Take(n) => {
                     let expected = from_direct(bucket.try_acquire_n_at(n, now), admitted);
                     let got = rt.block_on(async { from_redis(redis.check_key_n("k", n).await, admitted) });
+                    prop_assert_eq!(got, expected, "op {} ({:?}) at t = {}", i, op, t);
+                }
+                LeaseOp::TakeUpTo(n) => {
+                    let expected = bucket
+                        .take_up_to_at(n, now)
+                        .map(|p| (p.taken(), p.remaining()))
+                        .map_err(|d| d.retry_after());
+                    let got = rt.block_on(redis.take_up_to_key("k", n)).map(|p| (p.taken(), p.remaining())).map_err(|e| match e {
+                        RedisError::Denied(d) => d.retry_after(),
+                        other => panic!("{other}"),
+                    });
                     prop_assert_eq!(got, expected, "op {} ({:?}) at t = {}", i, op, t);
                 }
             }
@@ -2575,5 +2589,42 @@ fn the_http_layer_answers_503_when_redis_cannot_decide() {
         assert_eq!(res.headers()["retry-after"], "3");
         assert!(res.headers().get("ratelimit").is_none());
         assert!(!called.load(Ordering::Relaxed));
+    });
+}
+
+/// `take_up_to_key` when Redis cannot decide (nothing listens on port 1): `Closed` answers the
+/// error, `Open` as many as a full bucket holds (at most `n`), `Local` the local limiter's own
+/// partial take. Needs no server.
+#[test]
+fn a_partial_take_without_redis_follows_the_failure_policy() {
+    runtime().block_on(async {
+        let limiter = |failure| {
+            let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+            let conn = client
+                .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+                .unwrap();
+            RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(4).unwrap())
+                .timeout(Duration::from_millis(200))
+                .build(failure)
+                .unwrap()
+        };
+        let closed = limiter(FailurePolicy::Closed);
+        assert!(matches!(
+            closed.take_up_to_key("k", 2).await,
+            Err(RedisError::Unavailable(_))
+        ));
+        let open = limiter(FailurePolicy::Open);
+        assert_eq!(open.take_up_to_key("k", 9).await.unwrap().taken(), 4);
+        assert_eq!(open.take_up_to_key("k", 2).await.unwrap().taken(), 2);
+        let local = limiter(FailurePolicy::Local(KeyedLimiter::new(
+            Quota::per_hour(3).unwrap(),
+        )));
+        assert_eq!(local.take_up_to_key("k", 9).await.unwrap().taken(), 3);
+        assert!(matches!(
+            local.take_up_to_key("k", 1).await,
+            Err(RedisError::Denied(_))
+        ));
+        assert_eq!(local.stats().local_decisions, 2);
+        assert_eq!(open.stats().open_admissions, 2);
     });
 }

@@ -19,6 +19,7 @@ use crate::clock::Clock;
 use crate::keyed::{KeyedError, LeakyMeterKeys, TokenBucketKeys};
 use crate::limiter::KeyedLimit;
 use crate::outcome::{Admitted, InsufficientCapacity, Next, Scheduled, Span};
+use crate::partial::Partial;
 use crate::quota::Quota;
 
 /// The default per-call timeout: 50 ms.
@@ -715,6 +716,83 @@ impl RedisLimiter<TokenBucketKeys> {
                 .map_err(RedisError::InsufficientCapacity)?;
         }
         self.lease_name(&name, up_to, give_back).await
+    }
+
+    /// Takes as many whole tokens as `key` has now, at most `n` (any `n`: at most the capacity is
+    /// ever there), in one call: the Redis form of
+    /// [`TokenBucket::take_up_to`](crate::TokenBucket::take_up_to), decided by the same script as
+    /// a lease. `n = 0` is a query (a peek of nothing). When Redis cannot decide, the failure
+    /// policy answers: `Closed`, the error; `Open`, as many as a full bucket holds (at most `n`);
+    /// `Local`, the local limiter's own
+    /// [`take_up_to_key`](crate::keyed::KeyedLimiter::take_up_to_key).
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Denied`] for one token when the key has no whole token (nothing is taken);
+    /// [`RedisError::KeyTooLong`]; [`RedisError::Unavailable`] as for
+    /// [`RedisLimiter::check_key_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use tollgate::keyed::TokenBucketKeys;
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// use tollgate::Quota;
+    /// let Ok(url) = std::env::var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+    /// let conn = redis::Client::open(url)?.get_connection_manager().await?;
+    /// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(5)?)
+    ///     .prefix("docs-take-up-to")
+    ///     .build(FailurePolicy::Closed)?;
+    /// let key = format!("crawler-{}", std::process::id());
+    /// assert_eq!(limiter.take_up_to_key(&key, 3).await?.taken(), 3);
+    /// assert_eq!(limiter.take_up_to_key(&key, u64::MAX).await?.taken(), 2); // what was left
+    /// assert!(limiter.take_up_to_key(&key, 1).await.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    pub async fn take_up_to_key(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+    ) -> Result<Partial, RedisError> {
+        let key = key.as_ref();
+        if n == 0 {
+            return self
+                .admission(key, 0, Ask::Peek)
+                .await
+                .map(|admitted| Partial::new(0, admitted));
+        }
+        let name = self.key_name(key)?;
+        let up_to = n.min(self.capacity);
+        match self.decide(&name, "lease", up_to, Some(0)).await {
+            Ok(reply) => {
+                let taken = reply.backlog;
+                reply
+                    .outcome(self.plan.tick)
+                    .map(|admitted| Partial::new(taken, admitted))
+                    .map_err(RedisError::Denied)
+            }
+            Err(unavailable) => match &self.failure {
+                FailurePolicy::Local(local) => {
+                    bump(&self.counters.local_decisions);
+                    local.take_up_to_key(key, n).map_err(|e| match e {
+                        KeyedError::Denied(d) => RedisError::Denied(d),
+                        // The local limiter holds no room for this key: nothing decided it.
+                        e => RedisError::Unavailable(Unavailable::new(
+                            UnavailableKind::LocalFull,
+                            format!("{e} (after: {unavailable})"),
+                        )),
+                    })
+                }
+                _ => self
+                    .fallback(key, up_to, Ask::Take, unavailable)
+                    .map(|admitted| Partial::new(up_to, admitted)),
+            },
+        }
     }
 
     /// A lease on the Redis key `name` (already checked).
