@@ -7,6 +7,7 @@
 //! | group | what it measures |
 //! | --- | --- |
 //! | `single_allow`, `single_deny` | one thread, one limiter: the cost of one check, accept-heavy and reject-heavy |
+//! | `all_of_allow`, `all_of_deny` | one thread, two limits on one stream (`AllOf`) beside one `TokenBucket`, the same two buckets by hand, and two governor limiters |
 //! | `contended_allow`, `contended_deny` | one limiter shared by 1, 2 and 4 threads: total checks per second |
 //! | `spread_allow` | 2 and 4 threads, each with a limiter of its own: scaling without a shared cache line |
 //! | `sharded_allow`, `sharded_deny` | one key, 1, 2, 4 and 8 threads: `ShardedBucket` beside `TokenBucket` and governor |
@@ -37,6 +38,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = groups::single::bench, groups::contended::bench, groups::sharded::bench, groups::windows::bench, groups::leaky::bench, groups::leaky::bench_queue, groups::keyed::bench
+    targets = groups::single::bench, groups::all_of::bench, groups::contended::bench, groups::sharded::bench, groups::windows::bench, groups::leaky::bench, groups::leaky::bench_queue, groups::keyed::bench
 }
 criterion_main!(benches);

@@ -30,17 +30,19 @@ use crate::sync::{fence, AtomicBool, AtomicU64, Ordering};
 ///   given back with the next lease call, which costs no extra round trip.
 /// - **After a lease that finds less than a batch, the next one waits for a batch.** Such a lease
 ///   took every whole token the shared bucket held, so the bucket is empty; the next lease starts
-///   once a whole batch has refilled there (if nothing else takes it), less a random 0-25 % so
-///   that processes which leased together fall out of step. The same holds after a full grant
-///   that left less than a batch behind. While it waits, an empty stock refuses at once, its
-///   `retry_after` saying when the lease starts.
+///   once a whole batch has refilled there (if nothing else takes it), but never later than one
+///   lease lifetime, less a random 0-25 % so that processes which leased together fall out of
+///   step. The same holds after a full grant that left less than a batch behind. While it waits,
+///   an empty stock refuses at once, its `retry_after` saying when the lease starts. (With a slow
+///   quota, where a batch takes longer than the lifetime to refill, leases come once per lifetime
+///   under saturation, and each brings what refilled meanwhile.)
 /// - **What that costs in round trips.** Below the limit, a process makes about one lease call
 ///   per `batch` admissions. Under saturation (demand above `R`, `N` processes on one key), the
 ///   shared bucket refills a batch every `batch / R` seconds and each process leases about once in
 ///   that time: about `N / batch` round trips per admission in all (0.03 for three processes at
 ///   the default batch of 100), against one or more per admission when every process leased as
 ///   soon as a token refilled. Raise `batch` (up to the capacity) for more processes.
-///   `benches/README.md` ("Leases under saturation") has the measured figures.
+///   `benches/README.md` (the section on leases under saturation) has the measured figures.
 ///
 /// # The bound
 ///
@@ -354,7 +356,7 @@ impl Inner {
     }
 
     /// How long after `lease` the next one waits: until the shared bucket holds a whole batch
-    /// again (if nothing else is taken), shortened by a random 0-25 %.
+    /// again (if nothing else is taken), at most the lease lifetime, shortened by a random 0-25 %.
     ///
     /// A lease that finds less than a batch has emptied the bucket (it takes every whole token
     /// there, up to the batch). Leasing again at once would bring back the few tokens that refilled
@@ -371,7 +373,9 @@ impl Inner {
         let slack = quota
             .interval()
             .saturating_mul(u32::try_from(quota.capacity() - self.batch).unwrap_or(u32::MAX));
-        let wait = lease.full_after.saturating_sub(slack);
+        // At most the lease lifetime: for a slow quota a batch can take hours to refill, and a
+        // process should not stop asking for that long while tokens trickle in.
+        let wait = lease.full_after.saturating_sub(slack).min(self.lifetime);
         if wait.is_zero() {
             return wait;
         }
