@@ -89,6 +89,8 @@
 //! | `tower` | the HTTP middleware, `middleware` (a tower layer for axum, hyper and tonic) |
 //! | `axum` | `tower`, and the middleware's `peer_ip()` reads axum's `ConnectInfo<SocketAddr>` |
 //! | `tonic` | `tower`, and the middleware's `peer_ip()` reads tonic's `TcpConnectInfo` |
+//! | `metrics` | counters and gauges through the `metrics` facade: decisions per limiter (`metrics::Metered`, named keyed limiters) and per middleware policy, keys, evictions and overflow, Redis round trips, failures and breaker; see `metrics` |
+//! | `tracing` | `tracing` events where an operator needs them (a breaker opening and closing, a failure policy taking over, overflow, sweeps, script reloads), never one per request; see `metrics` |
 //!
 //! The `loom` feature is internal (the crate's own model checks, in `loom-tests/`): turning it on
 //! builds nothing more and changes nothing.
@@ -114,6 +116,9 @@ pub mod leaky;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod lease;
 pub mod limiter;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod middleware;

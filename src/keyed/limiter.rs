@@ -158,6 +158,9 @@ pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
     pub(super) sweeping: AtomicBool,
     pub(super) evictions: AtomicU64,
     pub(super) overflowed: AtomicU64,
+    /// The name and metric handles given by `with_name` (`keyed::observe`); `None` unnamed.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    pub(super) observed: Option<Box<super::observe::Observed>>,
     /// The bells of the sweeper threads started on this limiter, rung when it is dropped so that
     /// they end at once rather than at their next tick (or never, for `Duration::MAX`).
     #[cfg(not(tollgate_loom))]
@@ -256,6 +259,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             sweeping: AtomicBool::new(false),
             evictions: AtomicU64::new(0),
             overflowed: AtomicU64::new(0),
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observed: None,
             #[cfg(not(tollgate_loom))]
             sweepers: Mutex::new(Vec::new()),
         }
@@ -379,12 +384,15 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self.decide_known(key, n, now) {
+        let answer = match self.decide_known(key, n, now) {
             (now, Some(verdict)) => {
                 A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from)
             }
             (now, None) => self.check_unknown(key, n, now),
-        }
+        };
+        #[cfg(feature = "metrics")]
+        self.observe_decision(&answer);
+        answer
     }
 
     /// The decision on a known key: the reading, and what the decision decided on (`None`: the

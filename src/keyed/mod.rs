@@ -214,6 +214,8 @@ mod evict;
 #[cfg(fuzzing)]
 mod fuzz_table;
 mod limiter;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+mod observe;
 mod schedule;
 mod store;
 #[cfg(not(tollgate_loom))]
