@@ -6,12 +6,38 @@
 //! ```
 //! use tollgate::metrics::Metered;
 //! use tollgate::{Limiter, Quota, TokenBucket};
-//!
-//! // Once, at start-up, after the exporter's recorder is installed: help text and units.
-//! tollgate::metrics::describe();
-//! // A direct limiter reports once wrapped with a name: the `limiter` label.
-//! let api = Metered::new("api", TokenBucket::new(Quota::per_second(100)?));
-//! assert!(api.try_acquire().is_ok()); // tollgate_decisions_total{limiter="api",outcome="admitted"} + 1
+//! # use std::sync::{atomic::{AtomicU64, Ordering}, Arc};
+//! # use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+//! # /// Counts the increments of `tollgate_decisions_total{limiter="api",outcome="admitted"}`.
+//! # #[derive(Default)]
+//! # struct Exporter(Arc<AtomicU64>);
+//! # impl Recorder for Exporter {
+//! #     fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+//! #     fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+//! #     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+//! #     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+//! #         let admitted = key.labels().any(|l| l.key() == "outcome" && l.value() == "admitted");
+//! #         if key.name() == "tollgate_decisions_total" && admitted {
+//! #             Counter::from_arc(Arc::clone(&self.0))
+//! #         } else {
+//! #             Counter::noop()
+//! #         }
+//! #     }
+//! #     fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge { Gauge::noop() }
+//! #     fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram { Histogram::noop() }
+//! # }
+//! let quota = Quota::per_second(100)?;
+//! // An application installs its exporter's recorder (`metrics::set_global_recorder`) first;
+//! // here one is installed for this closure only.
+//! let exporter = Exporter::default();
+//! let api = metrics::with_local_recorder(&exporter, || {
+//!     tollgate::metrics::describe(); // help text and units, once
+//!     // A direct limiter reports once wrapped with a name: its `limiter` label.
+//!     Metered::new("api", TokenBucket::new(quota))
+//! });
+//! assert!(api.try_acquire().is_ok()); // tollgate_decisions_total{limiter="api",outcome="admitted"}
+//! assert!(api.try_acquire_n(2).is_ok());
+//! assert_eq!(exporter.0.load(Ordering::Relaxed), 2);
 //! # Ok::<(), tollgate::QuotaError>(())
 //! ```
 //!
@@ -106,42 +132,60 @@ use crate::limiter::Limiter;
 use crate::outcome::{AcquireError, Admitted, Denied};
 use crate::quota::Quota;
 
-/// `tollgate_decisions_total`: calls that asked to take capacity, by limiter and outcome.
-pub const DECISIONS: &str = "tollgate_decisions_total";
-/// `tollgate_keyed_keys`: keys a named keyed limiter holds.
-pub const KEYED_KEYS: &str = "tollgate_keyed_keys";
-/// `tollgate_keyed_evictions_total`: keys a named keyed limiter forgot.
-pub const KEYED_EVICTIONS: &str = "tollgate_keyed_evictions_total";
-/// `tollgate_keyed_overflow_total`: new keys that found no room.
-pub const KEYED_OVERFLOW: &str = "tollgate_keyed_overflow_total";
-/// `tollgate_keyed_too_many_keys_total`: requests refused with `TooManyKeys`.
-pub const KEYED_TOO_MANY_KEYS: &str = "tollgate_keyed_too_many_keys_total";
-/// `tollgate_redis_calls_total`: calls that asked Redis for a decision.
-pub const REDIS_CALLS: &str = "tollgate_redis_calls_total";
-/// `tollgate_redis_round_trips_total`: commands sent to Redis.
-pub const REDIS_ROUND_TRIPS: &str = "tollgate_redis_round_trips_total";
-/// `tollgate_redis_script_reloads_total`: scripts loaded again after `NOSCRIPT`.
-pub const REDIS_SCRIPT_RELOADS: &str = "tollgate_redis_script_reloads_total";
-/// `tollgate_redis_timeouts_total`: calls with no answer within the timeout.
-pub const REDIS_TIMEOUTS: &str = "tollgate_redis_timeouts_total";
-/// `tollgate_redis_failures_total`: calls Redis could not decide.
-pub const REDIS_FAILURES: &str = "tollgate_redis_failures_total";
-/// `tollgate_redis_breaker_skips_total`: calls not sent, the breaker open.
-pub const REDIS_BREAKER_SKIPS: &str = "tollgate_redis_breaker_skips_total";
-/// `tollgate_redis_breaker_opens_total`: times the breaker opened.
-pub const REDIS_BREAKER_OPENS: &str = "tollgate_redis_breaker_opens_total";
-/// `tollgate_redis_open_admissions_total`: calls admitted by `FailurePolicy::Open`.
-pub const REDIS_OPEN_ADMISSIONS: &str = "tollgate_redis_open_admissions_total";
-/// `tollgate_redis_local_decisions_total`: calls decided by `FailurePolicy::Local`.
-pub const REDIS_LOCAL_DECISIONS: &str = "tollgate_redis_local_decisions_total";
-/// `tollgate_redis_lease_calls_total`: lease calls of the leased buckets.
-pub const REDIS_LEASE_CALLS: &str = "tollgate_redis_lease_calls_total";
-/// `tollgate_redis_lease_granted_tokens_total`: tokens the leases granted.
-pub const REDIS_LEASE_GRANTED: &str = "tollgate_redis_lease_granted_tokens_total";
-/// `tollgate_redis_lease_returned_tokens_total`: tokens given back unspent.
-pub const REDIS_LEASE_RETURNED: &str = "tollgate_redis_lease_returned_tokens_total";
-/// `tollgate_middleware_decisions_total`: requests a layer decided, by policy and outcome.
-pub const MIDDLEWARE_DECISIONS: &str = "tollgate_middleware_decisions_total";
+/// The metric names as constants, each with its doc line and an example naming it.
+macro_rules! names {
+    ($($doc:literal $name:ident = $value:literal;)*) => {
+        $(
+            #[doc = concat!("`", $value, "`: ", $doc)]
+            ///
+            /// # Examples
+            ///
+            /// ```
+            #[doc = concat!("assert_eq!(tollgate::metrics::", stringify!($name), ", \"", $value, "\");")]
+            /// ```
+            pub const $name: &str = $value;
+        )*
+    };
+}
+
+names! {
+    "calls that asked to take capacity, by limiter and outcome."
+    DECISIONS = "tollgate_decisions_total";
+    "keys a named keyed limiter holds."
+    KEYED_KEYS = "tollgate_keyed_keys";
+    "keys a named keyed limiter forgot."
+    KEYED_EVICTIONS = "tollgate_keyed_evictions_total";
+    "new keys that found no room."
+    KEYED_OVERFLOW = "tollgate_keyed_overflow_total";
+    "requests refused with `TooManyKeys`."
+    KEYED_TOO_MANY_KEYS = "tollgate_keyed_too_many_keys_total";
+    "calls that asked Redis for a decision."
+    REDIS_CALLS = "tollgate_redis_calls_total";
+    "commands sent to Redis."
+    REDIS_ROUND_TRIPS = "tollgate_redis_round_trips_total";
+    "scripts loaded again after `NOSCRIPT`."
+    REDIS_SCRIPT_RELOADS = "tollgate_redis_script_reloads_total";
+    "calls with no answer within the timeout."
+    REDIS_TIMEOUTS = "tollgate_redis_timeouts_total";
+    "calls Redis could not decide."
+    REDIS_FAILURES = "tollgate_redis_failures_total";
+    "calls not sent, the breaker open."
+    REDIS_BREAKER_SKIPS = "tollgate_redis_breaker_skips_total";
+    "times the breaker opened."
+    REDIS_BREAKER_OPENS = "tollgate_redis_breaker_opens_total";
+    "calls admitted by `FailurePolicy::Open`."
+    REDIS_OPEN_ADMISSIONS = "tollgate_redis_open_admissions_total";
+    "calls decided by `FailurePolicy::Local`."
+    REDIS_LOCAL_DECISIONS = "tollgate_redis_local_decisions_total";
+    "lease calls of the leased buckets."
+    REDIS_LEASE_CALLS = "tollgate_redis_lease_calls_total";
+    "tokens the leases granted."
+    REDIS_LEASE_GRANTED = "tollgate_redis_lease_granted_tokens_total";
+    "tokens given back unspent."
+    REDIS_LEASE_RETURNED = "tollgate_redis_lease_returned_tokens_total";
+    "requests a layer decided, by policy and outcome."
+    MIDDLEWARE_DECISIONS = "tollgate_middleware_decisions_total";
+}
 
 /// Describes every metric of the table in the [module docs](self) to the installed recorder: its
 /// help text and unit (what a Prometheus exporter prints as `# HELP`). Call it once, after

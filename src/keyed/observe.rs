@@ -53,6 +53,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     #[must_use]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         let name = name.into();
         #[cfg(feature = "metrics")]
@@ -87,6 +88,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// assert_eq!(limiter.with_name("users").name(), Some("users"));
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
     pub fn name(&self) -> Option<&str> {
         self.observed.as_deref().map(|o| o.name.as_str())
     }

@@ -253,7 +253,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
     /// use tollgate::keyed::TokenBucketKeys;
     /// use tollgate::Quota;
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-    /// let conn = client.get_connection_manager_lazy()?;
+    /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
     /// let limiter: RedisLimiter<TokenBucketKeys> = RedisLimiter::builder(conn, Quota::per_second(10)?)
     ///     .prefix("api")
     ///     .name("api-global")
