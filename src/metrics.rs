@@ -1,4 +1,4 @@
-//! What the limiters report through the [`metrics`](https://docs.rs/metrics) facade (feature
+//! What the limiters report through the `metrics` facade crate (feature
 //! `metrics`): the crate every Rust metrics exporter plugs into (Prometheus, OpenTelemetry,
 //! StatsD, ...). tollgate only registers and moves counters and gauges; the application installs
 //! a recorder (an exporter) and chooses where they go.

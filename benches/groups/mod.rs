@@ -4,6 +4,7 @@
 pub(crate) mod contended;
 pub(crate) mod keyed;
 pub(crate) mod leaky;
+pub(crate) mod metrics;
 pub(crate) mod sharded;
 pub(crate) mod single;
 pub(crate) mod windows;

@@ -384,15 +384,17 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let answer = match self.decide_known(key, n, now) {
+        match self.decide_known(key, n, now) {
             (now, Some(verdict)) => {
-                A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from)
+                let answer =
+                    A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from);
+                #[cfg(feature = "metrics")]
+                self.observe_decision(&answer);
+                answer
             }
+            // Counted in `check_unknown`, out of line.
             (now, None) => self.check_unknown(key, n, now),
-        };
-        #[cfg(feature = "metrics")]
-        self.observe_decision(&answer);
-        answer
+        }
     }
 
     /// The decision on a known key: the reading, and what the decision decided on (`None`: the
@@ -438,11 +440,14 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if n == 0 {
+        let answer = if n == 0 {
             self.peek_key_n_at(key, 0, now)
         } else {
             self.check_new(&Acquire, key, n, now)
-        }
+        };
+        #[cfg(feature = "metrics")]
+        self.observe_decision(&answer);
+        answer
     }
 
     /// The slow path: `key` was not there a moment ago (or its state was gone). Creates it under
