@@ -11,8 +11,11 @@
 //! `<crate>_<shape>_<load>`: crate `tollgate`, `governor` or `floor` (the [`Floor`], keyed shapes
 //! only; the script counts the first two); shape `keyed1` (one key),
 //! `keyed100000` (100 000 keys) or `direct` (one bucket); load `allow` (every check admitted) or
-//! `deny` (every check refused). The program builds the limiter, populates the keys (one check each,
-//! taking the only token under `deny`), shuffles the order they are checked in (a fixed seed), then
+//! `deny` (every check refused). With the `metrics` feature, crate `metered` counts the same
+//! checks through `tollgate::metrics::Metered` (direct) or a keyed limiter named with
+//! `with_name` (keyed), with no recorder installed: the feature's cost beside `tollgate`. The
+//! program builds the limiter, populates the keys (one check each, taking the only token under
+//! `deny`), shuffles the order they are checked in (a fixed seed), then
 //! makes `<checks>` checks on each crate's default clock and verifies every answer was the load's.
 //! Instructions per check are (total with N checks - total with 0 checks) / N, which leaves out the
 //! set-up; `benches/instructions.sh` does that subtraction.
@@ -359,6 +362,29 @@ fn main() {
             for &k in &keys {
                 let _ = limiter.check_key(&k);
             }
+            run(&keys, checks, |k| limiter.check_key(&k).is_ok())
+        }
+        // The `metrics` feature's cost with no recorder installed: the same bucket wrapped in
+        // `Metered` (one no-op counter handle per check), and the keyed limiter named (its
+        // handles registered, all no-ops). `tollgate_*` built with the feature is the unwrapped,
+        // unnamed side of the comparison.
+        #[cfg(feature = "metrics")]
+        ("metered", "direct") => {
+            use tollgate::Limiter;
+            let bucket = tollgate::metrics::Metered::new("bench", load.tollgate());
+            run(&keys, checks, |_| bucket.try_acquire().is_ok())
+        }
+        #[cfg(feature = "metrics")]
+        ("metered", _) => {
+            let limiter: tollgate::keyed::KeyedLimiter<u64> =
+                tollgate::keyed::KeyedLimiter::new(load.tollgate_quota())
+                    .with_max_keys(1 << 20)
+                    .with_name("bench");
+            let at = tollgate::Clock::now(limiter.clock());
+            for &k in &keys {
+                let _ = limiter.check_key_at(&k, at);
+            }
+            assert_eq!(limiter.len(), keys.len());
             run(&keys, checks, |k| limiter.check_key(&k).is_ok())
         }
         ("floor", "direct") => panic!("the floor is keyed only"),

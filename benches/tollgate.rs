@@ -16,6 +16,7 @@
 //! | `windows_allow`, `windows_deny` | one key, 1 and 2 threads: the window limiters beside `TokenBucket` and the peers that offer each algorithm |
 //! | `keyed_allow`, `keyed_deny` | 1 to 1 000 000 known keys, 1 and 2 threads: `KeyedLimiter` beside governor's keyed limiter and a lock-free `HashMap` floor |
 //! | `keyed_insert` | the first check of keys never seen before: `KeyedLimiter` and governor |
+//! | `metrics_overhead` | one thread: `TokenBucket` beside it wrapped in `metrics::Metered`, a keyed limiter beside it named, no recorder installed (the wrapped and named rows only with `--features metrics`) |
 //!
 //! Per-call latency percentiles do not fit criterion's model: they are the separate `latency` bench
 //! (`benches/latency.rs`).
@@ -38,6 +39,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = groups::single::bench, groups::all_of::bench, groups::contended::bench, groups::sharded::bench, groups::windows::bench, groups::leaky::bench, groups::leaky::bench_queue, groups::keyed::bench
+    targets = groups::single::bench, groups::all_of::bench, groups::contended::bench, groups::sharded::bench, groups::windows::bench, groups::leaky::bench, groups::leaky::bench_queue, groups::keyed::bench, groups::metrics::bench
 }
 criterion_main!(benches);

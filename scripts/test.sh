@@ -359,7 +359,7 @@ step_features() {
     # would otherwise replace the ordinary build.
     local features_target="$TARGET_ROOT/features"
     # The powerset to depth 2 holds no feature, each feature alone and every pair (a separate
-    # `check --each-feature` run would only repeat its first six builds).
+    # `check --each-feature` run would only repeat its first eight builds).
     local flags=(--no-dev-deps -p tollgate --exclude-features loom)
     CARGO_TARGET_DIR="$features_target" \
         cargo hack clippy --feature-powerset --depth 2 "${flags[@]}" -- -D warnings

@@ -114,6 +114,8 @@
 //! | `axum` | `tower`, and the middleware's `peer_ip()` reads axum's `ConnectInfo<SocketAddr>` |
 //! | `tonic` | `tower`, and the middleware's `peer_ip()` reads tonic's `TcpConnectInfo` |
 //! | `serde` | `Serialize` and `Deserialize` for [`Quota`], as its [text form](Quota#text-form) (`"20/min, burst 5"`) |
+//! | `metrics` | counters and gauges through the `metrics` facade: decisions per limiter (`metrics::Metered`, named keyed limiters) and per middleware policy, keys, evictions and overflow, Redis round trips, failures and breaker; see `metrics` |
+//! | `tracing` | `tracing` events where an operator needs them (a breaker opening and closing, a failure policy taking over, overflow, sweeps, script reloads), never one per request; see `metrics` |
 //!
 //! The `loom` feature is internal (the crate's own model checks, in `loom-tests/`): turning it on
 //! builds nothing more and changes nothing.
@@ -140,6 +142,9 @@ pub mod leaky;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod lease;
 pub mod limiter;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod middleware;

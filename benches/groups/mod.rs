@@ -5,6 +5,7 @@ pub(crate) mod all_of;
 pub(crate) mod contended;
 pub(crate) mod keyed;
 pub(crate) mod leaky;
+pub(crate) mod metrics;
 pub(crate) mod sharded;
 pub(crate) mod single;
 pub(crate) mod windows;

@@ -167,6 +167,9 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // otherwise raise the floor past every real reading, and every key created afresh would
         // be refused until then (see "A reading from the future" in the module docs).
         let now = now.min(self.clock.now());
+        // Timed for the sweep's event only.
+        #[cfg(feature = "tracing")]
+        let started = std::time::Instant::now();
         // The floor rises before any key is marked gone. Relaxed is enough: a thread that
         // re-creates a forgotten key first sees its mark (written with Release after this store,
         // seen through an Acquire fence) or finds it removed (under the shard's lock, taken after
@@ -187,6 +190,10 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             u64::try_from(removed).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+        #[cfg(feature = "tracing")]
+        self.observe_sweep(removed, Some(started.elapsed()));
+        #[cfg(all(feature = "metrics", not(feature = "tracing")))]
+        self.observe_sweep(removed, None);
         // Last: the removed keys are dropped here (if no lookup still holds them), after the
         // books are settled, so a key whose `Drop` panics leaves the count of keys right.
         self.store.reclaim_now();
@@ -340,11 +347,17 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     pub(super) fn reserve(&self) -> bool {
         // Relaxed: the count is one atomic moved only by read-modify-writes, whose total order is
         // all the bound needs; the map entries themselves are ordered by the shard locks.
-        self.keys
+        let reserved = self
+            .keys
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |k| {
                 (k < self.max_keys).then_some(k + 1)
             })
-            .is_ok()
+            .is_ok();
+        #[cfg(feature = "metrics")]
+        if reserved {
+            self.observe_added();
+        }
+        reserved
     }
 
     /// Gives back `n` places (of removed keys, or of reservations not used).
@@ -352,6 +365,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if n > 0 {
             // Relaxed: as in `reserve`.
             self.keys.fetch_sub(n, Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+            self.observe_released(n);
         }
     }
 
@@ -400,7 +415,12 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         now: Nanos,
     ) -> Result<R::Out, KeyedError> {
         // Relaxed: a statistic; it orders nothing.
-        self.overflowed.fetch_add(1, Ordering::Relaxed);
+        let _nth = self
+            .overflowed
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        self.observe_overflow(_nth, self.overflow.is_none());
         match &self.overflow {
             None => Err(KeyedError::TooManyKeys(TooManyKeys {
                 max_keys: self.max_keys,

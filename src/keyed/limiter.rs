@@ -158,6 +158,9 @@ pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
     pub(super) sweeping: AtomicBool,
     pub(super) evictions: AtomicU64,
     pub(super) overflowed: AtomicU64,
+    /// The name and metric handles given by `with_name` (`keyed::observe`); `None` unnamed.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    pub(super) observed: Option<Box<super::observe::Observed>>,
     /// The bells of the sweeper threads started on this limiter, rung when it is dropped so that
     /// they end at once rather than at their next tick (or never, for `Duration::MAX`).
     #[cfg(not(tollgate_loom))]
@@ -256,6 +259,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             sweeping: AtomicBool::new(false),
             evictions: AtomicU64::new(0),
             overflowed: AtomicU64::new(0),
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observed: None,
             #[cfg(not(tollgate_loom))]
             sweepers: Mutex::new(Vec::new()),
         }
@@ -381,8 +386,13 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         match self.decide_known(key, n, now) {
             (now, Some(verdict)) => {
-                A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from)
+                let answer =
+                    A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from);
+                #[cfg(feature = "metrics")]
+                self.observe_decision(&answer);
+                answer
             }
+            // Counted in `check_unknown`, out of line.
             (now, None) => self.check_unknown(key, n, now),
         }
     }
@@ -430,11 +440,14 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if n == 0 {
+        let answer = if n == 0 {
             self.peek_key_n_at(key, 0, now)
         } else {
             self.check_new(&Acquire, key, n, now)
-        }
+        };
+        #[cfg(feature = "metrics")]
+        self.observe_decision(&answer);
+        answer
     }
 
     /// The slow path: `key` was not there a moment ago (or its state was gone). Creates it under

@@ -216,6 +216,8 @@ mod evict;
 mod fuzz_table;
 mod limiter;
 mod reserve;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+mod observe;
 mod schedule;
 mod store;
 #[cfg(not(tollgate_loom))]

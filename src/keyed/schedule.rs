@@ -261,7 +261,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, LeakyMeterKeys, C> {
         let known = self
             .store
             .with_read(key, |state| req.held(&self.policy, state, now, n));
-        match known {
+        let answer = match known {
             Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
             // A query never creates a key: a key not held has an empty queue.
             _ if n == 0 => req
@@ -269,7 +269,10 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, LeakyMeterKeys, C> {
                 .1
                 .map_err(KeyedError::from),
             _ => self.check_new(req, key, n, now),
-        }
+        };
+        #[cfg(feature = "metrics")]
+        self.observe_decision(&answer);
+        answer
     }
 }
 

@@ -2,7 +2,9 @@
 //! connection.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(feature = "tracing")]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -407,6 +409,57 @@ pub(crate) struct Policy {
     pub(crate) name: String,
     /// The `RateLimit-Policy` value, built once.
     pub(crate) value: HeaderValue,
+    /// Its `tollgate_middleware_decisions_total` handles, registered when the layer is built.
+    #[cfg(feature = "metrics")]
+    pub(crate) meters: PolicyMeters,
+}
+
+/// One policy's `tollgate_middleware_decisions_total` handles, one per outcome.
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+pub(crate) struct PolicyMeters {
+    admitted: ::metrics::Counter,
+    denied: ::metrics::Counter,
+    unavailable: ::metrics::Counter,
+    would_deny: ::metrics::Counter,
+}
+
+#[cfg(feature = "metrics")]
+impl PolicyMeters {
+    /// Registers the handles of the policy named `name` with the recorder installed now.
+    fn register(name: &str) -> PolicyMeters {
+        let outcome = |outcome: &'static str| {
+            ::metrics::counter!(
+                crate::metrics::MIDDLEWARE_DECISIONS,
+                "policy" => name.to_owned(),
+                "outcome" => outcome
+            )
+        };
+        PolicyMeters {
+            admitted: outcome("admitted"),
+            denied: outcome("denied"),
+            unavailable: outcome("unavailable"),
+            would_deny: outcome("would_deny"),
+        }
+    }
+
+    /// One request admitted.
+    pub(crate) fn admitted(&self) {
+        self.admitted.increment(1);
+    }
+
+    /// One request refused and let through by a dry run.
+    pub(crate) fn would_deny(&self) {
+        self.would_deny.increment(1);
+    }
+
+    /// One request refused for `refusal`.
+    pub(crate) fn refused(&self, refusal: &Refusal) {
+        match refusal {
+            Refusal::Unavailable(_) => self.unavailable.increment(1),
+            _ => self.denied.increment(1),
+        }
+    }
 }
 
 /// The layer's configuration, shared by every clone of the layer and of its services.
@@ -432,6 +485,8 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
     pub(crate) info: bool,
     pub(crate) statuses: Statuses,
     pub(crate) would_deny: AtomicU64,
+    /// The set-up error's event was emitted (once per layer).
+    #[cfg(feature = "tracing")]
     pub(crate) setup_logged: AtomicBool,
 }
 
@@ -467,11 +522,18 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         self.would_deny.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Logs a setup error once per layer.
+    /// Reports a set-up error (a peer-address key without connect info) once per layer, as a
+    /// `tracing` warning. Without the `tracing` feature nothing is printed: the 500's body says
+    /// the same, and an [`OnDenied`] sees [`RejectionKind::NoConnectInfo`].
+    #[cfg(feature = "tracing")]
     pub(crate) fn log_setup_error_once(&self) {
         // Relaxed: only which caller logs is decided here; nothing is published through it.
         if !self.setup_logged.swap(true, Ordering::Relaxed) {
-            eprintln!("tollgate: {}", super::service::NO_CONNECT_INFO);
+            tracing::warn!(
+                policy = %self.policies[0].name,
+                "tollgate: {}",
+                super::service::NO_CONNECT_INFO
+            );
         }
     }
 }
@@ -1133,6 +1195,8 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 quota: *quota,
                 name: sf,
                 value,
+                #[cfg(feature = "metrics")]
+                meters: PolicyMeters::register(name),
             });
         }
         // Several limits at once: every response lists them all (the draft's `RateLimit-Policy`
@@ -1165,6 +1229,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 info: self.options.info,
                 statuses: self.options.statuses,
                 would_deny: AtomicU64::new(0),
+                #[cfg(feature = "tracing")]
                 setup_logged: AtomicBool::new(false),
             }),
         })

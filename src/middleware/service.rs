@@ -53,7 +53,7 @@ impl From<&crate::outcome::Scheduled> for Grant {
 /// A request admitted after a wait: the wait, then its grant.
 type Waiting = Pin<Box<dyn Future<Output = Result<Grant, Refusal>> + Send>>;
 
-/// The message of a missing peer address, in the 500's body and the log line.
+/// The message of a missing peer address, in the 500's body and (feature `tracing`) the warning.
 pub(crate) const NO_CONNECT_INFO: &str = "the rate limit is keyed by the peer's address, but the \
     request carries none: serve the axum router with \
     `into_make_service_with_connect_info::<SocketAddr>()` (and enable tollgate's `axum` feature), \
@@ -476,6 +476,8 @@ where
     let policy = shared.policy(tier);
     match verdict {
         Ok(grant) => {
+            #[cfg(feature = "metrics")]
+            policy.meters.admitted();
             let fields = shared.admitted_fields(policy, &grant, pk.as_deref());
             let remaining = grant.remaining;
             shared.info(&mut head, policy, InfoDecision::Admitted, remaining);
@@ -483,6 +485,8 @@ where
         }
         Err(refusal) if shared.dry_run => {
             shared.count_would_deny();
+            #[cfg(feature = "metrics")]
+            policy.meters.would_deny();
             let fields = shared.refusal_fields(policy, &refusal, false, pk.as_deref());
             let remaining = match &refusal {
                 Refusal::Denied(d) => d.remaining(),
@@ -492,6 +496,8 @@ where
             Step::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) => {
+            #[cfg(feature = "metrics")]
+            policy.meters.refused(&refusal);
             let fields = shared.refusal_fields(policy, &refusal, true, pk.as_deref());
             let rejection = shared.rejection(policy, refusal);
             Step::Respond(shared.refuse(&rejection, fields, grpc))
@@ -594,6 +600,7 @@ where
                 }
             },
             Err(_) => {
+                #[cfg(feature = "tracing")]
                 shared.log_setup_error_once();
                 let status = StatusCode::INTERNAL_SERVER_ERROR;
                 let res = early_refusal(shared, RejectionKind::NoConnectInfo, status, grpc);

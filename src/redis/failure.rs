@@ -89,28 +89,66 @@ pub struct Stats {
     pub local_decisions: u64,
 }
 
+/// One of [`Stats`]' counters and, with the `metrics` feature, its metric's handle, registered
+/// once with the limiter.
+#[derive(Debug)]
+pub(crate) struct Count {
+    n: AtomicU64,
+    #[cfg(feature = "metrics")]
+    handle: ::metrics::Counter,
+}
+
 /// The counters, each moved by one relaxed increment: they publish nothing but themselves.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Counters {
-    pub(crate) decisions: AtomicU64,
-    pub(crate) round_trips: AtomicU64,
-    pub(crate) reloads: AtomicU64,
-    pub(crate) timeouts: AtomicU64,
-    pub(crate) failures: AtomicU64,
-    pub(crate) breaker_skips: AtomicU64,
-    pub(crate) breaker_opened: AtomicU64,
-    pub(crate) open_admissions: AtomicU64,
-    pub(crate) local_decisions: AtomicU64,
+    pub(crate) decisions: Count,
+    pub(crate) round_trips: Count,
+    pub(crate) reloads: Count,
+    pub(crate) timeouts: Count,
+    pub(crate) failures: Count,
+    pub(crate) breaker_skips: Count,
+    pub(crate) breaker_opened: Count,
+    pub(crate) open_admissions: Count,
+    pub(crate) local_decisions: Count,
 }
 
 /// One more: Relaxed, as a counter orders nothing else.
-pub(crate) fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+pub(crate) fn bump(c: &Count) {
+    c.n.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    c.handle.increment(1);
 }
 
 impl Counters {
+    /// Every counter at zero; with the `metrics` feature, each metric's handle registered under
+    /// `label` (the limiter's name, else its prefix).
+    pub(crate) fn new(_label: &str) -> Counters {
+        // The metric's handle is built only with the feature: without it the field, and this
+        // expression, are not there.
+        macro_rules! count {
+            ($metric:ident) => {
+                Count {
+                    n: AtomicU64::new(0),
+                    #[cfg(feature = "metrics")]
+                    handle: crate::metrics::counter(crate::metrics::$metric, "limiter", _label),
+                }
+            };
+        }
+        Counters {
+            decisions: count!(REDIS_CALLS),
+            round_trips: count!(REDIS_ROUND_TRIPS),
+            reloads: count!(REDIS_SCRIPT_RELOADS),
+            timeouts: count!(REDIS_TIMEOUTS),
+            failures: count!(REDIS_FAILURES),
+            breaker_skips: count!(REDIS_BREAKER_SKIPS),
+            breaker_opened: count!(REDIS_BREAKER_OPENS),
+            open_admissions: count!(REDIS_OPEN_ADMISSIONS),
+            local_decisions: count!(REDIS_LOCAL_DECISIONS),
+        }
+    }
+
     pub(crate) fn snapshot(&self) -> Stats {
-        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let read = |c: &Count| c.n.load(Ordering::Relaxed);
         Stats {
             decisions: read(&self.decisions),
             round_trips: read(&self.round_trips),
@@ -121,6 +159,42 @@ impl Counters {
             breaker_opened: read(&self.breaker_opened),
             open_admissions: read(&self.open_admissions),
             local_decisions: read(&self.local_decisions),
+        }
+    }
+}
+
+/// The `tollgate_decisions_total` handles of a Redis limiter: the direct limiters' outcomes and
+/// `unavailable`, registered once with the limiter.
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+pub(crate) struct Outcomes {
+    decisions: crate::metrics::Decisions,
+    unavailable: ::metrics::Counter,
+}
+
+#[cfg(feature = "metrics")]
+impl Outcomes {
+    pub(crate) fn new(label: &str) -> Outcomes {
+        Outcomes {
+            decisions: crate::metrics::Decisions::register(label),
+            unavailable: ::metrics::counter!(
+                crate::metrics::DECISIONS,
+                "limiter" => label.to_owned(),
+                "outcome" => "unavailable"
+            ),
+        }
+    }
+
+    /// Counts a call's answer.
+    pub(crate) fn record<T>(&self, answer: &Result<T, super::RedisError>) {
+        use super::RedisError;
+        match answer {
+            Ok(_) => self.decisions.admitted(),
+            Err(RedisError::Denied(_)) => self.decisions.denied(),
+            Err(RedisError::InsufficientCapacity(_)) => self.decisions.insufficient(),
+            Err(RedisError::Unavailable(_)) => self.unavailable.increment(1),
+            // A key too long: refused on the client, never asked.
+            Err(_) => {}
         }
     }
 }
@@ -165,6 +239,12 @@ impl Breaker {
             open_until: AtomicU64::new(0),
             probing: AtomicBool::new(false),
         }
+    }
+
+    /// The cool-down, for the breaker's event.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn cool_down(&self) -> Duration {
+        self.cool_down
     }
 
     fn now(&self) -> u64 {

@@ -119,6 +119,18 @@ struct Inner {
     leased: AtomicU64,
     admitted: AtomicU64,
     returned: AtomicU64,
+    /// The lease metrics' handles, registered under the Redis limiter's label.
+    #[cfg(feature = "metrics")]
+    meters: LeaseMeters,
+}
+
+/// The `tollgate_redis_lease_*` handles of one bucket.
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+struct LeaseMeters {
+    calls: ::metrics::Counter,
+    granted: ::metrics::Counter,
+    returned: ::metrics::Counter,
 }
 
 /// What a [`LeasedBucket`] has done. Counters only grow.
@@ -259,6 +271,16 @@ impl LeasedBucketBuilder {
                 "a tokio runtime: build the bucket within one (its lease tasks run there)".into(),
             )
         })?;
+        #[cfg(feature = "metrics")]
+        let meters = {
+            let label = self.limiter.label();
+            let counter = |metric| crate::metrics::counter(metric, "limiter", label);
+            LeaseMeters {
+                calls: counter(crate::metrics::REDIS_LEASE_CALLS),
+                granted: counter(crate::metrics::REDIS_LEASE_GRANTED),
+                returned: counter(crate::metrics::REDIS_LEASE_RETURNED),
+            }
+        };
         Ok(LeasedBucket {
             inner: Arc::new(Inner {
                 limiter: self.limiter,
@@ -281,6 +303,8 @@ impl LeasedBucketBuilder {
                 leased: AtomicU64::new(0),
                 admitted: AtomicU64::new(0),
                 returned: AtomicU64::new(0),
+                #[cfg(feature = "metrics")]
+                meters,
             }),
         })
     }
@@ -315,13 +339,19 @@ impl Inner {
         let back = owed.min(self.limiter.quota().capacity());
         add(&self.owed, owed - back);
         add(&self.leases, 1);
+        #[cfg(feature = "metrics")]
+        self.meters.calls.increment(1);
         match self.limiter.lease_name(&self.name, self.batch, back).await {
             Ok(lease) => {
                 self.unavailable.store(false, Ordering::Relaxed);
                 add(&self.returned, back);
+                #[cfg(feature = "metrics")]
+                self.meters.returned.increment(back);
                 let granted = lease.granted.min(self.batch);
                 if granted > 0 {
                     add(&self.leased, granted);
+                    #[cfg(feature = "metrics")]
+                    self.meters.granted.increment(granted);
                     let expiry = asked.saturating_add(
                         u64::try_from(self.lifetime.as_millis()).unwrap_or(u64::MAX),
                     );
@@ -395,9 +425,13 @@ impl Inner {
             return Ok(0);
         }
         add(&self.leases, 1);
+        #[cfg(feature = "metrics")]
+        self.meters.calls.increment(1);
         match self.limiter.lease_name(&self.name, 0, back).await {
             Ok(_) => {
                 add(&self.returned, back);
+                #[cfg(feature = "metrics")]
+                self.meters.returned.increment(back);
                 Ok(back)
             }
             Err(e) => Err(e),

@@ -10,6 +10,8 @@ use ::redis::aio::ConnectionLike;
 use ::redis::{Cmd, ErrorKind, Pipeline, RedisFuture, ServerErrorKind, Value};
 
 use super::error::{BuildError, RedisError, Unavailable, UnavailableKind};
+#[cfg(feature = "metrics")]
+use super::failure::Outcomes;
 use super::failure::{bump, Breaker, Counters, FailurePolicy, Route, Stats};
 use super::keys::{self, MAX_PREFIX_LEN};
 use super::reply::{decode, Reply};
@@ -21,6 +23,8 @@ use crate::limiter::KeyedLimit;
 use crate::outcome::{Admitted, InsufficientCapacity, Next, Scheduled, Span};
 use crate::partial::Partial;
 use crate::quota::Quota;
+#[cfg(feature = "tracing")]
+use crate::sync::{AtomicBool, Ordering};
 
 /// The default per-call timeout: 50 ms.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -110,6 +114,16 @@ pub struct RedisLimiter<A: RedisAlgorithm = TokenBucketKeys> {
     failure: FailurePolicy<A>,
     breaker: Breaker,
     counters: Counters,
+    /// The `tollgate_decisions_total` handles.
+    #[cfg(feature = "metrics")]
+    outcomes: Outcomes,
+    /// The name in metrics and events: the builder's `name`, else the prefix.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    label: String,
+    /// A failure policy has answered since Redis last did: its taking over is logged once, and
+    /// Redis's return once.
+    #[cfg(feature = "tracing")]
+    degraded: AtomicBool,
     client_time: Option<ClientTime>,
     algorithm: PhantomData<fn() -> A>,
 }
@@ -154,6 +168,8 @@ pub struct RedisLimiterBuilder<A: RedisAlgorithm = TokenBucketKeys> {
     timeout: Duration,
     threshold: u32,
     cool_down: Duration,
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    name: Option<String>,
     client_time: Option<ClientTime>,
     algorithm: PhantomData<fn() -> A>,
 }
@@ -177,6 +193,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             timeout: DEFAULT_TIMEOUT,
             threshold: DEFAULT_BREAKER_THRESHOLD,
             cool_down: DEFAULT_COOL_DOWN,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            name: None,
             client_time: None,
             algorithm: PhantomData,
         }
@@ -220,6 +238,36 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
     pub fn breaker(mut self, failures: u32, cool_down: Duration) -> Self {
         self.threshold = failures;
         self.cool_down = cool_down;
+        self
+    }
+
+    /// The limiter's name in metrics (the `limiter` label, see [`crate::metrics`]) and in
+    /// events; the prefix (as UTF-8, invalid bytes replaced) unless set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// use tollgate::keyed::TokenBucketKeys;
+    /// use tollgate::Quota;
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+    /// let limiter: RedisLimiter<TokenBucketKeys> = RedisLimiter::builder(conn, Quota::per_second(10)?)
+    ///     .prefix("api")
+    ///     .name("api-global")
+    ///     .build(FailurePolicy::Open)?;
+    /// # drop(limiter);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
         self
     }
 
@@ -268,6 +316,14 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
             return Err(BuildError::new("failures", "1..=4294967295, got 0".into()));
         }
         let plan = A::plan(&self.quota)?;
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let label = self
+            .name
+            .unwrap_or_else(|| String::from_utf8_lossy(&self.prefix).into_owned());
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let counters = Counters::new(&label);
+        #[cfg(not(any(feature = "metrics", feature = "tracing")))]
+        let counters = Counters::new("");
         Ok(RedisLimiter {
             conn: self.conn,
             capacity: self.quota.capacity(),
@@ -277,7 +333,13 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
             timeout: self.timeout,
             failure,
             breaker: Breaker::new(self.threshold, self.cool_down),
-            counters: Counters::default(),
+            counters,
+            #[cfg(feature = "metrics")]
+            outcomes: Outcomes::new(&label),
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            label,
+            #[cfg(feature = "tracing")]
+            degraded: AtomicBool::new(false),
             client_time: self.client_time,
             algorithm: PhantomData,
         })
@@ -422,6 +484,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.timeout
     }
 
+    /// The name in metrics and events.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
     /// Checks what needs no round trip: the key's length and `n` against the capacity.
     fn precheck(&self, key: &[u8], n: u64) -> Result<Vec<u8>, RedisError> {
         let name = self.key_name(key)?;
@@ -430,15 +498,29 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     async fn admission(&self, key: &[u8], n: u64, ask: Ask) -> Result<Admitted, RedisError> {
-        let name = self.precheck(key, n)?;
+        let name = match self.precheck(key, n) {
+            Ok(name) => name,
+            Err(e) => {
+                #[cfg(feature = "metrics")]
+                if ask != Ask::Peek {
+                    self.outcomes.record::<()>(&Err(e.clone()));
+                }
+                return Err(e);
+            }
+        };
         let mode = match ask {
             Ask::Take => A::TAKE,
             Ask::Peek | Ask::Schedule => A::PEEK,
         };
-        match self.decide(&name, mode, n, None).await {
+        let answer = match self.decide(&name, mode, n, None).await {
             Ok(reply) => reply.outcome(self.plan.tick).map_err(RedisError::Denied),
             Err(unavailable) => self.fallback(key, n, ask, unavailable),
+        };
+        #[cfg(feature = "metrics")]
+        if ask != Ask::Peek {
+            self.outcomes.record(&answer);
         }
+        answer
     }
 
     /// Sends one decision to Redis, through the breaker and within the timeout; `extra` is an
@@ -472,12 +554,37 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         };
         match &result {
             // The server answered: a foreign value is the key's problem, not an outage.
-            Ok(_) => self.breaker.success(route),
-            Err(u) if u.kind() == UnavailableKind::ForeignValue => self.breaker.success(route),
-            Err(_) => {
+            Err(u) if u.kind() != UnavailableKind::ForeignValue => {
                 bump(&self.counters.failures);
                 if self.breaker.failure(route) {
                     bump(&self.counters.breaker_opened);
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(
+                        limiter = %self.label,
+                        cool_down_ms = u64::try_from(self.breaker.cool_down().as_millis()).unwrap_or(u64::MAX),
+                        error = %u,
+                        "tollgate: Redis circuit breaker opened; calls skip Redis until the cool-down ends"
+                    );
+                }
+            }
+            _ => {
+                self.breaker.success(route);
+                #[cfg(feature = "tracing")]
+                if route == Route::Probe {
+                    tracing::info!(
+                        limiter = %self.label,
+                        "tollgate: Redis circuit breaker closed; Redis answered the probe"
+                    );
+                }
+                // Relaxed: a flag for the log only; the load keeps the common case from writing.
+                #[cfg(feature = "tracing")]
+                if self.degraded.load(Ordering::Relaxed)
+                    && self.degraded.swap(false, Ordering::Relaxed)
+                {
+                    tracing::info!(
+                        limiter = %self.label,
+                        "tollgate: Redis is deciding again; the failure policy no longer answers"
+                    );
                 }
             }
         }
@@ -511,6 +618,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let value = match cmd.query_async::<Value>(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 bump(&self.counters.reloads);
+                #[cfg(feature = "tracing")]
+                tracing::info!(
+                    limiter = %self.label,
+                    "tollgate: Redis answered NOSCRIPT (a restart, a failover or SCRIPT FLUSH); loading the script again"
+                );
                 bump(&self.counters.round_trips);
                 script.load_async(&mut conn).await.map_err(classify)?;
                 bump(&self.counters.round_trips);
@@ -531,6 +643,16 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         ask: Ask,
         unavailable: Unavailable,
     ) -> Result<Admitted, RedisError> {
+        // Relaxed: a flag for the log only; the load keeps a long outage from writing per call.
+        #[cfg(feature = "tracing")]
+        if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                limiter = %self.label,
+                policy = ?self.failure,
+                error = %unavailable,
+                "tollgate: Redis could not decide; the failure policy answers until it does"
+            );
+        }
         match &self.failure {
             FailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
             FailurePolicy::Open => {
@@ -602,7 +724,14 @@ impl RedisLimiter<LeakyMeterKeys> {
         key: impl AsRef<[u8]>,
         n: u64,
     ) -> Result<Scheduled, RedisError> {
-        let key = key.as_ref();
+        let answer = self.schedule(key.as_ref(), n).await;
+        #[cfg(feature = "metrics")]
+        self.outcomes.record(&answer);
+        answer
+    }
+
+    /// [`RedisLimiter::schedule_key_n`], uncounted.
+    async fn schedule(&self, key: &[u8], n: u64) -> Result<Scheduled, RedisError> {
         let name = self.precheck(key, n)?;
         match self.decide(&name, "schedule", n, None).await {
             Ok(reply) => reply.scheduled(self.plan.tick).map_err(RedisError::Denied),
@@ -766,6 +895,14 @@ impl RedisLimiter<TokenBucketKeys> {
                 .await
                 .map(|admitted| Partial::new(0, admitted));
         }
+        let answer = self.take_up_to(key, n).await;
+        #[cfg(feature = "metrics")]
+        self.outcomes.record(&answer);
+        answer
+    }
+
+    /// [`RedisLimiter::take_up_to_key`] for `n >= 1`, uncounted.
+    async fn take_up_to(&self, key: &[u8], n: u64) -> Result<Partial, RedisError> {
         let name = self.key_name(key)?;
         let up_to = n.min(self.capacity);
         match self.decide(&name, "lease", up_to, Some(0)).await {
