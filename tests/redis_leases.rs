@@ -54,17 +54,7 @@ const SATURATED_LIFETIME: Duration = Duration::from_millis(250);
 const TARGET: f64 = 0.05;
 
 fn url() -> Option<String> {
-    match std::env::var("TOLLGATE_REDIS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var_os("TOLLGATE_REQUIRE_REDIS").is_none(),
-                "TOLLGATE_REQUIRE_REDIS is set but TOLLGATE_REDIS_URL is not"
-            );
-            println!("SKIPPED: no Redis (TOLLGATE_REDIS_URL unset)");
-            None
-        }
-    }
+    testkit::env::redis_url()
 }
 
 fn unix_ms() -> u64 {

@@ -257,19 +257,7 @@ mod redis_backend {
     }
 
     fn url() -> Option<String> {
-        match std::env::var("TOLLGATE_REDIS_URL") {
-            Ok(url) if !url.is_empty() => Some(url),
-            _ => {
-                assert!(
-                    std::env::var("TOLLGATE_REQUIRE_REDIS").as_deref() != Ok("1"),
-                    "TOLLGATE_REQUIRE_REDIS=1 but TOLLGATE_REDIS_URL is not set"
-                );
-                eprintln!(
-                    "SKIPPED: no Redis (TOLLGATE_REDIS_URL is not set; see scripts/redis.sh)"
-                );
-                None
-            }
-        }
+        testkit::env::redis_url()
     }
 
     #[test]

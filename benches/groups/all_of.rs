@@ -15,7 +15,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 use tollgate::{AllOf, Limiter, TokenBucket};
 
-use testkit::bench::{admit, run_single, Load};
+use testkit::bench::{admit, timed_single, Load};
 
 /// Registers the `all_of_allow` and `all_of_deny` groups.
 pub(crate) fn bench(c: &mut Criterion) {
@@ -31,30 +31,30 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
     // A bucket that admits every check of a sample, whatever the load.
     let open = || Load::Accept.tollgate();
     group.bench_function("token_bucket", |b| {
-        b.iter_custom(|iters| timed(load, "token_bucket", iters, &load.tollgate(), admit));
+        b.iter_custom(|iters| timed_single(load, "token_bucket", iters, &load.tollgate(), admit));
     });
     group.bench_function("all_of_2", |b| {
         b.iter_custom(|iters| {
             let limits = AllOf::new([load.tollgate(), open()]).expect("two limits");
-            timed(load, "all_of_2", iters, &limits, admit)
+            timed_single(load, "all_of_2", iters, &limits, admit)
         });
     });
     group.bench_function("all_of_2_late", |b| {
         b.iter_custom(|iters| {
             let limits = AllOf::new([open(), load.tollgate()]).expect("two limits");
-            timed(load, "all_of_2_late", iters, &limits, admit)
+            timed_single(load, "all_of_2_late", iters, &limits, admit)
         });
     });
     group.bench_function("by_hand_2", |b| {
         b.iter_custom(|iters| {
             let pair = (open(), load.tollgate());
-            timed(load, "by_hand_2", iters, &pair, by_hand)
+            timed_single(load, "by_hand_2", iters, &pair, by_hand)
         });
     });
     group.bench_function("governor_2", |b| {
         b.iter_custom(|iters| {
             let pair = (Load::Accept.governor(), load.governor());
-            timed(load, "governor_2", iters, &pair, |(a, b)| {
+            timed_single(load, "governor_2", iters, &pair, |(a, b)| {
                 a.check().is_ok() && b.check().is_ok()
             })
         });
@@ -72,17 +72,4 @@ fn by_hand((first, second): &(TokenBucket, TokenBucket)) -> bool {
         return false;
     }
     true
-}
-
-/// Times one sample and checks that its load held.
-fn timed<L>(
-    load: Load,
-    bench: &str,
-    iters: u64,
-    limiter: &L,
-    check: impl Fn(&L) -> bool,
-) -> std::time::Duration {
-    let (elapsed, admitted) = run_single(iters, limiter, check);
-    load.verify(bench, admitted, iters);
-    elapsed
 }

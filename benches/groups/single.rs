@@ -15,14 +15,13 @@
 //! after it: one refreshing thread at a time, as in an application that uses one of them.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 use governor::clock::QuantaUpkeepClock;
 use tollgate::{Clock, CoarseClock};
 
-use testkit::bench::{admit, admit_at, run_single, Load};
+use testkit::bench::{admit, admit_at, timed_single, Load};
 
 /// Registers the `single_allow` and `single_deny` groups.
 pub(crate) fn bench(c: &mut Criterion) {
@@ -38,21 +37,21 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
     group.bench_function("tollgate", |b| {
         b.iter_custom(|iters| {
             let bucket = load.tollgate();
-            timed(load, "tollgate", iters, &bucket, admit)
+            timed_single(load, "tollgate", iters, &bucket, admit)
         });
     });
 
     group.bench_function("governor", |b| {
         b.iter_custom(|iters| {
             let limiter = load.governor();
-            timed(load, "governor", iters, &limiter, |l| l.check().is_ok())
+            timed_single(load, "governor", iters, &limiter, |l| l.check().is_ok())
         });
     });
 
     group.bench_function("mutex", |b| {
         b.iter_custom(|iters| {
             let bucket = load.mutex();
-            timed(load, "mutex", iters, &bucket, |l| l.try_acquire())
+            timed_single(load, "mutex", iters, &bucket, |l| l.try_acquire())
         });
     });
 
@@ -61,7 +60,7 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
         group.bench_function("tollgate_coarse", |b| {
             b.iter_custom(|iters| {
                 let bucket = load.tollgate_with(clock.clone());
-                timed(load, "tollgate_coarse", iters, &bucket, admit)
+                timed_single(load, "tollgate_coarse", iters, &bucket, admit)
             });
         });
         // Dropping the last CoarseClock ends tollgate's upkeep thread: governor's runs alone below.
@@ -73,7 +72,7 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
         group.bench_function("governor_upkeep", |b| {
             b.iter_custom(|iters| {
                 let limiter = load.governor_with(clock.clone());
-                timed(load, "governor_upkeep", iters, &limiter, |l| {
+                timed_single(load, "governor_upkeep", iters, &limiter, |l| {
                     l.check().is_ok()
                 })
             });
@@ -86,22 +85,9 @@ fn bench_load(group: &mut BenchmarkGroup<'_, WallTime>, load: Load) {
             // One reading for the whole sample, as a server that stamped the request holds one.
             // `black_box` keeps the compiler from treating it as a constant across iterations.
             let now = bucket.clock().now();
-            timed(load, "tollgate_at", iters, &bucket, |l| {
+            timed_single(load, "tollgate_at", iters, &bucket, |l| {
                 admit_at(l, black_box(now))
             })
         });
     });
-}
-
-/// Times one sample and checks that its load held.
-fn timed<L>(
-    load: Load,
-    bench: &str,
-    iters: u64,
-    limiter: &L,
-    check: impl Fn(&L) -> bool,
-) -> Duration {
-    let (elapsed, admitted) = run_single(iters, limiter, check);
-    load.verify(bench, admitted, iters);
-    elapsed
 }

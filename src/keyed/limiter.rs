@@ -450,6 +450,28 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         answer
     }
 
+    /// `req` for `n >= 1` on `key`: decided on its state without a lock when the key is held,
+    /// else created (or sent to the overflow policy) by [`KeyedLimiter::check_new`].
+    pub(super) fn request_key<R: Request<A>, Q>(
+        &self,
+        req: &R,
+        key: &Q,
+        n: u64,
+        now: Nanos,
+    ) -> Result<R::Out, KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let known = self
+            .store
+            .with_read(key, |state| req.held(&self.policy, state, now, n));
+        match known {
+            Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
+            _ => self.check_new(req, key, n, now),
+        }
+    }
+
     /// The slow path: `key` was not there a moment ago (or its state was gone). Creates it under
     /// its shard's lock (or admits on it, if another thread created it meanwhile; or replaces
     /// a state eviction has marked gone and not yet removed), sweeping first if the map is full

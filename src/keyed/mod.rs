@@ -215,9 +215,9 @@ mod evict;
 #[cfg(fuzzing)]
 mod fuzz_table;
 mod limiter;
-mod reserve;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 mod observe;
+mod reserve;
 mod schedule;
 mod store;
 #[cfg(not(tollgate_loom))]

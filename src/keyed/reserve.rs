@@ -40,6 +40,18 @@ use crate::sync::{AtomicU64, Ordering};
 #[cfg(doc)]
 use crate::TokenBucket;
 
+/// A request's step on a fresh word as [`Request::create`] answers it: the state to insert when
+/// it writes (only a write creates the key), and the answer.
+pub(super) fn created<T>(
+    step: cas::Step<T, Denied>,
+) -> (Option<AtomicU64>, Result<T, AcquireError>) {
+    match step {
+        cas::Step::Write(new, answer) => (Some(AtomicU64::new(new)), Ok(answer)),
+        cas::Step::Keep(answer) => (None, Ok(answer)),
+        cas::Step::Refuse(denied) => (None, Err(AcquireError::Denied(denied))),
+    }
+}
+
 /// [`TokenBucket::take_up_to`] as a request on a key's word.
 struct TakeUpTo;
 
@@ -83,11 +95,7 @@ impl Request<TokenBucketKeys> for TakeUpTo {
     ) -> (Option<AtomicU64>, Result<Partial, AcquireError>) {
         // Decided on the fresh word (a full bucket) without building the state: only a write
         // inserts the key.
-        match Self::on_word(policy, policy.fresh_word(fresh), now, n) {
-            cas::Step::Write(new, partial) => (Some(AtomicU64::new(new)), Ok(partial)),
-            cas::Step::Keep(partial) => (None, Ok(partial)),
-            cas::Step::Refuse(denied) => (None, Err(AcquireError::Denied(denied))),
-        }
+        created(Self::on_word(policy, policy.fresh_word(fresh), now, n))
     }
 
     fn shared(
@@ -148,15 +156,12 @@ impl Request<TokenBucketKeys> for Reserve {
         now: Nanos,
         n: u64,
     ) -> (Option<AtomicU64>, Result<Taken, AcquireError>) {
+        let (state, answer) = created(self.on_word(policy, policy.fresh_word(fresh), now, n));
         let taken = |reserved| Taken {
             reserved,
             overflow: false,
         };
-        match self.on_word(policy, policy.fresh_word(fresh), now, n) {
-            cas::Step::Write(new, reserved) => (Some(AtomicU64::new(new)), Ok(taken(reserved))),
-            cas::Step::Keep(reserved) => (None, Ok(taken(reserved))),
-            cas::Step::Refuse(denied) => (None, Err(AcquireError::Denied(denied))),
-        }
+        (state, answer.map(taken))
     }
 
     fn shared(
@@ -249,13 +254,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
                 .peek_key_n_at(key, 0, now)
                 .map(|admitted| Partial::new(0, admitted));
         }
-        let known = self
-            .store
-            .with_read(key, |state| TakeUpTo.held(&self.policy, state, now, n));
-        match known {
-            Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
-            _ => self.check_new(&TakeUpTo, key, n, now),
-        }
+        self.request_key(&TakeUpTo, key, n, now)
     }
 
     /// Reserves `n` tokens of `key` now, waiting at most `max_wait`: taken now, into debt if they
@@ -360,15 +359,9 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
             // A query: an empty reservation, ready at once, whatever the key holds.
             return Ok(reservation(0, reading, Parts::Word { tat: 0 }));
         }
-        let req = Reserve { max_wait_ns };
-        let known = self
-            .store
-            .with_read(key, |state| req.held(&self.policy, state, now, n));
-        let taken = match known {
-            Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
-            _ => self.check_new(&req, key, n, now),
-        }
-        .map_err(reserve_error)?;
+        let taken = self
+            .request_key(&Reserve { max_wait_ns }, key, n, now)
+            .map_err(reserve_error)?;
         let tat = taken.reserved.tat;
         let parts = if taken.overflow {
             Parts::Overflow { tat }

@@ -69,11 +69,7 @@ impl Request<LeakyMeterKeys> for Schedule {
         match policy.check_n(n) {
             Err(e) => (None, Err(e.into())),
             Ok(false) => (None, Ok(query_schedule(policy, word, now))),
-            Ok(true) => match self.step(policy, word, now, n) {
-                cas::Step::Write(new, scheduled) => (Some(AtomicU64::new(new)), Ok(scheduled)),
-                cas::Step::Keep(scheduled) => (None, Ok(scheduled)),
-                cas::Step::Refuse(denied) => (None, Err(AcquireError::Denied(denied))),
-            },
+            Ok(true) => super::reserve::created(self.step(policy, word, now, n)),
         }
     }
 

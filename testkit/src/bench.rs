@@ -263,6 +263,20 @@ pub fn run_single<L>(iters: u64, limiter: &L, check: impl Fn(&L) -> bool) -> (Du
     (start.elapsed(), admitted)
 }
 
+/// [`run_single`], then [`Load::verify`] on its admissions: the sample's time, for a criterion
+/// `iter_custom` closure. `bench` names the bench in the message of a load that did not hold.
+pub fn timed_single<L>(
+    load: Load,
+    bench: &str,
+    iters: u64,
+    limiter: &L,
+    check: impl Fn(&L) -> bool,
+) -> Duration {
+    let (elapsed, admitted) = run_single(iters, limiter, check);
+    load.verify(bench, admitted, iters);
+    elapsed
+}
+
 /// Runs `check` `iters` times on each of `threads` fresh threads, all released together by a
 /// barrier; thread `i` checks `limiters[i % limiters.len()]` (pass one limiter for one hot key, one
 /// per thread for spread keys). Returns the wall time from the first thread's start to the last

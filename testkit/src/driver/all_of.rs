@@ -79,30 +79,48 @@ fn binding(admitted: &[Admitted]) -> Admitted {
     best
 }
 
-/// The model's answer over `limits` for `n` at `now`: peek all, then take from all or none.
-pub(crate) fn model_direct(
-    limits: &[Bucket],
+/// The model's answer over `count` limits: peek all (`peek(i)`), then, when every one admits and
+/// `take` is set (and `n > 0`), take from all (`take_one(i)`, which must admit: it was peeked).
+fn model<E: std::fmt::Debug + Clone>(
+    count: usize,
     n: u64,
-    now: Nanos,
     take: bool,
-) -> Result<Admitted, AcquireError> {
-    let peeks: Vec<_> = limits.iter().map(|l| l.peek_n_at(n, now)).collect();
-    let refusals: Vec<AcquireError> = peeks.iter().filter_map(|p| p.err()).collect();
+    peek: impl Fn(usize) -> Result<Admitted, E>,
+    take_one: impl Fn(usize) -> Result<Admitted, E>,
+    not_now: impl Fn(&E) -> Option<Duration>,
+) -> Result<Admitted, E> {
+    let peeks: Vec<_> = (0..count).map(&peek).collect();
+    let refusals: Vec<E> = peeks.iter().filter_map(|p| p.clone().err()).collect();
     if !refusals.is_empty() {
-        return Err(worst(&refusals, |e| e.denied().map(|d| d.retry_after())));
+        return Err(worst(&refusals, not_now));
     }
     if !take || n == 0 {
         return Ok(binding(
             &peeks.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
         ));
     }
-    let taken: Vec<Admitted> = limits
-        .iter()
-        .map(|l| l.try_acquire_n_at(n, now).expect("peeked"))
-        .collect();
+    let taken: Vec<Admitted> = (0..count).map(|i| take_one(i).expect("peeked")).collect();
     Ok(binding(&taken))
 }
 
+/// [`model`] over direct buckets.
+pub(crate) fn model_direct(
+    limits: &[Bucket],
+    n: u64,
+    now: Nanos,
+    take: bool,
+) -> Result<Admitted, AcquireError> {
+    model(
+        limits.len(),
+        n,
+        take,
+        |i| limits[i].peek_n_at(n, now),
+        |i| limits[i].try_acquire_n_at(n, now),
+        |e| e.denied().map(|d| d.retry_after()),
+    )
+}
+
+/// [`model`] over keyed buckets, on `key`.
 pub(crate) fn model_keyed(
     limits: &[Keyed],
     key: u8,
@@ -110,24 +128,14 @@ pub(crate) fn model_keyed(
     now: Nanos,
     take: bool,
 ) -> Result<Admitted, KeyedError> {
-    let peeks: Vec<_> = limits
-        .iter()
-        .map(|l| l.peek_key_n_at(&key, n, now))
-        .collect();
-    let refusals: Vec<KeyedError> = peeks.iter().filter_map(|p| p.err()).collect();
-    if !refusals.is_empty() {
-        return Err(worst(&refusals, |e| e.denied().map(|d| d.retry_after())));
-    }
-    if !take || n == 0 {
-        return Ok(binding(
-            &peeks.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
-        ));
-    }
-    let taken: Vec<Admitted> = limits
-        .iter()
-        .map(|l| l.check_key_n_at(&key, n, now).expect("peeked"))
-        .collect();
-    Ok(binding(&taken))
+    model(
+        limits.len(),
+        n,
+        take,
+        |i| limits[i].peek_key_n_at(&key, n, now),
+        |i| limits[i].check_key_n_at(&key, n, now),
+        |e| e.denied().map(|d| d.retry_after()),
+    )
 }
 
 /// Runs `ops` on an `AllOf` of token buckets of `quotas` (and a keyed one), asserting everything
