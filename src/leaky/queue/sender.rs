@@ -166,7 +166,12 @@ impl<T, C: Clock> LeakySender<T, C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn try_send_at(&self, item: T, now: Nanos) -> Result<Ticket, TrySendError<T>> {
-        self.shared.try_send_at(item, now)
+        // Never scheduled as of a reading ahead of the clock: the release grid is shared by every
+        // later item, and a wrong, far-future reading would otherwise hold them all until then
+        // (see "Readings ahead of the clock" in the crate docs). The forms that read the clock
+        // themselves pass its reading straight on, reading it once.
+        self.shared
+            .try_send_at(item, now.min(self.shared.clock.now()))
     }
 
     /// Offers `item`, waiting up to `timeout` for room.

@@ -153,11 +153,10 @@ impl<T, C: Clock> Shared<T, C> {
         self.room_notify.notify_waiters();
     }
 
+    /// Offers `item` arriving at `now`, a reading no later than the clock's (the senders' forms
+    /// see to it: see [`LeakySender::try_send_at`](super::LeakySender::try_send_at)).
     pub(super) fn try_send_at(&self, item: T, now: Nanos) -> Result<Ticket, TrySendError<T>> {
-        // Never scheduled as of a reading ahead of the clock: the release grid is shared by every
-        // later item, and a wrong, far-future reading would otherwise hold them all until then
-        // (see "Readings ahead of the clock" in the crate docs).
-        let now = now.min(self.clock.now()).clamped();
+        let now = now.clamped();
         let position = match cas::update(&self.state, |word| reserve(word, self.capacity)) {
             Ok(position) => position,
             Err(Refusal::Full) => return Err(TrySendError::Full(item)),
