@@ -14,7 +14,7 @@
 //! | [`strategies`] | proptest strategies: the common operations (requests, calls, amounts, clock steps), the rate checks' requests, counts, periods, rates, starts | every model proptest |
 //! | `fuzz_input` (feature `arbitrary`) | the same kinds of input drawn from a fuzzer's bytes, and operation lists | every `*_ops` fuzz target |
 //! | [`child`] | one of a test binary's own tests run in a child process | `tests/keyed_seccomp.rs`, `tests/redis_leases.rs` |
-//! | [`env`] | the Redis server's address, or a skip | `tests/redis_leases.rs`, `tests/metrics.rs`, `tests/tracing.rs` |
+//! | [`mod@env`] | the Redis server's address, or a skip | `tests/redis_leases.rs`, `tests/metrics.rs`, `tests/tracing.rs` |
 //! | `bench` (feature `bench`) | the benches' two loads, the `Mutex` baseline, the timed loops | `benches/` |
 //!
 //! # Design
