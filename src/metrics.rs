@@ -69,7 +69,7 @@
 //!
 //! | name | type | labels | what it counts |
 //! | --- | --- | --- | --- |
-//! | `tollgate_decisions_total` | counter | `limiter`, `outcome` | calls that asked to take capacity (`try_acquire*`; a keyed `check_key*` or `schedule_key*`; a Redis `check_key*` or `schedule_key*`), by answer: `outcome="admitted"`, `"denied"` (not now), `"insufficient"` (more than the capacity: never); a Redis call its failure policy answered with an error is `"unavailable"`. One per call, whatever `n` (a query with `n = 0` is admitted). Peeks and `remaining` are not counted |
+//! | `tollgate_decisions_total` | counter | `limiter`, `outcome` | calls that asked to take capacity (`try_acquire*`; a keyed `check_key*`, `schedule_key*`, `take_up_to_key*` or `reserve_key_n*`; a Redis `check_key*`, `schedule_key*` or `take_up_to_key`), by answer: `outcome="admitted"`, `"denied"` (not now), `"insufficient"` (more than the capacity: never); a Redis call its failure policy answered with an error is `"unavailable"`. One per call, whatever `n` (a query with `n = 0` is admitted). Peeks and `remaining` are not counted |
 //! | `tollgate_keyed_keys` | gauge | `limiter` | keys the keyed limiter holds (places reserved included), as [`len`](crate::keyed::KeyedLimiter::len) |
 //! | `tollgate_keyed_evictions_total` | counter | `limiter` | keys forgotten, by sweeps and `retain_recent`, as [`evictions`](crate::keyed::KeyedLimiter::evictions) |
 //! | `tollgate_keyed_overflow_total` | counter | `limiter` | new keys that found no room and got the overflow policy (refused or shared), as [`overflowed`](crate::keyed::KeyedLimiter::overflowed) |

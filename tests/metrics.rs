@@ -286,6 +286,28 @@ fn a_named_keyed_limiter_counts_decisions_keys_evictions_and_refusals() {
     );
 }
 
+/// Partial takes and reservations ask for capacity as `check_key_n` does: one decision each,
+/// whatever `n` (a query is admitted); a bad `max_wait` decides nothing.
+#[test]
+fn keyed_partial_takes_and_reservations_are_counted_as_decisions() {
+    use std::time::Duration;
+    let rec = Capture::default();
+    let limiter = metrics::with_local_recorder(&rec, || keyed(8).with_name("parts"));
+    let at = Nanos::new(0);
+    assert_eq!(limiter.take_up_to_key_at(&1, 5, at).unwrap().taken(), 2);
+    assert!(limiter.take_up_to_key_at(&1, 1, at).is_err());
+    assert!(limiter.take_up_to_key_at(&1, 0, at).is_ok()); // a query
+    let wait = Duration::from_secs(1);
+    assert!(limiter.reserve_key_n_at(&2, 2, wait, at).is_ok());
+    assert!(limiter.reserve_key_n_at(&2, 2, wait, at).is_ok()); // into debt, ready in 1 s
+    assert!(limiter.reserve_key_n_at(&2, 1, wait, at).is_err()); // beyond the wait
+    assert!(limiter.reserve_key_n_at(&2, 3, wait, at).is_err()); // over the capacity
+    assert!(limiter.reserve_key_n_at(&2, 1, Duration::MAX, at).is_err()); // a bad max_wait
+    assert_eq!(rec.decisions("parts", "admitted"), 4);
+    assert_eq!(rec.decisions("parts", "denied"), 2);
+    assert_eq!(rec.decisions("parts", "insufficient"), 1);
+}
+
 #[test]
 fn a_keyed_limiter_named_late_starts_its_gauge_at_the_keys_it_holds() {
     let limiter = keyed(10);

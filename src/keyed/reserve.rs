@@ -247,14 +247,18 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if n == 0 {
+        let answer = if n == 0 {
             // A query: what the key (or a fresh key, or the overflow limiter) has, as a peek of 0
             // answers it.
-            return self
-                .peek_key_n_at(key, 0, now)
-                .map(|admitted| Partial::new(0, admitted));
-        }
-        self.request_key(&TakeUpTo, key, n, now)
+            self.peek_key_n_at(key, 0, now)
+                .map(|admitted| Partial::new(0, admitted))
+        } else {
+            self.request_key(&TakeUpTo, key, n, now)
+        };
+        // One decision per call, as `check_key_n` counts (see `crate::metrics`).
+        #[cfg(feature = "metrics")]
+        self.observe_decision(&answer);
+        answer
     }
 
     /// Reserves `n` tokens of `key` now, waiting at most `max_wait`: taken now, into debt if they
@@ -335,6 +339,35 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve_key_n_at<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        max_wait: Duration,
+        now: Nanos,
+    ) -> Result<Reservation<'_, Self, K>, ReserveError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let answer = self.reserve_uncounted(key, n, max_wait, now);
+        // One decision per call, as `check_key_n` counts (see `crate::metrics`): a bad `max_wait`
+        // decided nothing, and `TooManyKeys` is counted where it is made.
+        #[cfg(feature = "metrics")]
+        match &answer {
+            Ok(_) => self.observe_decision::<()>(&Ok(())),
+            Err(ReserveError::Denied(d)) => {
+                self.observe_decision::<()>(&Err(KeyedError::Denied(*d)))
+            }
+            Err(ReserveError::InsufficientCapacity(e)) => {
+                self.observe_decision::<()>(&Err(KeyedError::InsufficientCapacity(*e)))
+            }
+            Err(_) => {}
+        }
+        answer
+    }
+
+    /// [`KeyedLimiter::reserve_key_n_at`], uncounted.
+    fn reserve_uncounted<Q>(
         &self,
         key: &Q,
         n: u64,

@@ -889,13 +889,14 @@ impl RedisLimiter<TokenBucketKeys> {
         n: u64,
     ) -> Result<Partial, RedisError> {
         let key = key.as_ref();
-        if n == 0 {
-            return self
-                .admission(key, 0, Ask::Peek)
+        let answer = if n == 0 {
+            self.admission(key, 0, Ask::Peek)
                 .await
-                .map(|admitted| Partial::new(0, admitted));
-        }
-        let answer = self.take_up_to(key, n).await;
+                .map(|admitted| Partial::new(0, admitted))
+        } else {
+            self.take_up_to(key, n).await
+        };
+        // One decision per call, whatever `n` (see `crate::metrics`).
         #[cfg(feature = "metrics")]
         self.outcomes.record(&answer);
         answer
