@@ -411,7 +411,10 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
     let interval = u64::try_from(quota.interval().as_nanos()).unwrap_or(u64::MAX);
     let bucket = TokenBucket::with_clock(quota, ManualClock::new());
     let meter = LeakyMeter::with_clock(quota, ManualClock::new());
-    let (tx, mut queue) = leaky::queue_with_clock::<u64, _>(quota, ManualClock::new())
+    // The queue's clock follows the replayed time: a send is never scheduled ahead of the queue's
+    // clock (see "Readings ahead of the clock" in the crate docs), so it must read the present.
+    let queue_clock = ManualClock::new();
+    let (tx, mut queue) = leaky::queue_with_clock::<u64, _>(quota, queue_clock.clone())
         .map_err(|e| format!("bad queue quota in the tour: {e}"))?;
     let slice_ns = u64::try_from(SLICE.as_nanos()).unwrap_or(u64::MAX);
 
@@ -430,6 +433,7 @@ fn leaky_chart(trace: &[Slice]) -> Result<bool, String> {
     for slice in trace {
         for &t in &slice.arrivals {
             receive_until(t, &mut queue);
+            queue_clock.set(Nanos::new(t));
             if let Ok(ticket) = tx.try_send_at(t, Nanos::new(t)) {
                 accepted += 1;
                 let leaves = ticket.release_at().as_u64();
