@@ -144,8 +144,8 @@ impl<C: Clock> Limiter for RotatingHomes<C> {
         self.limiter.clock().now()
     }
 
-    fn quota(&self) -> &Quota {
-        self.limiter.quota()
+    fn quota(&self) -> Quota {
+        *self.limiter.quota()
     }
 }
 

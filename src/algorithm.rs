@@ -229,6 +229,28 @@ pub(crate) mod sealed {
             state: &Self::State,
             f: &mut std::fmt::DebugStruct<'_, '_>,
         );
+        /// The most one request may ask for.
+        fn capacity(policy: &Self::Policy) -> u64;
+        /// [`Contract::acquire_one`] on a direct limiter's state, which a quota change may have
+        /// sealed: then nothing took effect, and the answer is [`Gone`].
+        fn acquire_one_live(
+            policy: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+        ) -> Result<Result<Admitted, Denied>, Gone>;
+        /// Seals `state` for a quota change (see `crate::change`): afterwards no decision takes
+        /// effect on it (each answers [`Gone`]). Answers the whole admissions it had left at
+        /// `now`, as its last decision left it (0 if it was sealed already). Decisions may run
+        /// concurrently.
+        fn seal(policy: &Self::Policy, state: &Self::State, now: Nanos) -> u64;
+        /// Sets `state`, made by [`Contract::initial`] for `policy` and not yet shared, to hold
+        /// `available` (at most the capacity) whole admissions at `now` and fewer at earlier
+        /// readings, refilling (or opening windows) by `policy` from there: a quota change's
+        /// conversion (see `crate::change`, "The rule").
+        fn refill(policy: &Self::Policy, state: &Self::State, available: u64, now: Nanos);
+        /// Carries what a quota change keeps from the old policy into the new one, after
+        /// [`Contract::begin`]: the windows' alignment; nothing for the others.
+        fn carry(_old: &Self::Policy, _new: &mut Self::Policy) {}
     }
 
     /// An algorithm whose whole state is one word: what it provides, from which [`Contract`]
@@ -309,6 +331,11 @@ pub(crate) mod sealed {
         fn query(policy: &Self::Policy, word: u64, now: Self::Time) -> Admitted;
         /// Whole admissions available at `now`.
         fn remaining(policy: &Self::Policy, word: u64, now: Self::Time) -> u64;
+        /// The word with `available` (at most the capacity) whole admissions at `now` and fewer
+        /// at earlier readings: see [`Contract::refill`].
+        fn available_word(policy: &Self::Policy, available: u64, now: Self::Time) -> u64;
+        /// As [`Contract::carry`].
+        fn carry(_old: &Self::Policy, _new: &mut Self::Policy) {}
         /// Adds the word's fields to a limiter's `Debug` output: the raw word unless the
         /// algorithm decodes it.
         fn debug_word(_policy: &Self::Policy, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
@@ -505,6 +532,49 @@ impl<T: OneWord> Contract for T {
     ) {
         T::debug_word(policy, cas::read(state), f);
     }
+
+    #[inline]
+    fn capacity(policy: &Self::Policy) -> u64 {
+        T::capacity(policy)
+    }
+
+    #[inline]
+    fn acquire_one_live(
+        policy: &Self::Policy,
+        state: &AtomicU64,
+        now: Nanos,
+    ) -> Result<Result<Admitted, Denied>, Gone> {
+        // As `admitted_or_described`, on a word that may be sealed.
+        let decided = cas::update_live(state, move |word| {
+            match T::admit(policy, word, T::time(policy, now), 1) {
+                Step::Write(new, admitted) => Step::Write(new, admitted),
+                Step::Keep(admitted) => Step::Keep(admitted),
+                Step::Refuse(()) => Step::Refuse(word),
+            }
+        })?;
+        Ok(match decided {
+            Ok(admitted) => Ok(admitted),
+            Err(word) => T::outcome(policy, word, T::time(policy, now), 1),
+        })
+    }
+
+    fn seal(policy: &Self::Policy, state: &AtomicU64, now: Nanos) -> u64 {
+        match cas::seal(state) {
+            cas::GONE => 0,
+            word => T::remaining(policy, word, T::time(policy, now)),
+        }
+    }
+
+    fn refill(policy: &Self::Policy, state: &AtomicU64, available: u64, now: Nanos) {
+        let word = T::available_word(policy, available, T::time(policy, now));
+        // Relaxed: the state is not shared yet; publishing the block that holds it (Release)
+        // publishes this store.
+        cas::store(state, word, crate::sync::Ordering::Relaxed);
+    }
+
+    fn carry(old: &Self::Policy, new: &mut Self::Policy) {
+        T::carry(old, new);
+    }
 }
 
 /// Decides `n` (`1..=capacity`) on `state` at `now`: the loop builds an admission's outcome
@@ -564,10 +634,7 @@ fn peek_word<T: OneWord>(
 /// The word of a keyed limiter's state, unless eviction has marked it gone.
 #[inline]
 fn live_word(state: &AtomicU64) -> Result<u64, Gone> {
-    match cas::read(state) {
-        cas::GONE => Err(Gone::seen()),
-        word => Ok(word),
-    }
+    cas::read_live(state)
 }
 
 /// The word a decision on `state` starts from.

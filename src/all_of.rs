@@ -277,7 +277,7 @@ impl<L: Limiter> AllOf<L> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn quotas(&self) -> Vec<Quota> {
-        self.limits.iter().map(|l| *l.quota()).collect()
+        self.limits.iter().map(|l| l.quota()).collect()
     }
 }
 
@@ -507,7 +507,7 @@ impl<L: GiveBack> Limiter for AllOf<L> {
         self.limits[0].now()
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.limits[0].quota()
     }
 }

@@ -201,6 +201,16 @@ pub(crate) fn mark_gone(word: &AtomicU64, seen: u64) -> bool {
             .is_ok()
 }
 
+/// Seals `word` for a quota change: swaps in [`GONE`] whatever it holds, so that no decision can
+/// take effect on it any more, and answers the last word it held (which no decision can change
+/// now).
+pub(crate) fn seal(word: &AtomicU64) -> u64 {
+    writes::record();
+    // Release: as `mark_gone`'s, for whoever sees the mark (`Gone::seen`); the swap reads the
+    // latest word in its modification order, so no decision's write is lost.
+    word.swap(GONE, Ordering::Release)
+}
+
 /// Puts `previous` back in `word` if, and only if, `word` still holds `written`: undoes one's own
 /// write when nobody has touched the word since. Answers whether it did.
 #[inline]
@@ -245,6 +255,15 @@ pub(crate) fn compare_exchange_weak(
 pub(crate) fn store(word: &AtomicU64, value: u64, order: Ordering) {
     writes::record();
     word.store(value, order);
+}
+
+/// [`read`] of a state that may be marked [`GONE`] (evicted, or sealed by a quota change).
+#[inline]
+pub(crate) fn read_live(word: &AtomicU64) -> Result<u64, Gone> {
+    match read(word) {
+        GONE => Err(Gone::seen()),
+        word => Ok(word),
+    }
 }
 
 /// Reads a word for a decision that will not write (peeks and queries).

@@ -114,6 +114,12 @@ impl<T: GcraWord> OneWord for T {
         policy.initial_word(quota.initial(), now)
     }
 
+    fn available_word(policy: &Gcra, available: u64, now: Time) -> u64 {
+        // The refill of the missing tokens starts at the reading (rounded up to a unit): the
+        // fraction of a token the old state had is not carried over.
+        policy.initial_word(available, now)
+    }
+
     #[inline]
     fn fresh_word(policy: &Gcra, at: Nanos) -> u64 {
         policy.fresh_word(at)

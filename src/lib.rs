@@ -104,6 +104,34 @@
 //! - **Readings behind the clock are taken as they are** (a reading taken a moment ago and used
 //!   now): see "Time only helps" above for why they never create capacity.
 //!
+//! # Changing a quota
+//!
+//! Every direct limiter ([`TokenBucket`], the [windows](window), the
+//! [leaky meter](leaky::LeakyMeter), any [`Direct`]) changes its quota at runtime with
+//! [`set_quota`](Direct::set_quota), without a restart and without a lock on the check path: the
+//! check reads its quota, policy and state as one block through an atomic pointer, kept alive by
+//! the crate's own epoch (a plain store to the calling thread's own slot on Linux). The rule, the
+//! same for every limiter and for the Redis scripts:
+//!
+//! - **Across a change, no interval admits more than either quota alone would have allowed from
+//!   the state at the change.** The state is read conservatively: the new quota starts with the
+//!   whole admissions the old state had left at the change (fractions dropped), at most its own
+//!   capacity, and refills (or opens windows) by itself from there. A window limiter keeps its
+//!   alignment; a [`Reservation`] made before a change gives nothing back after it.
+//! - **Checks never wait for a change**, but for the few instructions between its sealing the old
+//!   state and publishing the new one; the change returns once no check reads the old quota.
+//!
+//! ```
+//! use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+//! let bucket = TokenBucket::with_clock(Quota::per_second(100)?, ManualClock::new());
+//! let t = Nanos::new(0);
+//! bucket.try_acquire_n_at(95, t)?; // 5 left
+//! bucket.set_quota_at(Quota::per_second(1_000)?, t)?;
+//! assert_eq!(bucket.remaining_at(t), 5); // a bigger quota does not refill at once
+//! assert_eq!(bucket.remaining_at(Nanos::new(10_000_000)), 15); // it refills at its own rate
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Features
 //!
 //! | feature | what it adds |
@@ -134,6 +162,8 @@
 pub mod algorithm;
 pub mod all_of;
 mod cas;
+#[allow(unsafe_code)]
+mod change;
 pub mod clock;
 mod gcra;
 pub mod keyed;

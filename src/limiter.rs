@@ -56,8 +56,9 @@ use std::hash::Hash;
 
 use crossbeam_utils::CachePadded;
 
-use crate::algorithm::sealed::Held;
 use crate::algorithm::Algorithm;
+use crate::cas::Gone;
+use crate::change::Current;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::keyed::{KeyedError, KeyedLimiter};
 use crate::outcome::{AcquireError, Admitted, Denied};
@@ -113,8 +114,8 @@ pub trait Limiter: Send + Sync {
     /// A reading of the limiter's clock, for the `_at` methods.
     fn now(&self) -> Nanos;
 
-    /// The quota enforced.
-    fn quota(&self) -> &Quota;
+    /// The quota enforced now (limiters whose quota can change answer the latest).
+    fn quota(&self) -> Quota;
 
     /// Admits one request now, or says when it could be.
     #[inline]
@@ -375,10 +376,64 @@ pub(crate) use clock_reading_forms;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Direct<A: Algorithm, C = MonotonicClock> {
+    pub(crate) current: Current<Block<A>>,
+    pub(crate) clock: C,
+}
+
+/// What a quota change replaces: a direct limiter's quota, its policy and its state, together
+/// (see `crate::change`).
+pub(crate) struct Block<A: Algorithm> {
     pub(crate) state: CachePadded<A::State>,
     pub(crate) policy: A::Policy,
     pub(crate) quota: Quota,
-    pub(crate) clock: C,
+    /// How many changes came before this block: a reservation made on one block gives nothing
+    /// back to another.
+    pub(crate) generation: u64,
+}
+
+impl<A: Algorithm> fmt::Debug for Block<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct(A::NAME);
+        out.field("quota", &self.quota);
+        A::debug_state(&self.policy, &self.state, &mut out);
+        out.finish_non_exhaustive()
+    }
+}
+
+impl<A: Algorithm, C> Direct<A, C> {
+    /// Runs `decide` on the current block until it answers without meeting a seal: a decision
+    /// that meets one took effect nowhere, and the quota change that sealed it is about to
+    /// publish the next block (see `crate::change`).
+    #[inline]
+    pub(crate) fn decide<R>(&self, mut decide: impl FnMut(&Block<A>) -> Result<R, Gone>) -> R {
+        let first = self.current.read();
+        match decide(&first) {
+            Ok(answer) => answer,
+            Err(Gone) => {
+                drop(first);
+                self.decide_again(decide)
+            }
+        }
+    }
+
+    /// The current block (tests look at its state and policy).
+    #[cfg(all(test, not(tollgate_loom)))]
+    pub(crate) fn block(&self) -> crate::change::Read<'_, Block<A>> {
+        self.current.read()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn decide_again<R>(&self, mut decide: impl FnMut(&Block<A>) -> Result<R, Gone>) -> R {
+        let mut backoff = crate::cas::Backoff::new();
+        loop {
+            backoff.pause();
+            crate::sync::yield_now();
+            if let Ok(answer) = decide(&self.current.read()) {
+                return answer;
+            }
+        }
+    }
 }
 
 impl<A: Algorithm, C: Clock> Direct<A, C> {
@@ -413,11 +468,90 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         A::begin(&mut policy, now);
         let state = A::initial(&policy, &quota, now);
         Direct {
-            state: CachePadded::new(state),
-            policy,
-            quota,
+            current: Current::new(Block {
+                state: CachePadded::new(state),
+                policy,
+                quota,
+                generation: 0,
+            }),
             clock,
         }
+    }
+
+    /// Changes the quota this limiter enforces, from now on, without a pause for the checks
+    /// running meanwhile. What the old quota had left carries over, read conservatively: the
+    /// whole admissions left at the change (fractions dropped), at most the new capacity, and
+    /// from there the new quota alone refills (the crate's one rule, in the crate docs, "Changing
+    /// a quota"). A window limiter keeps its alignment.
+    ///
+    /// Checks never wait for a change, but for the few instructions between its sealing the old
+    /// state and publishing the new one; the change itself returns once no check still reads
+    /// the old quota. Changes of one limiter run one at a time. A [`Reservation`](crate::Reservation)
+    /// made before the change gives nothing back if cancelled after it.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError`], naming the field, when this limiter's algorithm cannot enforce `quota`;
+    /// nothing changes then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// assert!(bucket.try_acquire_n_at(4, Nanos::new(0)).is_ok()); // 6 left
+    /// bucket.set_quota(Quota::per_second(3)?)?;
+    /// assert_eq!(bucket.quota(), Quota::per_second(3)?);
+    /// assert_eq!(bucket.remaining_at(Nanos::new(0)), 3); // at most the new burst
+    /// assert_eq!(bucket.remaining_at(Nanos::new(1_000_000_000)), 3);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
+        self.set_quota_at(quota, self.clock.now())
+    }
+
+    /// [`Direct::set_quota`] as of `now`, a reading of this limiter's clock the caller already
+    /// holds: the old state's admissions are counted at `now`, and the new quota refills from
+    /// there.
+    ///
+    /// # Errors
+    ///
+    /// As [`Direct::set_quota`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::FixedWindow;
+    /// use tollgate::{ManualClock, Nanos, Quota};
+    /// let window = FixedWindow::with_clock(Quota::per_minute(10)?, ManualClock::new())?;
+    /// assert!(window.try_acquire_n_at(8, Nanos::new(0)).is_ok()); // 2 left this minute
+    /// window.set_quota_at(Quota::per_minute(100)?, Nanos::new(0))?;
+    /// assert_eq!(window.remaining_at(Nanos::new(0)), 2); // no more than the old state had left
+    /// assert_eq!(window.remaining_at(Nanos::new(60_000_000_000)), 100); // the next window
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn set_quota_at(&self, quota: Quota, now: Nanos) -> Result<(), QuotaError> {
+        let mut policy = A::policy(&quota)?;
+        A::begin(&mut policy, now);
+        self.current.change(|old| {
+            A::carry(&old.policy, &mut policy);
+            // Built before the seal, so that checks meeting the seal wait for no allocation.
+            let new = Box::new(Block {
+                state: CachePadded::new(A::initial(&policy, &quota, now)),
+                policy,
+                quota,
+                generation: old.generation.wrapping_add(1),
+            });
+            let left = A::seal(&old.policy, &old.state, now);
+            A::refill(
+                &new.policy,
+                &new.state,
+                left.min(A::capacity(&new.policy)),
+                now,
+            );
+            new
+        });
+        Ok(())
     }
 
     /// Admits one request as of `now`, a reading of this limiter's clock the caller already
@@ -435,7 +569,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// ```
     #[inline]
     pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        A::acquire_one(&self.policy, &self.state, now)
+        self.decide(|b| A::acquire_one_live(&b.policy, &b.state, now))
     }
 
     /// Admits `n` requests as of `now`, all or none. `n = 0` is a query that always succeeds.
@@ -456,7 +590,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// ```
     #[inline]
     pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        A::acquire(&self.policy, &self.state, now, n)
+        self.decide(|b| A::acquire_keyed(&b.policy, &b.state, now, n))
     }
 
     /// Would `n` requests be admitted as of `now`? Admits nothing and writes nothing.
@@ -475,7 +609,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        A::peek(&self.policy, Held::Known(&self.state), now, n)
+        self.decide(|b| A::peek_keyed(&b.policy, &b.state, now, n))
     }
 
     /// Whole requests that would be admitted as of `now`.
@@ -490,20 +624,20 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn remaining_at(&self, now: Nanos) -> u64 {
-        A::remaining(&self.policy, Held::Known(&self.state), now)
+        self.decide(|b| A::remaining_keyed(&b.policy, &b.state, now))
     }
 
-    /// The quota this limiter enforces.
+    /// The quota this limiter enforces (the latest [set](Direct::set_quota)).
     ///
     /// # Examples
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(3)?;
-    /// assert_eq!(tollgate::TokenBucket::new(q).quota(), &q);
+    /// assert_eq!(tollgate::TokenBucket::new(q).quota(), q);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.current.read().quota
     }
 
     /// The clock this limiter reads.
@@ -545,17 +679,14 @@ impl<A: Algorithm, C: Clock> Limiter for Direct<A, C> {
         self.clock.now()
     }
 
-    fn quota(&self) -> &Quota {
-        &self.quota
+    fn quota(&self) -> Quota {
+        Direct::quota(self)
     }
 }
 
 impl<A: Algorithm, C> fmt::Debug for Direct<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = f.debug_struct(A::NAME);
-        out.field("quota", &self.quota);
-        A::debug_state(&self.policy, &self.state, &mut out);
-        out.finish_non_exhaustive()
+        self.current.fmt(f)
     }
 }
 
@@ -588,7 +719,7 @@ macro_rules! limiter_through_pointer {
                 (**self).now()
             }
 
-            fn quota(&self) -> &Quota {
+            fn quota(&self) -> Quota {
                 (**self).quota()
             }
         }
@@ -664,8 +795,8 @@ macro_rules! limiter_from_inherent_methods {
                 self.clock().now()
             }
 
-            fn quota(&self) -> &Quota {
-                $($ty)::+::quota(self)
+            fn quota(&self) -> Quota {
+                *$($ty)::+::quota(self)
             }
         }
     };

@@ -412,7 +412,7 @@ impl<L: Limiter> Limiter for Metered<L> {
     }
 
     #[inline]
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.limiter.quota()
     }
 }

@@ -280,6 +280,8 @@ pub(crate) enum Parts {
     Word {
         /// The word the reservation wrote.
         tat: u64,
+        /// The bucket's block it was written in (see `Direct::set_quota`).
+        generation: u64,
     },
     /// From these shards of a sharded bucket.
     Shards(Vec<ShardPart>),

@@ -234,8 +234,10 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn refund_at(&self, n: u64, now: Nanos) {
-        let now = self.policy.time(now);
-        let _ = cas::update(&self.state, |w| self.policy.refund(w, now, n));
+        self.decide(|b| {
+            let now = b.policy.time(now);
+            Ok(cas::update_live(&b.state, |w| b.policy.refund(w, now, n))?.ok())
+        });
     }
 
     /// Reserves `n` tokens now, into debt if they are not there, if they are the caller's within
@@ -294,20 +296,30 @@ impl<C: Clock> TokenBucket<C> {
         now: Nanos,
     ) -> Result<Reservation<'_, TokenBucket<C>>, ReserveError> {
         let max_wait = MaxWaitError::check(max_wait)?;
-        let t = self.policy.time(now);
-        let reservation = |tokens, ready, tat| Reservation {
-            key: (),
-            limiter: self,
-            tokens,
-            now: t.ns,
-            ready,
-            parts: Parts::Word { tat },
-        };
-        if !self.policy.check_n(n)? {
-            return Ok(reservation(0, t.ns, 0));
-        }
-        let reserved = cas::update(&self.state, |w| self.policy.reserve(w, t, n, max_wait))?;
-        Ok(reservation(n, reserved.ready_ns, reserved.tat))
+        self.decide(|b| {
+            let t = b.policy.time(now);
+            let reservation = |tokens, ready, tat| Reservation {
+                key: (),
+                limiter: self,
+                tokens,
+                now: t.ns,
+                ready,
+                parts: Parts::Word {
+                    tat,
+                    generation: b.generation,
+                },
+            };
+            Ok(match b.policy.check_n(n) {
+                Err(e) => Err(e.into()),
+                Ok(false) => Ok(reservation(0, t.ns, 0)),
+                Ok(true) => {
+                    match cas::update_live(&b.state, |w| b.policy.reserve(w, t, n, max_wait))? {
+                        Ok(reserved) => Ok(reservation(n, reserved.ready_ns, reserved.tat)),
+                        Err(denied) => Err(denied.into()),
+                    }
+                }
+            })
+        })
     }
 
     /// Takes as many whole tokens as are there, at most `n` (any `n`: at most the capacity is
@@ -346,15 +358,19 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn take_up_to_at(&self, n: u64, now: Nanos) -> Result<Partial, Denied> {
-        let t = self.policy.time(now);
-        if n == 0 {
-            return Ok(Partial::new(
-                0,
-                self.policy.query(cas::read(&self.state), t),
-            ));
-        }
-        let (taken, admitted) = cas::update(&self.state, |w| self.policy.take_partial(w, t, n))?;
-        Ok(Partial::new(taken, admitted))
+        self.decide(|b| {
+            let t = b.policy.time(now);
+            if n == 0 {
+                return Ok(Ok(Partial::new(
+                    0,
+                    b.policy.query(cas::read_live(&b.state)?, t),
+                )));
+            }
+            Ok(
+                cas::update_live(&b.state, |w| b.policy.take_partial(w, t, n))?
+                    .map(|(taken, admitted)| Partial::new(taken, admitted)),
+            )
+        })
     }
 }
 
@@ -398,18 +414,24 @@ impl<C: Clock> Reservation<'_, TokenBucket<C>> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cancel_at(self, now: Nanos) -> u64 {
-        let Parts::Word { tat } = self.parts else {
+        let Parts::Word { tat, generation } = self.parts else {
             return 0;
         };
         if self.passed(now) {
             return 0;
         }
-        let bucket = self.limiter;
-        let t = bucket.policy.time(now);
-        cas::update(&bucket.state, |w| {
-            bucket.policy.cancel(w, t, self.tokens, tat)
+        self.limiter.decide(|b| {
+            if b.generation != generation {
+                // The quota changed since: the word is another policy's, and what the old one
+                // had left was carried over already.
+                return Ok(0);
+            }
+            let t = b.policy.time(now);
+            Ok(
+                cas::update_live(&b.state, |w| b.policy.cancel(w, t, self.tokens, tat))?
+                    .unwrap_or(0),
+            )
         })
-        .unwrap_or(0)
     }
 }
 
@@ -423,9 +445,9 @@ mod tests {
     fn n_zero_is_a_query_that_writes_nothing() {
         let clock = ManualClock::new();
         let bucket = TokenBucket::with_clock(Quota::per_second(4).unwrap(), clock);
-        let before = cas::read(&bucket.state);
+        let before = cas::read(&bucket.block().state);
         assert_eq!(bucket.try_acquire_n(0).unwrap().remaining(), 4);
-        assert_eq!(cas::read(&bucket.state), before);
+        assert_eq!(cas::read(&bucket.block().state), before);
         bucket.try_acquire_n(4).unwrap();
         // Even an empty bucket answers a zero request.
         assert_eq!(bucket.try_acquire_n(0).unwrap().remaining(), 0);
@@ -461,7 +483,7 @@ mod tests {
                 ) => assert_eq!(d, e),
                 (x, y) => panic!("{n} at {at:?}: {x:?} against {y:?}"),
             }
-            assert_eq!(cas::read(&a.state), cas::read(&b.state));
+            assert_eq!(cas::read(&a.block().state), cas::read(&b.block().state));
         }
     }
 
@@ -470,13 +492,13 @@ mod tests {
         let b = bucket(Quota::per_second(10).unwrap());
         let t = Nanos::new(0);
         b.try_acquire_n_at(10, t).unwrap();
-        let before = cas::read(&b.state);
+        let before = cas::read(&b.block().state);
         let writes = cas::writes::on_this_thread();
         let Err(ReserveError::Denied(d)) = b.reserve_n_at(5, Duration::from_millis(200), t) else {
             panic!("a wait of 500 ms is beyond 200 ms")
         };
         assert_eq!(cas::writes::on_this_thread(), writes);
-        assert_eq!(cas::read(&b.state), before);
+        assert_eq!(cas::read(&b.block().state), before);
         assert_eq!(d.retry_after(), Duration::from_millis(300));
         assert_eq!(d.remaining(), 0);
         assert_eq!(d.reset_after(), Duration::from_secs(1));
@@ -520,7 +542,7 @@ mod tests {
             assert_eq!(burst.delay(), Duration::ZERO);
             let mut reserved = vec![b.reserve_n(1 << 61, MAX_WAIT).unwrap()];
             assert_eq!(reserved[0].delay(), MAX_WAIT);
-            let word = cas::read(&b.state);
+            let word = cas::read(&b.block().state);
             assert!(word < 3 << 62, "{word}");
             assert!(b.try_acquire_n(1 << 62).is_err());
             assert!(b.take_up_to(u64::MAX).is_err());

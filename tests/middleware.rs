@@ -751,7 +751,7 @@ impl tollgate::middleware::Backend<()> for Later {
         }))
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         tollgate::Limiter::quota(&*self.0)
     }
 }
@@ -1038,12 +1038,12 @@ impl tollgate::middleware::Backend<()> for NoTiers {
         tollgate::middleware::Decision::Ready(verdict)
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         tollgate::Limiter::quota(&self.0)
     }
 
-    fn tiers(&self) -> &[Quota] {
-        &[]
+    fn tiers(&self) -> Vec<Quota> {
+        Vec::new()
     }
 
     fn tier_of_key(&self, _key: &()) -> usize {

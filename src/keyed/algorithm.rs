@@ -388,6 +388,37 @@ impl<A: Algorithm> Contract for Tiered<A> {
         f.field("tier", &tier);
         A::debug_state(p, &state.state, f);
     }
+
+    /// The largest tier's: a direct tiered limiter (one tier) has one.
+    fn capacity(policy: &Self::Policy) -> u64 {
+        policy.0.iter().map(A::capacity).max().unwrap_or(0)
+    }
+
+    #[inline]
+    fn acquire_one_live(
+        policy: &Self::Policy,
+        state: &Self::State,
+        now: Nanos,
+    ) -> Result<Result<Admitted, Denied>, Gone> {
+        let (p, state) = Self::held(policy, state);
+        A::acquire_one_live(p, state, now)
+    }
+
+    fn seal(policy: &Self::Policy, state: &Self::State, now: Nanos) -> u64 {
+        let (p, state) = Self::held(policy, state);
+        A::seal(p, state, now)
+    }
+
+    fn refill(policy: &Self::Policy, state: &Self::State, available: u64, now: Nanos) {
+        let (p, inner) = Self::held(policy, state);
+        A::refill(p, inner, available.min(A::capacity(p)), now);
+    }
+
+    fn carry(old: &Self::Policy, new: &mut Self::Policy) {
+        for (old, new) in old.0.iter().zip(new.0.iter_mut()) {
+            A::carry(old, new);
+        }
+    }
 }
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {

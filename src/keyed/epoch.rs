@@ -593,6 +593,29 @@ pub(crate) mod thread_index {
     fn register_at_fork() {}
 }
 
+/// The calling loom thread's index, for a pin under loom (indices counted per model run).
+#[cfg(tollgate_loom)]
+pub(crate) fn loom_index() -> usize {
+    use std::cell::Cell;
+    loom::thread_local! {
+        static INDEX: Cell<usize> = Cell::new(usize::MAX);
+    }
+    // Loom's lazy static is made anew for each execution, so a loom thread gets the same
+    // index in every execution of a model (a process-wide counter would give it another,
+    // and loom, replaying recorded loads by position, would explore impossible executions).
+    loom::lazy_static! {
+        static ref NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    }
+    INDEX.with(|index| {
+        if index.get() == usize::MAX {
+            // A fresh index per loom thread, counted per execution (see `NEXT`).
+            let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            index.set(next % MAX_THREADS);
+        }
+        index.get()
+    })
+}
+
 /// A domain and its readers, for the loom models of the epoch (`loom-tests/tests/epoch.rs`).
 #[cfg(tollgate_loom)]
 #[derive(Debug, Default)]

@@ -209,7 +209,7 @@
 
 mod algorithm;
 #[allow(unsafe_code)]
-mod epoch;
+pub(crate) mod epoch;
 mod error;
 mod evict;
 #[cfg(fuzzing)]

@@ -390,7 +390,14 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
         };
         if !self.policy.check_n(n)? {
             // A query: an empty reservation, ready at once, whatever the key holds.
-            return Ok(reservation(0, reading, Parts::Word { tat: 0 }));
+            return Ok(reservation(
+                0,
+                reading,
+                Parts::Word {
+                    tat: 0,
+                    generation: 0,
+                },
+            ));
         }
         let taken = self
             .request_key(&Reserve { max_wait_ns }, key, n, now)
@@ -399,7 +406,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
         let parts = if taken.overflow {
             Parts::Overflow { tat }
         } else {
-            Parts::Word { tat }
+            Parts::Word { tat, generation: 0 }
         };
         Ok(reservation(n, taken.reserved.ready_ns, parts))
     }
@@ -541,7 +548,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Reservation<'_, KeyedLimiter<K, TokenBucket
                 .unwrap_or(0),
                 None => 0,
             },
-            Parts::Word { tat } => limiter.on_held_key(&self.key, now, |state, t| {
+            Parts::Word { tat, .. } => limiter.on_held_key(&self.key, now, |state, t| {
                 cas::update_live(state, |w| policy.cancel(w, t, self.tokens, tat))
             }),
             Parts::Shards(_) => 0,

@@ -962,28 +962,10 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         self.domain.pin()
     }
 
-    /// Enters this table's epoch as loom's thread (indices counted per model run).
+    /// Enters this table's epoch as loom's thread (see `epoch::loom_index`).
     #[cfg(tollgate_loom)]
     fn pin(&self) -> Option<super::epoch::Pin<'_>> {
-        use std::cell::Cell;
-        loom::thread_local! {
-            static INDEX: Cell<usize> = Cell::new(usize::MAX);
-        }
-        // Loom's lazy static is made anew for each execution, so a loom thread gets the same
-        // index in every execution of a model (a process-wide counter would give it another,
-        // and loom, replaying recorded loads by position, would explore impossible executions).
-        loom::lazy_static! {
-            static ref NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        }
-        let index = INDEX.with(|index| {
-            if index.get() == usize::MAX {
-                // A fresh index per loom thread, counted per execution (see `NEXT`).
-                let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                index.set(next % super::epoch::MAX_THREADS);
-            }
-            index.get()
-        });
-        self.domain.pin_as(index)
+        self.domain.pin_as(super::epoch::loom_index())
     }
 
     /// The lookup under the shard lock, for a thread that cannot enter the epoch.

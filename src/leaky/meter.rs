@@ -339,9 +339,11 @@ impl<C: Clock> LeakyMeter<C> {
     /// ```
     #[inline]
     pub fn try_schedule_at(&self, now: Nanos) -> Result<Scheduled, Denied> {
-        let now = self.policy.time(now);
         // The capacity is at least 1, so one place is always a valid request.
-        cas::update(&self.state, |w| schedule(&self.policy, w, now, 1))
+        self.decide(|b| {
+            let now = b.policy.time(now);
+            cas::update_live(&b.state, |w| schedule(&b.policy, w, now, 1))
+        })
     }
 
     /// Takes `n` consecutive places now, all or none; the request leaves after the delay and holds
@@ -391,13 +393,15 @@ impl<C: Clock> LeakyMeter<C> {
     /// ```
     #[inline]
     pub fn try_schedule_n_at(&self, n: u64, now: Nanos) -> Result<Scheduled, AcquireError> {
-        let now = self.policy.time(now);
-        if self.policy.check_n(n)? {
-            cas::update(&self.state, |w| schedule(&self.policy, w, now, n))
-                .map_err(AcquireError::Denied)
-        } else {
-            Ok(query_schedule(&self.policy, cas::read(&self.state), now))
-        }
+        self.decide(|b| {
+            let now = b.policy.time(now);
+            Ok(match b.policy.check_n(n) {
+                Err(e) => Err(e.into()),
+                Ok(true) => cas::update_live(&b.state, |w| schedule(&b.policy, w, now, n))?
+                    .map_err(AcquireError::Denied),
+                Ok(false) => Ok(query_schedule(&b.policy, cas::read_live(&b.state)?, now)),
+            })
+        })
     }
 
     /// `try_schedule_n_at`, refused (writing nothing) when the place would leave more than
@@ -409,16 +413,18 @@ impl<C: Clock> LeakyMeter<C> {
         max: std::time::Duration,
         now: Nanos,
     ) -> Result<Scheduled, AcquireError> {
-        let max = self.policy.whole_units(Nanos::from(max));
-        let now = self.policy.time(now);
-        if self.policy.check_n(n)? {
-            cas::update(&self.state, |w| {
-                schedule_within(&self.policy, w, now, n, max)
+        self.decide(|b| {
+            let max = b.policy.whole_units(Nanos::from(max));
+            let now = b.policy.time(now);
+            Ok(match b.policy.check_n(n) {
+                Err(e) => Err(e.into()),
+                Ok(true) => {
+                    cas::update_live(&b.state, |w| schedule_within(&b.policy, w, now, n, max))?
+                        .map_err(AcquireError::Denied)
+                }
+                Ok(false) => Ok(query_schedule(&b.policy, cas::read_live(&b.state)?, now)),
             })
-            .map_err(AcquireError::Denied)
-        } else {
-            Ok(query_schedule(&self.policy, cas::read(&self.state), now))
-        }
+        })
     }
 
     /// Would `n` places be scheduled now, and with what delay? Takes nothing and writes nothing.
@@ -458,15 +464,18 @@ impl<C: Clock> LeakyMeter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn peek_schedule_n_at(&self, n: u64, now: Nanos) -> Result<Scheduled, AcquireError> {
-        let now = self.policy.time(now);
-        let word = cas::read(&self.state);
-        if !self.policy.check_n(n)? {
-            return Ok(query_schedule(&self.policy, word, now));
-        }
-        match schedule(&self.policy, word, now, n) {
-            Step::Write(_, scheduled) | Step::Keep(scheduled) => Ok(scheduled),
-            Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
-        }
+        self.decide(|b| {
+            let now = b.policy.time(now);
+            let word = cas::read_live(&b.state)?;
+            Ok(match b.policy.check_n(n) {
+                Err(e) => Err(e.into()),
+                Ok(false) => Ok(query_schedule(&b.policy, word, now)),
+                Ok(true) => match schedule(&b.policy, word, now, n) {
+                    Step::Write(_, scheduled) | Step::Keep(scheduled) => Ok(scheduled),
+                    Step::Refuse(denied) => Err(AcquireError::Denied(denied)),
+                },
+            })
+        })
     }
 }
 

@@ -5,7 +5,7 @@
 use std::error::Error;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::all_of::{AllOf, GiveBack, KeyedGiveBack};
 use crate::keyed::{KeyedError, TooManyKeys};
@@ -120,8 +120,8 @@ pub enum Decision<F> {
 ///         self.seen.fetch_add(1, Ordering::Relaxed);
 ///         Decision::Ready(Ok(self.bucket.try_acquire_n(0).expect("a query always succeeds")))
 ///     }
-///     fn quota(&self) -> &Quota {
-///         &self.quota
+///     fn quota(&self) -> Quota {
+///         self.quota
 ///     }
 /// }
 /// let quota = Quota::per_second(1)?;
@@ -138,7 +138,7 @@ pub trait Backend<K>: Send + Sync + 'static {
     fn decide(&self, key: &K, cost: u64) -> Decision<Self::Future>;
 
     /// The quota enforced, for the `RateLimit-Policy` field (the first tier's, when tiered).
-    fn quota(&self) -> &Quota;
+    fn quota(&self) -> Quota;
 
     /// Admits `cost` units for `key`, possibly after a wait of at most `max_delay`
     /// ([`Decision::Delayed`]), or says why not; what the layer asks under
@@ -158,8 +158,8 @@ pub trait Backend<K>: Send + Sync + 'static {
     }
 
     /// The quota of each tier, for a backend whose quota is chosen per key: one policy each.
-    fn tiers(&self) -> &[Quota] {
-        std::slice::from_ref(self.quota())
+    fn tiers(&self) -> Vec<Quota> {
+        vec![self.quota()]
     }
 
     /// The index in [`Backend::tiers`] of the tier that limits `key` (asked only when there is
@@ -227,8 +227,6 @@ pub trait Backend<K>: Send + Sync + 'static {
 #[derive(Debug)]
 pub struct KeyedAllOf<L> {
     all: AllOf<L>,
-    /// Every limit's quota, read once (the first time the key type is known).
-    quotas: OnceLock<Box<[Quota]>>,
 }
 
 impl<L> KeyedAllOf<L> {
@@ -238,10 +236,7 @@ impl<L> KeyedAllOf<L> {
     ///
     /// See [`KeyedAllOf`].
     pub fn new(all: AllOf<L>) -> KeyedAllOf<L> {
-        KeyedAllOf {
-            all,
-            quotas: OnceLock::new(),
-        }
+        KeyedAllOf { all }
     }
 
     /// The limits.
@@ -278,18 +273,16 @@ where
         (Some(at), Decision::Ready(answer.map_err(Refusal::from)))
     }
 
-    fn quota(&self) -> &Quota {
-        KeyedLimit::<K>::quota(&self.all)
+    fn quota(&self) -> Quota {
+        *KeyedLimit::<K>::quota(&self.all)
     }
 
-    fn tiers(&self) -> &[Quota] {
-        self.quotas.get_or_init(|| {
-            self.all
-                .limits()
-                .iter()
-                .map(|l| *KeyedLimit::<K>::quota(l))
-                .collect()
-        })
+    fn tiers(&self) -> Vec<Quota> {
+        self.all
+            .limits()
+            .iter()
+            .map(|l| *KeyedLimit::<K>::quota(l))
+            .collect()
     }
 
     fn all_apply(&self) -> bool {
@@ -320,7 +313,6 @@ where
 #[derive(Debug)]
 pub struct GlobalAllOf<L> {
     all: AllOf<L>,
-    quotas: Box<[Quota]>,
 }
 
 impl<L: GiveBack> GlobalAllOf<L> {
@@ -330,8 +322,7 @@ impl<L: GiveBack> GlobalAllOf<L> {
     ///
     /// See [`GlobalAllOf`].
     pub fn new(all: AllOf<L>) -> GlobalAllOf<L> {
-        let quotas = all.quotas().into_boxed_slice();
-        GlobalAllOf { all, quotas }
+        GlobalAllOf { all }
     }
 
     /// The limits.
@@ -365,12 +356,12 @@ where
         (Some(at), Decision::Ready(answer.map_err(Refusal::from)))
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.all.quota()
     }
 
-    fn tiers(&self) -> &[Quota] {
-        &self.quotas
+    fn tiers(&self) -> Vec<Quota> {
+        self.all.quotas()
     }
 
     fn all_apply(&self) -> bool {
@@ -439,12 +430,12 @@ where
         Decision::Ready(self.0.check_key_n(key, cost).map_err(Refusal::from))
     }
 
-    fn quota(&self) -> &Quota {
-        self.0.quota()
+    fn quota(&self) -> Quota {
+        *self.0.quota()
     }
 
-    fn tiers(&self) -> &[Quota] {
-        self.0.tiers()
+    fn tiers(&self) -> Vec<Quota> {
+        self.0.tiers().to_vec()
     }
 
     fn tier_of_key(&self, key: &K) -> usize {
@@ -506,7 +497,7 @@ where
         Decision::Ready(self.0.try_acquire_n(cost).map_err(Refusal::from))
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.0.quota()
     }
 }
@@ -570,7 +561,7 @@ where
         }
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         Limiter::quota(&self.0)
     }
 }
@@ -596,8 +587,8 @@ where
         }
     }
 
-    fn quota(&self) -> &Quota {
-        self.0.quota()
+    fn quota(&self) -> Quota {
+        *self.0.quota()
     }
 }
 
@@ -734,8 +725,8 @@ mod redis {
             }))
         }
 
-        fn quota(&self) -> &Quota {
-            self.0.quota()
+        fn quota(&self) -> Quota {
+            *self.0.quota()
         }
     }
 }

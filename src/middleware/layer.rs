@@ -1166,10 +1166,10 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
     /// See [`LimitLayer`].
     pub fn build(self) -> Result<LimitLayer<B, X, D>, LayerError> {
         // A backend answering no tiers (a user's `Backend` may) has its one quota.
-        let tiers = match self.backend.tiers() {
-            [] => std::slice::from_ref(self.backend.quota()),
-            tiers => tiers,
-        };
+        let mut tiers = self.backend.tiers();
+        if tiers.is_empty() {
+            tiers.push(self.backend.quota());
+        }
         let names = match self.options.tier_names {
             Some(names) if names.len() != tiers.len() => {
                 return Err(LayerError::TierNames {

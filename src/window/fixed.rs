@@ -218,6 +218,21 @@ impl OneWord for FixedWindowAlgorithm {
         policy.limit
     }
 
+    fn available_word(policy: &Policy, available: u64, now: Nanos) -> u64 {
+        // `now`'s window with all but `available` counted; the next window opens in full.
+        let index = policy.grid.locate(now).0;
+        Word::new(
+            index,
+            policy.limit - available.min(policy.limit),
+            policy.count_bits,
+        )
+        .0
+    }
+
+    fn carry(old: &Policy, new: &mut Policy) {
+        new.grid = new.grid.realigned(old.grid);
+    }
+
     fn initial_word(_: &Policy, _: &Quota, _: Nanos) -> u64 {
         // Window 0, nothing counted: a window limiter starts with its whole count (validation
         // makes the quota's initial fill equal to it).
@@ -346,10 +361,10 @@ impl<C: Clock> FixedWindow<C> {
     /// ```
     pub fn aligned(self, alignment: Alignment) -> FixedWindow<C> {
         let now = self.clock.now();
-        FixedWindow {
-            policy: self.policy.aligned(alignment, now),
-            ..self
-        }
+        let mut window = self;
+        let block = window.current.get_mut();
+        block.policy = block.policy.aligned(alignment, now);
+        window
     }
 }
 
@@ -455,7 +470,11 @@ mod tests {
                         // The window it was counted in ends `reset_after` from the reading (a
                         // reading older than the word's window counts there).
                         let end = now.saturating_add(ok.reset_after());
-                        let (index, _) = limiter.policy.grid.locate(Nanos::new(end.as_u64() - 1));
+                        let (index, _) = limiter
+                            .block()
+                            .policy
+                            .grid
+                            .locate(Nanos::new(end.as_u64() - 1));
                         *windows.entry(index).or_default() += 1;
                     }
                 }

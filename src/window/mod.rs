@@ -177,6 +177,9 @@ pub enum Alignment {
 pub(crate) struct Grid {
     length: u64,
     shift: u64,
+    /// A reading at which a window starts (what `aligned` was asked for, resolved to a reading):
+    /// kept so that windows of another length, after a quota change, start there too.
+    origin: i128,
 }
 
 impl Grid {
@@ -185,13 +188,32 @@ impl Grid {
         Grid {
             length: length.clamp(1, MAX_WINDOW_NANOS),
             shift: 0,
+            origin: 0,
+        }
+    }
+
+    /// These windows' length with `other`'s alignment: windows start at the reading `other`'s
+    /// were aligned to (for a quota change, which keeps the limiter's alignment).
+    pub(crate) fn realigned(self, other: Grid) -> Grid {
+        self.starting_at(other.origin)
+    }
+
+    /// Windows of this length, one of which starts at the reading `start`.
+    fn starting_at(self, start: i128) -> Grid {
+        let length = i128::from(self.length);
+        // index = (reading + shift) / length steps up at every reading ≡ start (mod length).
+        let shift = (-start).rem_euclid(length);
+        Grid {
+            length: self.length,
+            // 0 <= shift < length <= 2^62.
+            shift: u64::try_from(shift).unwrap_or(0),
+            origin: start,
         }
     }
 
     /// The same windows moved to `alignment`; `now` is the limiter's clock reading, needed to
     /// relate it to the wall clock.
     pub(crate) fn aligned(self, alignment: Alignment, now: Nanos) -> Grid {
-        let length = i128::from(self.length);
         // The reading at which a window must start.
         let start: i128 = match alignment {
             Alignment::Epoch => 0,
@@ -206,13 +228,7 @@ impl Grid {
                 i128::from(now.as_u64()) - unix
             }
         };
-        // index = (reading + shift) / length steps up at every reading ≡ start (mod length).
-        let shift = (-start).rem_euclid(length);
-        Grid {
-            length: self.length,
-            // 0 <= shift < length <= 2^62.
-            shift: u64::try_from(shift).unwrap_or(0),
-        }
+        self.starting_at(start)
     }
 
     /// The index of the window holding `now`, and the nanoseconds of that window already elapsed

@@ -659,6 +659,18 @@ impl OneWord for SlidingWindowCounterAlgorithm {
         policy.limit
     }
 
+    fn available_word(policy: &Policy, available: u64, m: Moment) -> u64 {
+        // `m`'s window with all but `available` counted, and nothing in the one before: the
+        // estimate at `m` leaves exactly `available`, and the next window weighs this one's count
+        // by the part of it still covered.
+        let index = policy.read(Nanos::new(m.ns)).index;
+        policy.pack(index, 0, policy.limit - available.min(policy.limit))
+    }
+
+    fn carry(old: &Policy, new: &mut Policy) {
+        new.grid = new.grid.realigned(old.grid);
+    }
+
     fn initial_word(_: &Policy, _: &Quota, _: Moment) -> u64 {
         // Window 0, both counts 0 (validation makes the quota's initial fill its count).
         0
@@ -807,7 +819,9 @@ impl<C: Clock> SlidingWindowCounter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn aligned(mut self, alignment: Alignment) -> SlidingWindowCounter<C> {
-        self.policy.grid = self.policy.grid.aligned(alignment, self.clock.now());
+        let now = self.clock.now();
+        let block = self.current.get_mut();
+        block.policy.grid = block.policy.grid.aligned(alignment, now);
         self
     }
 }
@@ -1056,10 +1070,10 @@ pub(crate) mod tests {
             SlidingWindowCounter::with_clock(Quota::per_second(2).unwrap(), ManualClock::new())
                 .unwrap();
         one.try_acquire_n_at(2, Nanos::new(0)).unwrap();
-        let before = cas::read(&one.state);
+        let before = cas::read(&one.block().state);
         let _ = one.try_acquire_at(Nanos::new(1));
         let _ = one.peek_n_at(1, Nanos::new(3 * SEC));
         let _ = one.try_acquire_n_at(0, Nanos::new(3 * SEC));
-        assert_eq!(cas::read(&one.state), before);
+        assert_eq!(cas::read(&one.block().state), before);
     }
 }

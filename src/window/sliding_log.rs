@@ -938,6 +938,51 @@ impl Log {
             .map(Grant::admitted))
     }
 
+    /// Seals the log for a quota change: marks [`GONE`](cas::GONE) the slot of its head, where
+    /// the next claim would have to write (a group in progress is finished first), so that no
+    /// claim can succeed any more; answers the admissions it had left at `now` then (0 if it
+    /// was sealed already). Claims may run concurrently.
+    pub(crate) fn seal(&self, policy: &Policy, now: u64) -> u64 {
+        let mut backoff = Backoff::new();
+        loop {
+            // A view for a claim of nothing: it finishes a group in progress and helps the head
+            // along, so that slot `s % N` holds the entry of position `s - N`.
+            let Ok(View { s, word, verdict }) = self.view(policy, now, 0, true, true, &mut backoff)
+            else {
+                return 0;
+            };
+            // Release: as `cas::mark_gone`'s. Failure is Relaxed: a claim took position `s`, and
+            // the log is looked at again. Success leaves positions below `s` as the view read
+            // them (only claims of `s` or later write their slots), so its verdict is final.
+            if cas::compare_exchange(
+                self.slot(s),
+                word.0,
+                cas::GONE,
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+            {
+                // A request for nothing is always admitted; were it refused, nothing is left.
+                return verdict.map_or(0, |grant| grant.level);
+            }
+            backoff.pause();
+        }
+    }
+
+    /// Fills a direct limiter's empty log, not yet shared, with `N - available` entries at `now`
+    /// (positions `0..N - available`), so that `available` admissions are left there and the
+    /// rest return a window later.
+    pub(crate) fn refill(&self, policy: &Policy, available: u64, now: u64) {
+        let count = self.len();
+        let used = policy.count.min(count) - available.min(policy.count).min(count);
+        for p in 0..used {
+            // Relaxed: the log is not shared yet; publishing it (Release) publishes these.
+            cas::store(self.slot(p), Entry::new(p, count, now).0, Ordering::Relaxed);
+        }
+        cas::store(&self.words[HEAD], used, Ordering::Relaxed);
+    }
+
     /// The timestamps of the entries in the ring, oldest first: the last `min(N, head)` admissions.
     /// For tests; racing claims may make it inconsistent.
     #[cfg(all(test, not(tollgate_loom)))]
@@ -1105,6 +1150,27 @@ impl Contract for SlidingWindowLogAlgorithm {
 
     fn debug_state(_: &Policy, log: &Log, f: &mut fmt::DebugStruct<'_, '_>) {
         f.field("head", &log.head());
+    }
+
+    fn capacity(policy: &Policy) -> u64 {
+        policy.count
+    }
+
+    #[inline]
+    fn acquire_one_live(
+        policy: &Policy,
+        log: &Log,
+        now: Nanos,
+    ) -> Result<Result<Admitted, Denied>, Gone> {
+        log.acquire(policy, now.clamped(), 1)
+    }
+
+    fn seal(policy: &Policy, log: &Log, now: Nanos) -> u64 {
+        log.seal(policy, now.clamped())
+    }
+
+    fn refill(policy: &Policy, log: &Log, available: u64, now: Nanos) {
+        log.refill(policy, available, now.clamped());
     }
 }
 
@@ -1285,13 +1351,13 @@ mod tests {
             let log =
                 SlidingWindowLog::with_clock(Quota::per_hour(count).unwrap(), ManualClock::new())
                     .unwrap();
-            assert_eq!(log.state.len(), count);
+            assert_eq!(log.block().state.len(), count);
             // The head, the group word and the padding, then the ring.
             assert_eq!(
-                std::mem::size_of_val(&*log.state.words),
+                std::mem::size_of_val(&*log.block().state.words),
                 8 * (DIRECT_FIRST + count as usize)
             );
-            let keyed = Log::fresh(&log.policy, Nanos::new(u64::MAX));
+            let keyed = Log::fresh(&log.block().policy, Nanos::new(u64::MAX));
             assert_eq!(keyed.len(), count);
             assert_eq!(
                 std::mem::size_of_val(&*keyed.words),
@@ -1311,16 +1377,16 @@ mod tests {
         for t in [0, 10, 20, 100, 115] {
             assert!(log.try_acquire_at(Nanos::new(t)).is_ok(), "{t}");
         }
-        assert_eq!(log.state.entries(), vec![20, 100, 115]);
-        assert_eq!(log.state.head(), 5);
+        assert_eq!(log.block().state.entries(), vec![20, 100, 115]);
+        assert_eq!(log.block().state.head(), 5);
         // A backwards reading records the newest time, not the reading.
         assert!(log.try_acquire_at(Nanos::new(5)).is_err());
         assert!(log.try_acquire_at(Nanos::new(120)).is_ok());
         assert!(log.try_acquire_n_at(2, Nanos::new(0)).is_err());
         assert!(log.try_acquire_at(Nanos::new(0)).is_err());
-        assert_eq!(log.state.entries(), vec![100, 115, 120]);
+        assert_eq!(log.block().state.entries(), vec![100, 115, 120]);
         assert!(log.try_acquire_n_at(2, Nanos::new(216)).is_ok());
-        assert_eq!(log.state.entries(), vec![120, 216, 216]);
+        assert_eq!(log.block().state.entries(), vec![120, 216, 216]);
     }
 
     #[test]
@@ -1328,7 +1394,7 @@ mod tests {
         let log = SlidingWindowLog::with_clock(Quota::per_second(2).unwrap(), ManualClock::new())
             .unwrap();
         log.try_acquire_n(2).unwrap();
-        let before = (log.state.head(), log.state.entries());
+        let before = (log.block().state.head(), log.block().state.entries());
         for _ in 0..10 {
             assert!(log.try_acquire().is_err());
             assert!(log.peek_n(1).is_err());
@@ -1337,7 +1403,10 @@ mod tests {
             assert_eq!(log.try_acquire_n(0).unwrap().remaining(), 0);
             assert_eq!(log.remaining(), 0);
         }
-        assert_eq!((log.state.head(), log.state.entries()), before);
+        assert_eq!(
+            (log.block().state.head(), log.block().state.entries()),
+            before
+        );
     }
 
     /// Checks a whole log rebuilt from every thread's claims: each position claimed exactly once,
@@ -1399,7 +1468,7 @@ mod tests {
             .flat_map(|h| h.join().unwrap())
             .collect();
         assert!(all.len() as u64 > count, "the run admitted almost nothing");
-        assert_eq!(all.len() as u64, log.state.head());
+        assert_eq!(all.len() as u64, log.block().state.head());
         check_full_log(all, count, window);
     }
 
@@ -1439,7 +1508,7 @@ mod tests {
                 admitted,
                 "positions claimed vs admissions reported"
             );
-            assert_eq!(all.len() as u64, log.state.head());
+            assert_eq!(all.len() as u64, log.block().state.head());
             check_full_log(all, count, window);
             lost
         });

@@ -7,6 +7,7 @@
 
 pub mod all_of;
 pub mod bucket;
+pub mod change;
 pub mod counter;
 pub mod keyed;
 pub mod keyed_pair;

@@ -251,10 +251,18 @@ fn compare_pair<T: PartialEq + std::fmt::Debug>(
     keeping: &T,
     no_looser: impl Fn(&T, &T) -> bool,
 ) {
-    if *diverged || evicting == keeping {
+    if *diverged {
         return;
     }
     let before_floor = now.min(MAX_USABLE_NS) < reference.floor;
+    if evicting == keeping {
+        // A write at a reading before the floor may move the two states apart behind equal
+        // answers (the evicting limiter's key is fresh as of the floor, the keeping one's from
+        // earlier, and an answer rounds to whole tokens): from there on they are compared with
+        // their models only. Found by the proptest (its regression file holds the case).
+        *diverged |= before_floor;
+        return;
+    }
     assert!(before_floor, "{evicting:?} vs {keeping:?}: {ctx}");
     assert!(
         no_looser(evicting, keeping),
@@ -334,13 +342,10 @@ pub fn run(quota: Quota, policy: RefPolicy, start: u64, ops: &[KeyedOp]) -> u64 
                 assert_eq!(a, want, "evicting: {}", ctx);
                 let want = ref_keeping.expect(key, call, now);
                 assert_eq!(b, want, "keeping: {}", ctx);
-                if !diverged && a != b {
-                    // Only a reading before the floor may differ, and only towards refusing.
-                    let before_floor = now.min(MAX_USABLE_NS) < ref_evicting.floor;
-                    assert!(before_floor, "{a:?} vs {b:?}: {}", ctx);
-                    assert!(no_looser(call, &a, &b), "{a:?} vs {b:?}: {}", ctx);
-                    diverged = true;
-                }
+                // Only a reading before the floor may differ, and only towards refusing.
+                compare_pair(&mut diverged, &ref_evicting, now, &ctx, &a, &b, |a, b| {
+                    no_looser(call, a, b)
+                });
             }
             KeyedOp::Reserve { key, n, wait } => {
                 let n = n.resolve(capacity);

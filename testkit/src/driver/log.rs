@@ -95,7 +95,7 @@ pub fn check_spec(
         spec.expected(),
     ) {
         (Ok(log), Ok((count, window))) => {
-            assert_eq!(log.quota(), &quota);
+            assert_eq!(log.quota(), quota);
             Some((log, clock, RefLog::new(count, window)))
         }
         (Err(err), Err(field)) => {
