@@ -407,15 +407,16 @@ fn manual_clock_advance_racing_advance_loses_no_step() {
 /// the one a reservation queued behind its debt depends on), and the word accounts for every
 /// token: the debt left is what was taken less what came back.
 ///
-/// The summaries are `(tokens the cancel gave back, whether the acquisition was admitted)`. The
-/// race also allows `(2, false)` (the acquisition refused between the reservation and its cancel,
-/// the second reservation after the cancel), which loom does not run: the refusal is a plain load
-/// made before the cancel's load-then-write, the pattern its partial-order reduction skips (see
-/// `check_reaches`).
+/// The summaries are `(tokens the cancel gave back, whether the acquisition was admitted)`. All
+/// four arise: `(2, false)` is the acquisition refused between the reservation and its cancel,
+/// the second reservation after the cancel. Until the bucket's state moved behind the quota
+/// pointer (`set_quota`) loom did not run that one: the refusal was a plain load made before the
+/// cancel's load-then-write, the pattern its partial-order reduction skips (see `check_reaches`);
+/// the epoch's stores around each decision now order them.
 #[test]
 fn reservation_and_cancel_racing_an_acquisition_and_a_reservation_keep_the_limit() {
     const WAIT: Duration = Duration::from_secs(2);
-    check_reaches(&[(1, false), (1, true), (2, true)], || {
+    check_reaches(&[(1, false), (1, true), (2, false), (2, true)], || {
         let bucket = bucket(two_per_second());
 
         let other = {
