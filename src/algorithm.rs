@@ -538,24 +538,29 @@ impl<T: OneWord> Contract for T {
         T::capacity(policy)
     }
 
-    #[inline]
+    #[inline(always)]
     fn acquire_one_live(
         policy: &Self::Policy,
         state: &AtomicU64,
         now: Nanos,
     ) -> Result<Result<Admitted, Denied>, Gone> {
-        // As `admitted_or_described`, on a word that may be sealed.
-        let decided = cas::update_live(state, move |word| {
+        // As `admitted_or_described`, on a word that may be sealed: the mark is refused as
+        // itself (no decision ever writes it), one layer of answer fewer than `update_live`'s.
+        let decided = cas::update(state, move |word| {
+            if word == cas::GONE {
+                return Step::Refuse(cas::GONE);
+            }
             match T::admit(policy, word, T::time(policy, now), 1) {
                 Step::Write(new, admitted) => Step::Write(new, admitted),
                 Step::Keep(admitted) => Step::Keep(admitted),
                 Step::Refuse(()) => Step::Refuse(word),
             }
-        })?;
-        Ok(match decided {
-            Ok(admitted) => Ok(admitted),
-            Err(word) => T::outcome(policy, word, T::time(policy, now), 1),
-        })
+        });
+        match decided {
+            Ok(admitted) => Ok(Ok(admitted)),
+            Err(cas::GONE) => Err(Gone::seen()),
+            Err(word) => Ok(T::outcome(policy, word, T::time(policy, now), 1)),
+        }
     }
 
     fn seal(policy: &Self::Policy, state: &AtomicU64, now: Nanos) -> u64 {

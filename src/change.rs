@@ -66,8 +66,22 @@ unsafe impl<T: Send + Sync> Sync for Current<T> {}
 /// as long as those take.
 #[cfg(not(tollgate_loom))]
 fn domain() -> &'static Domain {
-    static DOMAIN: std::sync::OnceLock<Domain> = std::sync::OnceLock::new();
-    DOMAIN.get_or_init(Domain::new)
+    crate::keyed::epoch::global()
+}
+
+/// A block read by a check's fast path ([`Current::pinned`]): valid while this lives.
+pub(crate) struct Pinned<'a, T> {
+    value: &'a T,
+    _pin: Pin<'a>,
+}
+
+impl<T> std::ops::Deref for Pinned<'_, T> {
+    type Target = T;
+
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        self.value
+    }
 }
 
 /// A block read by a check: valid while this lives.
@@ -105,15 +119,32 @@ impl<T> Current<T> {
     }
 
     #[cfg(not(tollgate_loom))]
-    #[inline]
+    #[inline(always)]
     fn pin(&self) -> Option<Pin<'_>> {
-        self.domain().pin()
+        crate::keyed::epoch::pin_global()
     }
 
     #[cfg(tollgate_loom)]
     #[inline]
     fn pin(&self) -> Option<Pin<'_>> {
         self.domain().pin_as(crate::keyed::epoch::loom_index())
+    }
+
+    /// The current block, pinned, for one check's fast path: `None` when the thread has no
+    /// epoch slot (then [`Current::read`]). No closure and no lock guard: a check written over it
+    /// (the direct limiters' `on_block!`) stays one straight function that the compiler inlines
+    /// into its caller, which then builds only what it reads of the outcome (callgrind,
+    /// `benches/instructions.sh`; the figures are in `benches/README.md`).
+    #[inline(always)]
+    pub(crate) fn pinned(&self) -> Option<Pinned<'_, T>> {
+        let pin = self.pin()?;
+        // Acquire: as in `read`.
+        let ptr = self.ptr.load(Ordering::Acquire);
+        Some(Pinned {
+            // SAFETY: as in `read`: pinned, so the block outlives the guard.
+            value: unsafe { &*ptr },
+            _pin: pin,
+        })
     }
 
     /// The current block, for one check.
@@ -136,8 +167,10 @@ impl<T> Current<T> {
         }
     }
 
+    /// [`Current::read`] under the change mutex, for a thread with no epoch slot.
     #[cold]
-    fn read_locked(&self) -> Read<'_, T> {
+    #[inline(never)]
+    pub(crate) fn read_locked(&self) -> Read<'_, T> {
         let guard = lock(&self.changes);
         // Acquire: as in `read` (the lock orders it too).
         let ptr = self.ptr.load(Ordering::Acquire);
@@ -185,6 +218,21 @@ impl<T> Current<T> {
         let ptr = self.ptr.load(Ordering::Relaxed);
         // SAFETY: `&mut self`: no reader, and the block is live until replaced or dropped.
         unsafe { &mut *ptr }
+    }
+}
+
+/// Waits a little for a change that sealed the block a check decided on to publish the next
+/// one: spins, then yields. Out of line: only a check that raced a change gets here.
+#[cold]
+#[inline(never)]
+pub(crate) fn changing(attempt: &mut u32) {
+    *attempt += 1;
+    if *attempt < 8 {
+        for _ in 0..(1u32 << *attempt) {
+            crate::sync::spin_loop();
+        }
+    } else {
+        yield_now();
     }
 }
 

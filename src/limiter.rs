@@ -346,6 +346,36 @@ macro_rules! clock_reading_forms {
 
 pub(crate) use clock_reading_forms;
 
+/// `$body` (a `Result<_, Gone>`) on a direct limiter's current block, named `$b`, until it answers
+/// without meeting a seal (see `Direct::decide`). A macro rather than a closure on the fast path:
+/// the check stays one straight function for the compiler to inline (see
+/// `crate::change::Current::pinned`); the body is repeated in the cold retry.
+macro_rules! on_block {
+    ($limiter:expr, $b:ident => $body:expr) => {{
+        let limiter = $limiter;
+        let mut attempt = 0u32;
+        loop {
+            // Every answer leaves the loop from here, in registers: a merge with the answer of
+            // an out-of-line call would make the compiler build the whole outcome in memory.
+            match limiter.current.pinned() {
+                Some($b) => {
+                    if let Ok(answer) = $body {
+                        break answer;
+                    }
+                }
+                None => {
+                    let $b = limiter.current.read_locked();
+                    if let Ok(answer) = $body {
+                        break answer;
+                    }
+                }
+            }
+            // A seal met: the change publishes the next block in a few instructions.
+            $crate::change::changing(&mut attempt);
+        }
+    }};
+}
+
 /// One limit: an [`Algorithm`]'s state beside a [`Clock`], lock-free.
 ///
 /// The direct limiters are aliases of this type: [`TokenBucket`](crate::TokenBucket),
@@ -406,33 +436,13 @@ impl<A: Algorithm, C> Direct<A, C> {
     /// publish the next block (see `crate::change`).
     #[inline]
     pub(crate) fn decide<R>(&self, mut decide: impl FnMut(&Block<A>) -> Result<R, Gone>) -> R {
-        let first = self.current.read();
-        match decide(&first) {
-            Ok(answer) => answer,
-            Err(Gone) => {
-                drop(first);
-                self.decide_again(decide)
-            }
-        }
+        on_block!(self, b => decide(&b))
     }
 
     /// The current block (tests look at its state and policy).
     #[cfg(all(test, not(tollgate_loom)))]
     pub(crate) fn block(&self) -> crate::change::Read<'_, Block<A>> {
         self.current.read()
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn decide_again<R>(&self, mut decide: impl FnMut(&Block<A>) -> Result<R, Gone>) -> R {
-        let mut backoff = crate::cas::Backoff::new();
-        loop {
-            backoff.pause();
-            crate::sync::yield_now();
-            if let Ok(answer) = decide(&self.current.read()) {
-                return answer;
-            }
-        }
     }
 }
 
@@ -567,9 +577,9 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// assert!(bucket.try_acquire_at(Nanos::new(1_000_000_000)).is_ok());
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        self.decide(|b| A::acquire_one_live(&b.policy, &b.state, now))
+        on_block!(self, b => A::acquire_one_live(&b.policy, &b.state, now))
     }
 
     /// Admits `n` requests as of `now`, all or none. `n = 0` is a query that always succeeds.
@@ -590,7 +600,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// ```
     #[inline]
     pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        self.decide(|b| A::acquire_keyed(&b.policy, &b.state, now, n))
+        on_block!(self, b => A::acquire_keyed(&b.policy, &b.state, now, n))
     }
 
     /// Would `n` requests be admitted as of `now`? Admits nothing and writes nothing.

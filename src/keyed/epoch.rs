@@ -187,7 +187,12 @@ impl Domain {
     /// then reads under its lock).
     #[inline]
     pub(crate) fn pin_as(&self, index: usize) -> Option<Pin<'_>> {
-        let slot = self.slot(index)?;
+        Some(self.enter(self.slot(index)?))
+    }
+
+    /// Enters through `slot`, this domain's slot of the calling thread's index.
+    #[inline(always)]
+    fn enter<'a>(&'a self, slot: &'a AtomicU64) -> Pin<'a> {
         // Relaxed: only this thread writes its slot (a signal handler on this thread included),
         // so it reads its own latest store.
         if slot.load(Ordering::Relaxed) != 0 {
@@ -195,10 +200,10 @@ impl Domain {
             // reader's loads after the outer's store, which a handler may have interrupted
             // between its store and its fence.
             light_barrier(self.fast);
-            return Some(Pin {
+            return Pin {
                 slot: None,
                 _not_send: std::marker::PhantomData,
-            });
+            };
         }
         // Acquire: pairs with `retire`'s AcqRel, so that a reader that reads the new epoch also
         // sees what was unlinked before it.
@@ -207,10 +212,10 @@ impl Domain {
         // store is ordered before the reader's loads of table pointers (see the module docs).
         slot.store(epoch, Ordering::Relaxed);
         light_barrier(self.fast);
-        Some(Pin {
+        Pin {
             slot: Some(slot),
             _not_send: std::marker::PhantomData,
-        })
+        }
     }
 
     /// Enters as the calling thread's reader: `None` when the thread has no index (its
@@ -465,6 +470,42 @@ mod membarrier {
     }
 }
 
+/// The domain the direct limiters' quota pointers share (`crate::change`): one for the process,
+/// never dropped, so a thread's slot in it can be kept in a thread-local and a pin costs one
+/// thread-local read besides the enter.
+#[cfg(not(tollgate_loom))]
+pub(crate) fn global() -> &'static Domain {
+    static GLOBAL: std::sync::OnceLock<Domain> = std::sync::OnceLock::new();
+    GLOBAL.get_or_init(Domain::new)
+}
+
+/// Enters [`global`] as the calling thread's reader: `None` when the thread has no index (its
+/// thread-locals are being destroyed, or [`MAX_THREADS`] threads hold one).
+#[cfg(not(tollgate_loom))]
+#[inline(always)]
+pub(crate) fn pin_global() -> Option<Pin<'static>> {
+    let (domain, slot) = match thread_index::GLOBAL_SLOT.try_with(std::cell::Cell::get) {
+        Ok(Some(cached)) => cached,
+        _ => global_slot()?,
+    };
+    Some(domain.enter(slot))
+}
+
+/// The calling thread's slot in [`global`], cached in the thread-local that the thread's index
+/// clears when it is given back (so a slot is never used by two threads).
+#[cfg(not(tollgate_loom))]
+#[cold]
+#[inline(never)]
+fn global_slot() -> Option<(&'static Domain, &'static AtomicU64)> {
+    let index = thread_index::current()?;
+    let domain = global();
+    let slot = domain.slot(index)?;
+    thread_index::GLOBAL_SLOT
+        .try_with(|cached| cached.set(Some((domain, slot))))
+        .ok()?;
+    Some((domain, slot))
+}
+
 /// Process-wide thread indices: small integers, one per thread that reads a table, given back
 /// when the thread exits, so that a domain's slots stay as few as the threads reading at once.
 #[cfg(not(tollgate_loom))]
@@ -492,12 +533,19 @@ pub(crate) mod thread_index {
         static INDEX: Cell<usize> = const { Cell::new(NONE) };
         /// Gives the index back when the thread exits.
         static HOLDER: Holder = const { Holder };
+        /// The thread's slot in the global domain (`super::pin_global`), while it holds its
+        /// index: cleared before the index is given back.
+        pub(crate) static GLOBAL_SLOT: Cell<Option<(&'static super::Domain, &'static AtomicU64)>> =
+            const { Cell::new(None) };
     }
 
     struct Holder;
 
     impl Drop for Holder {
         fn drop(&mut self) {
+            // The cached slot first: a pin made after this (from another thread-local's
+            // destructor) finds no slot and no index, and reads under the lock.
+            let _ = GLOBAL_SLOT.try_with(|cached| cached.set(None));
             let _ = INDEX.try_with(|index| {
                 let i = index.replace(EXITED);
                 if i < MAX_THREADS {
