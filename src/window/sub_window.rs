@@ -514,11 +514,11 @@ impl<C: Clock> SubWindowCounter<C> {
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(3)?;
-    /// assert_eq!(tollgate::window::SubWindowCounter::new(q, 4)?.quota(), &q);
+    /// assert_eq!(tollgate::window::SubWindowCounter::new(q, 4)?.quota(), q);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.quota
     }
 
     /// The clock this counter reads.
