@@ -1,5 +1,6 @@
 -- The GCRA, shared by the token bucket and the leaky meter (src/gcra.rs is the in-process twin).
--- The algorithm's own file comes first and sets KIND ('bucket' or 'meter').
+-- The algorithm's own file comes first and sets KIND ('bucket' or 'meter'); a main file follows
+-- (gcra_one.lua: one key; gcra_all.lua: several limits on one key, all or none).
 --
 -- State: one string "base gap interval capacity tick", written by an admission. The theoretical
 -- arrival time tat (the instant the bucket is full again, the meter's queue empty) is `gap` ticks
@@ -10,14 +11,15 @@
 -- reading below 2^53 us. interval (I, in ticks) and capacity (C, in tokens) are the quota the
 -- state was written under.
 --
--- ARGV: mode, n, interval, capacity, tick, client time (tests only; '' for the server's TIME).
--- Modes: take (bucket), peek (bucket, writes nothing), lease (bucket: up to n whole tokens, after
--- giving back ARGV[7] unspent ones), strict (meter: admit only on an empty queue), speek (strict,
--- writes nothing), schedule (meter: a place in the queue). n = 0 is a query (writes nothing).
+-- gcra(key, mode, n, interval, capacity, tick, now, x1) decides one key and returns its
+-- reply and the write it asks for (nil for none: a denial, a peek, a query), as
+-- {base, gap, ttl_ms}; the main file makes the writes. Modes: take (bucket), peek (bucket,
+-- writes nothing), lease (bucket: up to n whole tokens, after giving back x1 unspent ones),
+-- strict (meter: admit only on an empty queue), speek (strict, writes nothing), schedule (meter:
+-- a place in the queue). n = 0 is a query (writes nothing).
 -- Reply: {admitted 1 | denied 0, now_us, level, unit, reset, wait, backlog, next}, spans in
--- ticks; a lease answers the tokens it took in place of the backlog. next: the ticks until the
--- whole tokens (free places) reported grow by one if nothing else is taken, 0 when all are
--- there.
+-- ticks; a lease answers the tokens it took in place of the backlog. next: the ticks until the whole tokens (free places) reported grow by one if
+-- nothing else is taken, 0 when all are there.
 --
 -- The client keeps every burst window B = C x I at or below MAXD = 2^52 ticks, so a gap that
 -- conforms (d + cost <= B) is below 2^53. The span d until tat is exact up to 2^53 ticks (a
@@ -27,8 +29,7 @@
 
 local MAXD = 4503599627370496
 
-local mode = ARGV[1]
-local n, interval, capacity, tick = whole(ARGV[2]), whole(ARGV[3]), whole(ARGV[4]), whole(ARGV[5])
+local function gcra(key, mode, n, interval, capacity, tick, now, x1)
 local known
 if KIND == 'bucket' then
   known = mode == 'take' or mode == 'peek' or mode == 'lease'
@@ -40,7 +41,6 @@ if not known or not n or not interval or not capacity or not tick or interval < 
     or capacity * interval > MAXD then
   return bad('arguments')
 end
-local now = reading(6)
 if not now then return bad('reading') end
 local burst = capacity * interval
 
@@ -72,7 +72,7 @@ end
 local d = 0
 local base, off
 local old_d, old_interval, old_capacity, old_burst, old_tick
-local raw = redis.call('GET', KEYS[1])
+local raw = redis.call('GET', key)
 if raw then
   local a, b, c, e, f = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
   if not a then return foreign() end
@@ -132,19 +132,18 @@ local function next_of(lvl, dd, old)
   return math.max(w, 1)
 end
 
--- Writes tat = now + gap ticks, expiring when the state reads as fresh (tat), rounded up to the
--- millisecond: a key that expired early would hand out a second burst. A state given back to
--- full is still written (full as of now, as in process: a reading before now sees it short).
+-- The write of tat = now + gap ticks, expiring when the state reads as fresh (tat), rounded up
+-- to the millisecond: a key that expired early would hand out a second burst. A state given back
+-- to full is still written (full as of now, as in process: a reading before now sees it short).
 local function write(gap)
-  set_expiring(string.format('%d %d %d %d %d', now, gap, interval, capacity, tick),
-    div_up(gap, 1000000 / tick))
+  return { now, gap, div_up(gap, 1000000 / tick) }
 end
 
 if mode == 'lease' then
   -- Gives back `back` unspent tokens as TokenBucket::refund does (tat moves back by that many
   -- intervals, never before now; only under the quota the state was written with), then takes
   -- as many whole tokens as are there, up to n (n = 0: only gives back).
-  local back = whole(ARGV[7])
+  local back = whole(x1)
   if not back or back > capacity then return bad('arguments') end
   local moved = false
   if back > 0 and conv > 0 and not old_d then
@@ -164,12 +163,11 @@ if mode == 'lease' then
       end
       -- tat = b + o ticks, b after now (tat is more than 2^52 ticks after now): the TTL is the
       -- time until then, rounded up to the millisecond.
-      set_expiring(string.format('%d %d %d %d %d', b, o, interval, capacity, tick),
-        ms_in(b - now, 0, o, tick))
+      local w = { b, o, ms_in(b - now, 0, o, tick) }
       d = until_tat(b, o, tick, tick)
-      if n == 0 then return { 1, now, 0, interval, d, 0, 0, next_of(0, d, false) } end
-      local w = math.max(d - (burst - interval), 1)
-      return { 0, now, 0, interval, d, w, 0, next_of(0, d, false) }
+      if n == 0 then return { 1, now, 0, interval, d, 0, 0, next_of(0, d, false) }, w end
+      local wt = math.max(d - (burst - interval), 1)
+      return { 0, now, 0, interval, d, wt, 0, next_of(0, d, false) }, w
     end
     conv = math.max(conv - back * interval, 0)
     d = conv
@@ -178,17 +176,18 @@ if mode == 'lease' then
   local k = 0
   if conv <= burst then k = math.min(n, div(burst - conv, interval)) end
   local gap = conv + k * interval
-  if k > 0 or moved then write(gap) end
+  local w = nil
+  if k > 0 or moved then w = write(gap) end
   if k > 0 or n == 0 then
     -- Taken (or only given back: a lease of nothing).
     local left = math.max(burst - gap, 0)
     local next = next_of(left, d, true)
     if k > 0 or moved then next = next_of(left, gap, false) end
-    return { 1, now, left, interval, gap, 0, k, next }
+    return { 1, now, left, interval, gap, 0, k, next }, w
   end
   -- Nothing to take: the wait for one token.
   local wait = math.max(d - (burst - interval), old_wait(1), 1)
-  return { 0, now, level, interval, d, wait, 0, next_of(level, d, true) }
+  return { 0, now, level, interval, d, wait, 0, next_of(level, d, true) }, w
 end
 
 if n == 0 then
@@ -212,6 +211,10 @@ end
 
 -- Admitted: tat becomes now + gap (the converted span plus the cost).
 local gap = conv + cost
-if mode == 'take' or mode == 'strict' or mode == 'schedule' then write(gap) end
+local w = nil
+if mode == 'take' or mode == 'strict' or mode == 'schedule' then
+  w = write(gap)
+end
 -- The state written (or, for a peek, that would be) is under this call's quota alone.
-return { 1, now, burst - gap, interval, gap, conv, gap, next_of(burst - gap, gap, false) }
+return { 1, now, burst - gap, interval, gap, conv, gap, next_of(burst - gap, gap, false) }, w
+end

@@ -149,6 +149,7 @@
 //! credits). The scripts are not replicated either: the first call after a failover reloads
 //! the script, once.
 
+mod all_of;
 mod error;
 mod failure;
 mod keys;
@@ -157,6 +158,7 @@ mod limiter;
 mod reply;
 mod script;
 
+pub use all_of::{AllOfFailurePolicy, RedisAllOf, RedisAllOfBuilder, MAX_LIMITS};
 pub use error::{BuildError, RedisError, Unavailable, UnavailableKind};
 pub use failure::{FailurePolicy, Stats};
 pub use keys::{KeyTooLong, MAX_KEY_LEN, MAX_PREFIX_LEN};
@@ -165,9 +167,9 @@ pub use limiter::{
     Lease, RedisLimiter, RedisLimiterBuilder, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOL_DOWN,
     DEFAULT_TIMEOUT, MAX_WAIT,
 };
-#[doc(hidden)]
-pub use script::script_source;
 pub use script::RedisAlgorithm;
+#[doc(hidden)]
+pub use script::{all_of_script_source, script_source};
 
 /// The `redis` client crate this backend is built on (1.x, from 1.2.4, with its `tokio-comp`,
 /// `connection-manager`, `cluster-async` and `script` features on), re-exported so that the
