@@ -3045,3 +3045,284 @@ fn several_limits_work_on_the_cluster() {
         }
     });
 }
+
+// --- reservations --------------------------------------------------------------------------------
+
+/// An operation on a reservation sequence.
+#[derive(Debug, Clone, Copy)]
+enum ResOp {
+    /// The clock steps forwards.
+    Forward(u64),
+    /// Reserve `n`, waiting at most `max_wait_ms`.
+    Reserve(u64, u64),
+    /// Take `n`.
+    Take(u64),
+    /// Cancel the reservation made `back` reservations ago (if it is still held).
+    Cancel(usize),
+}
+
+fn res_ops() -> impl Strategy<Value = Vec<ResOp>> {
+    proptest::collection::vec(
+        prop_oneof![
+            2 => prop_oneof![Just(0u64), 0u64..500_000, 0u64..10_000_000].prop_map(ResOp::Forward),
+            4 => (0u64..=6, prop_oneof![Just(0u64), 0u64..3_000, Just(60_000)])
+                .prop_map(|(n, w)| ResOp::Reserve(n, w)),
+            2 => (0u64..=3).prop_map(ResOp::Take),
+            2 => (0usize..3).prop_map(ResOp::Cancel),
+        ],
+        1..40,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A reservation in Redis answers as the in-process keyed one at the same readings: the
+    /// tokens, the delay, the instant they are ready, the denial beyond `max_wait` (its
+    /// `retry_after` the wait until the same reservation fits), admissions behind the debt, and
+    /// what a cancel gives back.
+    #[test]
+    fn a_reservation_answers_as_the_in_process_one(
+        quotas in small_quotas(),
+        ops in res_ops(),
+    ) {
+        let Some(url) = var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+        let rt = runtime();
+        let conn = rt.block_on(manager(&url));
+        let quota = quotas[0];
+        let clock = ManualClock::new();
+        let redis = on_clock::<TokenBucketKeys>(&conn, quota, &clock);
+        let local: KeyedLimiter<u64, TokenBucketKeys, ManualClock> =
+            KeyedLimiter::with_clock(quota, ManualClock::new());
+        let base = today_us(1);
+        let mut t: u64 = 1 << 30;
+        let mut held = Vec::new();
+        for (i, &op) in ops.iter().enumerate() {
+            clock.set(Nanos::new((base + t) * 1000));
+            let now = Nanos::new(t * 1000);
+            match op {
+                ResOp::Forward(us) => t += us,
+                ResOp::Reserve(n, ms) => {
+                    let wait = Duration::from_millis(ms);
+                    let expected = local.reserve_key_n_at(&7, n, wait, now);
+                    let got = rt.block_on(redis.reserve_key_n("k", n, wait));
+                    match (got, expected) {
+                        (Ok(g), Ok(e)) => {
+                            prop_assert_eq!(
+                                (g.tokens(), g.delay(), g.ready_at().as_u64() - base * 1000),
+                                (e.tokens(), e.delay(), e.ready_at().as_u64()),
+                                "op {} ({:?})", i, op
+                            );
+                            held.push((g, e));
+                        }
+                        (Err(RedisError::Denied(g)), Err(tollgate::ReserveError::Denied(e))) => {
+                            prop_assert_eq!(denied(g), denied(e), "op {} ({:?})", i, op);
+                        }
+                        (Err(RedisError::InsufficientCapacity(_)), Err(tollgate::ReserveError::InsufficientCapacity(_))) => {}
+                        (g, e) => prop_assert!(false, "op {} ({:?}): {:?} against {:?}", i, op, g, e),
+                    }
+                }
+                ResOp::Take(n) => {
+                    let expected = from_keyed(local.check_key_n_at(&7, n, now));
+                    let got = from_redis(rt.block_on(redis.check_key_n("k", n)), admitted);
+                    prop_assert_eq!(got, expected, "op {} ({:?})", i, op);
+                }
+                ResOp::Cancel(back) => {
+                    if back < held.len() {
+                        let (g, e) = held.remove(held.len() - 1 - back);
+                        let expected = e.cancel_at(now);
+                        let got = rt.block_on(g.cancel()).unwrap();
+                        prop_assert_eq!(got, expected, "op {} ({:?})", i, op);
+                    }
+                }
+            }
+        }
+        clock.set(Nanos::new((base + t) * 1000));
+        let q = from_redis(rt.block_on(redis.peek_key_n("k", 0)), admitted);
+        prop_assert_eq!(q, from_keyed(local.peek_key_n_at(&7, 0, Nanos::new(t * 1000))));
+    }
+}
+
+#[test]
+fn a_cancel_never_gives_back_more_than_was_taken() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let conn = manager(&url).await;
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(10).unwrap().with_capacity(4).unwrap();
+        let limiter = on_clock::<TokenBucketKeys>(&conn, quota, &clock);
+        let t0 = today_us(1);
+        let at = |us: u64| clock.set(Nanos::new((t0 + us) * 1000));
+        at(0);
+        let sec = Duration::from_secs(1);
+        // Bad input first, with no round trip.
+        assert!(matches!(
+            limiter.reserve_key_n("k", 5, sec).await,
+            Err(RedisError::InsufficientCapacity(_))
+        ));
+        assert!(matches!(
+            limiter.reserve_key_n("k", 1, Duration::MAX).await,
+            Err(RedisError::MaxWait(_))
+        ));
+        assert_eq!(limiter.stats().round_trips, 0);
+        // A query reserves nothing, and its cancel gives nothing back.
+        let q = limiter.reserve_key_n("k", 0, sec).await.unwrap();
+        assert_eq!((q.tokens(), q.delay()), (0, Duration::ZERO));
+        assert_eq!(q.cancel().await.unwrap(), 0);
+        // The burst at once, then 3 into debt (ready after 300 ms), then 1 behind them (400 ms).
+        let now = limiter.reserve_key_n("k", 4, Duration::ZERO).await.unwrap();
+        assert_eq!(now.delay(), Duration::ZERO);
+        let first = limiter.reserve_key_n("k", 3, sec).await.unwrap();
+        assert_eq!(first.delay(), Duration::from_millis(300));
+        assert_eq!(first.ready_at(), Nanos::new((t0 * 1000) + 300_000_000));
+        let second = limiter.reserve_key_n("k", 1, sec).await.unwrap();
+        assert_eq!(second.delay(), Duration::from_millis(400));
+        // Beyond the longest wait: the wait until the same reservation fits.
+        assert_denied_for(
+            limiter
+                .reserve_key_n("k", 4, Duration::from_millis(500))
+                .await,
+            Duration::from_millis(300),
+            "beyond max_wait",
+        );
+        // The first gives back its 3 less the 1 reserved after it.
+        assert_eq!(first.cancel().await.unwrap(), 2);
+        // The 2 given back are there again: the bucket's debt now ends at 200 ms, not 400 ms.
+        at(199_999);
+        denial(limiter.check_key("k").await, "before the debt is paid");
+        // Its time has passed: nothing goes back.
+        at(400_001);
+        assert_eq!(second.cancel().await.unwrap(), 0);
+        // Under another quota, the state is not the reservation's: nothing goes back.
+        let later = limiter.reserve_key_n("k", 4, sec).await.unwrap();
+        assert!(later.delay() > Duration::ZERO);
+        let other =
+            RedisLimiter::<TokenBucketKeys>::builder(conn.clone(), Quota::per_second(20).unwrap())
+                .prefix(
+                    String::from_utf8(limiter.key_name("").unwrap())
+                        .unwrap()
+                        .split(':')
+                        .next()
+                        .unwrap(),
+                )
+                .client_clock(clock.clone())
+                .build(FailurePolicy::Closed)
+                .unwrap();
+        assert_eq!(other.key_name("k").unwrap(), limiter.key_name("k").unwrap());
+        other.check_key_n("k", 0).await.unwrap();
+        // (a query writes nothing: the state is still the first quota's)
+        let again = limiter.reserve_key_n("k", 1, sec).await.unwrap();
+        // An admission under the other quota converts the state to it.
+        at(2_000_000);
+        other.check_key("k").await.unwrap();
+        assert_eq!(again.cancel().await.unwrap(), 0);
+        assert_eq!(later.cancel().await.unwrap(), 0);
+    });
+}
+
+/// 8 tasks on 2 connections reserve 1 or 2 at a time, waiting up to a second, against 20 a second
+/// with a burst of 5: counted by the instants the tokens are ready (on the server's clock), no
+/// span from the start holds more than `C + R x t`, and the debt is never more than a second.
+#[test]
+fn reservations_from_many_tasks_never_exceed_the_limit() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let conns = [manager(&url).await, manager(&url).await];
+        let quota = Quota::per_second(20).unwrap().with_capacity(5).unwrap();
+        let prefix = fresh_prefix("reserve-tasks");
+        let limiters: Vec<Arc<RedisLimiter>> = conns
+            .iter()
+            .map(|c| Arc::new(closed::<TokenBucketKeys>(c.clone(), quota, &prefix)))
+            .collect();
+        let mut probe = conns[0].clone();
+        let start_ns = server_micros(&mut probe).await * 1000;
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let limiter = limiters[i % 2].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ready = Vec::new();
+                for j in 0..10u64 {
+                    let n = 1 + (i as u64 + j) % 2;
+                    match limiter
+                        .reserve_key_n("hot", n, Duration::from_secs(1))
+                        .await
+                    {
+                        Ok(r) => {
+                            assert!(r.delay() <= Duration::from_secs(1), "{r:?}");
+                            ready.push((r.ready_at().as_u64(), r.tokens()));
+                        }
+                        Err(RedisError::Denied(d)) => assert!(d.retry_after() > Duration::ZERO),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                ready
+            }));
+        }
+        let mut ready = Vec::new();
+        for t in tasks {
+            ready.extend(t.await.unwrap());
+        }
+        ready.sort_unstable();
+        let total: u64 = ready.iter().map(|r| r.1).sum();
+        assert!(total >= 5 + 20, "only {total} reserved");
+        let mut sum = 0;
+        for (at, tokens) in &ready {
+            sum += tokens;
+            // Tokens ready by `at`: at most C + R x (at - start), with R = 1 per 50 ms.
+            let bound = 5 + (at.saturating_sub(start_ns)) / 50_000_000;
+            assert!(
+                sum <= bound,
+                "{sum} ready by {} ns > {bound}",
+                at - start_ns
+            );
+        }
+    });
+}
+
+#[test]
+fn reservations_fail_as_their_policy_says() {
+    let rt = runtime();
+    rt.block_on(async {
+        let limiter = |failure| {
+            let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+            let conn = client
+                .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+                .unwrap();
+            RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(4).unwrap())
+                .timeout(Duration::from_millis(200))
+                .build(failure)
+                .unwrap()
+        };
+        let sec = Duration::from_secs(1);
+        let closed = limiter(FailurePolicy::Closed);
+        assert!(matches!(
+            closed.reserve_key_n("k", 2, sec).await,
+            Err(RedisError::Unavailable(_))
+        ));
+        let open = limiter(FailurePolicy::Open);
+        let r = open.reserve_key_n("k", 4, sec).await.unwrap();
+        assert_eq!((r.tokens(), r.delay()), (4, Duration::ZERO));
+        assert_eq!(r.cancel().await.unwrap(), 0);
+        assert_eq!(open.stats().open_admissions, 1);
+        let local = limiter(FailurePolicy::Local(KeyedLimiter::new(
+            Quota::per_second(2).unwrap(),
+        )));
+        let now = local.reserve_key_n("k", 2, sec).await.unwrap();
+        assert_eq!(now.delay(), Duration::ZERO);
+        let later = local.reserve_key_n("k", 1, sec).await.unwrap();
+        // Into the local debt (the 200 ms timeout before it has refilled some of it).
+        assert!(
+            later.delay() > Duration::ZERO && later.delay() <= Duration::from_millis(500),
+            "{later:?}"
+        );
+        assert!(matches!(
+            local.reserve_key_n("k", 2, sec).await,
+            Err(RedisError::Denied(_))
+        ));
+        assert_eq!(later.cancel().await.unwrap(), 1);
+        assert_eq!(local.stats().local_decisions, 3);
+        drop(now);
+    });
+}

@@ -7,18 +7,24 @@
 -- of `tick` nanoseconds (1 or 1000) after `base`, the admission's reading in Unix microseconds
 -- (or, after tokens given back at a reading more than 2^52 ticks before tat, an earlier base of
 -- the same state: see the lease).
--- gap is at most the burst window (at most 2^52 ticks), so no sum here passes 2^53 for any
--- reading below 2^53 us. interval (I, in ticks) and capacity (C, in tokens) are the quota the
--- state was written under.
+-- gap is at most 2^52 ticks: the burst window (at most 2^52 ticks) for an admission, and at most
+-- MAXD for a reservation into debt, which the script grants only while the gap it writes stays
+-- within it. So no sum here passes 2^53 for any reading below 2^53 us. interval (I, in ticks) and
+-- capacity (C, in tokens) are the quota the state was written under.
 --
--- gcra(key, mode, n, interval, capacity, tick, now, x1) decides one key and returns its
+-- gcra(key, mode, n, interval, capacity, tick, now, x1, x2, x3) decides one key and returns its
 -- reply and the write it asks for (nil for none: a denial, a peek, a query), as
 -- {base, gap, ttl_ms}; the main file makes the writes. Modes: take (bucket), peek (bucket,
 -- writes nothing), lease (bucket: up to n whole tokens, after giving back x1 unspent ones),
--- strict (meter: admit only on an empty queue), speek (strict, writes nothing), schedule (meter:
--- a place in the queue). n = 0 is a query (writes nothing).
+-- reserve (bucket: n tokens now, into debt when the wait for them is at most x1 ticks), cancel
+-- (bucket: gives back up to n tokens of the reservation that wrote the gap x2 at the reading x1
+-- and is ready x3 ticks after it, less those taken after it), strict (meter: admit only on an
+-- empty queue), speek (strict, writes nothing), schedule (meter: a place in the queue). n = 0 is
+-- a query (writes nothing).
 -- Reply: {admitted 1 | denied 0, now_us, level, unit, reset, wait, backlog, next}, spans in
--- ticks; a lease answers the tokens it took in place of the backlog. next: the ticks until the whole tokens (free places) reported grow by one if
+-- ticks; a lease answers the tokens it took in place of the backlog, a reservation the ticks
+-- until its tokens are there in place of the wait, a cancel the tokens it gave back in place of
+-- the backlog. next: the ticks until the whole tokens (free places) reported grow by one if
 -- nothing else is taken, 0 when all are there.
 --
 -- The client keeps every burst window B = C x I at or below MAXD = 2^52 ticks, so a gap that
@@ -29,10 +35,11 @@
 
 local MAXD = 4503599627370496
 
-local function gcra(key, mode, n, interval, capacity, tick, now, x1)
+local function gcra(key, mode, n, interval, capacity, tick, now, x1, x2, x3)
 local known
 if KIND == 'bucket' then
-  known = mode == 'take' or mode == 'peek' or mode == 'lease'
+  known = mode == 'take' or mode == 'peek' or mode == 'lease' or mode == 'reserve'
+    or mode == 'cancel'
 else
   known = mode == 'strict' or mode == 'speek' or mode == 'schedule'
 end
@@ -190,6 +197,47 @@ if mode == 'lease' then
   return { 0, now, level, interval, d, wait, 0, next_of(level, d, true) }, w
 end
 
+if mode == 'cancel' then
+  -- Gives back the reservation's n tokens less those taken after it (ceil((tat - its tat) / I),
+  -- never negative), as many as fit below the capacity (the last may only part fit), as
+  -- Reservation::cancel_at does; nothing when its time has passed (a reading after its ready
+  -- instant), when the state is not under this call's quota (another quota's tokens are not
+  -- this reservation's), when no state is there (it expired: the bucket is full), or when a
+  -- reading far from the reservation's leaves a span this script cannot count exactly. Only ever
+  -- less than in process, never more.
+  local rbase, rgap, rwait = whole(x1), whole(x2), whole(x3)
+  if not rbase or not rgap or not rwait or rbase >= LIMIT or rgap > MAXD or rwait > MAXD then
+    return bad('arguments')
+  end
+  local per_us = 1000 / tick
+  local k = 0
+  -- Passed: (now - rbase) us is more than rwait ticks.
+  local passed = now > rbase and now - rbase > div(rwait, per_us)
+  if n > 0 and raw and not old_d and not passed and d < LIMIT and d > 0 then
+    local rd = until_tat(rbase, rgap, tick, tick)
+    if rd < LIMIT then
+      local after = 0
+      if d > rd then after = div_up(d - rd, interval) end
+      if after < n then
+        k = math.min(n - after, div_up(d, interval))
+      end
+    end
+  end
+  local w = nil
+  local gap = d
+  if k > 0 then
+    gap = math.max(d - k * interval, 0)
+    if gap > MAXD then
+      -- tat more than 2^52 ticks ahead (a clock stepped back): no state may hold that gap.
+      k, gap = 0, d
+    else
+      w = write(gap)
+    end
+  end
+  local left = math.max(burst - gap, 0)
+  return { 1, now, left, interval, gap, 0, k, next_of(left, gap, k == 0) }, w
+end
+
 if n == 0 then
   -- A query: what is there (for the meter: the queue, and the delay a request would get).
   return { 1, now, level, interval, conv, conv, conv, next_of(level, d, true) }
@@ -205,6 +253,24 @@ else
   -- under both quotas.
   wait = math.max(d - (burst - cost), old_wait(n), 0)
 end
+if wait > 0 and mode == 'reserve' then
+  -- Into debt: the tokens are taken now and are the caller's once the wait for them has
+  -- passed, when that is at most the caller's max wait (x1 ticks) and the gap written stays
+  -- within 2^52 ticks (the most a state holds: see above). The wait is also at least the time
+  -- until the converted state reaches the burst line, so that the new quota holds as well.
+  local max_wait = whole(x1)
+  if not max_wait then return bad('arguments') end
+  local gap = conv + cost
+  if gap - burst > wait then wait = gap - burst end
+  -- The longest wait that keeps the gap within MAXD: wait - (gap - MAXD) when the gap is over.
+  local limit = max_wait
+  if gap > MAXD and wait - (gap - MAXD) < limit then limit = wait - (gap - MAXD) end
+  if wait <= limit then
+    return { 1, now, 0, interval, gap, wait, gap, next_of(0, gap, false) }, write(gap)
+  end
+  -- Not within reach: the wait until the same reservation would be granted.
+  return { 0, now, level, interval, d, wait - limit, d, next_of(level, d, true) }
+end
 if wait > 0 then
   return { 0, now, level, interval, d, wait, d, next_of(level, d, true) }
 end
@@ -212,9 +278,12 @@ end
 -- Admitted: tat becomes now + gap (the converted span plus the cost).
 local gap = conv + cost
 local w = nil
-if mode == 'take' or mode == 'strict' or mode == 'schedule' then
+if mode == 'take' or mode == 'strict' or mode == 'schedule' or mode == 'reserve' then
   w = write(gap)
 end
--- The state written (or, for a peek, that would be) is under this call's quota alone.
-return { 1, now, burst - gap, interval, gap, conv, gap, next_of(burst - gap, gap, false) }, w
+-- The state written (or, for a peek, that would be) is under this call's quota alone. A
+-- reservation whose tokens are there answers a wait of 0 (the schedule's delay field).
+local shown = conv
+if mode == 'reserve' then shown = 0 end
+return { 1, now, burst - gap, interval, gap, shown, gap, next_of(burst - gap, gap, false) }, w
 end

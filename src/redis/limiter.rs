@@ -671,6 +671,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let _ = (policy, unavailable);
     }
 
+    /// What answers when Redis cannot decide.
+    pub(crate) fn failure(&self) -> &FailurePolicy<A> {
+        &self.failure
+    }
+
     /// The counters behind [`RedisLimiter::stats`].
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
@@ -685,6 +690,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// The key prefix.
     pub(crate) fn prefix(&self) -> &[u8] {
         &self.prefix
+    }
+
+    /// Nanoseconds per tick of the script's spans.
+    pub(crate) fn tick(&self) -> u64 {
+        self.plan.tick
     }
 
     /// The [`FailurePolicy`]'s answer to a call Redis could not decide.

@@ -156,6 +156,7 @@ mod keys;
 mod leased;
 mod limiter;
 mod reply;
+mod reserve;
 mod script;
 
 pub use all_of::{AllOfFailurePolicy, RedisAllOf, RedisAllOfBuilder, MAX_LIMITS};
@@ -167,6 +168,7 @@ pub use limiter::{
     Lease, RedisLimiter, RedisLimiterBuilder, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOL_DOWN,
     DEFAULT_TIMEOUT, MAX_WAIT,
 };
+pub use reserve::RedisReservation;
 pub use script::RedisAlgorithm;
 #[doc(hidden)]
 pub use script::{all_of_script_source, script_source};
