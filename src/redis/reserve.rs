@@ -288,3 +288,15 @@ impl RedisLimiter<TokenBucketKeys> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn a_reservation_may_be_held_across_tasks() {
+        send_sync::<RedisReservation<'static>>();
+    }
+}
