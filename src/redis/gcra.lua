@@ -213,7 +213,9 @@ if mode == 'cancel' then
   local k = 0
   -- Passed: (now - rbase) us is more than rwait ticks.
   local passed = now > rbase and now - rbase > div(rwait, per_us)
-  if n > 0 and raw and not old_d and not passed and d < LIMIT and d > 0 then
+  -- d at most MAXD (else a clock stepped back: nothing goes back), so that d + interval, in
+  -- div_up, stays below 2^53.
+  if n > 0 and raw and not old_d and not passed and d <= MAXD and d > 0 then
     local rd = until_tat(rbase, rgap, tick, tick)
     if rd < LIMIT then
       local after = 0
@@ -227,12 +229,7 @@ if mode == 'cancel' then
   local gap = d
   if k > 0 then
     gap = math.max(d - k * interval, 0)
-    if gap > MAXD then
-      -- tat more than 2^52 ticks ahead (a clock stepped back): no state may hold that gap.
-      k, gap = 0, d
-    else
-      w = write(gap)
-    end
+    w = write(gap)
   end
   local left = math.max(burst - gap, 0)
   return { 1, now, left, interval, gap, 0, k, next_of(left, gap, k == 0) }, w
@@ -258,18 +255,20 @@ if wait > 0 and mode == 'reserve' then
   -- passed, when that is at most the caller's max wait (x1 ticks) and the gap written stays
   -- within 2^52 ticks (the most a state holds: see above). The wait is also at least the time
   -- until the converted state reaches the burst line, so that the new quota holds as well.
+  -- conv may be clamped at LIMIT (a reading 2^53 ticks before the state's), so no sum with it
+  -- is formed before the gap is known to fit: every comparison is conv - (a span), exact.
   local max_wait = whole(x1)
   if not max_wait then return bad('arguments') end
-  local gap = conv + cost
-  if gap - burst > wait then wait = gap - burst end
-  -- The longest wait that keeps the gap within MAXD: wait - (gap - MAXD) when the gap is over.
-  local limit = max_wait
-  if gap > MAXD and wait - (gap - MAXD) < limit then limit = wait - (gap - MAXD) end
-  if wait <= limit then
+  -- The gap written would be conv + cost; the wait until it reaches the burst line:
+  if conv - (burst - cost) > wait then wait = conv - (burst - cost) end
+  if wait <= max_wait and conv <= MAXD - cost then
+    local gap = conv + cost
     return { 1, now, 0, interval, gap, wait, gap, next_of(0, gap, false) }, write(gap)
   end
-  -- Not within reach: the wait until the same reservation would be granted.
-  return { 0, now, level, interval, d, wait - limit, d, next_of(level, d, true) }
+  -- Not within reach: the wait until the same reservation would be granted, when both its wait
+  -- is at most max_wait and its gap at most MAXD: max(wait - max_wait, gap - MAXD).
+  local retry = math.max(wait - max_wait, conv - (MAXD - cost))
+  return { 0, now, level, interval, d, retry, d, next_of(level, d, true) }
 end
 if wait > 0 then
   return { 0, now, level, interval, d, wait, d, next_of(level, d, true) }
