@@ -3326,3 +3326,45 @@ fn reservations_fail_as_their_policy_says() {
         drop(now);
     });
 }
+
+/// A reservation's debt is stored in the same number as the bucket's tokens, which the scripts
+/// keep within 2^52 ticks: one an hour with a burst of 1 249 leaves room for one hour of debt
+/// (2^52 ns is 1 250.99... hours), so the first reservation into debt is granted and the second,
+/// which in process would be, is denied with the wait until it fits.
+#[test]
+fn a_debt_is_granted_only_within_2_pow_52_ticks() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut conn = manager(&url).await;
+        let clock = ManualClock::new();
+        let quota = Quota::per_hour(1).unwrap().with_capacity(1249).unwrap();
+        let limiter = on_clock::<TokenBucketKeys>(&conn, quota, &clock);
+        clock.set(Nanos::new(today_us(1) * 1000));
+        let hour = Duration::from_secs(3600);
+        limiter.check_key_n("k", 1249).await.unwrap();
+        let first = limiter.reserve_key_n("k", 1, 3 * hour).await.unwrap();
+        assert_eq!(first.delay(), hour);
+        // The gap it wrote: 1 250 hours, within 2^52 ns.
+        let state: String = redis::cmd("GET")
+            .arg(limiter.key_name("k").unwrap())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let gap: u64 = state.split(' ').nth(1).unwrap().parse().unwrap();
+        assert_eq!(gap, 1250 * 3_600_000_000_000);
+        assert!(gap <= 1 << 52);
+        // A second would leave 1 251 hours: denied until 1 251 h - 2^52 ns have passed.
+        let in_process: KeyedLimiter<u8, TokenBucketKeys, ManualClock> =
+            KeyedLimiter::with_clock(quota, ManualClock::new());
+        in_process.check_key_n(&0, 1249).unwrap();
+        let _kept = in_process.reserve_key_n(&0, 1, 3 * hour).unwrap();
+        assert!(in_process.reserve_key_n(&0, 1, 3 * hour).is_ok());
+        assert_denied_for(
+            limiter.reserve_key_n("k", 1, 3 * hour).await,
+            Duration::from_nanos(1251 * 3_600_000_000_000 - (1 << 52)),
+            "past 2^52 ticks",
+        );
+        assert_eq!(first.cancel().await.unwrap(), 1);
+    });
+}
