@@ -491,7 +491,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     /// Checks what needs no round trip: the key's length and `n` against the capacity.
-    fn precheck(&self, key: &[u8], n: u64) -> Result<Vec<u8>, RedisError> {
+    pub(crate) fn precheck(&self, key: &[u8], n: u64) -> Result<Vec<u8>, RedisError> {
         let name = self.key_name(key)?;
         InsufficientCapacity::check(n, self.capacity).map_err(RedisError::InsufficientCapacity)?;
         Ok(name)
@@ -512,7 +512,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Ask::Take => A::TAKE,
             Ask::Peek | Ask::Schedule => A::PEEK,
         };
-        let answer = match self.decide(&name, mode, n, None).await {
+        let answer = match self.decide(&name, mode, n, &[]).await {
             Ok(reply) => reply.outcome(self.plan.tick).map_err(RedisError::Denied),
             Err(unavailable) => self.fallback(key, n, ask, unavailable),
         };
@@ -523,15 +523,50 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         answer
     }
 
-    /// Sends one decision to Redis, through the breaker and within the timeout; `extra` is an
-    /// argument after the reading (a lease's tokens given back).
+    /// Sends one decision to Redis, through the breaker and within the timeout; `extra` are the
+    /// mode's arguments after the reading (a lease's tokens given back, a reservation's longest
+    /// wait, ...).
     pub(crate) async fn decide(
         &self,
         name: &[u8],
         mode: &str,
         n: u64,
-        extra: Option<u64>,
+        extra: &[u64],
     ) -> Result<Reply, Unavailable> {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(A::script().get_hash())
+            .arg(1)
+            .arg(name)
+            .arg(mode)
+            .arg(n);
+        for a in &self.plan.args {
+            cmd.arg(*a);
+        }
+        self.reading_arg(&mut cmd);
+        for a in extra {
+            cmd.arg(*a);
+        }
+        self.decide_cmd(A::script(), &cmd, decode).await
+    }
+
+    /// Appends the reading a call sends: the client clock's (tests only), or "" for the
+    /// server's `TIME`.
+    pub(crate) fn reading_arg(&self, cmd: &mut Cmd) {
+        match &self.client_time {
+            Some(now) => cmd.arg(now()),
+            None => cmd.arg(""),
+        };
+    }
+
+    /// Sends the `EVALSHA` of `script` in `cmd` as one decision, through the breaker and within
+    /// the timeout, and answers the script's reply as `check` reads it (a reply `check` refuses
+    /// is a failure, as one the server did not send).
+    pub(crate) async fn decide_cmd<T>(
+        &self,
+        script: &::redis::Script,
+        cmd: &Cmd,
+        check: impl FnOnce(&Value) -> Result<T, Unavailable>,
+    ) -> Result<T, Unavailable> {
         bump(&self.counters.decisions);
         let route = self.breaker.route();
         if route == Route::Skip {
@@ -541,8 +576,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 "recent calls failed; waiting for the cool-down",
             ));
         }
-        let result = match tokio::time::timeout(self.timeout, self.eval(name, mode, n, extra)).await
-        {
+        let result = match tokio::time::timeout(self.timeout, self.eval(script, cmd, check)).await {
             Ok(result) => result,
             Err(_) => {
                 bump(&self.counters.timeouts);
@@ -593,26 +627,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// One `EVALSHA`; on `NOSCRIPT`, one `SCRIPT LOAD` (to every node of a cluster) and one more
     /// `EVALSHA`.
-    async fn eval(
+    async fn eval<T>(
         &self,
-        name: &[u8],
-        mode: &str,
-        n: u64,
-        extra: Option<u64>,
-    ) -> Result<Reply, Unavailable> {
-        let script = A::script();
-        let mut cmd = ::redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(1).arg(name).arg(mode).arg(n);
-        for a in &self.plan.args {
-            cmd.arg(*a);
-        }
-        match &self.client_time {
-            Some(now) => cmd.arg(now()),
-            None => cmd.arg(""),
-        };
-        if let Some(extra) = extra {
-            cmd.arg(extra);
-        }
+        script: &::redis::Script,
+        cmd: &Cmd,
+        check: impl FnOnce(&Value) -> Result<T, Unavailable>,
+    ) -> Result<T, Unavailable> {
         let mut conn = Conn(self.conn.clone_box());
         bump(&self.counters.round_trips);
         let value = match cmd.query_async::<Value>(&mut conn).await {
@@ -632,7 +652,49 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             }
             other => other.map_err(classify)?,
         };
-        decode(&value)
+        check(&value)
+    }
+
+    /// Logs, once per outage, that `policy` answers because Redis could not decide.
+    pub(crate) fn note_degraded(&self, policy: &dyn fmt::Debug, unavailable: &Unavailable) {
+        // Relaxed: a flag for the log only; the load keeps a long outage from writing per call.
+        #[cfg(feature = "tracing")]
+        if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                limiter = %self.label,
+                policy = ?policy,
+                error = %unavailable,
+                "tollgate: Redis could not decide; the failure policy answers until it does"
+            );
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = (policy, unavailable);
+    }
+
+    /// What answers when Redis cannot decide.
+    pub(crate) fn failure(&self) -> &FailurePolicy<A> {
+        &self.failure
+    }
+
+    /// The counters behind [`RedisLimiter::stats`].
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Counts a call's answer in `tollgate_decisions_total`.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn record<T>(&self, answer: &Result<T, RedisError>) {
+        self.outcomes.record(answer);
+    }
+
+    /// The key prefix.
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    /// Nanoseconds per tick of the script's spans.
+    pub(crate) fn tick(&self) -> u64 {
+        self.plan.tick
     }
 
     /// The [`FailurePolicy`]'s answer to a call Redis could not decide.
@@ -643,16 +705,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         ask: Ask,
         unavailable: Unavailable,
     ) -> Result<Admitted, RedisError> {
-        // Relaxed: a flag for the log only; the load keeps a long outage from writing per call.
-        #[cfg(feature = "tracing")]
-        if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                limiter = %self.label,
-                policy = ?self.failure,
-                error = %unavailable,
-                "tollgate: Redis could not decide; the failure policy answers until it does"
-            );
-        }
+        self.note_degraded(&self.failure, &unavailable);
         match &self.failure {
             FailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
             FailurePolicy::Open => {
@@ -733,7 +786,7 @@ impl RedisLimiter<LeakyMeterKeys> {
     /// [`RedisLimiter::schedule_key_n`], uncounted.
     async fn schedule(&self, key: &[u8], n: u64) -> Result<Scheduled, RedisError> {
         let name = self.precheck(key, n)?;
-        match self.decide(&name, "schedule", n, None).await {
+        match self.decide(&name, "schedule", n, &[]).await {
             Ok(reply) => reply.scheduled(self.plan.tick).map_err(RedisError::Denied),
             Err(unavailable) => {
                 let now = match &self.failure {
@@ -906,7 +959,7 @@ impl RedisLimiter<TokenBucketKeys> {
     async fn take_up_to(&self, key: &[u8], n: u64) -> Result<Partial, RedisError> {
         let name = self.key_name(key)?;
         let up_to = n.min(self.capacity);
-        match self.decide(&name, "lease", up_to, Some(0)).await {
+        match self.decide(&name, "lease", up_to, &[0]).await {
             Ok(reply) => {
                 let taken = reply.backlog;
                 reply
@@ -940,7 +993,7 @@ impl RedisLimiter<TokenBucketKeys> {
         up_to: u64,
         give_back: u64,
     ) -> Result<Lease, RedisError> {
-        let reply = self.decide(name, "lease", up_to, Some(give_back)).await?;
+        let reply = self.decide(name, "lease", up_to, &[give_back]).await?;
         let span = |ticks: u64| {
             let nanos = u128::from(ticks) * u128::from(self.plan.tick);
             Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
