@@ -2298,6 +2298,54 @@ async fn after_an_upgrade<A: RedisAlgorithm>(url: &str, small: Quota, large: Quo
     assert_eq!(after.peek_key_n("other", 0).await.unwrap().remaining(), 50);
 }
 
+/// `set_quota` on one limiter: the key keeps what it had left (never more than the new quota
+/// allows), every later call sends the new quota, and a quota the script cannot carry is refused
+/// with nothing changed.
+async fn set_quota_on<A: RedisAlgorithm>(url: &str, small: Quota, large: Quota) {
+    let limiter = closed::<A>(manager(url).await, large, &fresh_prefix("set-quota"));
+    limiter.check_key_n("k", 45).await.unwrap(); // 5 of 50 left
+    limiter.set_quota(small).unwrap();
+    assert_eq!(limiter.quota(), small);
+    assert!(
+        limiter.peek_key_n("k", 0).await.unwrap().remaining() <= 5,
+        "{}: more than either quota leaves",
+        A::SUFFIX
+    );
+    // A key first seen after the change has the new quota, and no more.
+    limiter.check_key_n("fresh", 5).await.unwrap();
+    assert!(
+        matches!(limiter.check_key("fresh").await, Err(RedisError::Denied(_))),
+        "{}: a sixth admission under 5 a minute",
+        A::SUFFIX
+    );
+    // Back up: what was left carries over, not a refill.
+    limiter.set_quota(large).unwrap();
+    assert!(limiter.peek_key_n("fresh", 0).await.unwrap().remaining() <= 5);
+}
+
+#[test]
+fn set_quota_changes_what_every_later_call_sends() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let small = Quota::per_minute(5).unwrap();
+        let large = Quota::per_minute(50).unwrap();
+        set_quota_on::<TokenBucketKeys>(&url, small, large).await;
+        set_quota_on::<FixedWindowKeys>(&url, small, large).await;
+        set_quota_on::<SlidingWindowCounterKeys>(&url, small, large).await;
+        set_quota_on::<SlidingWindowLogKeys>(&url, small, large).await;
+        // The log's ring must fit the script: a count beyond it is refused, nothing changed.
+        let log = closed::<SlidingWindowLogKeys>(
+            manager(&url).await,
+            small,
+            &fresh_prefix("set-quota-log"),
+        );
+        let huge = Quota::per_minute(100_000_000).unwrap();
+        assert!(log.set_quota(huge).is_err());
+        assert_eq!(log.quota(), small);
+    });
+}
+
 #[test]
 fn state_written_under_another_quota_is_read_conservatively() {
     let url = redis_or_skip!();

@@ -726,7 +726,7 @@ mod redis {
         }
 
         fn quota(&self) -> Quota {
-            *self.0.quota()
+            self.0.quota()
         }
     }
 }

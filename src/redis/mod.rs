@@ -126,6 +126,10 @@
 //! at that time). From then on the new quota alone rules. A denial, a peek or a query converts
 //! nothing. Each state stores the quota it was written under to make this possible.
 //!
+//! This is the crate's one rule for quota changes (the crate docs, "Changing a quota"), so a
+//! limiter's quota changes at runtime with [`RedisLimiter::set_quota`]: every later call sends
+//! the new quota, with no lock on the call path, and each key converts on its next admission.
+//!
 //! # When Redis cannot decide
 //!
 //! Every call is bounded by a timeout (default 50 ms, the reload of a script included), which

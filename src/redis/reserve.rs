@@ -110,9 +110,10 @@ impl RedisReservation<'_> {
                 gap,
                 wait,
             } => {
+                let config = self.limiter.config();
                 let reply = self
                     .limiter
-                    .decide(&name, "cancel", self.tokens, &[now_us, gap, wait])
+                    .decide(&config, &name, "cancel", self.tokens, &[now_us, gap, wait])
                     .await?;
                 // `backlog`: the tokens the script gave back, never more than were asked for.
                 Ok(reply.backlog.min(self.tokens))
@@ -213,12 +214,16 @@ impl RedisLimiter<TokenBucketKeys> {
         max_wait: Duration,
     ) -> Result<RedisReservation<'_>, RedisError> {
         let max_wait_ns = MaxWaitError::check(max_wait).map_err(RedisError::MaxWait)?;
-        let name = self.precheck(key, n)?;
-        let tick = self.tick();
+        let config = self.config();
+        let name = self.precheck(&config, key, n)?;
+        let tick = config.plan.tick;
         // The longest wait in ticks, rounded down (never longer than asked), and at most 2^52
         // (the script's bound on a gap, past which no wait is granted anyway).
         let max_ticks = (max_wait_ns / tick).min(MAX_SPAN);
-        let reply = match self.decide(&name, "reserve", n, &[max_ticks]).await {
+        let reply = match self
+            .decide(&config, &name, "reserve", n, &[max_ticks])
+            .await
+        {
             Ok(reply) => reply,
             Err(unavailable) => return self.reserve_fallback(key, n, max_wait, unavailable),
         };
