@@ -42,6 +42,7 @@
 //! which has `&mut self` (no check is running). A block whose grace period cannot be observed
 //! (the epoch's heavy barrier failed) is kept until `Drop`.
 
+use crate::cas::Gone;
 use crate::keyed::epoch::{Domain, Pin};
 use crate::sync::{lock, yield_now, AtomicPtr, Mutex, MutexGuard, Ordering};
 
@@ -145,6 +146,30 @@ impl<T> Current<T> {
             value: unsafe { &*ptr },
             _pin: pin,
         })
+    }
+
+    /// Runs `decide` on the current block until it answers without meeting a seal: a decision
+    /// that met one took effect nowhere, and the change that sealed it is about to publish the
+    /// next block. (The direct limiters write this loop out in `on_block!`, without the closure,
+    /// for their check's sake: see `Current::pinned`.)
+    #[inline]
+    pub(crate) fn decide<R>(&self, mut decide: impl FnMut(&T) -> Result<R, Gone>) -> R {
+        let mut attempt = 0u32;
+        loop {
+            match self.pinned() {
+                Some(b) => {
+                    if let Ok(answer) = decide(&b) {
+                        break answer;
+                    }
+                }
+                None => {
+                    if let Ok(answer) = decide(&self.read_locked()) {
+                        break answer;
+                    }
+                }
+            }
+            changing(&mut attempt);
+        }
     }
 
     /// The current block, for one check.

@@ -435,8 +435,8 @@ impl<A: Algorithm, C> Direct<A, C> {
     /// that meets one took effect nowhere, and the quota change that sealed it is about to
     /// publish the next block (see `crate::change`).
     #[inline]
-    pub(crate) fn decide<R>(&self, mut decide: impl FnMut(&Block<A>) -> Result<R, Gone>) -> R {
-        on_block!(self, b => decide(&b))
+    pub(crate) fn decide<R>(&self, decide: impl FnMut(&Block<A>) -> Result<R, Gone>) -> R {
+        self.current.decide(decide)
     }
 
     /// The current block (tests look at its state and policy).

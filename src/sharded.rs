@@ -512,23 +512,8 @@ impl<C: Clock> ShardedBucket<C> {
     /// Runs `decide` on the current shards until it answers without meeting a seal (see
     /// `Direct::decide`).
     #[inline]
-    fn on_shards<R>(&self, mut decide: impl FnMut(&Shards) -> Result<R, Gone>) -> R {
-        let mut attempt = 0u32;
-        loop {
-            match self.current.pinned() {
-                Some(b) => {
-                    if let Ok(answer) = decide(&b) {
-                        break answer;
-                    }
-                }
-                None => {
-                    if let Ok(answer) = decide(&self.current.read_locked()) {
-                        break answer;
-                    }
-                }
-            }
-            crate::change::changing(&mut attempt);
-        }
+    fn on_shards<R>(&self, decide: impl FnMut(&Shards) -> Result<R, Gone>) -> R {
+        self.current.decide(decide)
     }
 
     /// Changes the quota this limiter enforces, from now on, without a pause for the requests

@@ -2324,29 +2324,6 @@ async fn set_quota_on<A: RedisAlgorithm>(url: &str, small: Quota, large: Quota) 
 }
 
 #[test]
-fn set_quota_changes_what_every_later_call_sends() {
-    let url = redis_or_skip!();
-    let rt = runtime();
-    rt.block_on(async {
-        let small = Quota::per_minute(5).unwrap();
-        let large = Quota::per_minute(50).unwrap();
-        set_quota_on::<TokenBucketKeys>(&url, small, large).await;
-        set_quota_on::<FixedWindowKeys>(&url, small, large).await;
-        set_quota_on::<SlidingWindowCounterKeys>(&url, small, large).await;
-        set_quota_on::<SlidingWindowLogKeys>(&url, small, large).await;
-        // The log's ring must fit the script: a count beyond it is refused, nothing changed.
-        let log = closed::<SlidingWindowLogKeys>(
-            manager(&url).await,
-            small,
-            &fresh_prefix("set-quota-log"),
-        );
-        let huge = Quota::per_minute(100_000_000).unwrap();
-        assert!(log.set_quota(huge).is_err());
-        assert_eq!(log.quota(), small);
-    });
-}
-
-#[test]
 fn state_written_under_another_quota_is_read_conservatively() {
     let url = redis_or_skip!();
     let rt = runtime();
@@ -2357,6 +2334,21 @@ fn state_written_under_another_quota_is_read_conservatively() {
         after_an_upgrade::<FixedWindowKeys>(&url, small, large).await;
         after_an_upgrade::<SlidingWindowCounterKeys>(&url, small, large).await;
         after_an_upgrade::<SlidingWindowLogKeys>(&url, small, large).await;
+        // The same through one limiter's `set_quota`.
+        set_quota_on::<TokenBucketKeys>(&url, small, large).await;
+        set_quota_on::<FixedWindowKeys>(&url, small, large).await;
+        set_quota_on::<SlidingWindowCounterKeys>(&url, small, large).await;
+        set_quota_on::<SlidingWindowLogKeys>(&url, small, large).await;
+        // The log's ring must fit the script: a count beyond it is refused, nothing changed.
+        let log = closed::<SlidingWindowLogKeys>(
+            manager(&url).await,
+            small,
+            &fresh_prefix("set-quota-log"),
+        );
+        assert!(log
+            .set_quota(Quota::per_minute(100_000_000).unwrap())
+            .is_err());
+        assert_eq!(log.quota(), small);
         // The meter's strict admission needs an empty queue under any quota.
         let prefix = fresh_prefix("meter-upgrade");
         let meter = |q| {

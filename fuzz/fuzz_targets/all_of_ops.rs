@@ -6,11 +6,10 @@
 
 #![no_main]
 
-use std::time::Duration;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use testkit::driver::all_of::{run, Op};
+use testkit::fuzz_input::quota_with_burst;
 use tollgate::Quota;
 
 #[derive(Debug)]
@@ -23,18 +22,7 @@ struct Input {
 /// 1 to 64 (or the count); a refused combination is skipped.
 fn quota(u: &mut Unstructured<'_>) -> Result<Option<Quota>> {
     let count = u.int_in_range(1..=1_000_000u64)?;
-    let period = match u.int_in_range(0..=3u8)? {
-        0 => Duration::from_secs(1),
-        1 => Duration::from_secs(60),
-        2 => Duration::from_secs(3_600),
-        _ => Duration::from_nanos(u.int_in_range(1..=86_400_000_000_000u64)?),
-    };
-    let burst = u.int_in_range(0..=64u64)?;
-    let quota = Quota::per_period(count, period);
-    Ok(match burst {
-        0 => quota.ok(),
-        b => quota.and_then(|q| q.with_capacity(b)).ok(),
-    })
+    quota_with_burst(u, count)
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {

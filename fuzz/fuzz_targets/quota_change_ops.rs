@@ -6,12 +6,10 @@
 
 #![no_main]
 
-use std::time::Duration;
-
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use testkit::driver::change::{run, Kind, Op};
-use testkit::fuzz_input::amount;
+use testkit::fuzz_input::{amount, quota_with_burst};
 use tollgate::Quota;
 
 #[derive(Debug)]
@@ -22,26 +20,15 @@ struct Input {
     ops: Vec<Op>,
 }
 
-/// A quota any constructor accepts (counts from 1, periods from 1 ns to about a day, bursts up
-/// to 64), or `None` for a combination the constructors refuse.
+/// A quota any constructor accepts (counts from 1 up to 100 000, weighted towards the small
+/// ones a window or a log holds), or `None` for a combination the constructors refuse.
 fn quota(u: &mut Unstructured<'_>) -> Result<Option<Quota>> {
     let count = match u.int_in_range(0..=2u8)? {
         0 => u.int_in_range(1..=8u64)?,
         1 => u.int_in_range(1..=1_000u64)?,
         _ => u.int_in_range(1..=100_000u64)?,
     };
-    let period = match u.int_in_range(0..=3u8)? {
-        0 => Duration::from_secs(1),
-        1 => Duration::from_secs(60),
-        2 => Duration::from_millis(u.int_in_range(1..=10_000u64)?),
-        _ => Duration::from_nanos(u.int_in_range(1..=86_400_000_000_000u64)?),
-    };
-    let burst = u.int_in_range(0..=64u64)?;
-    let quota = Quota::per_period(count, period);
-    Ok(match burst {
-        0 => quota.ok(),
-        b => quota.and_then(|q| q.with_capacity(b)).ok(),
-    })
+    quota_with_burst(u, count)
 }
 
 fn dt(u: &mut Unstructured<'_>) -> Result<i64> {

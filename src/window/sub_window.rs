@@ -369,23 +369,8 @@ impl<C> SubWindowCounter<C> {
     /// Runs `decide` on the current block until it answers without meeting a seal (see
     /// `Direct::decide`).
     #[inline]
-    fn on_block<R>(&self, mut decide: impl FnMut(&SubBlock) -> Result<R, Gone>) -> R {
-        let mut attempt = 0u32;
-        loop {
-            match self.current.pinned() {
-                Some(b) => {
-                    if let Ok(answer) = decide(&b) {
-                        break answer;
-                    }
-                }
-                None => {
-                    if let Ok(answer) = decide(&self.current.read_locked()) {
-                        break answer;
-                    }
-                }
-            }
-            crate::change::changing(&mut attempt);
-        }
+    fn on_block<R>(&self, decide: impl FnMut(&SubBlock) -> Result<R, Gone>) -> R {
+        self.current.decide(decide)
     }
 }
 

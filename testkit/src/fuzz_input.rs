@@ -123,6 +123,24 @@ pub fn list<'a, T>(
     Ok(items)
 }
 
+/// A quota of `count` per a common period (a second, a minute, an hour) or any up to a day,
+/// with the burst left alone or set from 1 to 64: `None` for a combination the constructors
+/// refuse (the targets skip it). Shared by `all_of_ops` and `quota_change_ops`.
+pub fn quota_with_burst(u: &mut Unstructured<'_>, count: u64) -> Result<Option<tollgate::Quota>> {
+    let period = match u.int_in_range(0..=3u8)? {
+        0 => Duration::from_secs(1),
+        1 => Duration::from_secs(60),
+        2 => Duration::from_secs(3_600),
+        _ => Duration::from_nanos(u.int_in_range(1..=86_400_000_000_000u64)?),
+    };
+    let burst = u.int_in_range(0..=64u64)?;
+    let quota = tollgate::Quota::per_period(count, period);
+    Ok(match burst {
+        0 => quota.ok(),
+        b => quota.and_then(|q| q.with_capacity(b)).ok(),
+    })
+}
+
 /// Amounts relative to the limit, or raw.
 pub fn amount(u: &mut Unstructured<'_>) -> Result<Amount> {
     Ok(match u.int_in_range(0..=6u8)? {

@@ -25,7 +25,7 @@
 //! ```
 
 use tollgate::window::SubWindowCounter;
-use tollgate::{Algorithm, Direct, ManualClock, Nanos, Quota, QuotaError, ShardedBucket};
+use tollgate::{Algorithm, Direct, Limiter, ManualClock, Nanos, Quota, QuotaError, ShardedBucket};
 
 use crate::driver::limiter::Amount;
 
@@ -88,90 +88,70 @@ pub enum Op {
 /// When the limiter departs from the rule: that is the check.
 pub fn run(kind: Kind, quota: Quota, start_ns: u64, ops: &[Op]) {
     match kind {
-        Kind::Bucket => drive::<tollgate::TokenBucketAlgorithm>(kind, quota, start_ns, ops),
-        Kind::Meter => drive::<tollgate::LeakyMeterAlgorithm>(kind, quota, start_ns, ops),
-        Kind::Fixed => drive::<tollgate::FixedWindowAlgorithm>(kind, quota, start_ns, ops),
+        Kind::Bucket => direct::<tollgate::TokenBucketAlgorithm>(kind, quota, start_ns, ops),
+        Kind::Meter => direct::<tollgate::LeakyMeterAlgorithm>(kind, quota, start_ns, ops),
+        Kind::Fixed => direct::<tollgate::FixedWindowAlgorithm>(kind, quota, start_ns, ops),
         Kind::Counter => {
-            drive::<tollgate::SlidingWindowCounterAlgorithm>(kind, quota, start_ns, ops)
+            direct::<tollgate::SlidingWindowCounterAlgorithm>(kind, quota, start_ns, ops)
         }
-        Kind::Log => drive::<tollgate::SlidingWindowLogAlgorithm>(kind, quota, start_ns, ops),
-        Kind::Sharded => drive_sharded(quota, start_ns, ops),
-        Kind::SubWindows => drive_sub_windows(quota, start_ns, ops),
+        Kind::Log => direct::<tollgate::SlidingWindowLogAlgorithm>(kind, quota, start_ns, ops),
+        Kind::Sharded => drive(
+            |q, available, now| Ok(sharded(q, available, now)),
+            |l: &ShardedBucket<ManualClock>, q, at| {
+                l.set_quota_at(q, at);
+                Ok(())
+            },
+            quota,
+            start_ns,
+            ops,
+        ),
+        Kind::SubWindows => drive(
+            sub_windows,
+            SubWindowCounter::set_quota_at,
+            quota,
+            start_ns,
+            ops,
+        ),
     }
 }
 
-/// A sub-window counter for `quota`, built at `now_ns`, holding `available` there when given
-/// (the rest admitted at `now_ns`).
-fn sub_windows(
+fn direct<A: Algorithm>(kind: Kind, quota: Quota, start_ns: u64, ops: &[Op]) {
+    drive(
+        |q, available, now| twin::<A>(kind, q, available, now),
+        Direct::set_quota_at,
+        quota,
+        start_ns,
+        ops,
+    );
+}
+
+/// A limiter of `kind` for `quota`, built at `now_ns`, holding `available` whole admissions there
+/// (at most its capacity): the GCRA's by its initial fill, the windows' by admitting the rest at
+/// `now_ns`. The same for every algorithm as what a change leaves (the rule).
+fn twin<A: Algorithm>(
+    kind: Kind,
     quota: Quota,
     available: Option<u64>,
     now_ns: u64,
-) -> Result<SubWindowCounter<ManualClock>, QuotaError> {
+) -> Result<Direct<A, ManualClock>, QuotaError> {
     let clock = ManualClock::starting_at(Nanos::new(now_ns));
-    let limiter = SubWindowCounter::with_clock(quota, SUB_WINDOWS, clock)?;
-    if let Some(available) = available {
-        let used = quota.count().saturating_sub(available);
-        if used > 0 {
-            assert!(limiter.try_acquire_n_at(used, Nanos::new(now_ns)).is_ok());
-        }
+    let Some(available) = available else {
+        return Direct::with_algorithm(quota, clock);
+    };
+    if matches!(kind, Kind::Bucket | Kind::Meter) {
+        let fill = available.min(quota.capacity());
+        return Direct::with_algorithm(quota.with_initial(fill)?, clock);
     }
+    let limiter = Direct::<A, _>::with_algorithm(quota, clock)?;
+    take_all_but(&limiter, quota, available, now_ns);
     Ok(limiter)
 }
 
-fn drive_sub_windows(quota: Quota, start_ns: u64, ops: &[Op]) {
-    let Ok(limiter) = sub_windows(quota, None, start_ns) else {
-        return;
-    };
-    let mut model = sub_windows(quota, None, start_ns).expect("the same quota");
-    let mut now = start_ns;
-    for (i, op) in ops.iter().enumerate() {
-        match *op {
-            Op::Acquire { n, dt } => {
-                now = now.saturating_add_signed(dt);
-                let n = n.resolve(limiter.quota().capacity());
-                let at = Nanos::new(now);
-                assert_eq!(
-                    limiter.try_acquire_n_at(n, at),
-                    model.try_acquire_n_at(n, at),
-                    "op {i}: acquire {n} at {now}"
-                );
-            }
-            Op::Peek { n, dt } => {
-                now = now.saturating_add_signed(dt);
-                let n = n.resolve(limiter.quota().capacity());
-                let at = Nanos::new(now);
-                assert_eq!(limiter.peek_n_at(n, at), model.peek_n_at(n, at));
-                assert_eq!(limiter.remaining_at(at), model.remaining_at(at));
-            }
-            Op::Change { quota: new, dt } => {
-                now = now.saturating_add_signed(dt);
-                let at = Nanos::new(now);
-                let before = limiter.quota();
-                let left = limiter.remaining_at(at);
-                match (
-                    limiter.set_quota_at(new, at),
-                    sub_windows(new, Some(left), now),
-                ) {
-                    (Ok(()), Ok(built)) => {
-                        assert_eq!(limiter.quota(), new);
-                        assert_eq!(
-                            limiter.remaining_at(at),
-                            left.min(new.count()),
-                            "op {i}: what a change at {now} carries over"
-                        );
-                        model = built;
-                    }
-                    (Err(refused), Err(expected)) => {
-                        assert_eq!(refused, expected);
-                        assert_eq!(limiter.quota(), before);
-                    }
-                    (changed, built) => panic!(
-                        "op {i}: the change answered {changed:?}, a counter of the quota {:?}",
-                        built.map(|_| ())
-                    ),
-                }
-            }
-        }
+/// Admits all but `available` of `quota`'s count on `limiter` at `now_ns`.
+fn take_all_but(limiter: &impl Limiter, quota: Quota, available: u64, now_ns: u64) {
+    let used = quota.count().saturating_sub(available);
+    if used > 0 {
+        assert!(limiter.try_acquire_n_at(used, Nanos::new(now_ns)).is_ok());
     }
 }
 
@@ -191,85 +171,40 @@ fn sharded(quota: Quota, available: Option<u64>, now_ns: u64) -> ShardedBucket<M
         .expect("a power of two")
 }
 
-fn drive_sharded(quota: Quota, start_ns: u64, ops: &[Op]) {
-    let limiter = sharded(quota, None, start_ns);
-    let mut model = sharded(quota, None, start_ns);
-    let mut now = start_ns;
-    for (i, op) in ops.iter().enumerate() {
-        match *op {
-            Op::Acquire { n, dt } => {
-                now = now.saturating_add_signed(dt);
-                let n = n.resolve(limiter.quota().capacity());
-                let at = Nanos::new(now);
-                assert_eq!(
-                    limiter.try_acquire_n_at(n, at),
-                    model.try_acquire_n_at(n, at),
-                    "op {i}: acquire {n} at {now}"
-                );
-            }
-            Op::Peek { n, dt } => {
-                now = now.saturating_add_signed(dt);
-                let n = n.resolve(limiter.quota().capacity());
-                let at = Nanos::new(now);
-                assert_eq!(limiter.peek_n_at(n, at), model.peek_n_at(n, at));
-                assert_eq!(limiter.remaining_at(at), model.remaining_at(at));
-            }
-            Op::Change { quota: new, dt } => {
-                now = now.saturating_add_signed(dt);
-                let at = Nanos::new(now);
-                let left = limiter.remaining_at(at);
-                limiter.set_quota_at(new, at);
-                model = sharded(new, Some(left), now);
-                assert_eq!(limiter.quota(), new);
-                assert_eq!(limiter.shards(), model.shards());
-                assert_eq!(
-                    limiter.remaining_at(at),
-                    model.remaining_at(at),
-                    "op {i}: what a change at {now} carries over"
-                );
-            }
-        }
-    }
-}
-
-/// A limiter of `kind` for `quota`, built at `now_ns`, holding `available` whole admissions there
-/// (at most its capacity): the GCRA's by its initial fill, the windows' by admitting the rest at
-/// `now_ns`. The same for every algorithm as what a change leaves (the rule).
-fn twin<A: Algorithm>(
-    kind: Kind,
+/// A sub-window counter of [`SUB_WINDOWS`] sub-windows for `quota`, built at `now_ns`, holding
+/// `available` there when given (the rest admitted at `now_ns`).
+fn sub_windows(
     quota: Quota,
     available: Option<u64>,
     now_ns: u64,
-) -> Result<Direct<A, ManualClock>, QuotaError> {
+) -> Result<SubWindowCounter<ManualClock>, QuotaError> {
     let clock = ManualClock::starting_at(Nanos::new(now_ns));
-    let gcra = matches!(kind, Kind::Bucket | Kind::Meter);
-    let Some(available) = available else {
-        return Direct::with_algorithm(quota, clock);
-    };
-    if gcra {
-        let fill = available.min(quota.capacity());
-        return Direct::with_algorithm(quota.with_initial(fill)?, clock);
-    }
-    let limiter = Direct::<A, _>::with_algorithm(quota, clock)?;
-    let used = quota.count().saturating_sub(available);
-    if used > 0 {
-        assert!(limiter.try_acquire_n_at(used, Nanos::new(now_ns)).is_ok());
+    let limiter = SubWindowCounter::with_clock(quota, SUB_WINDOWS, clock)?;
+    if let Some(available) = available {
+        take_all_but(&limiter, quota, available, now_ns);
     }
     Ok(limiter)
 }
 
-fn drive<A: Algorithm>(kind: Kind, quota: Quota, start_ns: u64, ops: &[Op]) {
-    let clock = ManualClock::starting_at(Nanos::new(start_ns));
-    let Ok(limiter) = Direct::<A, _>::with_algorithm(quota, clock) else {
+/// The run, for any limiter: `build(quota, available, now)` makes a limiter (holding `available`
+/// at `now` when given), `change` changes one's quota. The limiter built at the start is changed
+/// in place; the model is rebuilt at every change.
+fn drive<L: Limiter>(
+    build: impl Fn(Quota, Option<u64>, u64) -> Result<L, QuotaError>,
+    change: impl Fn(&L, Quota, Nanos) -> Result<(), QuotaError>,
+    quota: Quota,
+    start_ns: u64,
+    ops: &[Op],
+) {
+    let Ok(limiter) = build(quota, None, start_ns) else {
         return;
     };
-    let mut model = twin::<A>(kind, quota, None, start_ns).expect("the same quota");
+    let mut model = build(quota, None, start_ns).expect("the same quota");
     let mut now = start_ns;
-    let step = |now: u64, dt: i64| now.saturating_add_signed(dt);
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Acquire { n, dt } => {
-                now = step(now, dt);
+                now = now.saturating_add_signed(dt);
                 let n = n.resolve(limiter.quota().capacity());
                 let at = Nanos::new(now);
                 assert_eq!(
@@ -279,7 +214,7 @@ fn drive<A: Algorithm>(kind: Kind, quota: Quota, start_ns: u64, ops: &[Op]) {
                 );
             }
             Op::Peek { n, dt } => {
-                now = step(now, dt);
+                now = now.saturating_add_signed(dt);
                 let n = n.resolve(limiter.quota().capacity());
                 let at = Nanos::new(now);
                 assert_eq!(
@@ -290,20 +225,19 @@ fn drive<A: Algorithm>(kind: Kind, quota: Quota, start_ns: u64, ops: &[Op]) {
                 assert_eq!(limiter.remaining_at(at), model.remaining_at(at));
             }
             Op::Change { quota: new, dt } => {
-                now = step(now, dt);
+                now = now.saturating_add_signed(dt);
                 let at = Nanos::new(now);
                 let before = limiter.quota();
                 let left = limiter.remaining_at(at);
-                let changed = limiter.set_quota_at(new, at);
-                let built = twin::<A>(kind, new, Some(left), now);
-                match (changed, built) {
+                match (change(&limiter, new, at), build(new, Some(left), now)) {
                     (Ok(()), Ok(built)) => {
                         assert_eq!(limiter.quota(), new);
                         assert_eq!(
                             limiter.remaining_at(at),
-                            left.min(built.quota().capacity()),
+                            left.min(new.capacity()),
                             "op {i}: what a change at {now} carries over"
                         );
+                        assert_eq!(limiter.remaining_at(at), built.remaining_at(at));
                         model = built;
                     }
                     (Err(refused), Err(expected)) => {
