@@ -277,6 +277,10 @@ impl<T> Drop for Current<T> {
 
 impl<T: std::fmt::Debug> std::fmt::Debug for Current<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.read().value.fmt(f)
+        // Formatted into a string of our own while the block is read, then written out after:
+        // the formatter's writer is the caller's code, and a writer that blocks (or changes this
+        // limiter's quota) must not do so inside the epoch, where it would hold up a change.
+        let snapshot = format!("{:?}", self.read().value);
+        f.write_str(&snapshot)
     }
 }

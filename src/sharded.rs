@@ -1848,10 +1848,14 @@ impl Hint {
 
 impl<C> fmt::Debug for ShardedBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let block = self.current.read();
+        // Read, then formatted outside the epoch (see `Current`'s `Debug`).
+        let (quota, shards) = {
+            let block = self.current.read();
+            (block.quota, block.shards.len())
+        };
         f.debug_struct("ShardedBucket")
-            .field("quota", &block.quota)
-            .field("shards", &block.shards.len())
+            .field("quota", &quota)
+            .field("shards", &shards)
             .finish_non_exhaustive()
     }
 }

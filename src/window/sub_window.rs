@@ -657,20 +657,23 @@ impl<C: Clock> SubWindowCounter<C> {
 
 impl<C> fmt::Debug for SubWindowCounter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let block = self.current.read();
-        let p = &block.policy;
-        let (index, settled, current) = p.unpack(block.state.load_hot());
-        // The ring as (tag, count) pairs, in slot order.
-        let history: Vec<(u64, u64)> = block
-            .state
-            .history
-            .iter()
-            // Relaxed: a diagnostic snapshot; the hot word's Acquire above orders what matters.
-            .map(|slot| p.unpack_slot(slot.load(Ordering::Relaxed)))
-            .collect();
+        // Read, then formatted outside the epoch (see `Current`'s `Debug`).
+        let (quota, k, (index, settled, current), history) = {
+            let block = self.current.read();
+            let p = &block.policy;
+            // The ring as (tag, count) pairs, in slot order.
+            let history: Vec<(u64, u64)> = block
+                .state
+                .history
+                .iter()
+                // Relaxed: a diagnostic snapshot; the hot word's Acquire orders what matters.
+                .map(|slot| p.unpack_slot(slot.load(Ordering::Relaxed)))
+                .collect();
+            (block.quota, p.k, p.unpack(block.state.load_hot()), history)
+        };
         f.debug_struct("SubWindowCounter")
-            .field("quota", &block.quota)
-            .field("sub_windows", &p.k)
+            .field("quota", &quota)
+            .field("sub_windows", &k)
             .field("sub_window", &index)
             .field("settled", &settled)
             .field("current", &current)
