@@ -459,7 +459,9 @@ impl<C: Clock> SubWindowCounter<C> {
     /// limiter.set_quota_at(Quota::per_second(100)?, t)?;
     /// assert_eq!(limiter.remaining_at(t), 3);
     /// assert_eq!(limiter.quota(), Quota::per_second(100)?);
-    /// assert!(limiter.set_quota_at(Quota::per_period(5, std::time::Duration::from_nanos(3))?, t).is_err());
+    /// // A period the two sub-windows do not divide into whole nanoseconds: refused.
+    /// let odd = Quota::per_period(5, std::time::Duration::from_nanos(1_000_000_001))?;
+    /// assert!(limiter.set_quota_at(odd, t).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
