@@ -7,6 +7,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use super::quota_handle::{ChangeQuota, SetQuotaError};
 use crate::all_of::{AllOf, GiveBack, KeyedGiveBack};
 use crate::keyed::{KeyedError, TooManyKeys};
 use crate::limiter::{KeyedLimit, Limiter};
@@ -197,6 +198,46 @@ pub trait Backend<K>: Send + Sync + 'static {
     fn decide_indexed(&self, key: &K, cost: u64) -> (Option<usize>, Decision<Self::Future>) {
         (None, self.decide(key, cost))
     }
+
+    /// Replaces the quota of tier `tier` (an index in [`Backend::tiers`]) at runtime: what a
+    /// [`QuotaHandle`](super::QuotaHandle) asks, before it changes the layer's fields. The default
+    /// refuses with [`SetQuotaError::Unsupported`], naming the backend's type; [`Global`] and
+    /// [`Meter`] over a direct limiter and [`GlobalAllOf`] change their limiter's quota, and
+    /// [`Keyed`] and [`KeyedAllOf`] ask theirs ([`ChangeQuota`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SetQuotaError`]: unsupported, no such tier, or a quota the algorithm cannot enforce.
+    /// Nothing may change on an error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{Backend, Global, SetQuotaError};
+    /// use tollgate::{Limiter, Quota, ShardedBucket, TokenBucket};
+    /// let backend = Global::new(TokenBucket::new(Quota::per_second(1)?));
+    /// Backend::<()>::set_quota(&backend, 0, Quota::per_second(9)?)?;
+    /// assert_eq!(backend.limiter().quota(), Quota::per_second(9)?);
+    ///
+    /// let sharded = Global::new(ShardedBucket::builder(Quota::per_second(1)?).build()?);
+    /// let err = Backend::<()>::set_quota(&sharded, 0, Quota::per_second(9)?).unwrap_err();
+    /// assert!(matches!(err, SetQuotaError::Unsupported { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        let _ = (tier, quota);
+        Err(SetQuotaError::Unsupported {
+            limiter: std::any::type_name::<Self>(),
+        })
+    }
+}
+
+/// Limit `tier` of `limits`, or [`SetQuotaError::NoSuchTier`].
+fn limit_of<L>(limits: &[L], tier: usize) -> Result<&L, SetQuotaError> {
+    limits.get(tier).ok_or(SetQuotaError::NoSuchTier {
+        tier,
+        tiers: limits.len(),
+    })
 }
 
 /// Several limits per key, each applying to every request ([`AllOf`] of keyed token buckets): a
@@ -259,7 +300,7 @@ impl<L> KeyedAllOf<L> {
 impl<K, L> Backend<K> for KeyedAllOf<L>
 where
     K: 'static,
-    L: KeyedGiveBack<K> + 'static,
+    L: KeyedGiveBack<K> + ChangeQuota + 'static,
 {
     type Future = Immediate;
 
@@ -283,6 +324,10 @@ where
             .iter()
             .map(|l| *KeyedLimit::<K>::quota(l))
             .collect()
+    }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        limit_of(self.all.limits(), tier)?.change_quota(0, quota)
     }
 
     fn all_apply(&self) -> bool {
@@ -343,7 +388,7 @@ impl<L: GiveBack> GlobalAllOf<L> {
 
 impl<K, L> Backend<K> for GlobalAllOf<L>
 where
-    L: GiveBack + 'static,
+    L: GiveBack + ChangeQuota + 'static,
 {
     type Future = Immediate;
 
@@ -362,6 +407,10 @@ where
 
     fn tiers(&self) -> Vec<Quota> {
         self.all.quotas()
+    }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        limit_of(self.all.limits(), tier)?.change_quota(0, quota)
     }
 
     fn all_apply(&self) -> bool {
@@ -421,7 +470,7 @@ impl<L> Keyed<L> {
 impl<K, L> Backend<K> for Keyed<L>
 where
     K: 'static,
-    L: KeyedLimit<K> + 'static,
+    L: KeyedLimit<K> + ChangeQuota + 'static,
 {
     type Future = Immediate;
 
@@ -440,6 +489,10 @@ where
 
     fn tier_of_key(&self, key: &K) -> usize {
         self.0.tier_of_key(key)
+    }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.0.change_quota(tier, quota)
     }
 }
 
@@ -488,7 +541,7 @@ impl<L> Global<L> {
 
 impl<K, L> Backend<K> for Global<L>
 where
-    L: Limiter + 'static,
+    L: Limiter + ChangeQuota + 'static,
 {
     type Future = Immediate;
 
@@ -499,6 +552,10 @@ where
 
     fn quota(&self) -> Quota {
         self.0.quota()
+    }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.0.change_quota(tier, quota)
     }
 }
 
@@ -563,6 +620,10 @@ where
 
     fn quota(&self) -> Quota {
         Limiter::quota(&self.0)
+    }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.0.change_quota(tier, quota)
     }
 }
 

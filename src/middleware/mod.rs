@@ -130,6 +130,7 @@ mod backend;
 mod fields;
 pub mod key;
 mod layer;
+mod quota_handle;
 mod service;
 
 pub use backend::{Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal};
@@ -146,4 +147,5 @@ pub use layer::{
     EmptyBody, Headers, InfoDecision, LayerError, LimitLayer, LimitLayerBuilder, OnDenied,
     OnMissing, Protocol, RateLimitInfo, Rejection, RejectionKind,
 };
+pub use quota_handle::{ChangeQuota, QuotaHandle, SetQuotaError};
 pub use service::{Limit, ResponseFuture};
