@@ -1221,6 +1221,59 @@ mod quota_handle {
     }
 
     #[test]
+    fn a_shared_a_metered_and_an_all_of_limiter_change_as_their_limiters_do() {
+        let bucket = Arc::new(TokenBucket::with_clock(
+            Quota::per_second(2).unwrap(),
+            ManualClock::new(),
+        ));
+        let layer = LimitLayer::global(Arc::clone(&bucket)).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(3).unwrap())
+            .unwrap();
+        assert_eq!(bucket.quota(), Quota::per_second(3).unwrap());
+
+        let metered = tollgate::metrics::Metered::new(
+            "api",
+            TokenBucket::with_clock(Quota::per_second(2).unwrap(), ManualClock::new()),
+        );
+        let layer = LimitLayer::global(metered).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(5).unwrap())
+            .unwrap();
+        assert_eq!(
+            layer.backend().limiter().get_ref().quota(),
+            Quota::per_second(5).unwrap()
+        );
+
+        // One limit for the layer (the first's policy), its limit 0 changed.
+        let clock = ManualClock::new();
+        let all = AllOf::new([
+            TokenBucket::with_clock(Quota::per_second(10).unwrap(), clock.clone()),
+            TokenBucket::with_clock(Quota::per_hour(1_000).unwrap(), clock),
+        ])
+        .unwrap();
+        let layer = LimitLayer::global(all).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(20).unwrap())
+            .unwrap();
+        assert_eq!(
+            layer.backend().limiter().quotas(),
+            [
+                Quota::per_second(20).unwrap(),
+                Quota::per_hour(1_000).unwrap()
+            ]
+        );
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=20;w=1"#)
+        );
+    }
+
+    #[test]
     fn a_backend_that_cannot_change_answers_unsupported_and_keeps_its_fields() {
         let limiter = KeyedLimiter::with_clock(Quota::per_minute(5).unwrap(), ManualClock::new());
         let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();

@@ -94,8 +94,9 @@ impl From<QuotaError> for SetQuotaError {
 ///
 /// Implemented by every [`Direct`](crate::Direct) limiter (changing its quota), by
 /// [`ShardedBucket`](crate::ShardedBucket), the sub-window counter and the
-/// [`KeyedLimiter`](crate::keyed::KeyedLimiter) (refusing, for now), and through `&L`, `Box<L>`
-/// and `Arc<L>`.
+/// [`KeyedLimiter`](crate::keyed::KeyedLimiter) (refusing, for now), by [`AllOf`](crate::AllOf)
+/// (`index` picks the limit) and a metered limiter (feature `metrics`) as their limiters do, and
+/// through `&L`, `Box<L>` and `Arc<L>`.
 ///
 /// # Examples
 ///
@@ -156,6 +157,29 @@ impl<A: crate::algorithm::Algorithm, C: crate::clock::Clock> ChangeQuota
 impl<C> ChangeQuota for crate::sharded::ShardedBucket<C> {}
 impl<C> ChangeQuota for crate::window::sub_window::SubWindowCounter<C> {}
 impl<K, A: crate::keyed::Algorithm, C> ChangeQuota for crate::keyed::KeyedLimiter<K, A, C> {}
+
+/// Several limits: `index` picks the limit (in the order given to [`AllOf::new`]), whose own
+/// quota (its limit 0) changes.
+///
+/// [`AllOf::new`]: crate::AllOf::new
+impl<L: ChangeQuota> ChangeQuota for crate::all_of::AllOf<L> {
+    fn change_quota(&self, index: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        let limits = self.limits();
+        let limit = limits.get(index).ok_or(SetQuotaError::NoSuchTier {
+            tier: index,
+            tiers: limits.len(),
+        })?;
+        limit.change_quota(0, quota)
+    }
+}
+
+/// A metered limiter changes as the limiter it meters does.
+#[cfg(feature = "metrics")]
+impl<L: crate::limiter::Limiter + ChangeQuota> ChangeQuota for crate::metrics::Metered<L> {
+    fn change_quota(&self, index: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.get_ref().change_quota(index, quota)
+    }
+}
 
 /// [`ChangeQuota`] through a pointer, as [`Limiter`](crate::Limiter) is.
 macro_rules! change_quota_through_pointer {
