@@ -1312,6 +1312,39 @@ mod quota_handle {
         );
     }
 
+    /// Redis cannot change a quota through the layer yet: the handle says so, naming the
+    /// backend. The connection is lazy, so no server is needed.
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn the_redis_backend_answers_unsupported() {
+        use tollgate::keyed::TokenBucketKeys;
+        use tollgate::middleware::Redis;
+        use tollgate::redis::{FailurePolicy, RedisLimiter};
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let conn = client
+            .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+            .unwrap();
+        let limiter =
+            RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(30).unwrap())
+                .build(FailurePolicy::Closed)
+                .unwrap();
+        let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip())
+            .build()
+            .unwrap();
+        let err = layer
+            .quota_handle()
+            .set_quota(Quota::per_minute(60).unwrap())
+            .unwrap_err();
+        assert!(
+            matches!(err, SetQuotaError::Unsupported { limiter } if limiter.contains("Redis")),
+            "{err:?}"
+        );
+        assert_eq!(
+            layer.quota_handle().quotas(),
+            [Quota::per_minute(30).unwrap()]
+        );
+    }
+
     #[test]
     fn a_quota_the_algorithm_refuses_changes_nothing() {
         let clock = ManualClock::new();
