@@ -424,6 +424,10 @@ type Immediate = std::future::Ready<Result<Admitted, Refusal>>;
 /// One limit per key: any [`KeyedLimit`] (a [`KeyedLimiter`](crate::keyed::KeyedLimiter) of any
 /// algorithm) behind the layer.
 ///
+/// The limiter also implements [`ChangeQuota`], as [`Global`]'s does: the keyed limiter refuses
+/// a change for now ([`SetQuotaError::Unsupported`]), and will change its tiers through the same
+/// call once it can.
+///
 /// # Examples
 ///
 /// ```
@@ -498,6 +502,11 @@ where
 
 /// One limit shared by every request: any direct [`Limiter`] behind the layer (the key, whatever
 /// it is, is not looked at).
+///
+/// The limiter also implements [`ChangeQuota`], through which a
+/// [`QuotaHandle`](super::QuotaHandle) changes its quota: every limiter of this crate does (the
+/// direct ones change, the others refuse for now); one of one's own that cannot change needs only
+/// `impl ChangeQuota for MyLimiter {}`.
 ///
 /// # Examples
 ///
