@@ -250,6 +250,14 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         }
     }
 
+    /// [`Shared::info`] for a request passed on uncounted: the first policy's quota, read only
+    /// when the extension is on.
+    fn info_exempt(&self, head: &mut Parts) {
+        if self.info {
+            self.info(head, self.policies().get(0), InfoDecision::Exempt, 0);
+        }
+    }
+
     /// The response to a refused request: gRPC's trailers-only answer for a gRPC one (as the
     /// layer's [`Protocol`] says), else
     /// the configured responder's; the fields appended either way.
@@ -585,7 +593,7 @@ where
             Protocol::Grpc => true,
         };
         if shared.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
-            shared.info(&mut head, shared.policies().get(0), InfoDecision::Exempt, 0);
+            shared.info_exempt(&mut head);
             let fut = self.inner.call(Request::from_parts(head, body));
             return ResponseFuture::step(Step::Call(fut, Fields::default()));
         }
@@ -598,7 +606,7 @@ where
             Err(KeyError::Missing) => match &shared.on_missing {
                 OnMissing::Key(key) => key,
                 OnMissing::Allow => {
-                    shared.info(&mut head, shared.policies().get(0), InfoDecision::Exempt, 0);
+                    shared.info_exempt(&mut head);
                     let fut = self.inner.call(Request::from_parts(head, body));
                     return ResponseFuture::step(Step::Call(fut, Fields::default()));
                 }
