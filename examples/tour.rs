@@ -145,7 +145,7 @@ impl<C: Clock> Limiter for RotatingHomes<C> {
     }
 
     fn quota(&self) -> Quota {
-        *self.limiter.quota()
+        self.limiter.quota()
     }
 }
 

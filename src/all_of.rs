@@ -282,7 +282,7 @@ impl<L: Limiter> AllOf<L> {
 }
 
 /// Whether admission `a` binds more than `b`: fewer remaining, or as few and full again later.
-fn binds(a: &Admitted, b: &Admitted) -> bool {
+pub(crate) fn binds(a: &Admitted, b: &Admitted) -> bool {
     (a.remaining(), std::cmp::Reverse(a.reset_after()))
         < (b.remaining(), std::cmp::Reverse(b.reset_after()))
 }

@@ -106,11 +106,16 @@
 //!
 //! # Changing a quota
 //!
-//! Every direct limiter ([`TokenBucket`], the [windows](window), the
-//! [leaky meter](leaky::LeakyMeter), any [`Direct`]) changes its quota at runtime with
-//! [`set_quota`](Direct::set_quota), without a restart and without a lock on the check path: the
-//! check reads its quota, policy and state as one block through an atomic pointer, kept alive by
-//! the crate's own epoch (a plain store to the calling thread's own slot on Linux). The rule, the
+//! Every direct limiter ([`TokenBucket`], the [windows](window) and the
+//! [`SubWindowCounter`](window::SubWindowCounter), the [leaky meter](leaky::LeakyMeter), any
+//! [`Direct`]) and the [`ShardedBucket`] change their quota at runtime with `set_quota`
+//! ([`Direct::set_quota`], [`ShardedBucket::set_quota`],
+//! [`SubWindowCounter::set_quota`](window::SubWindowCounter::set_quota)), without a restart and
+//! without a lock on the check path: the check reads its quota, policy and state as one block
+//! through an atomic pointer, kept alive by the crate's own epoch (a plain store to the calling
+//! thread's own slot on Linux). The Redis backend's limiter changes what it sends with
+//! `RedisLimiter::set_quota` (feature `redis`), and its scripts convert each key by the same
+//! rule. The keyed limiter and the leaky queue cannot change their quota yet. The rule, the
 //! same for every limiter and for the Redis scripts:
 //!
 //! - **Across a change, no interval admits more than either quota alone would have allowed from

@@ -806,7 +806,7 @@ macro_rules! limiter_from_inherent_methods {
             }
 
             fn quota(&self) -> Quota {
-                *$($ty)::+::quota(self)
+                $($ty)::+::quota(self)
             }
         }
     };

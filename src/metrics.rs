@@ -51,8 +51,10 @@
 //!   evictions and its overflow. An unnamed one reports nothing (one untaken branch per check).
 //! - A [`RedisLimiter`](crate::redis::RedisLimiter) (feature `redis`) always reports, labelled
 //!   with the name given to its builder ([`RedisLimiterBuilder::name`](crate::redis::RedisLimiterBuilder::name)),
-//!   else its key prefix (`"tollgate"` by default); a [`LeasedBucket`](crate::redis::LeasedBucket)
-//!   reports its leases under its Redis limiter's label. Their
+//!   else its key prefix (`"tollgate"` by default); so does a
+//!   [`RedisAllOf`](crate::redis::RedisAllOf), one decision per call however many limits; a
+//!   [`LeasedBucket`](crate::redis::LeasedBucket) reports its leases under its Redis limiter's
+//!   label. Their
 //!   [`Stats`](crate::redis::Stats) and [`LeaseStats`](crate::redis::LeaseStats) count as before.
 //! - A [`LimitLayer`](crate::middleware::LimitLayer) (feature `tower`) always reports its
 //!   decisions, labelled with the policy's name

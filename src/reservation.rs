@@ -284,7 +284,12 @@ pub(crate) enum Parts {
         generation: u64,
     },
     /// From these shards of a sharded bucket.
-    Shards(Vec<ShardPart>),
+    Shards {
+        /// Each shard's part.
+        parts: Vec<ShardPart>,
+        /// The bucket's block they were taken from (see `ShardedBucket::set_quota`).
+        generation: u64,
+    },
     /// From a keyed limiter's shared overflow limiter (the reservation's new key found no room),
     /// whose word after the reservation was `tat`.
     Overflow {

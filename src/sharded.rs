@@ -154,14 +154,15 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::cas::{self, Step};
+use crate::cas::{self, Gone, Step};
+use crate::change::Current;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::gcra::{Gcra as Policy, Reserved};
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Next, Span};
 use crate::partial::Partial;
 use crate::quota::Quota;
 use crate::reservation::{MaxWaitError, Parts, Reservation, ReserveError, ShardPart};
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicU64, Ordering};
 
 /// The most shards a [`ShardedBucket`] may have.
 ///
@@ -368,11 +369,83 @@ impl<C: Clock> ShardedBuilder<C> {
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub struct ShardedBucket<C = MonotonicClock> {
+    current: Current<Shards>,
+    /// The shard count asked for: a quota change splits the new quota into as many (fewer when a
+    /// part would be invalid, as construction does).
+    wanted: usize,
+    clock: C,
+}
+
+/// What a quota change replaces (see `crate::change`): the shards, their hint and the quota.
+pub(crate) struct Shards {
     shards: Box<[CachePadded<Shard>]>,
     hint: CachePadded<Hint>,
     mask: usize,
     quota: Quota,
-    clock: C,
+    /// Set by a quota change before it seals the shards' words: a request that took nothing
+    /// here once it is set decides again on the next block (what it read may include sealed
+    /// shards, which read as empty).
+    sealed: AtomicBool,
+    /// How many changes came before: a reservation gives nothing back to another block.
+    generation: u64,
+}
+
+impl Shards {
+    /// Splits `quota` into at most `wanted` (a power of two) shards: fewer when a part would be
+    /// invalid (a count or capacity below 1, a rate too slow); one shard is the quota itself.
+    /// Each shard's units are laid from `now`, as the token bucket's (see `Gcra::begin_at`).
+    fn assemble(quota: Quota, wanted: usize, now: Nanos, generation: u64) -> Shards {
+        let mut count = wanted.max(1);
+        let parts = loop {
+            let parts: Result<Vec<Quota>, _> = (0..count as u64)
+                .map(|i| quota.part(count as u64, i))
+                .collect();
+            match parts {
+                Ok(parts) => break parts,
+                Err(_) if count > 1 => count /= 2,
+                Err(_) => break vec![quota],
+            }
+        };
+        let shards: Box<[CachePadded<Shard>]> = parts
+            .iter()
+            .map(|part| {
+                let mut policy = Policy::new(part);
+                policy.begin_at(now);
+                let word = policy.initial_word(part.initial(), policy.time(now));
+                CachePadded::new(Shard {
+                    word: AtomicU64::new(word),
+                    policy,
+                })
+            })
+            .collect();
+        Shards {
+            mask: shards.len() - 1,
+            shards,
+            hint: CachePadded::new(Hint::new()),
+            quota,
+            sealed: AtomicBool::new(false),
+            generation,
+        }
+    }
+
+    /// Whether a quota change has sealed these shards.
+    #[inline]
+    fn is_sealed(&self) -> bool {
+        // Acquire: pairs with the change's Release store, made before its seals: a request that
+        // met a sealed word and then reads `false` here cannot happen.
+        self.sealed.load(Ordering::Acquire)
+    }
+
+    /// `answer`, or [`Gone`] when it took nothing and these shards are sealed (ask the next
+    /// block).
+    #[inline]
+    fn unless_sealed<T>(&self, answer: T, took_nothing: bool) -> Result<T, Gone> {
+        if took_nothing && self.is_sealed() {
+            Err(Gone::seen())
+        } else {
+            Ok(answer)
+        }
+    }
 }
 
 impl ShardedBucket<MonotonicClock> {
@@ -426,42 +499,112 @@ impl<C: Clock> ShardedBucket<C> {
         ShardedBucket::assemble(quota, default_shards(), clock)
     }
 
-    /// Splits `quota` into at most `wanted` (a power of two) shards: fewer when a part would be
-    /// invalid (a count or capacity below 1, a rate too slow); one shard is the quota itself.
+    /// A bucket for `quota` in at most `wanted` shards (see `Shards::assemble`).
     fn assemble(quota: Quota, wanted: usize, clock: C) -> ShardedBucket<C> {
-        let mut count = wanted.max(1);
-        let parts = loop {
-            let parts: Result<Vec<Quota>, _> = (0..count as u64)
-                .map(|i| quota.part(count as u64, i))
-                .collect();
-            match parts {
-                Ok(parts) => break parts,
-                Err(_) if count > 1 => count /= 2,
-                Err(_) => break vec![quota],
-            }
-        };
         let now = clock.now();
-        let shards: Box<[CachePadded<Shard>]> = parts
-            .iter()
-            .map(|part| {
-                let mut policy = Policy::new(part);
-                // Units laid from the construction reading, as the token bucket's (see
-                // `Gcra::begin_at`).
-                policy.begin_at(now);
-                let word = policy.initial_word(part.initial(), policy.time(now));
-                CachePadded::new(Shard {
-                    word: AtomicU64::new(word),
-                    policy,
-                })
-            })
-            .collect();
         ShardedBucket {
-            mask: shards.len() - 1,
-            shards,
-            hint: CachePadded::new(Hint::new()),
-            quota,
+            current: Current::new(Shards::assemble(quota, wanted, now, 0)),
+            wanted,
             clock,
         }
+    }
+
+    /// Runs `decide` on the current shards until it answers without meeting a seal (see
+    /// `Direct::decide`).
+    #[inline]
+    fn on_shards<R>(&self, mut decide: impl FnMut(&Shards) -> Result<R, Gone>) -> R {
+        let mut attempt = 0u32;
+        loop {
+            match self.current.pinned() {
+                Some(b) => {
+                    if let Ok(answer) = decide(&b) {
+                        break answer;
+                    }
+                }
+                None => {
+                    if let Ok(answer) = decide(&self.current.read_locked()) {
+                        break answer;
+                    }
+                }
+            }
+            crate::change::changing(&mut attempt);
+        }
+    }
+
+    /// Changes the quota this limiter enforces, from now on, without a pause for the requests
+    /// running meanwhile: the crate's one rule (the crate docs, "Changing a quota"), over all
+    /// the shards. The whole tokens the shards held at the change (fractions dropped, at most
+    /// the new capacity) are spread over the new shards as a new bucket's initial fill is, and
+    /// the new quota refills them from there. The new quota is split into as many shards as
+    /// were asked for at construction (fewer when a part would be invalid). A request that took
+    /// nothing from shards sealed by the change asks again on the new ones; one that took part
+    /// of its tokens before the seal keeps what it took (nothing is ever handed out twice). A
+    /// [`Reservation`] made before the change gives nothing back after it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::builder(Quota::per_second(8)?).shards(4).clock(ManualClock::new()).build()?;
+    /// let t = Nanos::new(0);
+    /// limiter.try_acquire_n_at(5, t)?; // 3 left
+    /// limiter.set_quota_at(Quota::per_second(100)?, t);
+    /// assert_eq!(limiter.remaining_at(t), 3); // carried over, not refilled
+    /// assert_eq!(limiter.remaining_at(Nanos::new(1_000_000_000)), 100);
+    /// assert_eq!(limiter.quota(), Quota::per_second(100)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) {
+        self.set_quota_at(quota, self.clock.now());
+    }
+
+    /// [`ShardedBucket::set_quota`] as of `now`, a reading of this limiter's clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// limiter.set_quota_at(Quota::per_second(2)?, Nanos::new(0));
+    /// assert_eq!(limiter.remaining_at(Nanos::new(0)), 2); // at most the new capacity
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn set_quota_at(&self, quota: Quota, now: Nanos) {
+        self.current.change(|old| {
+            // Built before the seal (every shard empty for now), so that requests meeting the
+            // seal wait for no allocation.
+            let empty = quota.with_initial(0).unwrap_or(quota);
+            let mut new = Box::new(Shards::assemble(
+                empty,
+                self.wanted,
+                now,
+                old.generation.wrapping_add(1),
+            ));
+            new.quota = quota;
+            // Release: a request that meets a sealed word and then reads the flag sees it set.
+            old.sealed.store(true, Ordering::Release);
+            let left: u64 = old
+                .shards
+                .iter()
+                .map(|shard| match cas::seal(&shard.word) {
+                    cas::GONE => 0,
+                    word => shard.policy.remaining(word, shard.policy.time(now)),
+                })
+                .sum();
+            let fill = quota
+                .with_initial(left.min(quota.capacity()))
+                .unwrap_or(quota);
+            let count = new.shards.len() as u64;
+            for (i, shard) in new.shards.iter().enumerate() {
+                // The same split as construction's, so a change to the same quota with the same
+                // tokens leaves the shards as a new bucket holding them would.
+                let part = fill.part(count, i as u64).map_or(0, |p| p.initial());
+                let word = shard.policy.initial_word(part, shard.policy.time(now));
+                // Relaxed: not shared yet; publishing the block (Release) publishes it.
+                cas::store(&shard.word, word, Ordering::Relaxed);
+            }
+            new
+        });
     }
 
     /// Takes one token as of `now`.
@@ -480,7 +623,11 @@ impl<C: Clock> ShardedBucket<C> {
     pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
         // The capacity is at least 1, so one token is always a valid request. The home slot is
         // only looked up when the hint does not answer.
-        self.take(thread_slot, 1, now)
+        self.on_shards(|b| {
+            let answer = b.take(thread_slot, 1, now);
+            let refused = answer.is_err();
+            b.unless_sealed(answer, refused)
+        })
     }
 
     /// Takes `n` tokens as of `now`, all or none.
@@ -529,10 +676,15 @@ impl<C: Clock> ShardedBucket<C> {
         n: u64,
         now: Nanos,
     ) -> Result<Admitted, AcquireError> {
-        if !InsufficientCapacity::check(n, self.quota.capacity())? {
-            return Ok(self.query(now));
-        }
-        self.take(|| home, n, now).map_err(AcquireError::Denied)
+        self.on_shards(|b| {
+            let answer = match InsufficientCapacity::check(n, b.quota.capacity()) {
+                Err(e) => return Ok(Err(e.into())),
+                Ok(false) => return b.unless_sealed(Ok(b.query(now)), true),
+                Ok(true) => b.take(|| home, n, now).map_err(AcquireError::Denied),
+            };
+            let refused = answer.is_err();
+            b.unless_sealed(answer, refused)
+        })
     }
 
     /// Would `n` tokens be admitted as of `now`? Reads every shard once, writes nothing.
@@ -563,27 +715,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        InsufficientCapacity::check(n, self.quota.capacity())?;
-        // One read of the shards answers the whole peek, so its figures describe one state.
-        let mut snapshot = self.snapshot();
-        let words = snapshot.words_mut();
-        let survey = self.survey(now, |i| words[i]);
-        if survey.tokens < n {
-            return Err(AcquireError::Denied(self.denied(words, n, now, &survey)));
-        }
-        // Both figures as they would be after the `n` tokens, taken from the copy as this caller's
-        // acquisition would take them: from home on.
-        // (`remaining` is counted before the take, less `n`: a full shard's refill restarts at the
-        // reading rounded up to its time unit, which can cost a coarse-unit shard a fraction that
-        // the request did not take.)
-        self.take_from_copy(words, thread_slot() & self.mask, n, now);
-        let after = self.survey(now, |i| words[i]);
-        Ok(Admitted::new(
-            survey.tokens - n,
-            1,
-            Span::from_nanos(after.full_in),
-            after.next(),
-        ))
+        self.on_shards(|b| b.unless_sealed(b.peek_n(n, now), true))
     }
 
     /// Gives back `n` tokens taken earlier and not used, starting at the calling thread's home shard
@@ -646,19 +778,11 @@ impl<C: Clock> ShardedBucket<C> {
     /// ```
     pub fn refund_from(&self, home: usize, n: u64, now: Nanos) -> u64 {
         let mut left = n;
-        for step in 0..self.shards.len() {
-            if left == 0 {
-                break;
-            }
-            let shard = &self.shards[(home.wrapping_add(step)) & self.mask];
-            let t = shard.policy.time(now);
-            let given =
-                cas::update(&shard.word, |w| shard.policy.refund_up_to(w, t, left)).unwrap_or(0);
-            left -= given.min(left);
-        }
-        if left < n {
-            self.hint.added_tokens();
-        }
+        self.on_shards(|b| {
+            left -= b.refund(home, left, now).min(left);
+            // What met sealed shards goes to the next block, as a refund after the change would.
+            b.unless_sealed((), left > 0)
+        });
         n - left
     }
 
@@ -767,125 +891,23 @@ impl<C: Clock> ShardedBucket<C> {
     ) -> Result<Reservation<'_, ShardedBucket<C>>, ReserveError> {
         let max_wait = MaxWaitError::check(max_wait)?;
         let base = now.clamped();
-        let reservation = |tokens, ready, parts| Reservation {
-            key: (),
-            limiter: self,
-            tokens,
-            now: base,
-            ready,
-            parts: Parts::Shards(parts),
-        };
-        if !InsufficientCapacity::check(n, self.quota.capacity())? {
-            return Ok(reservation(0, base, Vec::new()));
-        }
-        let home = home & self.mask;
-        // 1. The home shard alone.
-        let shard = &self.shards[home];
-        if n <= shard.policy.capacity() {
-            let t = shard.policy.time(now);
-            let at_home = cas::update(&shard.word, |w| match shard.policy.decide(w, t, n) {
-                Step::Write(new, _) => Step::Write(new, new),
-                Step::Keep(_) | Step::Refuse(_) => Step::Refuse(()),
-            });
-            if let Ok(tat) = at_home {
-                self.withdraw_hint();
-                let part = ShardPart {
-                    shard: home,
-                    tokens: n,
-                    tat,
-                };
-                return Ok(reservation(n, base, vec![part]));
-            }
-        }
-        // 2. When the shards, left alone, hold `n`.
-        let wait = {
-            let snapshot = self.snapshot();
-            let words = snapshot.words();
-            let survey = self.survey(now, |i| words[i]);
-            let wait = if survey.tokens >= n {
-                0
-            } else {
-                self.denied(words, n, now, &survey).retry_after().as_nanos()
-            };
-            if wait > u128::from(max_wait) {
-                return Err(ReserveError::Denied(Denied::new(
-                    base,
-                    Span::from_nanos(wait - u128::from(max_wait)),
-                    survey.tokens,
-                    1,
-                    Span::from_nanos(survey.full_in),
-                    survey.next(),
-                )));
-            }
-            wait
-        };
-        // 3. What each shard holds by then, from home on; 4. by `now + max_wait` after a race.
-        let mut claims = vec![Claim::default(); self.shards.len()];
-        let (mut got, mut ready) = (0, base);
-        for deadline in [
-            u128::from(base) + wait,
-            u128::from(base) + u128::from(max_wait),
-        ] {
-            for step in 0..self.shards.len() {
-                if got == n {
-                    break;
-                }
-                let index = (home + step) & self.mask;
-                let shard = &self.shards[index];
-                let t = shard.policy.time(now);
-                let claimed = cas::update(&shard.word, |w| {
-                    match shard.policy.reserve_by(w, t, n - got, deadline) {
-                        Step::Write(new, (k, reserved)) => {
-                            Step::<Option<(u64, Reserved, u64)>, ()>::Write(
-                                new,
-                                Some((k, reserved, w)),
-                            )
-                        }
-                        Step::Keep(_) | Step::Refuse(()) => Step::Keep(None),
-                    }
-                });
-                if let Ok(Some((k, reserved, before))) = claimed {
-                    claims[index].record(k, before, reserved.tat);
-                    got += k;
-                    ready = ready.max(reserved.ready_ns);
-                }
-            }
-            if got == n {
-                break;
-            }
-        }
-        if got == n {
-            self.withdraw_hint();
-            let parts = claims
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.tokens > 0)
-                .map(|(shard, c)| ShardPart {
-                    shard,
-                    tokens: c.tokens,
-                    tat: c.after,
+        self.on_shards(|b| {
+            let answer = b.reserve(home, n, max_wait, now);
+            let refused = answer.is_err();
+            b.unless_sealed(answer, refused).map(|answer| {
+                answer.map(|(tokens, ready, parts)| Reservation {
+                    key: (),
+                    limiter: self,
+                    tokens,
+                    now: base,
+                    ready,
+                    parts: Parts::Shards {
+                        parts,
+                        generation: b.generation,
+                    },
                 })
-                .collect();
-            return Ok(reservation(n, ready, parts));
-        }
-        // Others got there first: give back what was reserved, exactly, where nobody wrote since.
-        self.give_back(&claims);
-        let snapshot = self.snapshot();
-        let words = snapshot.words();
-        let survey = self.survey(now, |i| words[i]);
-        let denied = self.denied(words, n, now, &survey);
-        let retry = denied
-            .retry_after()
-            .as_nanos()
-            .saturating_sub(u128::from(max_wait));
-        Err(ReserveError::Denied(Denied::new(
-            base,
-            Span::from_nanos(retry),
-            survey.tokens,
-            1,
-            Span::from_nanos(survey.full_in),
-            survey.next(),
-        )))
+            })
+        })
     }
 
     /// Takes as many whole tokens as the shards hold, at most `n`, from the calling thread's home
@@ -949,6 +971,253 @@ impl<C: Clock> ShardedBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn take_up_to_from(&self, home: usize, n: u64, now: Nanos) -> Result<Partial, Denied> {
+        self.on_shards(|b| {
+            let answer = b.take_up_to(home, n, now);
+            let nothing = answer.as_ref().map_or(true, |p| p.taken() == 0);
+            b.unless_sealed(answer, nothing)
+        })
+    }
+
+    /// Whole tokens in all shards as of `now` (each shard's whole tokens, summed: fractions of a
+    /// token stranded in different shards do not add up).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(4)?.with_initial(0)?, ManualClock::new());
+    /// assert_eq!(limiter.remaining_at(Nanos::new(1_000_000_000)), 4);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn remaining_at(&self, now: Nanos) -> u64 {
+        self.on_shards(|b| {
+            let tokens = b
+                .shards
+                .iter()
+                .map(|s| match read_word(&s.word) {
+                    cas::GONE => 0,
+                    word => s.policy.remaining(word, s.policy.time(now)),
+                })
+                .sum();
+            b.unless_sealed(tokens, true)
+        })
+    }
+
+    /// The number of shards in use.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = tollgate::ShardedBucket::builder(tollgate::Quota::per_second(100)?).shards(2).build()?;
+    /// assert_eq!(limiter.shards(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shards(&self) -> usize {
+        self.current.read().shards.len()
+    }
+
+    /// The quota this limiter enforces (over all its shards; the latest
+    /// [set](ShardedBucket::set_quota)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let q = tollgate::Quota::per_second(3)?;
+    /// assert_eq!(tollgate::ShardedBucket::new(q).quota(), q);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn quota(&self) -> Quota {
+        self.current.read().quota
+    }
+
+    /// The clock this limiter reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, Nanos, Quota, ShardedBucket};
+    /// let limiter = ShardedBucket::with_clock(Quota::per_second(3)?, ManualClock::starting_at(Nanos::new(4)));
+    /// assert_eq!(limiter.clock().now(), Nanos::new(4));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl Shards {
+    /// [`ShardedBucket::peek_n_at`] on these shards.
+    fn peek_n(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        InsufficientCapacity::check(n, self.quota.capacity())?;
+        // One read of the shards answers the whole peek, so its figures describe one state.
+        let mut snapshot = self.snapshot();
+        let words = snapshot.words_mut();
+        let survey = self.survey(now, |i| words[i]);
+        if survey.tokens < n {
+            return Err(AcquireError::Denied(self.denied(words, n, now, &survey)));
+        }
+        // Both figures as they would be after the `n` tokens, taken from the copy as this caller's
+        // acquisition would take them: from home on.
+        // (`remaining` is counted before the take, less `n`: a full shard's refill restarts at the
+        // reading rounded up to its time unit, which can cost a coarse-unit shard a fraction that
+        // the request did not take.)
+        self.take_from_copy(words, thread_slot() & self.mask, n, now);
+        let after = self.survey(now, |i| words[i]);
+        Ok(Admitted::new(
+            survey.tokens - n,
+            1,
+            Span::from_nanos(after.full_in),
+            after.next(),
+        ))
+    }
+
+    /// [`ShardedBucket::refund_from`] on these shards: how many went back.
+    fn refund(&self, home: usize, n: u64, now: Nanos) -> u64 {
+        let mut left = n;
+        for step in 0..self.shards.len() {
+            if left == 0 {
+                break;
+            }
+            let shard = &self.shards[(home.wrapping_add(step)) & self.mask];
+            let t = shard.policy.time(now);
+            let given = live(cas::update_live(&shard.word, |w| {
+                shard.policy.refund_up_to(w, t, left)
+            }))
+            .unwrap_or(0);
+            left -= given.min(left);
+        }
+        if left < n {
+            self.hint.added_tokens();
+        }
+        n - left
+    }
+
+    /// [`ShardedBucket::reserve_n_from`] on these shards, `max_wait` checked (nanoseconds): the
+    /// tokens, when they are ready and the parts.
+    fn reserve(
+        &self,
+        home: usize,
+        n: u64,
+        max_wait: u64,
+        now: Nanos,
+    ) -> Result<(u64, u64, Vec<ShardPart>), ReserveError> {
+        let base = now.clamped();
+        let reservation = |tokens, ready, parts| (tokens, ready, parts);
+        if !InsufficientCapacity::check(n, self.quota.capacity())? {
+            return Ok(reservation(0, base, Vec::new()));
+        }
+        let home = home & self.mask;
+        // 1. The home shard alone.
+        let shard = &self.shards[home];
+        if n <= shard.policy.capacity() {
+            let t = shard.policy.time(now);
+            let at_home = cas::update_live(&shard.word, |w| match shard.policy.decide(w, t, n) {
+                Step::Write(new, _) => Step::Write(new, new),
+                Step::Keep(_) | Step::Refuse(_) => Step::Refuse(()),
+            });
+            if let Ok(Ok(tat)) = at_home {
+                self.withdraw_hint();
+                let part = ShardPart {
+                    shard: home,
+                    tokens: n,
+                    tat,
+                };
+                return Ok(reservation(n, base, vec![part]));
+            }
+        }
+        // 2. When the shards, left alone, hold `n`.
+        let wait = {
+            let snapshot = self.snapshot();
+            let words = snapshot.words();
+            let survey = self.survey(now, |i| words[i]);
+            let wait = if survey.tokens >= n {
+                0
+            } else {
+                self.denied(words, n, now, &survey).retry_after().as_nanos()
+            };
+            if wait > u128::from(max_wait) {
+                return Err(ReserveError::Denied(Denied::new(
+                    base,
+                    Span::from_nanos(wait - u128::from(max_wait)),
+                    survey.tokens,
+                    1,
+                    Span::from_nanos(survey.full_in),
+                    survey.next(),
+                )));
+            }
+            wait
+        };
+        // 3. What each shard holds by then, from home on; 4. by `now + max_wait` after a race.
+        let mut claims = vec![Claim::default(); self.shards.len()];
+        let (mut got, mut ready) = (0, base);
+        for deadline in [
+            u128::from(base) + wait,
+            u128::from(base) + u128::from(max_wait),
+        ] {
+            for step in 0..self.shards.len() {
+                if got == n {
+                    break;
+                }
+                let index = (home + step) & self.mask;
+                let shard = &self.shards[index];
+                let t = shard.policy.time(now);
+                let claimed = cas::update_live(&shard.word, |w| {
+                    match shard.policy.reserve_by(w, t, n - got, deadline) {
+                        Step::Write(new, (k, reserved)) => {
+                            Step::<Option<(u64, Reserved, u64)>, ()>::Write(
+                                new,
+                                Some((k, reserved, w)),
+                            )
+                        }
+                        Step::Keep(_) | Step::Refuse(()) => Step::Keep(None),
+                    }
+                });
+                if let Ok(Ok(Some((k, reserved, before)))) = claimed {
+                    claims[index].record(k, before, reserved.tat);
+                    got += k;
+                    ready = ready.max(reserved.ready_ns);
+                }
+            }
+            if got == n {
+                break;
+            }
+        }
+        if got == n {
+            self.withdraw_hint();
+            let parts = claims
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.tokens > 0)
+                .map(|(shard, c)| ShardPart {
+                    shard,
+                    tokens: c.tokens,
+                    tat: c.after,
+                })
+                .collect();
+            return Ok(reservation(n, ready, parts));
+        }
+        // Others got there first: give back what was reserved, exactly, where nobody wrote since.
+        self.give_back(&claims);
+        let snapshot = self.snapshot();
+        let words = snapshot.words();
+        let survey = self.survey(now, |i| words[i]);
+        let denied = self.denied(words, n, now, &survey);
+        let retry = denied
+            .retry_after()
+            .as_nanos()
+            .saturating_sub(u128::from(max_wait));
+        Err(ReserveError::Denied(Denied::new(
+            base,
+            Span::from_nanos(retry),
+            survey.tokens,
+            1,
+            Span::from_nanos(survey.full_in),
+            survey.next(),
+        )))
+    }
+
+    /// [`ShardedBucket::take_up_to_from`] on these shards.
+    fn take_up_to(&self, home: usize, n: u64, now: Nanos) -> Result<Partial, Denied> {
         if n == 0 {
             return Ok(Partial::new(0, self.query(now)));
         }
@@ -959,8 +1228,10 @@ impl<C: Clock> ShardedBucket<C> {
             }
             let shard = &self.shards[(home.wrapping_add(step)) & self.mask];
             let t = shard.policy.time(now);
-            got +=
-                cas::update(&shard.word, |w| shard.policy.take_up_to(w, t, n - got)).unwrap_or(0);
+            got += live(cas::update_live(&shard.word, |w| {
+                shard.policy.take_up_to(w, t, n - got)
+            }))
+            .unwrap_or(0);
         }
         let snapshot = self.snapshot();
         let words = snapshot.words();
@@ -980,18 +1251,6 @@ impl<C: Clock> ShardedBucket<C> {
         ))
     }
 
-    /// Voids a published hint after this caller took tokens outside [`take`](Self::take) (a
-    /// reservation, a take of up to `n`): it only emptied shards, so the hint stayed true, but its
-    /// figures no longer describe them (as after an admission).
-    fn withdraw_hint(&self) {
-        // Relaxed: only a guess at whether there is anything to withdraw; the caller's own later
-        // requests read `seq` after this thread's `fetch_or`, and a hint published concurrently
-        // by another thread is as true as before (a take only empties shards).
-        if self.hint.seq.load(Ordering::Relaxed) & FLAGS == VALID {
-            self.hint.withdraw();
-        }
-    }
-
     /// Gives back, exactly, what a failed reservation claimed on each shard nobody else wrote
     /// since (the rest stays taken, as a failed gather's does), then voids the hint if any went
     /// back.
@@ -1008,62 +1267,16 @@ impl<C: Clock> ShardedBucket<C> {
         }
     }
 
-    /// Whole tokens in all shards as of `now` (each shard's whole tokens, summed: fractions of a
-    /// token stranded in different shards do not add up).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Nanos, Quota, ShardedBucket};
-    /// let limiter = ShardedBucket::with_clock(Quota::per_second(4)?.with_initial(0)?, ManualClock::new());
-    /// assert_eq!(limiter.remaining_at(Nanos::new(1_000_000_000)), 4);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn remaining_at(&self, now: Nanos) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.policy.remaining(cas::read(&s.word), s.policy.time(now)))
-            .sum()
-    }
-
-    /// The number of shards in use.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = tollgate::ShardedBucket::builder(tollgate::Quota::per_second(100)?).shards(2).build()?;
-    /// assert_eq!(limiter.shards(), 2);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn shards(&self) -> usize {
-        self.shards.len()
-    }
-
-    /// The quota this limiter enforces (over all its shards).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let q = tollgate::Quota::per_second(3)?;
-    /// assert_eq!(tollgate::ShardedBucket::new(q).quota(), &q);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
-    }
-
-    /// The clock this limiter reads.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{Clock, ManualClock, Nanos, Quota, ShardedBucket};
-    /// let limiter = ShardedBucket::with_clock(Quota::per_second(3)?, ManualClock::starting_at(Nanos::new(4)));
-    /// assert_eq!(limiter.clock().now(), Nanos::new(4));
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn clock(&self) -> &C {
-        &self.clock
+    /// Voids a published hint after this caller took tokens outside [`take`](Self::take) (a
+    /// reservation, a take of up to `n`): it only emptied shards, so the hint stayed true, but its
+    /// figures no longer describe them (as after an admission).
+    fn withdraw_hint(&self) {
+        // Relaxed: only a guess at whether there is anything to withdraw; the caller's own later
+        // requests read `seq` after this thread's `fetch_or`, and a hint published concurrently
+        // by another thread is as true as before (a take only empties shards).
+        if self.hint.seq.load(Ordering::Relaxed) & FLAGS == VALID {
+            self.hint.withdraw();
+        }
     }
 
     /// Takes `n` tokens (`1 <= n <= capacity`): refused straight from the hint when it says every
@@ -1108,7 +1321,9 @@ impl<C: Clock> ShardedBucket<C> {
         let shard = &self.shards[home];
         if n <= shard.policy.capacity() {
             let t = shard.policy.time(now);
-            if let Ok(admitted) = cas::update(&shard.word, |w| shard.policy.decide(w, t, n)) {
+            if let Ok(Ok(admitted)) =
+                cas::update_live(&shard.word, |w| shard.policy.decide(w, t, n))
+            {
                 return Ok(admitted);
             }
         }
@@ -1148,7 +1363,7 @@ impl<C: Clock> ShardedBucket<C> {
             let index = (home + step) & self.mask;
             let shard = &self.shards[index];
             let t = shard.policy.time(now);
-            let took = cas::update(&shard.word, |w| {
+            let took = live(cas::update_live(&shard.word, |w| {
                 match shard.policy.take_up_to(w, t, n - got) {
                     Step::Write(new, k) => Step::<Taken, ()>::Write(
                         new,
@@ -1160,7 +1375,7 @@ impl<C: Clock> ShardedBucket<C> {
                     ),
                     Step::Keep(_) | Step::Refuse(()) => Step::Keep(Taken::default()),
                 }
-            })
+            }))
             .unwrap_or_default();
             taken[index] = took;
             got += took.tokens;
@@ -1206,6 +1421,10 @@ impl<C: Clock> ShardedBucket<C> {
             }
             let index = (home + step) & self.mask;
             let policy = &self.shards[index].policy;
+            if words[index] == cas::GONE {
+                // Sealed by a quota change: empty (the caller asks the next block).
+                continue;
+            }
             if let Step::Write(new, k) = policy.take_up_to(words[index], policy.time(now), n - got)
             {
                 words[index] = new;
@@ -1217,7 +1436,7 @@ impl<C: Clock> ShardedBucket<C> {
     /// The answer to a request for nothing: what all the shards hold at `now`.
     fn query(&self, now: Nanos) -> Admitted {
         // One read of each shard, straight into the survey: no later step needs the words.
-        let survey = self.survey(now, |i| cas::read(&self.shards[i].word));
+        let survey = self.survey(now, |i| read_word(&self.shards[i].word));
         Admitted::new(
             survey.tokens,
             1,
@@ -1235,7 +1454,7 @@ impl<C: Clock> ShardedBucket<C> {
         };
         let words = snapshot.words_mut();
         for (word, shard) in words.iter_mut().zip(self.shards.iter()) {
-            *word = cas::read(&shard.word);
+            *word = read_word(&shard.word);
         }
         snapshot
     }
@@ -1251,6 +1470,10 @@ impl<C: Clock> ShardedBucket<C> {
         };
         for (i, shard) in self.shards.iter().enumerate() {
             let word = words(i);
+            if word == cas::GONE {
+                // Sealed by a quota change: empty (the caller asks the next block).
+                continue;
+            }
             let t = shard.policy.time(now);
             let tokens = shard.policy.remaining(word, t);
             survey.tokens += tokens;
@@ -1284,6 +1507,7 @@ impl<C: Clock> ShardedBucket<C> {
                 self.shards
                     .iter()
                     .zip(words)
+                    .filter(|(_, &w)| w != cas::GONE)
                     .map(|(s, &w)| s.policy.remaining(w, s.policy.time(Nanos::new(at))))
                     .sum()
             };
@@ -1348,20 +1572,25 @@ impl<C: Clock> Reservation<'_, ShardedBucket<C>> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cancel_at(self, now: Nanos) -> u64 {
-        let Parts::Shards(parts) = &self.parts else {
+        let Parts::Shards { parts, generation } = &self.parts else {
             return 0;
         };
         if self.passed(now) {
             return 0;
         }
-        let limiter = self.limiter;
+        let limiter = self.limiter.current.read();
+        if limiter.generation != *generation {
+            // The quota changed since: what the old shards had left was carried over already.
+            return 0;
+        }
         let mut back = 0;
         for part in parts {
             let shard = &limiter.shards[part.shard];
             let t = shard.policy.time(now);
-            back += cas::update(&shard.word, |w| {
+            // A shard sealed meanwhile takes nothing back.
+            back += live(cas::update_live(&shard.word, |w| {
                 shard.policy.cancel(w, t, part.tokens, part.tat)
-            })
+            }))
             .unwrap_or(0);
         }
         if back > 0 {
@@ -1634,9 +1863,31 @@ impl Hint {
 
 impl<C> fmt::Debug for ShardedBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let block = self.current.read();
         f.debug_struct("ShardedBucket")
-            .field("quota", &self.quota)
-            .field("shards", &self.shards.len())
+            .field("quota", &block.quota)
+            .field("shards", &block.shards.len())
             .finish_non_exhaustive()
     }
+}
+
+/// A shard's word for a read that decides nothing: as `cas::read`, and when it is the seal a
+/// quota change left, with the Acquire fence of `Gone::seen`, so that the caller's later look at
+/// `Shards::sealed` sees the flag the change set before sealing (a request that read a sealed
+/// word asks the next block rather than answering from a half-sealed one).
+#[inline]
+fn read_word(word: &AtomicU64) -> u64 {
+    match cas::read(word) {
+        cas::GONE => {
+            let _ = Gone::seen();
+            cas::GONE
+        }
+        word => word,
+    }
+}
+
+/// The answer of a decision on a shard's word, or `None` when it met a seal (or refused).
+#[inline]
+fn live<T, E>(decided: Result<Result<T, E>, Gone>) -> Option<T> {
+    decided.ok().and_then(Result::ok)
 }

@@ -607,6 +607,62 @@ mod redis_backend {
         });
     }
 
+    /// Several limits and a reservation count one decision per call, as one limit does, and move
+    /// the Redis counters of their label.
+    #[test]
+    fn several_limits_and_reservations_count_one_decision_per_call() {
+        use tollgate::redis::{AllOfFailurePolicy, RedisAllOf};
+        let rt = runtime();
+        let rec = Capture::default();
+        rt.block_on(async {
+            let (all, single) = metrics::with_local_recorder(&rec, || {
+                let local = AllOfFailurePolicy::Local(
+                    tollgate::AllOf::new([
+                        KeyedLimiter::new(Quota::per_second(5).unwrap()),
+                        KeyedLimiter::new(Quota::per_minute(2).unwrap()),
+                    ])
+                    .unwrap(),
+                );
+                let all = RedisAllOf::builder(
+                    dead(),
+                    [Quota::per_second(5).unwrap(), Quota::per_minute(3).unwrap()],
+                )
+                .name("all")
+                .timeout(Duration::from_millis(30))
+                .build(local)
+                .unwrap();
+                let single =
+                    RedisLimiter::<TokenBucketKeys>::builder(dead(), Quota::per_second(5).unwrap())
+                        .name("reserving")
+                        .timeout(Duration::from_millis(30))
+                        .build(FailurePolicy::Local(KeyedLimiter::new(
+                            Quota::per_second(2).unwrap(),
+                        )))
+                        .unwrap();
+                (all, single)
+            });
+            assert!(all.check_key_n("k", 2).await.is_ok());
+            assert!(all.check_key("k").await.is_err()); // the local 2 a minute binds
+            assert!(all.check_key_n("k", 4).await.is_err()); // over a capacity: no call
+            let _ = all.peek_key_n("k", 1).await; // a peek is no decision
+            same_as_stats(&rec, "all", all.stats());
+            assert_eq!(all.stats().decisions, 3);
+            assert_eq!(rec.decisions("all", "admitted"), 1);
+            assert_eq!(rec.decisions("all", "denied"), 1);
+            assert_eq!(rec.decisions("all", "insufficient"), 1);
+            let r = single
+                .reserve_key_n("k", 2, Duration::from_secs(1))
+                .await
+                .unwrap();
+            assert!(single.reserve_key_n("k", 2, Duration::ZERO).await.is_err());
+            assert!(single.reserve_key_n("k", 1, Duration::MAX).await.is_err()); // a bad max_wait decides nothing
+            same_as_stats(&rec, "reserving", single.stats());
+            assert_eq!(rec.decisions("reserving", "admitted"), 1);
+            assert_eq!(rec.decisions("reserving", "denied"), 1);
+            drop(r);
+        });
+    }
+
     #[test]
     fn a_hung_server_moves_the_timeouts() {
         let rt = runtime();

@@ -1292,18 +1292,19 @@ mod quota_handle {
             Some(r#""default";q=5;w=60"#)
         );
 
-        let sharded = ShardedBucket::builder(Quota::per_second(5).unwrap())
-            .shards(1)
-            .clock(ManualClock::new())
+        // A keyed meter is keyed too.
+        let meter: KeyedLimiter<std::net::IpAddr, tollgate::keyed::LeakyMeterKeys, _> =
+            KeyedLimiter::with_algorithm(Quota::per_second(5).unwrap(), ManualClock::new())
+                .unwrap();
+        let layer = LimitLayer::new(Meter::new(meter), peer_ip())
             .build()
             .unwrap();
-        let layer = LimitLayer::global(sharded).build().unwrap();
         let err = layer
             .quota_handle()
             .set_quota(Quota::per_second(50).unwrap())
             .unwrap_err();
         assert!(
-            matches!(err, SetQuotaError::Unsupported { limiter } if limiter.contains("ShardedBucket")),
+            matches!(err, SetQuotaError::Unsupported { limiter } if limiter.contains("KeyedLimiter")),
             "{err:?}"
         );
         assert_eq!(
@@ -1312,12 +1313,52 @@ mod quota_handle {
         );
     }
 
-    /// Redis cannot change a quota through the layer yet: the handle says so, naming the
-    /// backend. The connection is lazy, so no server is needed.
+    #[test]
+    fn a_sharded_bucket_and_a_sub_window_counter_change_through_the_handle() {
+        let sharded = ShardedBucket::builder(Quota::per_second(5).unwrap())
+            .shards(1)
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let layer = LimitLayer::global(sharded).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(50).unwrap())
+            .unwrap();
+        assert_eq!(
+            layer.backend().limiter().quota(),
+            Quota::per_second(50).unwrap()
+        );
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=50;w=1"#)
+        );
+
+        let counter = tollgate::window::SubWindowCounter::with_clock(
+            Quota::per_minute(60).unwrap(),
+            6,
+            ManualClock::new(),
+        )
+        .unwrap();
+        let layer = LimitLayer::global(counter).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_minute(120).unwrap())
+            .unwrap();
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=120;w=60"#)
+        );
+    }
+
+    /// Behind Redis the handle changes this process's limiter and the fields, and a quota the
+    /// script cannot carry changes nothing. The connection is lazy, so no server is needed.
     #[cfg(feature = "redis")]
     #[tokio::test]
-    async fn the_redis_backend_answers_unsupported() {
-        use tollgate::keyed::TokenBucketKeys;
+    async fn the_redis_backend_changes_its_limiter_or_answers_why_not() {
+        use tollgate::keyed::FixedWindowKeys;
         use tollgate::middleware::Redis;
         use tollgate::redis::{FailurePolicy, RedisLimiter};
         let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
@@ -1325,24 +1366,23 @@ mod quota_handle {
             .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
             .unwrap();
         let limiter =
-            RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(30).unwrap())
+            RedisLimiter::<FixedWindowKeys>::builder(conn, Quota::per_minute(30).unwrap())
                 .build(FailurePolicy::Closed)
                 .unwrap();
         let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip())
             .build()
             .unwrap();
-        let err = layer
-            .quota_handle()
-            .set_quota(Quota::per_minute(60).unwrap())
-            .unwrap_err();
+        let handle = layer.quota_handle();
+        handle.set_quota(Quota::per_minute(60).unwrap()).unwrap();
+        assert_eq!(handle.quotas(), [Quota::per_minute(60).unwrap()]);
+        // Redis's clock counts microseconds: a period of 1.5 µs cannot be carried.
+        let odd = Quota::per_period(3, Duration::from_nanos(1_500)).unwrap();
+        let err = handle.set_quota(odd).unwrap_err();
         assert!(
-            matches!(err, SetQuotaError::Unsupported { limiter } if limiter.contains("Redis")),
+            matches!(&err, SetQuotaError::Redis(e) if e.field() == "period"),
             "{err:?}"
         );
-        assert_eq!(
-            layer.quota_handle().quotas(),
-            [Quota::per_minute(30).unwrap()]
-        );
+        assert_eq!(handle.quotas(), [Quota::per_minute(60).unwrap()]);
     }
 
     #[test]

@@ -15,8 +15,11 @@ use tollgate::keyed::{
     TokenBucketKeys,
 };
 use tollgate::leaky::LeakyMeter;
-use tollgate::redis::{FailurePolicy, RedisAlgorithm, RedisError, RedisLimiter, UnavailableKind};
-use tollgate::{Admitted, Denied, ManualClock, Nanos, Quota, Scheduled};
+use tollgate::redis::{
+    AllOfFailurePolicy, FailurePolicy, RedisAlgorithm, RedisAllOf, RedisError, RedisLimiter,
+    UnavailableKind,
+};
+use tollgate::{Admitted, AllOf, Denied, KeyedLimit, ManualClock, Nanos, Quota, Scheduled};
 
 // --- servers --------------------------------------------------------------------------------------
 
@@ -2295,6 +2298,54 @@ async fn after_an_upgrade<A: RedisAlgorithm>(url: &str, small: Quota, large: Quo
     assert_eq!(after.peek_key_n("other", 0).await.unwrap().remaining(), 50);
 }
 
+/// `set_quota` on one limiter: the key keeps what it had left (never more than the new quota
+/// allows), every later call sends the new quota, and a quota the script cannot carry is refused
+/// with nothing changed.
+async fn set_quota_on<A: RedisAlgorithm>(url: &str, small: Quota, large: Quota) {
+    let limiter = closed::<A>(manager(url).await, large, &fresh_prefix("set-quota"));
+    limiter.check_key_n("k", 45).await.unwrap(); // 5 of 50 left
+    limiter.set_quota(small).unwrap();
+    assert_eq!(limiter.quota(), small);
+    assert!(
+        limiter.peek_key_n("k", 0).await.unwrap().remaining() <= 5,
+        "{}: more than either quota leaves",
+        A::SUFFIX
+    );
+    // A key first seen after the change has the new quota, and no more.
+    limiter.check_key_n("fresh", 5).await.unwrap();
+    assert!(
+        matches!(limiter.check_key("fresh").await, Err(RedisError::Denied(_))),
+        "{}: a sixth admission under 5 a minute",
+        A::SUFFIX
+    );
+    // Back up: what was left carries over, not a refill.
+    limiter.set_quota(large).unwrap();
+    assert!(limiter.peek_key_n("fresh", 0).await.unwrap().remaining() <= 5);
+}
+
+#[test]
+fn set_quota_changes_what_every_later_call_sends() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let small = Quota::per_minute(5).unwrap();
+        let large = Quota::per_minute(50).unwrap();
+        set_quota_on::<TokenBucketKeys>(&url, small, large).await;
+        set_quota_on::<FixedWindowKeys>(&url, small, large).await;
+        set_quota_on::<SlidingWindowCounterKeys>(&url, small, large).await;
+        set_quota_on::<SlidingWindowLogKeys>(&url, small, large).await;
+        // The log's ring must fit the script: a count beyond it is refused, nothing changed.
+        let log = closed::<SlidingWindowLogKeys>(
+            manager(&url).await,
+            small,
+            &fresh_prefix("set-quota-log"),
+        );
+        let huge = Quota::per_minute(100_000_000).unwrap();
+        assert!(log.set_quota(huge).is_err());
+        assert_eq!(log.quota(), small);
+    });
+}
+
 #[test]
 fn state_written_under_another_quota_is_read_conservatively() {
     let url = redis_or_skip!();
@@ -2626,5 +2677,742 @@ fn a_partial_take_without_redis_follows_the_failure_policy() {
         ));
         assert_eq!(local.stats().local_decisions, 2);
         assert_eq!(open.stats().open_admissions, 2);
+    });
+}
+
+// --- several limits, all or none -------------------------------------------------------------------
+
+/// Several limits under a fresh prefix through `conn`, reading the client clock `clock` when
+/// given, failing closed.
+fn several(
+    conn: impl redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+    quotas: &[Quota],
+    prefix: &str,
+    clock: Option<&ManualClock>,
+) -> RedisAllOf {
+    let b = RedisAllOf::builder(conn, quotas.iter().copied())
+        .prefix(prefix)
+        .timeout(Duration::from_secs(5));
+    let b = match clock {
+        Some(c) => b.client_clock(c.clone()),
+        None => b,
+    };
+    b.build(AllOfFailurePolicy::Closed).unwrap()
+}
+
+/// An operation on several limits: a request (`n`, taken or peeked) after a step of the clock
+/// forwards (in microseconds).
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    forward_us: u64,
+    n: u64,
+    peek: bool,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let forward = prop_oneof![
+        Just(0u64),
+        0u64..1_000,
+        0u64..400_000,
+        Just(1_000_000),
+        0u64..30_000_000
+    ];
+    proptest::collection::vec(
+        (forward, 0u64..=6, proptest::bool::weighted(0.2)).prop_map(|(forward_us, n, peek)| Step {
+            forward_us,
+            n,
+            peek,
+        }),
+        1..40,
+    )
+}
+
+/// Quotas counted in nanoseconds (so the in-process limiter reads the same state), with bursts of
+/// 1 to 5 so that limits refuse often.
+fn small_quotas() -> impl Strategy<Value = Vec<Quota>> {
+    let one = (
+        prop_oneof![
+            Just(Duration::from_millis(100)),
+            Just(Duration::from_millis(1_300)),
+            Just(Duration::from_secs(7)),
+            Just(Duration::from_nanos(333_333_337)),
+        ],
+        1u64..=5,
+    )
+        .prop_map(|(interval, capacity)| {
+            Quota::per_period(1, interval)
+                .unwrap()
+                .with_capacity(capacity)
+                .unwrap()
+        });
+    proptest::collection::vec(one, 1..=3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Several limits in Redis answer exactly as the in-process `AllOf` of keyed token buckets at
+    /// the same readings: the binding limit's admission, the longest refusal, the first
+    /// insufficient capacity, queries; and what one call took or refused is what the in-process
+    /// limits then hold. (Readings only move forwards: the in-process `AllOf` gives a refused
+    /// request's tokens back at its reading, which a clock stepping back then reads as less, a
+    /// difference the module docs allow and one the script, writing nothing, does not have.)
+    #[test]
+    fn several_limits_answer_as_the_in_process_all_of(quotas in small_quotas(), steps in steps()) {
+        let Some(url) = var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+        let rt = runtime();
+        let conn = rt.block_on(manager(&url));
+        let clock = ManualClock::new();
+        let redis = several(conn, &quotas, &fresh_prefix("all-same"), Some(&clock));
+        let local: AllOf<KeyedLimiter<u64, TokenBucketKeys, ManualClock>> = AllOf::new(
+            quotas.iter().map(|q| KeyedLimiter::with_clock(*q, ManualClock::new())),
+        ).unwrap();
+        let base = today_us(1);
+        let mut t: u64 = 1 << 30;
+        for (i, s) in steps.iter().enumerate() {
+            t += s.forward_us;
+            clock.set(Nanos::new((base + t) * 1000));
+            let now = Nanos::new(t * 1000);
+            let expected = if s.peek {
+                from_keyed(local.peek_key_n_at(&7, s.n, now))
+            } else {
+                from_keyed(local.check_key_n_at(&7, s.n, now))
+            };
+            let got = rt.block_on(async {
+                if s.peek {
+                    from_redis(redis.peek_key_n("k", s.n).await, admitted)
+                } else {
+                    from_redis(redis.check_key_n("k", s.n).await, admitted)
+                }
+            });
+            prop_assert_eq!(got, expected, "step {} ({:?}) at t = {} us, quotas {:?}", i, s, t, quotas);
+        }
+        // One round trip per decision, and two more for the reload when this server had not
+        // seen the script yet.
+        let stats = redis.stats();
+        prop_assert_eq!(stats.round_trips, stats.decisions + 2 * stats.reloads);
+    }
+}
+
+#[test]
+fn several_limits_bind_refuse_and_write_only_when_all_admit() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut conn = manager(&url).await;
+        let clock = ManualClock::new();
+        let prefix = fresh_prefix("all-or-none");
+        // 10 a second (burst 10) and 4 an hour (burst 4).
+        let quotas = [Quota::per_second(10).unwrap(), Quota::per_hour(4).unwrap()];
+        let limits = several(conn.clone(), &quotas, &prefix, Some(&clock));
+        let t0 = today_us(1);
+        clock.set(Nanos::new(t0 * 1000));
+        let names = limits.key_names("k").unwrap();
+        assert_eq!(names[0], format!("{prefix}:{{k}}:tb:0").into_bytes());
+        assert_eq!(names[1], format!("{prefix}:{{k}}:tb:1").into_bytes());
+        // The hourly limit binds: 3 taken leave 1 there, and it is full again in 45 minutes.
+        let (at, a) = limits.check_key_n_indexed("k", 3).await;
+        let a = a.unwrap();
+        assert_eq!((at, a.remaining()), (Some(1), 1));
+        assert_eq!(a.reset_after(), Duration::from_secs(45 * 60));
+        let get = |name: Vec<u8>| {
+            let mut conn = conn.clone();
+            async move {
+                let v: Option<String> = redis::cmd("GET")
+                    .arg(name)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                v
+            }
+        };
+        let before = (get(names[0].clone()).await, get(names[1].clone()).await);
+        // 2 more fit the first limit but not the second: refused by the second, for the wait
+        // until its second token (15 minutes), and neither key is written.
+        let (at, d) = limits.check_key_n_indexed("k", 2).await;
+        assert_eq!(at, Some(1));
+        assert_denied_for(d, Duration::from_secs(15 * 60), "the hourly limit refuses");
+        assert_eq!(
+            (get(names[0].clone()).await, get(names[1].clone()).await),
+            before
+        );
+        // 5 is more than the hourly limit ever holds: refused at once, naming it.
+        let (at, e) = limits.check_key_n_indexed("k", 5).await;
+        assert_eq!(at, Some(1));
+        assert!(
+            matches!(e, Err(RedisError::InsufficientCapacity(_))),
+            "{e:?}"
+        );
+        // 11 is more than either holds: the first limit is named.
+        let (at, _) = limits.check_key_n_indexed("k", 11).await;
+        assert_eq!(at, Some(0));
+        // The last token, then both refuse: the longest wait (the hourly limit's 15 minutes)
+        // is reported, not the first limit's.
+        limits.check_key("k").await.unwrap();
+        clock.set(Nanos::new((t0 + 10) * 1000));
+        let (at, d) = limits.check_key_n_indexed("k", 1).await;
+        assert_eq!(at, Some(1));
+        let d = denial(d, "both refuse");
+        assert!(d.retry_after() > Duration::from_secs(14 * 60), "{d:?}");
+        // A query writes nothing and answers the binding limit.
+        let q = limits.peek_key_n("k", 0).await.unwrap();
+        assert_eq!(q.remaining(), 0);
+        // The first limit alone (the same key name, the same quota) holds exactly the 4 taken.
+        let first = several(conn.clone(), &quotas[..1], &prefix, Some(&clock));
+        assert_eq!(first.peek_key_n("k", 0).await.unwrap().remaining(), 6);
+        let _: () = redis::cmd("DEL")
+            .arg(&names[0])
+            .arg(&names[1])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    });
+}
+
+#[test]
+fn several_limits_cost_one_evalsha_per_decision() {
+    let Some(server) = Throwaway::start() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut admin = manager(&server.url()).await;
+        let limits = RedisAllOf::builder(
+            admin.clone(),
+            [
+                Quota::per_second(5).unwrap(),
+                Quota::per_minute(50).unwrap(),
+                Quota::per_hour(500).unwrap(),
+            ],
+        )
+        .build(AllOfFailurePolicy::Closed)
+        .unwrap();
+        // The first call loads the script: NOSCRIPT, SCRIPT LOAD, EVALSHA.
+        limits.check_key("warm").await.unwrap();
+        assert_eq!(limits.stats().reloads, 1);
+        let before = calls(&mut admin, "evalsha").await;
+        let set_before = calls(&mut admin, "set").await;
+        for i in 0..50 {
+            let _ = limits.check_key_n(format!("k{}", i % 5), 2).await;
+            let _ = limits.peek_key_n("k0", 1).await;
+        }
+        assert_eq!(calls(&mut admin, "evalsha").await - before, 100);
+        assert_eq!(limits.stats().round_trips, 3 + 100);
+        assert_eq!(limits.stats().decisions, 1 + 100);
+        // Each admission writes its three keys from inside the script; refusals and peeks write
+        // nothing: 5 keys x 2 admissions (a burst of 5 at 2 a call) x 3 limits.
+        let sets = calls(&mut admin, "set").await - set_before;
+        assert!(sets % 3 == 0 && sets >= 5 * 2 * 3, "{sets} SETs");
+    });
+}
+
+/// 16 tasks on 4 connections ask two limits (a burst of 40 and one of 30, neither refilling in
+/// the test's time) for 1 to 3 at a time: exactly as many as the smaller limit holds are
+/// admitted, and the larger one lost nothing to the requests the smaller refused (a request
+/// taken from one limit and refused by the other would show as fewer than 10 left there).
+#[test]
+fn sixteen_tasks_take_from_every_limit_or_from_none() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut conns = Vec::new();
+        for _ in 0..4 {
+            conns.push(manager(&url).await);
+        }
+        let quotas = [
+            Quota::per_hour(1).unwrap().with_capacity(40).unwrap(),
+            Quota::per_day(1).unwrap().with_capacity(30).unwrap(),
+        ];
+        let prefix = fresh_prefix("all-tasks");
+        let limits: Vec<Arc<RedisAllOf>> = conns
+            .iter()
+            .map(|c| Arc::new(several(c.clone(), &quotas, &prefix, None)))
+            .collect();
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let limits = limits[i % 4].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for j in 0..12u64 {
+                    let n = 1 + (i as u64 + j) % 3;
+                    match limits.check_key_n("hot", n).await {
+                        Ok(_) => admitted += n,
+                        Err(RedisError::Denied(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                admitted
+            }));
+        }
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += t.await.unwrap();
+        }
+        // 16 x 12 requests of 2 on average ask for far more than 30: the smaller limit is
+        // emptied; a request of 2 or 3 may be refused with 1 or 2 left, so up to 2 may stay.
+        assert!((28..=30).contains(&admitted), "admitted {admitted}");
+        let first = several(conns[0].clone(), &quotas[..1], &prefix, None);
+        let second = RedisAllOf::builder(conns[0].clone(), quotas)
+            .prefix(&prefix)
+            .build(AllOfFailurePolicy::Closed)
+            .unwrap();
+        assert_eq!(
+            first.peek_key_n("hot", 0).await.unwrap().remaining(),
+            40 - admitted
+        );
+        assert_eq!(
+            second.peek_key_n("hot", 0).await.unwrap().remaining(),
+            30 - admitted
+        );
+        // One round trip per decision (and two more for a reload, if this server had not seen
+        // the script yet).
+        let calls: u64 = limits
+            .iter()
+            .map(|l| l.stats().round_trips - 2 * l.stats().reloads)
+            .sum();
+        assert_eq!(calls, 16 * 12, "one round trip per decision");
+    });
+}
+
+#[test]
+fn several_limits_fail_as_their_policy_says() {
+    let rt = runtime();
+    rt.block_on(async {
+        let quotas = [
+            Quota::per_second(10).unwrap(),
+            Quota::per_minute(3).unwrap(),
+        ];
+        let limits = |failure| {
+            let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+            let conn = client
+                .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+                .unwrap();
+            RedisAllOf::builder(conn, quotas)
+                .timeout(Duration::from_millis(200))
+                .build(failure)
+                .unwrap()
+        };
+        let closed = limits(AllOfFailurePolicy::Closed);
+        assert!(matches!(
+            closed.check_key("k").await,
+            Err(RedisError::Unavailable(_))
+        ));
+        assert_eq!(closed.stats().failures, 1);
+        let open = limits(AllOfFailurePolicy::Open);
+        for _ in 0..5 {
+            assert_eq!(open.check_key("k").await.unwrap().remaining(), 0);
+        }
+        assert_eq!(open.stats().open_admissions, 5);
+        // More than a limit's capacity is refused on the client, whatever the policy.
+        assert!(matches!(
+            open.check_key_n("k", 4).await,
+            Err(RedisError::InsufficientCapacity(_))
+        ));
+        // Local: an in-process AllOf, all or none: 2 a minute binds.
+        let local = limits(AllOfFailurePolicy::Local(
+            AllOf::new([
+                KeyedLimiter::new(Quota::per_second(5).unwrap()),
+                KeyedLimiter::new(Quota::per_minute(2).unwrap()),
+            ])
+            .unwrap(),
+        ));
+        assert_eq!(local.check_key("k").await.unwrap().remaining(), 1);
+        assert!(matches!(
+            local.check_key_n("k", 2).await,
+            Err(RedisError::Denied(_))
+        ));
+        assert_eq!(local.check_key("k").await.unwrap().remaining(), 0);
+        assert!(matches!(
+            local.check_key("k").await,
+            Err(RedisError::Denied(_))
+        ));
+        assert_eq!(local.stats().local_decisions, 4);
+    });
+}
+
+#[test]
+fn bad_settings_for_several_limits_name_their_field() {
+    let rt = runtime();
+    rt.block_on(async {
+        let conn = redis::Client::open("redis://127.0.0.1:1/")
+            .unwrap()
+            .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+            .unwrap();
+        let build = |quotas: Vec<Quota>, prefix: &str| {
+            RedisAllOf::builder(conn.clone(), quotas)
+                .prefix(prefix)
+                .build(AllOfFailurePolicy::Closed)
+                .map(|_| ())
+                .unwrap_err()
+        };
+        assert_eq!(build(vec![], "p").field(), "quotas");
+        let many = vec![Quota::per_second(1).unwrap(); tollgate::redis::MAX_LIMITS + 1];
+        assert_eq!(build(many, "p").field(), "quotas");
+        let ok = Quota::per_second(1).unwrap();
+        assert_eq!(build(vec![ok], "a{b").field(), "prefix");
+        let huge = Quota::per_day(1).unwrap().with_capacity(60_000).unwrap();
+        assert_eq!(build(vec![ok, huge], "p").field(), "capacity");
+        let limits = RedisAllOf::builder(conn.clone(), [ok])
+            .build(AllOfFailurePolicy::Closed)
+            .unwrap();
+        let long = vec![b'x'; tollgate::redis::MAX_KEY_LEN + 1];
+        assert!(matches!(
+            limits.check_key(&long).await,
+            Err(RedisError::KeyTooLong(_))
+        ));
+        assert_eq!(limits.stats().round_trips, 0);
+    });
+}
+
+#[test]
+fn several_limits_work_on_the_cluster() {
+    let Some((nodes, _one_at_a_time)) = cluster_nodes() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut node = manager(&nodes[0]).await;
+        let conn = cluster(&nodes).await;
+        let quotas = [
+            Quota::per_second(5).unwrap(),
+            Quota::per_minute(20).unwrap().with_capacity(3).unwrap(),
+            Quota::per_hour(100).unwrap(),
+        ];
+        let limits = several(conn, &quotas, &fresh_prefix("all-cluster"), None);
+        for key in [&b""[..], b"{", b"a{b}c", b"user-1", b"user-2", &[0, 255]] {
+            let names = limits.key_names(key).unwrap();
+            let slot = keyslot(&mut node, &names[0]).await;
+            for name in &names[1..] {
+                assert_eq!(keyslot(&mut node, name).await, slot, "{key:?}");
+            }
+            assert_eq!(limits.check_key_n(key, 3).await.unwrap().remaining(), 0);
+            assert!(matches!(
+                limits.check_key(key).await,
+                Err(RedisError::Denied(_))
+            ));
+        }
+    });
+}
+
+// --- reservations --------------------------------------------------------------------------------
+
+/// An operation on a reservation sequence.
+#[derive(Debug, Clone, Copy)]
+enum ResOp {
+    /// The clock steps forwards.
+    Forward(u64),
+    /// Reserve `n`, waiting at most `max_wait_ms`.
+    Reserve(u64, u64),
+    /// Take `n`.
+    Take(u64),
+    /// Cancel the reservation made `back` reservations ago (if it is still held).
+    Cancel(usize),
+}
+
+fn res_ops() -> impl Strategy<Value = Vec<ResOp>> {
+    proptest::collection::vec(
+        prop_oneof![
+            2 => prop_oneof![Just(0u64), 0u64..500_000, 0u64..10_000_000].prop_map(ResOp::Forward),
+            4 => (0u64..=6, prop_oneof![Just(0u64), 0u64..3_000, Just(60_000)])
+                .prop_map(|(n, w)| ResOp::Reserve(n, w)),
+            2 => (0u64..=3).prop_map(ResOp::Take),
+            2 => (0usize..3).prop_map(ResOp::Cancel),
+        ],
+        1..40,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A reservation in Redis answers as the in-process keyed one at the same readings: the
+    /// tokens, the delay, the instant they are ready, the denial beyond `max_wait` (its
+    /// `retry_after` the wait until the same reservation fits), admissions behind the debt, and
+    /// what a cancel gives back.
+    #[test]
+    fn a_reservation_answers_as_the_in_process_one(
+        quotas in small_quotas(),
+        ops in res_ops(),
+    ) {
+        let Some(url) = var("TOLLGATE_REDIS_URL") else { return Ok(()) };
+        let rt = runtime();
+        let conn = rt.block_on(manager(&url));
+        let quota = quotas[0];
+        let clock = ManualClock::new();
+        let redis = on_clock::<TokenBucketKeys>(&conn, quota, &clock);
+        let local: KeyedLimiter<u64, TokenBucketKeys, ManualClock> =
+            KeyedLimiter::with_clock(quota, ManualClock::new());
+        let base = today_us(1);
+        let mut t: u64 = 1 << 30;
+        let mut held = Vec::new();
+        for (i, &op) in ops.iter().enumerate() {
+            clock.set(Nanos::new((base + t) * 1000));
+            let now = Nanos::new(t * 1000);
+            match op {
+                ResOp::Forward(us) => t += us,
+                ResOp::Reserve(n, ms) => {
+                    let wait = Duration::from_millis(ms);
+                    let expected = local.reserve_key_n_at(&7, n, wait, now);
+                    let got = rt.block_on(redis.reserve_key_n("k", n, wait));
+                    match (got, expected) {
+                        (Ok(g), Ok(e)) => {
+                            prop_assert_eq!(
+                                (g.tokens(), g.delay(), g.ready_at().as_u64() - base * 1000),
+                                (e.tokens(), e.delay(), e.ready_at().as_u64()),
+                                "op {} ({:?})", i, op
+                            );
+                            held.push((g, e));
+                        }
+                        (Err(RedisError::Denied(g)), Err(tollgate::ReserveError::Denied(e))) => {
+                            prop_assert_eq!(denied(g), denied(e), "op {} ({:?})", i, op);
+                        }
+                        (Err(RedisError::InsufficientCapacity(_)), Err(tollgate::ReserveError::InsufficientCapacity(_))) => {}
+                        (g, e) => prop_assert!(false, "op {} ({:?}): {:?} against {:?}", i, op, g, e),
+                    }
+                }
+                ResOp::Take(n) => {
+                    let expected = from_keyed(local.check_key_n_at(&7, n, now));
+                    let got = from_redis(rt.block_on(redis.check_key_n("k", n)), admitted);
+                    prop_assert_eq!(got, expected, "op {} ({:?})", i, op);
+                }
+                ResOp::Cancel(back) => {
+                    if back < held.len() {
+                        let (g, e) = held.remove(held.len() - 1 - back);
+                        let expected = e.cancel_at(now);
+                        let got = rt.block_on(g.cancel()).unwrap();
+                        prop_assert_eq!(got, expected, "op {} ({:?})", i, op);
+                    }
+                }
+            }
+        }
+        clock.set(Nanos::new((base + t) * 1000));
+        let q = from_redis(rt.block_on(redis.peek_key_n("k", 0)), admitted);
+        prop_assert_eq!(q, from_keyed(local.peek_key_n_at(&7, 0, Nanos::new(t * 1000))));
+    }
+}
+
+#[test]
+fn a_cancel_never_gives_back_more_than_was_taken() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let conn = manager(&url).await;
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(10).unwrap().with_capacity(4).unwrap();
+        let limiter = on_clock::<TokenBucketKeys>(&conn, quota, &clock);
+        let t0 = today_us(1);
+        let at = |us: u64| clock.set(Nanos::new((t0 + us) * 1000));
+        at(0);
+        let sec = Duration::from_secs(1);
+        // Bad input first, with no round trip.
+        assert!(matches!(
+            limiter.reserve_key_n("k", 5, sec).await,
+            Err(RedisError::InsufficientCapacity(_))
+        ));
+        assert!(matches!(
+            limiter.reserve_key_n("k", 1, Duration::MAX).await,
+            Err(RedisError::MaxWait(_))
+        ));
+        assert_eq!(limiter.stats().round_trips, 0);
+        // A query reserves nothing, and its cancel gives nothing back.
+        let q = limiter.reserve_key_n("k", 0, sec).await.unwrap();
+        assert_eq!((q.tokens(), q.delay()), (0, Duration::ZERO));
+        assert_eq!(q.cancel().await.unwrap(), 0);
+        // The burst at once, then 3 into debt (ready after 300 ms), then 1 behind them (400 ms).
+        let now = limiter.reserve_key_n("k", 4, Duration::ZERO).await.unwrap();
+        assert_eq!(now.delay(), Duration::ZERO);
+        let first = limiter.reserve_key_n("k", 3, sec).await.unwrap();
+        assert_eq!(first.delay(), Duration::from_millis(300));
+        assert_eq!(first.ready_at(), Nanos::new((t0 * 1000) + 300_000_000));
+        let second = limiter.reserve_key_n("k", 1, sec).await.unwrap();
+        assert_eq!(second.delay(), Duration::from_millis(400));
+        // Beyond the longest wait: the wait until the same reservation fits.
+        assert_denied_for(
+            limiter
+                .reserve_key_n("k", 4, Duration::from_millis(500))
+                .await,
+            Duration::from_millis(300),
+            "beyond max_wait",
+        );
+        // The first gives back its 3 less the 1 reserved after it.
+        assert_eq!(first.cancel().await.unwrap(), 2);
+        // The 2 given back are there again: the bucket's debt now ends at 200 ms, not 400 ms.
+        at(199_999);
+        denial(limiter.check_key("k").await, "before the debt is paid");
+        // Its time has passed: nothing goes back.
+        at(400_001);
+        assert_eq!(second.cancel().await.unwrap(), 0);
+        // Under another quota, the state is not the reservation's: nothing goes back.
+        let later = limiter.reserve_key_n("k", 4, sec).await.unwrap();
+        assert!(later.delay() > Duration::ZERO);
+        let other =
+            RedisLimiter::<TokenBucketKeys>::builder(conn.clone(), Quota::per_second(20).unwrap())
+                .prefix(
+                    String::from_utf8(limiter.key_name("").unwrap())
+                        .unwrap()
+                        .split(':')
+                        .next()
+                        .unwrap(),
+                )
+                .client_clock(clock.clone())
+                .build(FailurePolicy::Closed)
+                .unwrap();
+        assert_eq!(other.key_name("k").unwrap(), limiter.key_name("k").unwrap());
+        other.check_key_n("k", 0).await.unwrap();
+        // (a query writes nothing: the state is still the first quota's)
+        let again = limiter.reserve_key_n("k", 1, sec).await.unwrap();
+        // An admission under the other quota converts the state to it.
+        at(2_000_000);
+        other.check_key("k").await.unwrap();
+        assert_eq!(again.cancel().await.unwrap(), 0);
+        assert_eq!(later.cancel().await.unwrap(), 0);
+    });
+}
+
+/// 8 tasks on 2 connections reserve 1 or 2 at a time, waiting up to a second, against 20 a second
+/// with a burst of 5: counted by the instants the tokens are ready (on the server's clock), no
+/// span from the start holds more than `C + R x t`, and the debt is never more than a second.
+#[test]
+fn reservations_from_many_tasks_never_exceed_the_limit() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let conns = [manager(&url).await, manager(&url).await];
+        let quota = Quota::per_second(20).unwrap().with_capacity(5).unwrap();
+        let prefix = fresh_prefix("reserve-tasks");
+        let limiters: Vec<Arc<RedisLimiter>> = conns
+            .iter()
+            .map(|c| Arc::new(closed::<TokenBucketKeys>(c.clone(), quota, &prefix)))
+            .collect();
+        let mut probe = conns[0].clone();
+        let start_ns = server_micros(&mut probe).await * 1000;
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let limiter = limiters[i % 2].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ready = Vec::new();
+                for j in 0..10u64 {
+                    let n = 1 + (i as u64 + j) % 2;
+                    match limiter
+                        .reserve_key_n("hot", n, Duration::from_secs(1))
+                        .await
+                    {
+                        Ok(r) => {
+                            assert!(r.delay() <= Duration::from_secs(1), "{r:?}");
+                            ready.push((r.ready_at().as_u64(), r.tokens()));
+                        }
+                        Err(RedisError::Denied(d)) => assert!(d.retry_after() > Duration::ZERO),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                ready
+            }));
+        }
+        let mut ready = Vec::new();
+        for t in tasks {
+            ready.extend(t.await.unwrap());
+        }
+        ready.sort_unstable();
+        let total: u64 = ready.iter().map(|r| r.1).sum();
+        assert!(total >= 5 + 20, "only {total} reserved");
+        let mut sum = 0;
+        for (at, tokens) in &ready {
+            sum += tokens;
+            // Tokens ready by `at`: at most C + R x (at - start), with R = 1 per 50 ms.
+            let bound = 5 + (at.saturating_sub(start_ns)) / 50_000_000;
+            assert!(
+                sum <= bound,
+                "{sum} ready by {} ns > {bound}",
+                at - start_ns
+            );
+        }
+    });
+}
+
+#[test]
+fn reservations_fail_as_their_policy_says() {
+    let rt = runtime();
+    rt.block_on(async {
+        let limiter = |failure| {
+            let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+            let conn = client
+                .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+                .unwrap();
+            RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(4).unwrap())
+                .timeout(Duration::from_millis(200))
+                .build(failure)
+                .unwrap()
+        };
+        let sec = Duration::from_secs(1);
+        let closed = limiter(FailurePolicy::Closed);
+        assert!(matches!(
+            closed.reserve_key_n("k", 2, sec).await,
+            Err(RedisError::Unavailable(_))
+        ));
+        let open = limiter(FailurePolicy::Open);
+        let r = open.reserve_key_n("k", 4, sec).await.unwrap();
+        assert_eq!((r.tokens(), r.delay()), (4, Duration::ZERO));
+        assert_eq!(r.cancel().await.unwrap(), 0);
+        assert_eq!(open.stats().open_admissions, 1);
+        let local = limiter(FailurePolicy::Local(KeyedLimiter::new(
+            Quota::per_second(2).unwrap(),
+        )));
+        let now = local.reserve_key_n("k", 2, sec).await.unwrap();
+        assert_eq!(now.delay(), Duration::ZERO);
+        let later = local.reserve_key_n("k", 1, sec).await.unwrap();
+        // Into the local debt (the 200 ms timeout before it has refilled some of it).
+        assert!(
+            later.delay() > Duration::ZERO && later.delay() <= Duration::from_millis(500),
+            "{later:?}"
+        );
+        assert!(matches!(
+            local.reserve_key_n("k", 2, sec).await,
+            Err(RedisError::Denied(_))
+        ));
+        assert_eq!(later.cancel().await.unwrap(), 1);
+        assert_eq!(local.stats().local_decisions, 3);
+        drop(now);
+    });
+}
+
+/// A reservation's debt is stored in the same number as the bucket's tokens, which the scripts
+/// keep within 2^52 ticks: one an hour with a burst of 1 249 leaves room for one hour of debt
+/// (2^52 ns is 1 250.99... hours), so the first reservation into debt is granted and the second,
+/// which in process would be, is denied with the wait until it fits.
+#[test]
+fn a_debt_is_granted_only_within_2_pow_52_ticks() {
+    let url = redis_or_skip!();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut conn = manager(&url).await;
+        let clock = ManualClock::new();
+        let quota = Quota::per_hour(1).unwrap().with_capacity(1249).unwrap();
+        let limiter = on_clock::<TokenBucketKeys>(&conn, quota, &clock);
+        clock.set(Nanos::new(today_us(1) * 1000));
+        let hour = Duration::from_secs(3600);
+        limiter.check_key_n("k", 1249).await.unwrap();
+        let first = limiter.reserve_key_n("k", 1, 3 * hour).await.unwrap();
+        assert_eq!(first.delay(), hour);
+        // The gap it wrote: 1 250 hours, within 2^52 ns.
+        let state: String = redis::cmd("GET")
+            .arg(limiter.key_name("k").unwrap())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let gap: u64 = state.split(' ').nth(1).unwrap().parse().unwrap();
+        assert_eq!(gap, 1250 * 3_600_000_000_000);
+        assert!(gap <= 1 << 52);
+        // A second would leave 1 251 hours: denied until 1 251 h - 2^52 ns have passed.
+        let in_process: KeyedLimiter<u8, TokenBucketKeys, ManualClock> =
+            KeyedLimiter::with_clock(quota, ManualClock::new());
+        in_process.check_key_n(&0, 1249).unwrap();
+        let _kept = in_process.reserve_key_n(&0, 1, 3 * hour).unwrap();
+        assert!(in_process.reserve_key_n(&0, 1, 3 * hour).is_ok());
+        assert_denied_for(
+            limiter.reserve_key_n("k", 1, 3 * hour).await,
+            Duration::from_nanos(1251 * 3_600_000_000_000 - (1 << 52)),
+            "past 2^52 ticks",
+        );
+        assert_eq!(first.cancel().await.unwrap(), 1);
     });
 }

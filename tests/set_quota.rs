@@ -8,8 +8,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use testkit::driver::change::{run, Kind, Op};
 use testkit::driver::limiter::Amount;
-use tollgate::window::{FixedWindow, SlidingWindowLog};
-use tollgate::{Limiter, ManualClock, Quota, TokenBucket};
+use tollgate::window::{FixedWindow, SlidingWindowLog, SubWindowCounter};
+use tollgate::{Limiter, ManualClock, Quota, ShardedBucket, TokenBucket};
 
 fn quota() -> impl Strategy<Value = Option<Quota>> {
     (
@@ -64,7 +64,8 @@ proptest! {
     #[test]
     fn every_change_follows_the_rule(
         kind in prop_oneof![
-            Just(Kind::Bucket), Just(Kind::Meter), Just(Kind::Fixed), Just(Kind::Counter), Just(Kind::Log)
+            Just(Kind::Bucket), Just(Kind::Meter), Just(Kind::Fixed), Just(Kind::Counter), Just(Kind::Log),
+            Just(Kind::Sharded), Just(Kind::SubWindows)
         ],
         first in quota(),
         start in prop_oneof![Just(0u64), 0u64..=1_000_000_000_000],
@@ -118,6 +119,22 @@ fn threads_admitting_across_changes_never_exceed_what_was_held() {
     frozen_clock_bound(
         &window,
         |i| window.set_quota(q(1_000 + (i % 7) * 1_000)).unwrap(),
+        5_000,
+    );
+    let sharded = ShardedBucket::builder(q(5_000))
+        .shards(2)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    frozen_clock_bound(
+        &sharded,
+        |i| sharded.set_quota(q(1_000 + (i % 7) * 1_000)),
+        5_000,
+    );
+    let sub = SubWindowCounter::with_clock(q(5_000), 4, ManualClock::new()).unwrap();
+    frozen_clock_bound(
+        &sub,
+        |i| sub.set_quota(q(1_000 + (i % 7) * 1_000)).unwrap(),
         5_000,
     );
     let log = SlidingWindowLog::with_clock(q(3_000), ManualClock::new()).unwrap();

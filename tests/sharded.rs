@@ -174,7 +174,7 @@ fn the_builder_refuses_shard_counts_that_are_not_powers_of_two_up_to_256() {
     );
     let with_clock = ShardedBucket::with_clock(quota, ManualClock::new());
     assert_eq!(with_clock.shards(), default_shards());
-    assert_eq!(with_clock.quota(), &quota);
+    assert_eq!(with_clock.quota(), quota);
     let debug = format!("{with_clock:?}");
     assert!(
         debug.starts_with("ShardedBucket") && debug.contains("shards"),

@@ -72,12 +72,14 @@ fn op(u: &mut Unstructured<'_>) -> Result<Option<Op>> {
 
 impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Input> {
-        let kind = match u.int_in_range(0..=4u8)? {
+        let kind = match u.int_in_range(0..=6u8)? {
             0 => Kind::Bucket,
             1 => Kind::Meter,
             2 => Kind::Fixed,
             3 => Kind::Counter,
-            _ => Kind::Log,
+            4 => Kind::Log,
+            5 => Kind::Sharded,
+            _ => Kind::SubWindows,
         };
         let first = quota(u)?.unwrap_or(Quota::per_second(3).expect("valid"));
         let start = match u.int_in_range(0..=1u8)? {

@@ -5,7 +5,8 @@
 //!
 //! # The fake server
 //!
-//! One Lua state holds the five scripts (`tollgate::redis::script_source`), each loaded as a
+//! One Lua state holds the six scripts (`tollgate::redis::script_source`, and
+//! `all_of_script_source` for several limits), each loaded as a
 //! chunk and called once per `EVALSHA` with the globals `KEYS` and `ARGV` set, as Redis runs them.
 //! `redis.call` answers `GET`, `SET` (plain, or with `PX`), `PEXPIRE`, `PERSIST`, `HMGET`, `HSET`,
 //! `ZRANGE` and `ZREVRANGE` (by rank, `WITHSCORES`), `ZCOUNT`, `ZREMRANGEBYSCORE`, `ZADD`, `ZREM`
@@ -64,6 +65,10 @@
 //! client never sends. A log of more than 64 entries admits large amounts only now and then, at
 //! most two whole logs' worth per sequence (each entry is a sorted-set insertion, on the fake and
 //! in process).
+//!
+//! A third of the inputs drive instead the calls this harness does not: several token-bucket
+//! limits on one key (`RedisAllOf`) and one bucket's reservations and cancels, against the
+//! in-process `AllOf` and keyed reservations (see `Extra` below for what they check).
 //!
 //! # Checks
 //!
@@ -126,11 +131,14 @@ use tollgate::keyed::{
 };
 use tollgate::leaky::LeakyMeter;
 use tollgate::redis::{
-    script_source, FailurePolicy, RedisAlgorithm, RedisError, RedisLimiter, Unavailable,
-    UnavailableKind, MAX_WAIT,
+    all_of_script_source, script_source, AllOfFailurePolicy, FailurePolicy, RedisAlgorithm,
+    RedisAllOf, RedisError, RedisLimiter, Unavailable, UnavailableKind, MAX_WAIT,
 };
 use tollgate::window::MAX_LOG;
-use tollgate::{AcquireError, Admitted, Denied, ManualClock, Nanos, Quota, Scheduled, TokenBucket};
+use tollgate::{
+    AcquireError, Admitted, AllOf, Denied, KeyedLimit, ManualClock, Nanos, Quota, ReserveError,
+    Scheduled, TokenBucket,
+};
 
 /// 2^52: the longest span a script counts (burst windows, windows), in its ticks.
 const MAXD: u64 = 1 << 52;
@@ -1141,12 +1149,23 @@ impl Server {
             .unwrap();
         redis.raw_set("error_reply", error_reply).unwrap();
         lua.globals().raw_set("redis", redis).unwrap();
+        let all_of = {
+            let source = all_of_script_source();
+            let sha = redis::Script::new(source).get_hash().to_string();
+            let function = lua
+                .load(source)
+                .set_name("tb-all")
+                .into_function()
+                .expect("the script compiles under Lua 5.1");
+            (sha, function)
+        };
         let scripts = [
             script_entry::<TokenBucketKeys>(&lua),
             script_entry::<LeakyMeterKeys>(&lua),
             script_entry::<FixedWindowKeys>(&lua),
             script_entry::<SlidingWindowCounterKeys>(&lua),
             script_entry::<SlidingWindowLogKeys>(&lua),
+            all_of,
         ]
         .into_iter()
         .collect();
@@ -2019,17 +2038,28 @@ fn sequence(u: &mut Unstructured<'_>) -> Result<Option<Sequence>> {
 #[derive(Debug)]
 struct Input {
     sequences: Vec<Sequence>,
+    /// Several limits and reservations (see `run_extra`).
+    extras: Vec<Extra>,
 }
 
 impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        // A third of the inputs drive several limits and reservations, the rest the per-key
+        // sequences (each takes what bytes it finds: the two kinds do not share an input).
         let mut sequences = Vec::new();
-        for _ in 0..u.int_in_range(1..=MAX_SEQUENCES)? {
-            if let Some(s) = sequence(u)? {
-                sequences.push(s);
+        let mut extras = Vec::new();
+        if u.ratio(1, 3)? {
+            for _ in 0..u.int_in_range(1..=2)? {
+                extras.push(extra(u)?);
+            }
+        } else {
+            for _ in 0..u.int_in_range(1..=MAX_SEQUENCES)? {
+                if let Some(s) = sequence(u)? {
+                    sequences.push(s);
+                }
             }
         }
-        Ok(Input { sequences })
+        Ok(Input { sequences, extras })
     }
 }
 
@@ -3508,6 +3538,9 @@ fuzz_target!(|input: Input| {
     for seq in &input.sequences {
         run(seq);
     }
+    for extra in &input.extras {
+        run_extra(extra);
+    }
     // Everything a run allocated is freed before it ends (the keyspace, and the Lua state's
     // garbage, which its collector would otherwise free during a later run): a run that ends with
     // more allocations than frees makes libFuzzer scan the heap for leaks, which costs more than
@@ -3518,3 +3551,461 @@ fuzz_target!(|input: Input| {
         s.lua.gc_collect().expect("a full collection");
     });
 });
+
+// --- several limits and reservations ------------------------------------------------------------
+
+/// A sequence for the calls the per-key harness above does not drive: several token-bucket limits
+/// on one key ([`RedisAllOf`], `gcra_all.lua`), or one bucket's reservations and their cancels
+/// (the `reserve` and `cancel` modes). Readings come from the client's clock (so no state has a
+/// TTL) and only move forwards: the in-process `AllOf` gives a refused request's tokens back at
+/// its reading, which a clock stepping back would read differently, and the documented bounds on
+/// backward steps are the per-key harness's to check.
+///
+/// Checks: the builder accepts exactly the quotas whose plans fit; one `EVALSHA` per call that
+/// reaches the server, over the limits' names in order, none for a request over a capacity or a
+/// `max_wait` past `reservation::MAX_WAIT`; a refusal, a peek or a query writes nothing, and an
+/// admission of several limits writes every one of them and nothing else; every state written
+/// parses, its gap within the burst window (an admission) or within 2^52 ticks (a reservation in
+/// debt), with no TTL; a reservation's delay is at most its `max_wait`; a cancel never gives
+/// back more than its reservation took. Where every plan counts nanoseconds, the answers equal the
+/// in-process ones at the same readings: `AllOf` of keyed token buckets (the answer and the index
+/// of its limit), `KeyedLimiter::reserve_key_n_at` (tokens, delay, `ready_at`, the denial) and
+/// `cancel_at`; except that Redis denies a reservation whose gap would pass 2^52 ticks, with a
+/// `retry_after` of the wait until it fits, `max(wait - max_wait, gap - 2^52)`, which the
+/// in-process limiter (whose bound is 2^61 ns) may grant: its reservation is then cancelled at
+/// once, which restores the same state at every later reading.
+#[derive(Debug)]
+struct Extra {
+    /// The limits (one, for reservations).
+    quotas: Vec<Quota>,
+    reserve: bool,
+    /// The first reading, Unix us.
+    start: u64,
+    ops: Vec<ExtraOp>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ExtraOp {
+    /// The clock moves forwards by this many microseconds.
+    Forward(u64),
+    Take(u64),
+    Peek(u64),
+    /// Reserve `n`, waiting at most this many nanoseconds.
+    Reserve(u64, u64),
+    /// Cancel the reservation held this many places before the newest (if there is one).
+    Cancel(usize),
+}
+
+/// A quota of 1 to 6 tokens every 1 ns to 10 s, that refuses often.
+fn small_quota(u: &mut Unstructured<'_>) -> Result<Option<Quota>> {
+    let interval = match u.int_in_range(0..=3u8)? {
+        0 => u.int_in_range(1..=1_000)?,
+        1 => u.int_in_range(1..=1_000)? * 1000,
+        _ => u.int_in_range(1..=10_000_000_000)?,
+    };
+    let capacity = u.int_in_range(1..=6)?;
+    Ok(Quota::per_period(1, Duration::from_nanos(interval))
+        .and_then(|q| q.with_capacity(capacity))
+        .ok())
+}
+
+fn extra(u: &mut Unstructured<'_>) -> Result<Extra> {
+    let reserve: bool = u.arbitrary()?;
+    let count = if reserve { 1 } else { u.int_in_range(1..=4)? };
+    let mut quotas = Vec::new();
+    for _ in 0..count {
+        let q = if u.ratio(1, 3)? {
+            gcra_quota(u)?
+        } else {
+            small_quota(u)?
+        };
+        quotas.extend(q);
+    }
+    let (start, _) = start(u)?;
+    let capacity = quotas.iter().map(Quota::capacity).max().unwrap_or(1);
+    let interval_ns = quotas
+        .iter()
+        .map(|q| u64::try_from(q.interval().as_nanos()).unwrap_or(u64::MAX))
+        .min()
+        .unwrap_or(1);
+    let burst_ns = interval_ns.saturating_mul(capacity);
+    let mut ops = Vec::new();
+    for _ in 0..u.int_in_range(0..=MAX_OPS)? {
+        if u.is_empty() {
+            break;
+        }
+        let op = match u.int_in_range(0..=9u8)? {
+            0..=2 => ExtraOp::Forward(match u.int_in_range(0..=5u8)? {
+                0 => u.int_in_range(0..=2_000)?,
+                1 | 2 => (interval_ns / 1000).saturating_mul(u.int_in_range(0..=12)?) / 4,
+                3 => burst_ns / 1000,
+                4 => 1 << u.int_in_range(0..=62)?,
+                _ => u.arbitrary()?,
+            }),
+            3 | 4 => ExtraOp::Take(amount(u, capacity)?),
+            5 => ExtraOp::Peek(amount(u, capacity)?),
+            6..=8 if reserve => ExtraOp::Reserve(
+                amount(u, capacity)?,
+                match u.int_in_range(0..=7u8)? {
+                    0 => 0,
+                    1 => interval_ns.saturating_mul(u.int_in_range(0..=8)?),
+                    2 => burst_ns.saturating_mul(u.int_in_range(1..=3)?),
+                    3 => MAXD
+                        .saturating_sub(burst_ns)
+                        .saturating_add(u.int_in_range(0..=2)?),
+                    4 => MAXD.saturating_mul(1000),
+                    5 => 1 << 61,
+                    6 => (1 << 61) + 1,
+                    _ => u.int_in_range(0..=1u64 << 61)?,
+                },
+            ),
+            _ if reserve => ExtraOp::Cancel(u.int_in_range(0..=2)?),
+            _ => ExtraOp::Take(amount(u, capacity)?),
+        };
+        ops.push(op);
+    }
+    Ok(Extra {
+        quotas,
+        reserve,
+        start,
+        ops,
+    })
+}
+
+/// The one `EVALSHA` a call made, its mode checked.
+fn one_eval(mode: &str) -> Eval {
+    let evals = with_server(|s| std::mem::take(&mut s.evals));
+    let [eval] = <[Eval; 1]>::try_from(evals).unwrap_or_else(|e| {
+        panic!("one call, {} EVALSHAs: {e:?}", e.len());
+    });
+    assert_eq!(eval.argv[0], mode.as_bytes(), "the mode of {eval:?}");
+    eval
+}
+
+/// No `EVALSHA`: the client refused the call.
+fn no_eval(what: &str) {
+    let evals = with_server(|s| std::mem::take(&mut s.evals));
+    assert!(evals.is_empty(), "{what} made a round trip: {evals:?}");
+}
+
+/// The state at `name` after `eval`, if any: a GCRA string (base, gap, interval, capacity,
+/// tick) with no TTL.
+fn state_after(eval: &Eval, name: &[u8]) -> Option<[f64; 5]> {
+    let entry = eval.after.get(name)?;
+    let Data::Str(v) = &entry.data else {
+        panic!("a GCRA state is a string: {entry:?}");
+    };
+    assert_eq!(
+        entry.expires_at, None,
+        "a state written at a client's reading has no TTL"
+    );
+    Some(gcra_state(v).unwrap_or_else(|| panic!("a state the script reads: {v:?}")))
+}
+
+/// The answer to an admission, a peek or a query, as `Seen`, relative to `base_ns`.
+fn seen(r: std::result::Result<Admitted, RedisError>, base_ns: u64) -> Seen {
+    match r {
+        Ok(a) => Seen::admitted(&a),
+        Err(RedisError::Denied(d)) => Seen::denied(&d, base_ns),
+        Err(RedisError::InsufficientCapacity(_)) => Seen::InsufficientCapacity,
+        Err(e) => panic!("the script could not decide: {e}"),
+    }
+}
+
+fn run_extra(x: &Extra) {
+    with_server(|s| {
+        s.store.borrow_mut().keys.clear();
+        s.evals.clear();
+    });
+    let clock = ManualClock::new();
+    if x.reserve {
+        run_reservations(x, &clock);
+    } else {
+        run_all_of(x, &clock);
+    }
+    with_server(|s| s.evals.clear());
+}
+
+/// Sets the client's clock and the fake's to `reading` (Unix us).
+fn at(clock: &ManualClock, reading: u64) {
+    clock.set(Nanos::new(reading * 1000));
+    with_server(|s| s.store.borrow_mut().now_us = reading);
+}
+
+fn run_all_of(x: &Extra, clock: &ManualClock) {
+    let plans: Vec<Option<Plan>> = x.quotas.iter().map(gcra_plan).collect();
+    let built = RedisAllOf::builder(FakeConn, x.quotas.iter().copied())
+        .timeout(MAX_WAIT)
+        .breaker(u32::MAX, MAX_WAIT)
+        .client_clock(clock.clone())
+        .build(AllOfFailurePolicy::Closed);
+    let accepted = !x.quotas.is_empty() && plans.iter().all(Option::is_some);
+    assert_eq!(built.is_ok(), accepted, "{:?}: {:?}", x.quotas, built.err());
+    let Ok(limits) = built else {
+        return;
+    };
+    let plans: Vec<Plan> = plans.into_iter().flatten().collect();
+    let exact = plans.iter().all(|p| p.tick == 1);
+    let reference: AllOf<KeyedLimiter<u64, TokenBucketKeys, ManualClock>> = AllOf::new(
+        x.quotas
+            .iter()
+            .map(|q| KeyedLimiter::with_clock(*q, ManualClock::new())),
+    )
+    .expect("at least one limit");
+    let names = limits.key_names(KEY).unwrap();
+    let (lo, hi) = (x.start, MAX_READING.min(x.start + MAX_SPAN_US));
+    let mut reading = lo;
+    for op in &x.ops {
+        let (n, peek) = match *op {
+            ExtraOp::Forward(us) => {
+                reading = reading.saturating_add(us).min(hi);
+                continue;
+            }
+            ExtraOp::Take(n) => (n, false),
+            ExtraOp::Peek(n) => (n, true),
+            ExtraOp::Reserve(..) | ExtraOp::Cancel(_) => continue,
+        };
+        at(clock, reading);
+        let now = Nanos::new((reading - lo) * 1000);
+        let (index, answer) = RUNTIME.block_on(async {
+            if peek {
+                (None, limits.peek_key_n(KEY, n).await)
+            } else {
+                limits.check_key_n_indexed(KEY, n).await
+            }
+        });
+        let got = seen(answer, lo * 1000);
+        if got == Seen::InsufficientCapacity {
+            no_eval("a request over a capacity");
+            let first = x.quotas.iter().position(|q| n > q.capacity());
+            assert!(first.is_some(), "{n} fits every limit of {:?}", x.quotas);
+            if !peek {
+                assert_eq!(index, first, "the first limit too small is named");
+            }
+        } else {
+            let eval = one_eval(if peek || n == 0 { "peek" } else { "take" });
+            assert_eq!(eval.keys, names, "one key per limit, in order");
+            let admitted = matches!(got, Seen::Admitted { .. });
+            if peek || n == 0 || !admitted {
+                assert_eq!(
+                    eval.before, eval.after,
+                    "{got:?} for {n} (peek: {peek}) wrote"
+                );
+            } else {
+                let others = |m: &BTreeMap<Vec<u8>, Entry>| {
+                    m.iter()
+                        .filter(|(k, _)| !names.contains(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    others(&eval.before),
+                    others(&eval.after),
+                    "wrote another key"
+                );
+                for (name, plan) in names.iter().zip(&plans) {
+                    assert_ne!(
+                        eval.before.get(name),
+                        eval.after.get(name),
+                        "limit not written"
+                    );
+                    let state = state_after(&eval, name).expect("an admission writes every limit");
+                    let burst = plan.args[0] * plan.args[1];
+                    assert!(
+                        state[1] <= burst as f64,
+                        "a gap past the burst window: {state:?}"
+                    );
+                    assert_eq!(state[4], plan.tick as f64);
+                }
+            }
+        }
+        if exact {
+            let (at_ref, expected) = if peek {
+                (
+                    None,
+                    from_keyed(KeyedLimit::peek_key_n_at(&reference, &0u64, n, now)),
+                )
+            } else {
+                let (i, r) = reference.check_key_n_at_indexed(&0u64, n, now);
+                (Some(i), from_keyed(r))
+            };
+            assert_eq!(got, expected, "{op:?} at {reading} us, {:?}", x.quotas);
+            assert_eq!(index, at_ref, "{op:?} at {reading} us: the limit answering");
+        }
+    }
+}
+
+fn run_reservations(x: &Extra, clock: &ManualClock) {
+    let Some(&quota) = x.quotas.first() else {
+        return;
+    };
+    let plan = gcra_plan(&quota);
+    let built = RedisLimiter::<TokenBucketKeys>::builder(FakeConn, quota)
+        .timeout(MAX_WAIT)
+        .breaker(u32::MAX, MAX_WAIT)
+        .client_clock(clock.clone())
+        .build(FailurePolicy::Closed);
+    assert_eq!(
+        built.is_ok(),
+        plan.is_some(),
+        "{quota:?}: {:?}",
+        built.err()
+    );
+    let (Ok(limiter), Some(plan)) = (built, plan) else {
+        return;
+    };
+    let exact = plan.tick == 1;
+    let tick = plan.tick;
+    let burst = plan.args[0] * plan.args[1];
+    let reference: KeyedLimiter<u64, TokenBucketKeys, ManualClock> =
+        KeyedLimiter::with_clock(quota, ManualClock::new());
+    let (lo, hi) = (x.start, MAX_READING.min(x.start + MAX_SPAN_US));
+    let base_ns = lo * 1000;
+    let mut reading = lo;
+    let mut held = Vec::new();
+    for op in &x.ops {
+        if let ExtraOp::Forward(us) = *op {
+            reading = reading.saturating_add(us).min(hi);
+            continue;
+        }
+        at(clock, reading);
+        let now = Nanos::new((reading - lo) * 1000);
+        match *op {
+            ExtraOp::Forward(_) => unreachable!(),
+            ExtraOp::Take(n) | ExtraOp::Peek(n) => {
+                let peek = matches!(op, ExtraOp::Peek(_));
+                let got = seen(
+                    RUNTIME.block_on(async {
+                        if peek {
+                            limiter.peek_key_n(KEY, n).await
+                        } else {
+                            limiter.check_key_n(KEY, n).await
+                        }
+                    }),
+                    base_ns,
+                );
+                if got == Seen::InsufficientCapacity {
+                    no_eval("a request over the capacity");
+                } else {
+                    let eval = one_eval(if peek || n == 0 { "peek" } else { "take" });
+                    if let Some(state) = state_after(&eval, &eval.keys[0]) {
+                        assert!(state[1] <= MAXD as f64, "a gap past 2^52: {state:?}");
+                    }
+                }
+                if exact {
+                    let expected = if peek {
+                        from_keyed(reference.peek_key_n_at(&0u64, n, now))
+                    } else {
+                        from_keyed(reference.check_key_n_at(&0u64, n, now))
+                    };
+                    assert_eq!(got, expected, "{op:?} at {reading} us, {quota:?}");
+                }
+            }
+            ExtraOp::Reserve(n, wait_ns) => {
+                let max_wait = Duration::from_nanos(wait_ns);
+                let got = RUNTIME.block_on(limiter.reserve_key_n(KEY, n, max_wait));
+                if wait_ns > 1 << 61 {
+                    assert!(matches!(got, Err(RedisError::MaxWait(_))), "{got:?}");
+                    no_eval("a max_wait past 2^61 ns");
+                    continue;
+                }
+                if n > quota.capacity() {
+                    assert!(
+                        matches!(got, Err(RedisError::InsufficientCapacity(_))),
+                        "{got:?}"
+                    );
+                    no_eval("a reservation over the capacity");
+                    continue;
+                }
+                let eval = one_eval("reserve");
+                assert_eq!(
+                    eval.argv[6],
+                    (wait_ns / tick).min(MAXD).to_string().into_bytes(),
+                    "the longest wait, in ticks"
+                );
+                match &got {
+                    Ok(r) => {
+                        assert_eq!(r.tokens(), n);
+                        assert!(r.delay() <= max_wait, "{r:?} waits past {max_wait:?}");
+                        assert_eq!(
+                            r.ready_at().as_u64(),
+                            reading * 1000 + u64::try_from(r.delay().as_nanos()).unwrap()
+                        );
+                        if let Some(state) = state_after(&eval, &eval.keys[0]) {
+                            assert!(state[1] <= MAXD as f64, "a gap past 2^52: {state:?}");
+                        }
+                        if n == 0 {
+                            assert_eq!(eval.before, eval.after, "a query wrote");
+                        }
+                    }
+                    Err(RedisError::Denied(_)) => {
+                        assert_eq!(eval.before, eval.after, "a denied reservation wrote")
+                    }
+                    Err(e) => panic!("the script could not decide: {e}"),
+                }
+                if !exact {
+                    if let Ok(r) = got {
+                        held.push((r, None));
+                    }
+                    continue;
+                }
+                let expected = reference.reserve_key_n_at(&0u64, n, max_wait, now);
+                match (got, expected) {
+                    (Ok(g), Ok(e)) => {
+                        assert_eq!(
+                            (g.tokens(), g.delay(), g.ready_at().as_u64() - base_ns),
+                            (e.tokens(), e.delay(), e.ready_at().as_u64()),
+                            "{op:?} at {reading} us, {quota:?}"
+                        );
+                        held.push((g, Some(e)));
+                    }
+                    (Err(RedisError::Denied(g)), Err(ReserveError::Denied(e))) => {
+                        // The wait for the tokens, and the gap the reservation would leave.
+                        let wait = u64::try_from(e.retry_after().as_nanos()).unwrap() + wait_ns;
+                        let gap = wait + burst;
+                        let retry = e
+                            .retry_after()
+                            .max(Duration::from_nanos(gap.saturating_sub(MAXD)));
+                        assert_eq!(g.retry_after(), retry, "{op:?} at {reading} us, {quota:?}");
+                        assert_eq!(
+                            (g.remaining(), g.reset_after(), g.next_after()),
+                            (e.remaining(), e.reset_after(), e.next_after()),
+                            "{op:?} at {reading} us"
+                        );
+                    }
+                    (Err(RedisError::Denied(g)), Ok(e)) => {
+                        // Granted in process, past the scripts' 2^52-tick bound in Redis.
+                        let gap = u64::try_from(e.delay().as_nanos()).unwrap() + burst;
+                        assert!(
+                            gap > MAXD,
+                            "{op:?} at {reading} us: Redis denied {g:?}, in process {e:?}"
+                        );
+                        assert_eq!(g.retry_after(), Duration::from_nanos(gap - MAXD));
+                        assert_eq!(e.cancel_at(now), n, "the reference's reservation undone");
+                    }
+                    (g, e) => panic!("{op:?} at {reading} us, {quota:?}: {g:?} against {e:?}"),
+                }
+            }
+            ExtraOp::Cancel(back) => {
+                if back >= held.len() {
+                    continue;
+                }
+                let (g, e) = held.remove(held.len() - 1 - back);
+                let tokens = g.tokens();
+                let got = RUNTIME
+                    .block_on(g.cancel())
+                    .expect("the script decides a cancel");
+                assert!(got <= tokens, "gave back {got} of {tokens}");
+                let eval = one_eval("cancel");
+                if got == 0 {
+                    assert_eq!(eval.before, eval.after, "a cancel of nothing wrote");
+                } else if let Some(state) = state_after(&eval, &eval.keys[0]) {
+                    assert!(state[1] <= MAXD as f64, "a gap past 2^52: {state:?}");
+                }
+                if let Some(e) = e {
+                    assert_eq!(got, e.cancel_at(now), "{op:?} at {reading} us, {quota:?}");
+                }
+            }
+        }
+    }
+}

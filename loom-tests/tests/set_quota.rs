@@ -102,3 +102,64 @@ fn two_changes_racing_an_admission() {
         taken + left
     });
 }
+
+/// A sharded bucket's change seals its shards one after another while a request for two gathers
+/// a token from each of its two shards: the gather lands whole before the seals (nothing left),
+/// or after them on the new shards (which hold the two carried over), or is cut by a seal
+/// between its two takes: then its first token stays taken (a sealed shard takes nothing back),
+/// the change carries over the one left, and the request, asking again on the new shards, is
+/// refused. Never more than the two held.
+#[test]
+fn a_sharded_change_racing_a_gather() {
+    check_reaches(&[(0, 1), (2, 0)], || {
+        let limiter = Arc::new(
+            tollgate::ShardedBucket::builder(Quota::per_hour(2).expect("valid"))
+                .shards(2)
+                .clock(ManualClock::new())
+                .build()
+                .expect("two shards"),
+        );
+        let taker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_n_from(0, 2, T0).map_or(0, |_| 2u64))
+        };
+        limiter.set_quota_at(Quota::per_hour(2).expect("valid"), T0);
+        let taken = taker.join().expect("taker panicked");
+        let left = limiter.remaining_at(T0);
+        assert!(taken + left <= 2, "{taken} taken, {left} left of 2");
+        (taken, left)
+    });
+}
+
+/// The sub-window counter's seal (its hot word) racing two admissions, as the bucket's model:
+/// both before the change, one on each side (the one left carried over), or both after it
+/// (min(2, 1) carried over, so one is refused).
+#[test]
+fn a_sub_window_change_racing_admissions() {
+    check_reaches(&[(1, 0), (2, 0)], || {
+        let limiter = Arc::new(
+            tollgate::window::SubWindowCounter::with_clock(
+                Quota::per_hour(2).expect("valid"),
+                2,
+                ManualClock::new(),
+            )
+            .expect("two sub-windows"),
+        );
+        let taker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                (0..2)
+                    .filter(|_| limiter.try_acquire_at(T0).is_ok())
+                    .count() as u64
+            })
+        };
+        limiter
+            .set_quota_at(Quota::per_hour(1).expect("valid"), T0)
+            .expect("two sub-windows divide an hour");
+        let taken = taker.join().expect("taker panicked");
+        let left = limiter.remaining_at(T0);
+        assert!(taken + left <= 2, "{taken} taken, {left} left of 2");
+        assert!(left <= 1);
+        (taken, left)
+    });
+}

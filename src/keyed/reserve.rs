@@ -551,7 +551,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Reservation<'_, KeyedLimiter<K, TokenBucket
             Parts::Word { tat, .. } => limiter.on_held_key(&self.key, now, |state, t| {
                 cas::update_live(state, |w| policy.cancel(w, t, self.tokens, tat))
             }),
-            Parts::Shards(_) => 0,
+            Parts::Shards { .. } => 0,
         }
     }
 }

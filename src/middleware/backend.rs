@@ -201,9 +201,10 @@ pub trait Backend<K>: Send + Sync + 'static {
 
     /// Replaces the quota of tier `tier` (an index in [`Backend::tiers`]) at runtime: what a
     /// [`QuotaHandle`](super::QuotaHandle) asks, before it changes the layer's fields. The default
-    /// refuses with [`SetQuotaError::Unsupported`], naming the backend's type; [`Global`] and
-    /// [`Meter`] over a direct limiter and [`GlobalAllOf`] change their limiter's quota, and
-    /// [`Keyed`] and [`KeyedAllOf`] ask theirs ([`ChangeQuota`]).
+    /// refuses with [`SetQuotaError::Unsupported`], naming the backend's type; [`Global`],
+    /// [`Meter`] over a direct limiter, [`GlobalAllOf`] and `Redis` change their limiter's quota,
+    /// and [`Keyed`] and [`KeyedAllOf`] ask theirs ([`ChangeQuota`]; a keyed limiter refuses, for
+    /// now).
     ///
     /// # Errors
     ///
@@ -214,13 +215,15 @@ pub trait Backend<K>: Send + Sync + 'static {
     ///
     /// ```
     /// use tollgate::middleware::{Backend, Global, SetQuotaError};
-    /// use tollgate::{Limiter, Quota, ShardedBucket, TokenBucket};
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::middleware::Keyed;
+    /// use tollgate::{Limiter, Quota, TokenBucket};
     /// let backend = Global::new(TokenBucket::new(Quota::per_second(1)?));
     /// Backend::<()>::set_quota(&backend, 0, Quota::per_second(9)?)?;
     /// assert_eq!(backend.limiter().quota(), Quota::per_second(9)?);
     ///
-    /// let sharded = Global::new(ShardedBucket::builder(Quota::per_second(1)?).build()?);
-    /// let err = Backend::<()>::set_quota(&sharded, 0, Quota::per_second(9)?).unwrap_err();
+    /// let keyed = Keyed::new(KeyedLimiter::<u8>::new(Quota::per_second(1)?));
+    /// let err = Backend::<u8>::set_quota(&keyed, 0, Quota::per_second(9)?).unwrap_err();
     /// assert!(matches!(err, SetQuotaError::Unsupported { .. }));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -504,8 +507,8 @@ where
 /// it is, is not looked at).
 ///
 /// The limiter also implements [`ChangeQuota`], through which a
-/// [`QuotaHandle`](super::QuotaHandle) changes its quota: every limiter of this crate does (the
-/// direct ones change, the others refuse for now); one of one's own that cannot change needs only
+/// [`QuotaHandle`](super::QuotaHandle) changes its quota: every direct limiter of this crate
+/// does (and changes); one of one's own that cannot change needs only
 /// `impl ChangeQuota for MyLimiter {}`.
 ///
 /// # Examples
@@ -672,7 +675,7 @@ mod redis {
     use std::pin::Pin;
     use std::sync::Arc;
 
-    use super::{Backend, Decision, Refusal};
+    use super::{Backend, Decision, Refusal, SetQuotaError};
     use crate::outcome::Admitted;
     use crate::quota::Quota;
     use crate::redis::{RedisAlgorithm, RedisError, RedisLimiter};
@@ -796,7 +799,16 @@ mod redis {
         }
 
         fn quota(&self) -> Quota {
-            *self.0.quota()
+            self.0.quota()
+        }
+
+        /// Changes this process's limiter (see [`RedisLimiter::set_quota`]): the other processes
+        /// sharing the Redis keys keep theirs until they change too.
+        fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+            if tier != 0 {
+                return Err(SetQuotaError::NoSuchTier { tier, tiers: 1 });
+            }
+            self.0.set_quota(quota).map_err(SetQuotaError::Redis)
         }
     }
 }

@@ -115,9 +115,9 @@
 //! advertise the new quota from the next request on. Requests read the policies without a lock,
 //! through the same epoch-protected pointer as a direct limiter's checks; each response carries
 //! one whole policy. [`set_tier_quota`](QuotaHandle::set_tier_quota) changes one tier or one of
-//! several limits. A backend that cannot change ([`Keyed`] over a keyed limiter, a sharded
-//! bucket, [`Redis`], for now) answers [`SetQuotaError::Unsupported`]; [`Global`] asks its
-//! limiter's [`ChangeQuota`].
+//! several limits. A backend that cannot change ([`Keyed`] over a keyed limiter, for now)
+//! answers [`SetQuotaError::Unsupported`]; [`Global`] asks its limiter's [`ChangeQuota`]. Behind
+//! [`Redis`], the handle changes this process's limiter: change every process.
 //!
 //! ```
 //! use tollgate::middleware::LimitLayer;

@@ -32,7 +32,7 @@ use crate::quota::{Quota, QuotaError};
 #[non_exhaustive]
 pub enum SetQuotaError {
     /// The limiter behind the layer cannot change its quota at runtime (today: the keyed
-    /// limiter, the sharded bucket, the sub-window counter and Redis; every direct limiter can).
+    /// limiter, keyed meters included; every direct limiter, the sharded bucket and Redis can).
     Unsupported {
         /// The type of what refused, as Rust names it.
         limiter: &'static str,
@@ -46,6 +46,11 @@ pub enum SetQuotaError {
     },
     /// The limiter's algorithm cannot enforce the quota (see [`QuotaError::field`]).
     Quota(QuotaError),
+    /// The Redis limiter's script cannot carry the quota (see
+    /// [`BuildError::field`](crate::redis::BuildError::field)).
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    Redis(crate::redis::BuildError),
     /// A policy's `RateLimit-Policy` value under the new quota is not printable ASCII, so it
     /// cannot be sent. The names are checked when the layer is built and the rest is digits, so
     /// this is not expected; it is answered rather than panicked on.
@@ -58,7 +63,8 @@ impl fmt::Display for SetQuotaError {
             SetQuotaError::Unsupported { limiter } => write!(
                 f,
                 "set_quota: {limiter} cannot change its quota at runtime; direct limiters \
-                 (TokenBucket, the windows, LeakyMeter, any Direct) can"
+                 (TokenBucket, the windows, LeakyMeter, any Direct), ShardedBucket and \
+                 RedisLimiter can"
             ),
             SetQuotaError::NoSuchTier { tier, tiers } => write!(
                 f,
@@ -66,6 +72,8 @@ impl fmt::Display for SetQuotaError {
                 tiers.saturating_sub(1)
             ),
             SetQuotaError::Quota(e) => write!(f, "set_quota: {e}"),
+            #[cfg(feature = "redis")]
+            SetQuotaError::Redis(e) => write!(f, "set_quota: {e}"),
             SetQuotaError::PolicyName(e) => write!(f, "set_quota: {e}"),
         }
     }
@@ -75,6 +83,8 @@ impl std::error::Error for SetQuotaError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SetQuotaError::Quota(e) => Some(e),
+            #[cfg(feature = "redis")]
+            SetQuotaError::Redis(e) => Some(e),
             SetQuotaError::PolicyName(e) => Some(e),
             _ => None,
         }
@@ -92,9 +102,9 @@ impl From<QuotaError> for SetQuotaError {
 /// its quota implements it with an empty body, and one that learns to later overrides it without
 /// changing anyone's code.
 ///
-/// Implemented by every [`Direct`](crate::Direct) limiter (changing its quota), by
-/// [`ShardedBucket`](crate::ShardedBucket), the sub-window counter and the
-/// [`KeyedLimiter`](crate::keyed::KeyedLimiter) (refusing, for now), by [`AllOf`](crate::AllOf)
+/// Implemented by every [`Direct`](crate::Direct) limiter, the
+/// [`ShardedBucket`](crate::ShardedBucket) and the sub-window counter (changing their quota), by
+/// the [`KeyedLimiter`](crate::keyed::KeyedLimiter) (refusing, for now), by [`AllOf`](crate::AllOf)
 /// (`index` picks the limit) and a metered limiter (feature `metrics`) as their limiters do, and
 /// through `&L`, `Box<L>` and `Arc<L>`.
 ///
@@ -143,19 +153,40 @@ impl<A: crate::algorithm::Algorithm, C: crate::clock::Clock> ChangeQuota
     for crate::limiter::Direct<A, C>
 {
     fn change_quota(&self, index: usize, quota: Quota) -> Result<(), SetQuotaError> {
-        if index != 0 {
-            return Err(SetQuotaError::NoSuchTier {
-                tier: index,
-                tiers: 1,
-            });
-        }
+        only_limit(index)?;
         Ok(self.set_quota(quota)?)
     }
 }
 
-// Not yet able to change: each overrides `change_quota` once it has a `set_quota`.
-impl<C> ChangeQuota for crate::sharded::ShardedBucket<C> {}
-impl<C> ChangeQuota for crate::window::sub_window::SubWindowCounter<C> {}
+/// Limit 0, the only one, or [`SetQuotaError::NoSuchTier`].
+fn only_limit(index: usize) -> Result<(), SetQuotaError> {
+    if index == 0 {
+        Ok(())
+    } else {
+        Err(SetQuotaError::NoSuchTier {
+            tier: index,
+            tiers: 1,
+        })
+    }
+}
+
+impl<C: crate::clock::Clock> ChangeQuota for crate::sharded::ShardedBucket<C> {
+    fn change_quota(&self, index: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        only_limit(index)?;
+        // Any valid quota fits the sharded bucket: its `set_quota` cannot fail.
+        self.set_quota(quota);
+        Ok(())
+    }
+}
+
+impl<C: crate::clock::Clock> ChangeQuota for crate::window::sub_window::SubWindowCounter<C> {
+    fn change_quota(&self, index: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        only_limit(index)?;
+        Ok(self.set_quota(quota)?)
+    }
+}
+
+// Not yet able to change: overrides `change_quota` (per tier) once it has a `set_quota`.
 impl<K, A: crate::keyed::Algorithm, C> ChangeQuota for crate::keyed::KeyedLimiter<K, A, C> {}
 
 /// Several limits: `index` picks the limit (in the order given to [`AllOf::new`]), whose own
@@ -278,8 +309,9 @@ impl QuotaHandle {
     ///
     /// [`SetQuotaError::NoSuchTier`] for a tier past the last;
     /// [`SetQuotaError::Unsupported`] when the backend cannot change its quota (a keyed limiter,
-    /// a sharded bucket, Redis, for now); [`SetQuotaError::Quota`] when its algorithm cannot
-    /// enforce `quota`. Nothing changes then, neither the limiter nor the fields.
+    /// for now); [`SetQuotaError::Quota`] (or, for Redis, `SetQuotaError::Redis`) when its
+    /// algorithm cannot enforce `quota`. Nothing changes then, neither the limiter nor the
+    /// fields.
     ///
     /// # Examples
     ///

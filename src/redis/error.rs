@@ -5,6 +5,7 @@ use std::fmt;
 use super::keys::KeyTooLong;
 use crate::outcome::{AcquireError, Denied, InsufficientCapacity};
 use crate::quota::QuotaError;
+use crate::reservation::MaxWaitError;
 
 /// A [`RedisLimiter`](super::RedisLimiter) could not be built: the field at fault and the range it
 /// accepts.
@@ -199,6 +200,10 @@ pub enum RedisError {
     /// No decision could be made on the server, and the [`FailurePolicy`](super::FailurePolicy)
     /// is `Closed` (or the fallback could not decide either).
     Unavailable(Unavailable),
+    /// A reservation's `max_wait` above [`reservation::MAX_WAIT`](crate::reservation::MAX_WAIT)
+    /// ([`RedisLimiter::reserve_key_n`](super::RedisLimiter::reserve_key_n)), refused on the
+    /// client.
+    MaxWait(MaxWaitError),
 }
 
 impl fmt::Display for RedisError {
@@ -208,6 +213,7 @@ impl fmt::Display for RedisError {
             RedisError::InsufficientCapacity(e) => e.fmt(f),
             RedisError::KeyTooLong(e) => e.fmt(f),
             RedisError::Unavailable(e) => e.fmt(f),
+            RedisError::MaxWait(e) => e.fmt(f),
         }
     }
 }

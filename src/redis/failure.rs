@@ -65,9 +65,10 @@ impl<A: Algorithm> fmt::Debug for FailurePolicy<A> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Calls that asked for a decision (admissions, peeks, queries, schedulings, leases), however they
-    /// were answered; calls refused on the client (a key too long, more than the capacity) are
-    /// not counted.
+    /// Calls that asked for a decision (admissions, peeks, queries, schedulings, leases,
+    /// reservations and their cancels; a call over several limits is one), however they were
+    /// answered; calls refused on the client (a key too long, more than the capacity, a bad
+    /// `max_wait`) are not counted.
     pub decisions: u64,
     /// Commands sent to Redis: one `EVALSHA` per decision, plus a `SCRIPT LOAD` and a second
     /// `EVALSHA` after a `NOSCRIPT`.

@@ -17,6 +17,7 @@ use super::keys::{self, MAX_PREFIX_LEN};
 use super::reply::{decode, Reply};
 use super::script::sealed::Plan;
 use super::script::RedisAlgorithm;
+use crate::change::Current;
 use crate::clock::Clock;
 use crate::keyed::{KeyedError, LeakyMeterKeys, TokenBucketKeys};
 use crate::limiter::KeyedLimit;
@@ -25,6 +26,7 @@ use crate::partial::Partial;
 use crate::quota::Quota;
 #[cfg(feature = "tracing")]
 use crate::sync::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// The default per-call timeout: 50 ms.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -106,9 +108,10 @@ type ClientTime = Box<dyn Fn() -> u64 + Send + Sync>;
 /// ```
 pub struct RedisLimiter<A: RedisAlgorithm = TokenBucketKeys> {
     conn: Box<dyn Connection>,
-    quota: Quota,
-    capacity: u64,
-    plan: Plan,
+    /// The quota and the script arguments it makes, replaced whole by `set_quota` (behind the
+    /// crate's quota pointer, `crate::change`): a call reads them once, so the arguments it
+    /// sends and the ticks it reads the reply in are one quota's.
+    config: Current<Arc<Config>>,
     prefix: Vec<u8>,
     timeout: Duration,
     failure: FailurePolicy<A>,
@@ -315,7 +318,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
         if self.threshold == 0 {
             return Err(BuildError::new("failures", "1..=4294967295, got 0".into()));
         }
-        let plan = A::plan(&self.quota)?;
+        let config = Config::new::<A>(self.quota)?;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         let label = self
             .name
@@ -326,9 +329,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
         let counters = Counters::new("");
         Ok(RedisLimiter {
             conn: self.conn,
-            capacity: self.quota.capacity(),
-            quota: self.quota,
-            plan,
+            config: Current::new(Arc::new(config)),
             prefix: self.prefix,
             timeout: self.timeout,
             failure,
@@ -461,8 +462,52 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # })
     /// # }
     /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.config().quota
+    }
+
+    /// Changes the quota every later call sends, at once, with no lock on the call path. The
+    /// scripts already read a key's state written under another quota conservatively, by the
+    /// crate's one rule (the crate docs, "Changing a quota", and the [module docs](super),
+    /// "Changing a quota"): each key converts on its next call, and every process that calls
+    /// with the new quota enforces it. Processes still sending the old quota keep converting the
+    /// key back, each time keeping no more than what was left: change every process. A call
+    /// already under way finishes with the quota it started with. A
+    /// [`FailurePolicy::Local`] limiter keeps its own quota.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] when this algorithm's script cannot carry `quota` (as
+    /// [`RedisLimiterBuilder::build`] would answer); nothing changes then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use tollgate::keyed::TokenBucketKeys;
+    /// use tollgate::redis::{FailurePolicy, RedisLimiter};
+    /// use tollgate::Quota;
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+    /// let limiter = RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(5)?)
+    ///     .build(FailurePolicy::Open)?;
+    /// limiter.set_quota(Quota::per_minute(100)?)?;
+    /// assert_eq!(limiter.quota(), Quota::per_minute(100)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn set_quota(&self, quota: Quota) -> Result<(), BuildError> {
+        let config = Arc::new(Config::new::<A>(quota)?);
+        self.config.change(|_| Box::new(config));
+        Ok(())
+    }
+
+    /// The quota and its script arguments, as of now.
+    pub(crate) fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.config.read())
     }
 
     /// The name of the Redis key that holds `key`'s state: `prefix:{key}:algorithm`, the key
@@ -491,14 +536,21 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     /// Checks what needs no round trip: the key's length and `n` against the capacity.
-    fn precheck(&self, key: &[u8], n: u64) -> Result<Vec<u8>, RedisError> {
+    pub(crate) fn precheck(
+        &self,
+        config: &Config,
+        key: &[u8],
+        n: u64,
+    ) -> Result<Vec<u8>, RedisError> {
         let name = self.key_name(key)?;
-        InsufficientCapacity::check(n, self.capacity).map_err(RedisError::InsufficientCapacity)?;
+        InsufficientCapacity::check(n, config.capacity)
+            .map_err(RedisError::InsufficientCapacity)?;
         Ok(name)
     }
 
     async fn admission(&self, key: &[u8], n: u64, ask: Ask) -> Result<Admitted, RedisError> {
-        let name = match self.precheck(key, n) {
+        let config = self.config();
+        let name = match self.precheck(&config, key, n) {
             Ok(name) => name,
             Err(e) => {
                 #[cfg(feature = "metrics")]
@@ -512,8 +564,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Ask::Take => A::TAKE,
             Ask::Peek | Ask::Schedule => A::PEEK,
         };
-        let answer = match self.decide(&name, mode, n, None).await {
-            Ok(reply) => reply.outcome(self.plan.tick).map_err(RedisError::Denied),
+        let answer = match self.decide(&config, &name, mode, n, &[]).await {
+            Ok(reply) => reply.outcome(config.plan.tick).map_err(RedisError::Denied),
             Err(unavailable) => self.fallback(key, n, ask, unavailable),
         };
         #[cfg(feature = "metrics")]
@@ -523,15 +575,51 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         answer
     }
 
-    /// Sends one decision to Redis, through the breaker and within the timeout; `extra` is an
-    /// argument after the reading (a lease's tokens given back).
+    /// Sends one decision to Redis, through the breaker and within the timeout; `extra` are the
+    /// mode's arguments after the reading (a lease's tokens given back, a reservation's longest
+    /// wait, ...).
     pub(crate) async fn decide(
         &self,
+        config: &Config,
         name: &[u8],
         mode: &str,
         n: u64,
-        extra: Option<u64>,
+        extra: &[u64],
     ) -> Result<Reply, Unavailable> {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(A::script().get_hash())
+            .arg(1)
+            .arg(name)
+            .arg(mode)
+            .arg(n);
+        for a in &config.plan.args {
+            cmd.arg(*a);
+        }
+        self.reading_arg(&mut cmd);
+        for a in extra {
+            cmd.arg(*a);
+        }
+        self.decide_cmd(A::script(), &cmd, decode).await
+    }
+
+    /// Appends the reading a call sends: the client clock's (tests only), or "" for the
+    /// server's `TIME`.
+    pub(crate) fn reading_arg(&self, cmd: &mut Cmd) {
+        match &self.client_time {
+            Some(now) => cmd.arg(now()),
+            None => cmd.arg(""),
+        };
+    }
+
+    /// Sends the `EVALSHA` of `script` in `cmd` as one decision, through the breaker and within
+    /// the timeout, and answers the script's reply as `check` reads it (a reply `check` refuses
+    /// is a failure, as one the server did not send).
+    pub(crate) async fn decide_cmd<T>(
+        &self,
+        script: &::redis::Script,
+        cmd: &Cmd,
+        check: impl FnOnce(&Value) -> Result<T, Unavailable>,
+    ) -> Result<T, Unavailable> {
         bump(&self.counters.decisions);
         let route = self.breaker.route();
         if route == Route::Skip {
@@ -541,8 +629,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 "recent calls failed; waiting for the cool-down",
             ));
         }
-        let result = match tokio::time::timeout(self.timeout, self.eval(name, mode, n, extra)).await
-        {
+        let result = match tokio::time::timeout(self.timeout, self.eval(script, cmd, check)).await {
             Ok(result) => result,
             Err(_) => {
                 bump(&self.counters.timeouts);
@@ -593,26 +680,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// One `EVALSHA`; on `NOSCRIPT`, one `SCRIPT LOAD` (to every node of a cluster) and one more
     /// `EVALSHA`.
-    async fn eval(
+    async fn eval<T>(
         &self,
-        name: &[u8],
-        mode: &str,
-        n: u64,
-        extra: Option<u64>,
-    ) -> Result<Reply, Unavailable> {
-        let script = A::script();
-        let mut cmd = ::redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(1).arg(name).arg(mode).arg(n);
-        for a in &self.plan.args {
-            cmd.arg(*a);
-        }
-        match &self.client_time {
-            Some(now) => cmd.arg(now()),
-            None => cmd.arg(""),
-        };
-        if let Some(extra) = extra {
-            cmd.arg(extra);
-        }
+        script: &::redis::Script,
+        cmd: &Cmd,
+        check: impl FnOnce(&Value) -> Result<T, Unavailable>,
+    ) -> Result<T, Unavailable> {
         let mut conn = Conn(self.conn.clone_box());
         bump(&self.counters.round_trips);
         let value = match cmd.query_async::<Value>(&mut conn).await {
@@ -632,7 +705,44 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             }
             other => other.map_err(classify)?,
         };
-        decode(&value)
+        check(&value)
+    }
+
+    /// Logs, once per outage, that `policy` answers because Redis could not decide.
+    pub(crate) fn note_degraded(&self, policy: &dyn fmt::Debug, unavailable: &Unavailable) {
+        // Relaxed: a flag for the log only; the load keeps a long outage from writing per call.
+        #[cfg(feature = "tracing")]
+        if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                limiter = %self.label,
+                policy = ?policy,
+                error = %unavailable,
+                "tollgate: Redis could not decide; the failure policy answers until it does"
+            );
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = (policy, unavailable);
+    }
+
+    /// What answers when Redis cannot decide.
+    pub(crate) fn failure(&self) -> &FailurePolicy<A> {
+        &self.failure
+    }
+
+    /// The counters behind [`RedisLimiter::stats`].
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Counts a call's answer in `tollgate_decisions_total`.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn record<T>(&self, answer: &Result<T, RedisError>) {
+        self.outcomes.record(answer);
+    }
+
+    /// The key prefix.
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.prefix
     }
 
     /// The [`FailurePolicy`]'s answer to a call Redis could not decide.
@@ -643,16 +753,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         ask: Ask,
         unavailable: Unavailable,
     ) -> Result<Admitted, RedisError> {
-        // Relaxed: a flag for the log only; the load keeps a long outage from writing per call.
-        #[cfg(feature = "tracing")]
-        if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                limiter = %self.label,
-                policy = ?self.failure,
-                error = %unavailable,
-                "tollgate: Redis could not decide; the failure policy answers until it does"
-            );
-        }
+        self.note_degraded(&self.failure, &unavailable);
         match &self.failure {
             FailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
             FailurePolicy::Open => {
@@ -732,9 +833,12 @@ impl RedisLimiter<LeakyMeterKeys> {
 
     /// [`RedisLimiter::schedule_key_n`], uncounted.
     async fn schedule(&self, key: &[u8], n: u64) -> Result<Scheduled, RedisError> {
-        let name = self.precheck(key, n)?;
-        match self.decide(&name, "schedule", n, None).await {
-            Ok(reply) => reply.scheduled(self.plan.tick).map_err(RedisError::Denied),
+        let config = self.config();
+        let name = self.precheck(&config, key, n)?;
+        match self.decide(&config, &name, "schedule", n, &[]).await {
+            Ok(reply) => reply
+                .scheduled(config.plan.tick)
+                .map_err(RedisError::Denied),
             Err(unavailable) => {
                 let now = match &self.failure {
                     FailurePolicy::Local(local) => KeyedLimit::<[u8]>::now(local).as_u64(),
@@ -840,9 +944,9 @@ impl RedisLimiter<TokenBucketKeys> {
         give_back: u64,
     ) -> Result<Lease, RedisError> {
         let name = self.key_name(key)?;
+        let capacity = self.config().capacity;
         for n in [up_to, give_back] {
-            InsufficientCapacity::check(n, self.capacity)
-                .map_err(RedisError::InsufficientCapacity)?;
+            InsufficientCapacity::check(n, capacity).map_err(RedisError::InsufficientCapacity)?;
         }
         self.lease_name(&name, up_to, give_back).await
     }
@@ -905,12 +1009,13 @@ impl RedisLimiter<TokenBucketKeys> {
     /// [`RedisLimiter::take_up_to_key`] for `n >= 1`, uncounted.
     async fn take_up_to(&self, key: &[u8], n: u64) -> Result<Partial, RedisError> {
         let name = self.key_name(key)?;
-        let up_to = n.min(self.capacity);
-        match self.decide(&name, "lease", up_to, Some(0)).await {
+        let config = self.config();
+        let up_to = n.min(config.capacity);
+        match self.decide(&config, &name, "lease", up_to, &[0]).await {
             Ok(reply) => {
                 let taken = reply.backlog;
                 reply
-                    .outcome(self.plan.tick)
+                    .outcome(config.plan.tick)
                     .map(|admitted| Partial::new(taken, admitted))
                     .map_err(RedisError::Denied)
             }
@@ -940,9 +1045,12 @@ impl RedisLimiter<TokenBucketKeys> {
         up_to: u64,
         give_back: u64,
     ) -> Result<Lease, RedisError> {
-        let reply = self.decide(name, "lease", up_to, Some(give_back)).await?;
+        let config = self.config();
+        let reply = self
+            .decide(&config, name, "lease", up_to, &[give_back])
+            .await?;
         let span = |ticks: u64| {
-            let nanos = u128::from(ticks) * u128::from(self.plan.tick);
+            let nanos = u128::from(ticks) * u128::from(config.plan.tick);
             Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
         };
         Ok(Lease {
@@ -954,6 +1062,24 @@ impl RedisLimiter<TokenBucketKeys> {
             },
             // `reset`: the ticks until the state's theoretical arrival time, when it is full.
             full_after: span(reply.reset),
+        })
+    }
+}
+
+/// A [`RedisLimiter`]'s quota and what its script is sent for it.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) quota: Quota,
+    pub(crate) capacity: u64,
+    pub(crate) plan: Plan,
+}
+
+impl Config {
+    fn new<A: RedisAlgorithm>(quota: Quota) -> Result<Config, BuildError> {
+        Ok(Config {
+            plan: A::plan(&quota)?,
+            capacity: quota.capacity(),
+            quota,
         })
     }
 }
@@ -986,7 +1112,7 @@ impl<A: RedisAlgorithm> fmt::Debug for RedisLimiter<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
             .field("algorithm", &A::SUFFIX)
-            .field("quota", &self.quota)
+            .field("quota", &self.quota())
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
             .field("timeout", &self.timeout)
             .field("failure", &self.failure)

@@ -42,8 +42,9 @@
 //!
 //! | marker | script | structure | TTL (rounded up to the millisecond) |
 //! | --- | --- | --- | --- |
-//! | [`TokenBucketKeys`](crate::keyed::TokenBucketKeys) | `token_bucket.lua` + `gcra.lua` | one string | until the bucket is full again |
-//! | [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys) | `leaky_meter.lua` + `gcra.lua` | one string | until the virtual queue is empty |
+//! | [`TokenBucketKeys`](crate::keyed::TokenBucketKeys) | `token_bucket.lua` + `gcra.lua` + `gcra_one.lua` | one string | until the bucket is full again (its debt paid, after a reservation) |
+//! | [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys) | `leaky_meter.lua` + `gcra.lua` + `gcra_one.lua` | one string | until the virtual queue is empty |
+//! | several token buckets ([`RedisAllOf`]) | `token_bucket.lua` + `gcra.lua` + `gcra_all.lua` | one string per limit | each until its bucket is full again |
 //! | [`FixedWindowKeys`](crate::keyed::FixedWindowKeys) | `fixed_window.lua` | one hash | until the window ends |
 //! | [`SlidingWindowCounterKeys`](crate::keyed::SlidingWindowCounterKeys) | `sliding_counter.lua` | one hash | until both counted windows have ended |
 //! | [`SlidingWindowLogKeys`](crate::keyed::SlidingWindowLogKeys) | `sliding_log.lua` | one sorted set, scored in microseconds | until the newest admission leaves the window |
@@ -69,7 +70,10 @@
 //!
 //! A key's state is at `prefix:{key}:algorithm` (`tollgate:{client-7}:tb`). The braces are a Redis
 //! Cluster hash tag, so all of one key's structures share a slot, and the algorithm suffix keeps the
-//! algorithms from reading each other's state. Keys are bytes, up to [`MAX_KEY_LEN`] (1 KiB; longer
+//! algorithms from reading each other's state. The limits of a [`RedisAllOf`] are at
+//! `prefix:{key}:tb:0`, `prefix:{key}:tb:1`, ..., one per quota in the order given: one hash tag,
+//! so one slot, which lets one script touch them all on Redis Cluster; and names no
+//! [`RedisLimiter`] writes (its bucket is `:tb`), so the two never read each other's state. Keys are bytes, up to [`MAX_KEY_LEN`] (1 KiB; longer
 //! is [`RedisError::KeyTooLong`]); `{`, `}` and `%` in a key are escaped as `%7B`, `%7D`, `%25`, and
 //! the empty key is written `%`, so the tag never ends early and is never empty. The prefix
 //! (default `tollgate`, at most 256 bytes) may not contain braces.
@@ -87,6 +91,11 @@
 //!   interval) exceeds 2^52 ns (52 days) is counted in microseconds instead, the interval rounded
 //!   up (never faster than the quota); one beyond 2^52 µs (142 years) is refused when the limiter
 //!   is built, naming `capacity`;
+//! - a reservation ([`RedisLimiter::reserve_key_n`]) may leave the bucket in debt, its gap past
+//!   the burst window; the script grants one only while the gap it writes stays within 2^52 ticks,
+//!   the bound every other sum relies on (with nanosecond ticks, the burst window plus the debt
+//!   within 52 days). Beyond it the reservation is denied with the wait until it fits: it admits
+//!   less, never more;
 //! - windows are whole microseconds (a `period` with a nanosecond remainder is refused, naming
 //!   `period`), aligned to the Unix epoch. The sliding counter's earliest admission is exact to the
 //!   microsecond (in process, to the nanosecond: the two agree once rounded up to a microsecond);
@@ -117,6 +126,10 @@
 //! at that time). From then on the new quota alone rules. A denial, a peek or a query converts
 //! nothing. Each state stores the quota it was written under to make this possible.
 //!
+//! This is the crate's one rule for quota changes (the crate docs, "Changing a quota"), so a
+//! limiter's quota changes at runtime with [`RedisLimiter::set_quota`]: every later call sends
+//! the new quota, with no lock on the call path, and each key converts on its next admission.
+//!
 //! # When Redis cannot decide
 //!
 //! Every call is bounded by a timeout (default 50 ms, the reload of a script included), which
@@ -129,6 +142,23 @@
 //! one per request; the same limiter recovers when the server answers again. [`Stats`] counts
 //! decisions, round trips, reloads, timeouts, failures, breaker skips and openings, open
 //! admissions and local decisions.
+//!
+//! # Several limits
+//!
+//! A [`RedisAllOf`] holds several token-bucket quotas per key ("10 a second and 1 000 an hour")
+//! and decides a request in one `EVALSHA` over the keys of every limit: the script judges each at
+//! one reading, writing nothing, and writes them all only when every one admits. It answers as the
+//! in-process [`AllOf`](crate::AllOf) does (the binding limit's admission, the longest refusal),
+//! with one difference in its favour: a refused request never holds tokens, even for an instant.
+//! Its failure policy is an [`AllOfFailurePolicy`], whose `Local` is an in-process `AllOf`.
+//!
+//! # Reservations
+//!
+//! [`RedisLimiter::reserve_key_n`] (token bucket) takes `n` tokens now, into debt when they are
+//! not there yet and the wait is at most `max_wait`, and answers a [`RedisReservation`] saying
+//! when they are the caller's; [`RedisReservation::cancel`] gives them back less those taken after
+//! it, as the in-process [`Reservation`](crate::Reservation) does, and gives back nothing where it
+//! cannot tell (the state expired or was rewritten under another quota).
 //!
 //! # Leases: admissions without a round trip
 //!
@@ -149,14 +179,17 @@
 //! credits). The scripts are not replicated either: the first call after a failover reloads
 //! the script, once.
 
+mod all_of;
 mod error;
 mod failure;
 mod keys;
 mod leased;
 mod limiter;
 mod reply;
+mod reserve;
 mod script;
 
+pub use all_of::{AllOfFailurePolicy, RedisAllOf, RedisAllOfBuilder, MAX_LIMITS};
 pub use error::{BuildError, RedisError, Unavailable, UnavailableKind};
 pub use failure::{FailurePolicy, Stats};
 pub use keys::{KeyTooLong, MAX_KEY_LEN, MAX_PREFIX_LEN};
@@ -165,9 +198,10 @@ pub use limiter::{
     Lease, RedisLimiter, RedisLimiterBuilder, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOL_DOWN,
     DEFAULT_TIMEOUT, MAX_WAIT,
 };
-#[doc(hidden)]
-pub use script::script_source;
+pub use reserve::RedisReservation;
 pub use script::RedisAlgorithm;
+#[doc(hidden)]
+pub use script::{all_of_script_source, script_source};
 
 /// The `redis` client crate this backend is built on (1.x, from 1.2.4, with its `tokio-comp`,
 /// `connection-manager`, `cluster-async` and `script` features on), re-exported so that the

@@ -85,12 +85,17 @@ local function expire(ms)
   end
 end
 
--- Writes the string `value` at KEYS[1], expiring in `ms` milliseconds (at least 1) unless the
+-- Writes the string `value` at `key`, expiring in `ms` milliseconds (at least 1) unless the
 -- reading was the client's: one command.
-local function set_expiring(value, ms)
+local function set_expiring_key(key, value, ms)
   if client_time then
-    redis.call('SET', KEYS[1], value)
+    redis.call('SET', key, value)
   else
-    redis.call('SET', KEYS[1], value, 'PX', math.max(ms, 1))
+    redis.call('SET', key, value, 'PX', math.max(ms, 1))
   end
+end
+
+-- set_expiring_key at KEYS[1].
+local function set_expiring(value, ms)
+  set_expiring_key(KEYS[1], value, ms)
 end

@@ -78,6 +78,26 @@ pub(crate) fn decode(value: &Value) -> Result<Reply, Unavailable> {
     })
 }
 
+/// Checks the reply of the script over several limits: `count` replies of 8 integers each, one
+/// after the other.
+pub(crate) fn decode_many(value: &Value, count: usize) -> Result<Vec<Reply>, Unavailable> {
+    let Value::Array(items) = value else {
+        return Err(bad(format!(
+            "expected an array of {count} x 8 integers, got {value:?}"
+        )));
+    };
+    if count == 0 || Some(items.len()) != count.checked_mul(8) {
+        return Err(bad(format!(
+            "expected an array of {count} x 8 integers, got {} elements",
+            items.len()
+        )));
+    }
+    items
+        .chunks(8)
+        .map(|chunk| decode(&Value::Array(chunk.to_vec())))
+        .collect()
+}
+
 impl Reply {
     /// `ticks` of `tick` ns as a span.
     fn span(ticks: u64, tick: u64) -> Span {
@@ -185,6 +205,29 @@ mod tests {
         ] {
             let err = decode(&v).unwrap_err();
             assert_eq!(err.kind(), UnavailableKind::BadReply, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn several_replies_decode_one_per_limit() {
+        let two = ints(&[1, 5, 900, 100, 100, 0, 100, 100, 0, 5, 0, 7, 30, 10, 30, 10]);
+        let r = decode_many(&two, 2).unwrap();
+        assert_eq!(r.len(), 2);
+        assert!(r[0].admitted && !r[1].admitted);
+        assert_eq!(r[1].wait, 10);
+        for (v, count) in [
+            (two.clone(), 1),
+            (two.clone(), 3),
+            (two.clone(), 0),
+            (ints(&[]), 0),
+            (Value::Nil, 1),
+            (
+                ints(&[1, 5, 900, 100, 100, 0, 100, 100, 2, 5, 0, 7, 30, 10, 30, 10]),
+                2,
+            ),
+        ] {
+            let err = decode_many(&v, count).unwrap_err();
+            assert_eq!(err.kind(), UnavailableKind::BadReply, "{v:?} as {count}");
         }
     }
 

@@ -30,8 +30,13 @@ macro_rules! source {
     };
 }
 
-static TOKEN_BUCKET_SOURCE: LazyLock<String> = source!("token_bucket.lua", "gcra.lua");
-static LEAKY_METER_SOURCE: LazyLock<String> = source!("leaky_meter.lua", "gcra.lua");
+static TOKEN_BUCKET_SOURCE: LazyLock<String> =
+    source!("token_bucket.lua", "gcra.lua", "gcra_one.lua");
+static LEAKY_METER_SOURCE: LazyLock<String> =
+    source!("leaky_meter.lua", "gcra.lua", "gcra_one.lua");
+/// Several token buckets on one key, all or none ([`RedisAllOf`](super::RedisAllOf)).
+static TOKEN_BUCKET_ALL_SOURCE: LazyLock<String> =
+    source!("token_bucket.lua", "gcra.lua", "gcra_all.lua");
 static FIXED_WINDOW_SOURCE: LazyLock<String> = source!("fixed_window.lua");
 static SLIDING_COUNTER_SOURCE: LazyLock<String> = source!("sliding_counter.lua");
 static SLIDING_LOG_SOURCE: LazyLock<String> = source!("sliding_log.lua");
@@ -41,6 +46,12 @@ static LEAKY_METER: LazyLock<Script> = LazyLock::new(|| Script::new(&LEAKY_METER
 static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(&FIXED_WINDOW_SOURCE));
 static SLIDING_COUNTER: LazyLock<Script> = LazyLock::new(|| Script::new(&SLIDING_COUNTER_SOURCE));
 static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(&SLIDING_LOG_SOURCE));
+static TOKEN_BUCKET_ALL: LazyLock<Script> = LazyLock::new(|| Script::new(&TOKEN_BUCKET_ALL_SOURCE));
+
+/// The script of several token buckets on one key, all or none.
+pub(crate) fn token_bucket_all() -> &'static Script {
+    &TOKEN_BUCKET_ALL
+}
 
 /// The algorithms the Redis backend runs, by their keyed markers ([`TokenBucketKeys`],
 /// [`LeakyMeterKeys`], [`FixedWindowKeys`], [`SlidingWindowCounterKeys`],
@@ -88,6 +99,11 @@ pub(crate) mod sealed {
 }
 
 use sealed::Plan;
+
+/// The token bucket's plan (for the several limits of a [`RedisAllOf`](super::RedisAllOf)).
+pub(crate) fn token_bucket_plan(quota: &Quota) -> Result<Plan, BuildError> {
+    gcra_plan(quota)
+}
 
 /// The GCRA's arguments: `interval, capacity, tick`, in nanoseconds when the burst window fits
 /// [`MAX_SPAN`] ns (52 days), otherwise in microseconds (the interval rounded up, never faster
@@ -283,6 +299,13 @@ pub fn script_source<A: RedisAlgorithm>() -> &'static str {
     A::source()
 }
 
+/// The full source of the script that decides several token buckets on one key at once
+/// ([`RedisAllOf`](super::RedisAllOf)), as it is loaded into Redis (for the fuzz target).
+#[doc(hidden)]
+pub fn all_of_script_source() -> &'static str {
+    &TOKEN_BUCKET_ALL_SOURCE
+}
+
 #[cfg(test)]
 mod tests {
     use super::sealed::Sealed;
@@ -370,6 +393,10 @@ mod tests {
         assert!(script_source::<TokenBucketKeys>().starts_with(PRELUDE));
         assert!(script_source::<TokenBucketKeys>().contains(GCRA));
         assert!(script_source::<FixedWindowKeys>().contains("HMGET"));
+        assert!(all_of_script_source().starts_with(PRELUDE));
+        assert!(all_of_script_source().contains(GCRA));
+        assert!(all_of_script_source().ends_with(include_str!("gcra_all.lua")));
+        assert!(script_source::<TokenBucketKeys>().ends_with(include_str!("gcra_one.lua")));
         assert_ne!(
             TokenBucketKeys::script().get_hash(),
             LeakyMeterKeys::script().get_hash()

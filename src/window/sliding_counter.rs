@@ -125,7 +125,7 @@ pub struct Policy {
     /// The (sub-)window boundaries: windows of `sub` nanoseconds.
     pub(super) grid: Grid,
     /// `N`, admissions per window.
-    limit: u64,
+    pub(super) limit: u64,
     /// `w = W / k`, the sub-window length in nanoseconds (at least 1).
     sub: u64,
     /// `k`, sub-windows per window (`1..=MAX_SUB_WINDOWS`).
@@ -154,7 +154,7 @@ pub struct Moment {
 /// A clock reading located on the grid.
 #[derive(Debug, Clone, Copy)]
 pub struct Reading {
-    index: u64,
+    pub(super) index: u64,
     elapsed: u64,
     /// The reading in nanoseconds, clamped to [`Nanos::MAX_USABLE`].
     ns: u64,

@@ -45,7 +45,8 @@ use super::sliding_counter::{Policy, Reading};
 use super::Alignment;
 #[cfg(doc)]
 use super::SlidingWindowCounter;
-use crate::cas::{self, Backoff};
+use crate::cas::{self, Backoff, Gone};
+use crate::change::Current;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::outcome::{AcquireError, Admitted, Denied};
 use crate::quota::{Quota, QuotaError};
@@ -192,6 +193,31 @@ impl SubState {
         }
     }
 
+    /// Seals the state for a quota change (the hot word swapped to the gone mark, so that no
+    /// admission can take effect any more) and answers the whole admissions it had room for at
+    /// `r`, as its last admission left it (0 if it was sealed already).
+    fn seal(&self, p: &Policy, r: Reading) -> u64 {
+        match cas::seal(&self.hot) {
+            cas::GONE => 0,
+            // Every sub-window below the final hot word's is final in the history, and no later
+            // one can be published any more: a stale view (`Stale`) cannot arise, and would only
+            // make the carry-over 0.
+            hot => match p.judge(hot, r, 0, |h| self.history_count(p, h)) {
+                Verdict::Admit { answer, .. } => answer.remaining(),
+                Verdict::Deny(denied) => denied.remaining(),
+                Verdict::Stale => 0,
+            },
+        }
+    }
+
+    /// Sets a new state, not yet shared, to hold `available` (at most `N`) at `r`: `r`'s
+    /// sub-window with all but `available` counted, and nothing before it.
+    fn refill(&self, p: &Policy, r: Reading, available: u64) {
+        let word = p.pack(r.index, 0, p.limit - available.min(p.limit));
+        // Relaxed: not shared yet; publishing the block (Release) publishes it.
+        cas::store(&self.hot, word, Ordering::Relaxed);
+    }
+
     fn load_hot(&self) -> u64 {
         // Acquire: pairs with the Release compare-and-swap that wrote this value (or headed the
         // release sequence it belongs to), so the history published before it is visible.
@@ -199,14 +225,24 @@ impl SubState {
     }
 
     /// Decides `n` (`0..=N`) at `r`; admits by one compare-and-swap of the hot word when `write`.
-    fn acquire(&self, p: &Policy, r: Reading, n: u64, write: bool) -> Result<Admitted, Denied> {
+    /// [`Gone`] when a quota change has sealed the hot word: nothing took effect.
+    fn acquire(
+        &self,
+        p: &Policy,
+        r: Reading,
+        n: u64,
+        write: bool,
+    ) -> Result<Result<Admitted, Denied>, Gone> {
         let mut hot = self.load_hot();
         let mut backoff = Backoff::new();
         loop {
+            if hot == cas::GONE {
+                return Err(Gone::seen());
+            }
             match p.judge(hot, r, n, |h| self.history_count(p, h)) {
                 Verdict::Stale => hot = self.load_hot(),
-                Verdict::Deny(denied) => return Err(denied),
-                Verdict::Admit { answer, .. } if !write || n == 0 => return Ok(answer),
+                Verdict::Deny(denied) => return Ok(Err(denied)),
+                Verdict::Admit { answer, .. } if !write || n == 0 => return Ok(Ok(answer)),
                 Verdict::Admit {
                     new,
                     publish,
@@ -229,7 +265,7 @@ impl SubState {
                         Ordering::Release,
                         Ordering::Acquire,
                     ) {
-                        Ok(_) => return Ok(answer),
+                        Ok(_) => return Ok(Ok(answer)),
                         Err(seen) => {
                             cas::retries::record();
                             backoff.pause();
@@ -318,10 +354,39 @@ impl SubState {
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub struct SubWindowCounter<C = MonotonicClock> {
+    current: Current<SubBlock>,
+    clock: C,
+}
+
+/// What a quota change replaces (see `crate::change`): the counter's quota, policy and state.
+struct SubBlock {
     state: SubState,
     policy: Policy,
     quota: Quota,
-    clock: C,
+}
+
+impl<C> SubWindowCounter<C> {
+    /// Runs `decide` on the current block until it answers without meeting a seal (see
+    /// `Direct::decide`).
+    #[inline]
+    fn on_block<R>(&self, mut decide: impl FnMut(&SubBlock) -> Result<R, Gone>) -> R {
+        let mut attempt = 0u32;
+        loop {
+            match self.current.pinned() {
+                Some(b) => {
+                    if let Ok(answer) = decide(&b) {
+                        break answer;
+                    }
+                }
+                None => {
+                    if let Ok(answer) = decide(&self.current.read_locked()) {
+                        break answer;
+                    }
+                }
+            }
+            crate::change::changing(&mut attempt);
+        }
+    }
 }
 
 impl SubWindowCounter<MonotonicClock> {
@@ -379,11 +444,68 @@ impl<C: Clock> SubWindowCounter<C> {
     ) -> Result<SubWindowCounter<C>, QuotaError> {
         let policy = Policy::new(&quota, sub_windows)?;
         Ok(SubWindowCounter {
-            state: SubState::new(policy.k),
-            policy,
-            quota,
+            current: Current::new(SubBlock {
+                state: SubState::new(policy.k),
+                policy,
+                quota,
+            }),
             clock,
         })
+    }
+
+    /// Changes the quota this counter enforces, from now on, keeping its number of sub-windows
+    /// and its alignment, with no lock on the check path: the crate's one rule (the crate docs,
+    /// "Changing a quota"). The new quota starts with the whole admissions the estimate had room
+    /// for at the change (at most the new count), counted in the change's sub-window, and opens
+    /// sub-windows by itself from there.
+    ///
+    /// # Errors
+    ///
+    /// As [`SubWindowCounter::new`] for the new quota with this counter's number of sub-windows;
+    /// nothing changes then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Nanos, Quota, window::SubWindowCounter};
+    /// let limiter = SubWindowCounter::with_clock(Quota::per_second(10)?, 2, ManualClock::new())?;
+    /// let t = Nanos::new(0);
+    /// limiter.try_acquire_n_at(7, t)?; // room for 3
+    /// limiter.set_quota_at(Quota::per_second(100)?, t)?;
+    /// assert_eq!(limiter.remaining_at(t), 3);
+    /// assert_eq!(limiter.quota(), Quota::per_second(100)?);
+    /// assert!(limiter.set_quota_at(Quota::per_period(5, std::time::Duration::from_nanos(3))?, t).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
+        self.set_quota_at(quota, self.clock.now())
+    }
+
+    /// [`SubWindowCounter::set_quota`] as of `now`, a reading of this counter's clock.
+    ///
+    /// # Errors
+    ///
+    /// As [`SubWindowCounter::set_quota`].
+    ///
+    /// # Examples
+    ///
+    /// See [`SubWindowCounter::set_quota`].
+    pub fn set_quota_at(&self, quota: Quota, now: Nanos) -> Result<(), QuotaError> {
+        let k = self.current.read().policy.k;
+        let mut policy = Policy::new(&quota, k)?;
+        self.current.change(|old| {
+            policy.grid = policy.grid.realigned(old.policy.grid);
+            // Built before the seal, so that checks meeting the seal wait for no allocation.
+            let new = Box::new(SubBlock {
+                state: SubState::new(policy.k),
+                policy,
+                quota,
+            });
+            let left = old.state.seal(&old.policy, old.policy.read(now));
+            new.state.refill(&new.policy, new.policy.read(now), left);
+            new
+        });
+        Ok(())
     }
 
     /// The same counter with its sub-window boundaries moved to `alignment` (read against
@@ -403,7 +525,9 @@ impl<C: Clock> SubWindowCounter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn aligned(mut self, alignment: Alignment) -> SubWindowCounter<C> {
-        self.policy.grid = self.policy.grid.aligned(alignment, self.clock.now());
+        let now = self.clock.now();
+        let block = self.current.get_mut();
+        block.policy.grid = block.policy.grid.aligned(alignment, now);
         self
     }
 
@@ -422,8 +546,7 @@ impl<C: Clock> SubWindowCounter<C> {
     /// ```
     #[inline]
     pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        let r = self.policy.read(now);
-        self.state.acquire(&self.policy, r, 1, true)
+        self.on_block(|b| b.state.acquire(&b.policy, b.policy.read(now), 1, true))
     }
 
     /// Admits `n` requests as of `now`, all or none. `n = 0` is a query.
@@ -444,11 +567,15 @@ impl<C: Clock> SubWindowCounter<C> {
     /// ```
     #[inline]
     pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let r = self.policy.read(now);
-        let write = self.policy.check_n(n)?;
-        self.state
-            .acquire(&self.policy, r, n, write)
-            .map_err(AcquireError::Denied)
+        self.on_block(|b| {
+            let write = match b.policy.check_n(n) {
+                Ok(write) => write,
+                Err(e) => return Ok(Err(e.into())),
+            };
+            Ok(b.state
+                .acquire(&b.policy, b.policy.read(now), n, write)?
+                .map_err(AcquireError::Denied))
+        })
     }
 
     /// Would `n` requests be admitted as of `now`? Writes nothing.
@@ -468,11 +595,14 @@ impl<C: Clock> SubWindowCounter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        let r = self.policy.read(now);
-        self.policy.check_n(n)?;
-        self.state
-            .acquire(&self.policy, r, n, false)
-            .map_err(AcquireError::Denied)
+        self.on_block(|b| {
+            if let Err(e) = b.policy.check_n(n) {
+                return Ok(Err(e.into()));
+            }
+            Ok(b.state
+                .acquire(&b.policy, b.policy.read(now), n, false)?
+                .map_err(AcquireError::Denied))
+        })
     }
 
     /// Whole requests the estimate has room for as of `now`.
@@ -488,11 +618,14 @@ impl<C: Clock> SubWindowCounter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn remaining_at(&self, now: Nanos) -> u64 {
-        let r = self.policy.read(now);
-        match self.state.acquire(&self.policy, r, 0, false) {
-            Ok(a) => a.remaining(),
-            Err(d) => d.remaining(),
-        }
+        self.on_block(|b| {
+            Ok(
+                match b.state.acquire(&b.policy, b.policy.read(now), 0, false)? {
+                    Ok(a) => a.remaining(),
+                    Err(d) => d.remaining(),
+                },
+            )
+        })
     }
 
     /// The number of sub-windows `k`.
@@ -505,20 +638,20 @@ impl<C: Clock> SubWindowCounter<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn sub_windows(&self) -> u64 {
-        self.policy.k
+        self.current.read().policy.k
     }
 
-    /// The quota this counter enforces.
+    /// The quota this counter enforces (the latest [set](SubWindowCounter::set_quota)).
     ///
     /// # Examples
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(3)?;
-    /// assert_eq!(tollgate::window::SubWindowCounter::new(q, 4)?.quota(), &q);
+    /// assert_eq!(tollgate::window::SubWindowCounter::new(q, 4)?.quota(), q);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.current.read().quota
     }
 
     /// The clock this counter reads.
@@ -539,10 +672,11 @@ impl<C: Clock> SubWindowCounter<C> {
 
 impl<C> fmt::Debug for SubWindowCounter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let p = &self.policy;
-        let (index, settled, current) = p.unpack(self.state.load_hot());
+        let block = self.current.read();
+        let p = &block.policy;
+        let (index, settled, current) = p.unpack(block.state.load_hot());
         // The ring as (tag, count) pairs, in slot order.
-        let history: Vec<(u64, u64)> = self
+        let history: Vec<(u64, u64)> = block
             .state
             .history
             .iter()
@@ -550,7 +684,7 @@ impl<C> fmt::Debug for SubWindowCounter<C> {
             .map(|slot| p.unpack_slot(slot.load(Ordering::Relaxed)))
             .collect();
         f.debug_struct("SubWindowCounter")
-            .field("quota", &self.quota)
+            .field("quota", &block.quota)
             .field("sub_windows", &p.k)
             .field("sub_window", &index)
             .field("settled", &settled)

@@ -183,7 +183,7 @@ pub fn run(spec: &QuotaSpec, shards: Option<usize>, start: u64, ops: &[ShardOp])
     let period_ns = spec.rate.period().as_nanos();
     let mut model = ShardedModel::new(quota.count(), period_ns, policy, initial, wanted, start);
     assert_eq!(limiter.shards(), model.shards(), "shard count for {spec:?}");
-    assert_eq!(limiter.quota(), &quota);
+    assert_eq!(limiter.quota(), quota);
     let capacity = policy.capacity;
     let slot = thread_home();
     let mut now = start;
