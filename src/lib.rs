@@ -126,10 +126,6 @@
 //! - **Checks never wait for a change**, but for the few instructions between its sealing the old
 //!   state and publishing the new one; the change returns once no check reads the old quota.
 //!
-//! Behind the HTTP middleware (feature `tower`), a layer's quota changes through a handle the
-//! application keeps, `middleware::QuotaHandle` (from `LimitLayer::quota_handle`): the limiter
-//! and the `RateLimit-Policy` and `RateLimit` fields change together, from the next request on.
-//!
 //! ```
 //! use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
 //! let bucket = TokenBucket::with_clock(Quota::per_second(100)?, ManualClock::new());
@@ -140,6 +136,10 @@
 //! assert_eq!(bucket.remaining_at(Nanos::new(10_000_000)), 15); // it refills at its own rate
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Behind the HTTP middleware (feature `tower`), a layer's quota changes through a handle the
+//! application keeps, `middleware::QuotaHandle` (from `LimitLayer::quota_handle`): the limiter
+//! and the `RateLimit-Policy` and `RateLimit` fields change together, from the next request on.
 //!
 //! # Features
 //!
