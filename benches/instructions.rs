@@ -339,6 +339,29 @@ fn main() {
             let limiter = load.governor();
             run(&keys, checks, |_| limiter.check().is_ok())
         }
+        // The quota pointer alone (issue 24, part 2): one token bucket's block decided on in place
+        // (no pointer: the design before quotas could change), through the crate's epoch (as
+        // `Direct` reads it), and through `arc-swap`'s `load` (the other way the issue names).
+        ("plain", "direct") | ("epoch", "direct") | ("arcswap", "direct") => {
+            use tollgate::__bench_change::{BenchBlock, EpochBlock};
+            use tollgate::Clock;
+            let clock = tollgate::MonotonicClock::new();
+            let block = || BenchBlock::new(load.tollgate_quota(), clock.now());
+            match krate {
+                "plain" => {
+                    let block = block();
+                    run(&keys, checks, |_| block.try_acquire_at(clock.now()))
+                }
+                "epoch" => {
+                    let block = EpochBlock::new(block());
+                    run(&keys, checks, |_| block.try_acquire_at(clock.now()))
+                }
+                _ => {
+                    let block = arc_swap::ArcSwap::from_pointee(block());
+                    run(&keys, checks, |_| block.load().try_acquire_at(clock.now()))
+                }
+            }
+        }
         ("tollgate", _) => {
             let limiter: tollgate::keyed::KeyedLimiter<u64> =
                 tollgate::keyed::KeyedLimiter::new(load.tollgate_quota()).with_max_keys(1 << 20);

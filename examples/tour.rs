@@ -11,6 +11,9 @@
 //! shows the fixed window's boundary burst and measures the sliding counters' approximation. A third
 //! chart shows when admitted requests actually go: the token bucket's at once, the leaky meter's at
 //! the departures it schedules and the leaky queue's as its consumer receives them, 1/R apart.
+//! Last, the trace runs once more through a token bucket and a sharded bucket whose quota is
+//! changed twice mid-trace (`set_quota_at`, [`CHANGES`]), checking the crate's rule after each
+//! change: at most what the old quota had left, capped at the new burst, plus the new refill.
 //!
 //! **Part 2** sends a gateway's traffic through [`KeyedLimiter`]s keyed by client address, on
 //! explicit timestamps (deterministic too): 1 000 well-behaved clients and one abusive client for
@@ -397,7 +400,100 @@ fn part_one() -> Result<bool, String> {
     }
     println!();
     let leaky = leaky_chart(&trace)?;
-    Ok(buckets && windows && leaky)
+    println!();
+    let changed = quota_changes(&trace)?;
+    Ok(buckets && windows && leaky && changed)
+}
+
+/// The quotas of the runtime-change replay: from the start, then from 10 s and from 15 s (rate
+/// per second, burst).
+const CHANGES: [(u64, u64, u64); 3] = [(0, 10, 20), (10, 5, 10), (15, 20, 20)];
+
+/// The trace through a token bucket and a sharded bucket whose quota an operator changes twice
+/// while traffic flows (`set_quota_at`): halved at the start of the overload, then raised. Checks
+/// the crate's rule after each change: from the change on, at most what the old quota had left
+/// (capped at the new burst) plus the new rate's refill. `false` if either broke it.
+fn quota_changes(trace: &[Slice]) -> Result<bool, String> {
+    let quota = |(_, rate, burst): (u64, u64, u64)| {
+        Quota::per_second(rate)
+            .and_then(|q| q.with_capacity(burst))
+            .map_err(|e| format!("bad quota in the tour: {e}"))
+    };
+    let bucket = TokenBucket::with_clock(quota(CHANGES[0])?, ManualClock::new());
+    let sharded = RotatingHomes {
+        limiter: ShardedBucket::builder(quota(CHANGES[0])?)
+            .shards(TRACE_SHARDS)
+            .clock(ManualClock::new())
+            .build()
+            .map_err(|e| format!("bad shard count in the tour: {e}"))?,
+        next_home: AtomicUsize::new(0),
+    };
+    println!("Quotas changed at runtime: the same trace, an operator calling `set_quota_at` at 10 s and 15 s:");
+    println!();
+    let header = format!(
+        "{:>10}  {:<18} {:>8}  {:<28}  {:<28}",
+        "from", "quota", "offered", "token bucket", "sharded bucket"
+    );
+    println!("{}", header.trim_end());
+    let mut ok = true;
+    let mut arrivals = trace
+        .iter()
+        .flat_map(|s| s.arrivals.iter().copied())
+        .peekable();
+    for (i, &change) in CHANGES.iter().enumerate() {
+        let (from_s, rate, burst) = change;
+        let from = from_s * 1_000_000_000;
+        let until = CHANGES.get(i + 1).map_or(u64::MAX, |c| c.0 * 1_000_000_000);
+        let at = Nanos::new(from);
+        let (carried_b, carried_s) = if i == 0 {
+            (burst, burst)
+        } else {
+            let left = (bucket.remaining_at(at), sharded.remaining_at(at));
+            bucket
+                .set_quota_at(quota(change)?, at)
+                .map_err(|e| e.to_string())?;
+            sharded.limiter.set_quota_at(quota(change)?, at);
+            (left.0.min(burst), left.1.min(burst))
+        };
+        let (mut offered, mut taken_b, mut taken_s) = (0u64, 0u64, 0u64);
+        while let Some(&t) = arrivals.peek() {
+            if t >= until {
+                break;
+            }
+            arrivals.next();
+            offered += 1;
+            let refill = u128::from(t - from) * u128::from(rate) / 1_000_000_000;
+            let allowed = |carried: u64| u128::from(carried) + refill;
+            if bucket.try_acquire_at(Nanos::new(t)).is_ok() {
+                taken_b += 1;
+                ok &= u128::from(taken_b) <= allowed(carried_b);
+            }
+            if sharded.try_acquire_at(Nanos::new(t)).is_ok() {
+                taken_s += 1;
+                ok &= u128::from(taken_s) <= allowed(carried_s);
+            }
+        }
+        println!(
+            "{:>8} s  {:<18} {:>8}  carried {:>3}, admitted {:>3}    carried {:>3}, admitted {:>3}",
+            from_s,
+            format!("{rate}/s, burst {burst}"),
+            offered,
+            carried_b,
+            taken_b,
+            carried_s,
+            taken_s
+        );
+    }
+    println!();
+    println!(
+        "After each change a limiter starts with what the old quota had left, at most the new burst,"
+    );
+    println!("and refills at the new rate alone (crate docs, \"Changing a quota\").");
+    println!(
+        "  from each change on, admissions <= carried + R*t ........ {}",
+        verdict(ok)
+    );
+    Ok(ok)
 }
 
 /// The leaky meter's output beside the token bucket's: when the requests each admits actually

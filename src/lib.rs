@@ -209,6 +209,9 @@ pub use all_of::{AllOf, AllOfError, GiveBack, KeyedGiveBack};
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
+#[cfg(not(tollgate_loom))]
+#[doc(hidden)]
+pub use limiter::__bench_change;
 pub use limiter::{Direct, KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
 pub use partial::Partial;
