@@ -137,6 +137,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Behind the HTTP middleware (feature `tower`), a layer's quota changes through a handle the
+//! application keeps, `middleware::QuotaHandle` (from `LimitLayer::quota_handle`): the limiter
+//! and the `RateLimit-Policy` and `RateLimit` fields change together, from the next request on.
+//!
 //! # Features
 //!
 //! | feature | what it adds |

@@ -1062,3 +1062,427 @@ async fn a_backend_without_tiers_is_sent_as_its_one_quota() {
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.one("ratelimit-policy"), Some(r#""default";q=3;w=60"#));
 }
+
+/// The layer's quota changed at runtime through a [`QuotaHandle`], called in-process (every
+/// decision here is made at once, so each future is ready when first polled).
+mod quota_handle {
+    use std::convert::Infallible;
+    use std::future::Future;
+    use std::pin::pin;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+
+    use http::{HeaderValue, Request, Response, StatusCode};
+    use tollgate::keyed::KeyedLimiter;
+    use tollgate::middleware::{
+        global, peer_ip, Global, GlobalAllOf, LimitLayer, Meter, RateLimitInfo, SetQuotaError,
+    };
+    use tollgate::window::SlidingWindowLog;
+    use tollgate::{AllOf, ManualClock, Quota, QuotaError, ShardedBucket, TokenBucket};
+    use tower::{service_fn, Layer, Service};
+
+    fn now<F: Future>(fut: F) -> F::Output {
+        let mut fut = pin!(fut);
+        match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(out) => out,
+            Poll::Pending => panic!("an in-process decision waited"),
+        }
+    }
+
+    /// A handler that answers with the quota its request's `RateLimitInfo` names, as
+    /// `x-quota: count/period-in-ns`.
+    fn echo_quota() -> impl Service<
+        Request<()>,
+        Response = Response<()>,
+        Error = Infallible,
+        Future = impl Future<Output = Result<Response<()>, Infallible>> + Send,
+    > + Clone
+           + Send
+           + 'static {
+        service_fn(|req: Request<()>| async move {
+            let mut res = Response::new(());
+            if let Some(info) = req.extensions().get::<RateLimitInfo>() {
+                let q = info.quota();
+                let v = format!("{}/{}", q.count(), q.period().as_nanos());
+                res.headers_mut()
+                    .insert("x-quota", HeaderValue::from_str(&v).expect("ASCII"));
+            }
+            Ok(res)
+        })
+    }
+
+    fn field<'a>(res: &'a Response<()>, name: &str) -> Option<&'a str> {
+        res.headers().get(name).map(|v| v.to_str().expect("ASCII"))
+    }
+
+    fn peer_request() -> Request<()> {
+        let mut req = Request::new(());
+        req.extensions_mut()
+            .insert(std::net::SocketAddr::from(([127, 0, 0, 2], 40000)));
+        req
+    }
+
+    #[test]
+    fn a_change_through_the_handle_moves_decisions_and_fields_from_the_next_request() {
+        let clock = ManualClock::new();
+        let bucket = TokenBucket::with_clock(Quota::per_minute(2).unwrap(), clock.clone());
+        let layer = LimitLayer::global(bucket).build().unwrap();
+        let handle = layer.quota_handle();
+        let mut svc = layer.layer(echo_quota());
+
+        let first = now(svc.call(Request::new(()))).unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        assert_eq!(
+            field(&first, "ratelimit-policy"),
+            Some(r#""default";q=2;w=60"#)
+        );
+        assert_eq!(field(&first, "ratelimit"), Some(r#""default";r=1;t=30"#));
+        assert_eq!(field(&first, "x-quota"), Some("2/60000000000"));
+
+        // Ten a second from now on: the one token left is kept, and refills come every 100 ms.
+        handle.set_quota(Quota::per_minute(600).unwrap()).unwrap();
+        assert_eq!(handle.quotas(), [Quota::per_minute(600).unwrap()]);
+        assert_eq!(
+            layer.backend().limiter().quota(),
+            Quota::per_minute(600).unwrap()
+        );
+
+        let second = now(svc.call(Request::new(()))).unwrap();
+        assert_eq!(second.status(), StatusCode::OK);
+        assert_eq!(
+            field(&second, "ratelimit-policy"),
+            Some(r#""default";q=600;w=60"#)
+        );
+        assert_eq!(field(&second, "ratelimit"), Some(r#""default";r=0;t=1"#));
+        assert_eq!(field(&second, "x-quota"), Some("600/60000000000"));
+
+        let third = now(svc.call(Request::new(()))).unwrap();
+        assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(field(&third, "retry-after"), Some("1"));
+        assert_eq!(
+            field(&third, "ratelimit-policy"),
+            Some(r#""default";q=600;w=60"#)
+        );
+
+        // Under the old quota the next token was 30 s away; under the new one, 100 ms.
+        clock.advance(Duration::from_millis(100));
+        let fourth = now(svc.call(Request::new(()))).unwrap();
+        assert_eq!(fourth.status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn a_leaky_meter_and_several_limits_change_through_the_handle_too() {
+        let clock = ManualClock::new();
+        let meter = tollgate::leaky::LeakyMeter::with_clock(Quota::per_second(1).unwrap(), clock);
+        let layer = LimitLayer::new(Meter::new(meter), global())
+            .build()
+            .unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(4).unwrap())
+            .unwrap();
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=4;w=1"#)
+        );
+
+        let clock = ManualClock::new();
+        let limits = AllOf::new([
+            TokenBucket::with_clock(Quota::per_second(10).unwrap(), clock.clone()),
+            TokenBucket::with_clock(Quota::per_hour(1_000).unwrap(), clock),
+        ])
+        .unwrap();
+        let layer = LimitLayer::new(GlobalAllOf::new(limits), global())
+            .build()
+            .unwrap();
+        let handle = layer.quota_handle();
+        handle
+            .set_tier_quota(1, Quota::per_hour(7_200).unwrap())
+            .unwrap();
+        assert_eq!(
+            layer.backend().limits().quotas(),
+            [
+                Quota::per_second(10).unwrap(),
+                Quota::per_hour(7_200).unwrap()
+            ]
+        );
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default-0";q=10;w=1, "default-1";q=7200;w=3600"#)
+        );
+        assert_eq!(
+            handle.set_tier_quota(2, Quota::per_hour(1).unwrap()),
+            Err(SetQuotaError::NoSuchTier { tier: 2, tiers: 2 })
+        );
+    }
+
+    #[test]
+    fn a_shared_a_metered_and_an_all_of_limiter_change_as_their_limiters_do() {
+        let bucket = Arc::new(TokenBucket::with_clock(
+            Quota::per_second(2).unwrap(),
+            ManualClock::new(),
+        ));
+        let layer = LimitLayer::global(Arc::clone(&bucket)).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(3).unwrap())
+            .unwrap();
+        assert_eq!(bucket.quota(), Quota::per_second(3).unwrap());
+
+        let metered = tollgate::metrics::Metered::new(
+            "api",
+            TokenBucket::with_clock(Quota::per_second(2).unwrap(), ManualClock::new()),
+        );
+        let layer = LimitLayer::global(metered).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(5).unwrap())
+            .unwrap();
+        assert_eq!(
+            layer.backend().limiter().get_ref().quota(),
+            Quota::per_second(5).unwrap()
+        );
+
+        // One limit for the layer (the first's policy), its limit 0 changed.
+        let clock = ManualClock::new();
+        let all = AllOf::new([
+            TokenBucket::with_clock(Quota::per_second(10).unwrap(), clock.clone()),
+            TokenBucket::with_clock(Quota::per_hour(1_000).unwrap(), clock),
+        ])
+        .unwrap();
+        let layer = LimitLayer::global(all).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(20).unwrap())
+            .unwrap();
+        assert_eq!(
+            layer.backend().limiter().quotas(),
+            [
+                Quota::per_second(20).unwrap(),
+                Quota::per_hour(1_000).unwrap()
+            ]
+        );
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=20;w=1"#)
+        );
+    }
+
+    #[test]
+    fn a_backend_that_cannot_change_answers_unsupported_and_keeps_its_fields() {
+        let limiter = KeyedLimiter::with_clock(Quota::per_minute(5).unwrap(), ManualClock::new());
+        let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();
+        let err = layer
+            .quota_handle()
+            .set_quota(Quota::per_minute(50).unwrap())
+            .unwrap_err();
+        let SetQuotaError::Unsupported { limiter } = err else {
+            panic!("{err:?}")
+        };
+        assert!(limiter.contains("KeyedLimiter"), "{limiter}");
+        assert!(err.to_string().contains("cannot change its quota"), "{err}");
+        let res = now(layer.layer(echo_quota()).call(peer_request())).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=5;w=60"#)
+        );
+
+        // A keyed meter is keyed too.
+        let meter: KeyedLimiter<std::net::IpAddr, tollgate::keyed::LeakyMeterKeys, _> =
+            KeyedLimiter::with_algorithm(Quota::per_second(5).unwrap(), ManualClock::new())
+                .unwrap();
+        let layer = LimitLayer::new(Meter::new(meter), peer_ip())
+            .build()
+            .unwrap();
+        let err = layer
+            .quota_handle()
+            .set_quota(Quota::per_second(50).unwrap())
+            .unwrap_err();
+        assert!(
+            matches!(err, SetQuotaError::Unsupported { limiter } if limiter.contains("KeyedLimiter")),
+            "{err:?}"
+        );
+        assert_eq!(
+            layer.quota_handle().quotas(),
+            [Quota::per_second(5).unwrap()]
+        );
+    }
+
+    #[test]
+    fn a_sharded_bucket_and_a_sub_window_counter_change_through_the_handle() {
+        let sharded = ShardedBucket::builder(Quota::per_second(5).unwrap())
+            .shards(1)
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let layer = LimitLayer::global(sharded).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_second(50).unwrap())
+            .unwrap();
+        assert_eq!(
+            layer.backend().limiter().quota(),
+            Quota::per_second(50).unwrap()
+        );
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=50;w=1"#)
+        );
+
+        let counter = tollgate::window::SubWindowCounter::with_clock(
+            Quota::per_minute(60).unwrap(),
+            6,
+            ManualClock::new(),
+        )
+        .unwrap();
+        let layer = LimitLayer::global(counter).build().unwrap();
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_minute(120).unwrap())
+            .unwrap();
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=120;w=60"#)
+        );
+    }
+
+    /// Behind Redis the handle changes this process's limiter and the fields, and a quota the
+    /// script cannot carry changes nothing. The connection is lazy, so no server is needed.
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn the_redis_backend_changes_its_limiter_or_answers_why_not() {
+        use tollgate::keyed::FixedWindowKeys;
+        use tollgate::middleware::Redis;
+        use tollgate::redis::{FailurePolicy, RedisLimiter};
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let conn = client
+            .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+            .unwrap();
+        let limiter =
+            RedisLimiter::<FixedWindowKeys>::builder(conn, Quota::per_minute(30).unwrap())
+                .build(FailurePolicy::Closed)
+                .unwrap();
+        let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip())
+            .build()
+            .unwrap();
+        let handle = layer.quota_handle();
+        handle.set_quota(Quota::per_minute(60).unwrap()).unwrap();
+        assert_eq!(handle.quotas(), [Quota::per_minute(60).unwrap()]);
+        // Redis's clock counts microseconds: a period of 1.5 µs cannot be carried.
+        let odd = Quota::per_period(3, Duration::from_nanos(1_500)).unwrap();
+        let err = handle.set_quota(odd).unwrap_err();
+        assert!(
+            matches!(&err, SetQuotaError::Redis(e) if e.field() == "period"),
+            "{err:?}"
+        );
+        assert_eq!(handle.quotas(), [Quota::per_minute(60).unwrap()]);
+    }
+
+    #[test]
+    fn a_quota_the_algorithm_refuses_changes_nothing() {
+        let clock = ManualClock::new();
+        let log = SlidingWindowLog::with_clock(Quota::per_second(10).unwrap(), clock).unwrap();
+        let layer = LimitLayer::new(Global::new(log), global()).build().unwrap();
+        let handle = layer.quota_handle();
+        let too_long = Quota::per_second(1_000_000).unwrap();
+        let err = handle.set_quota(too_long).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SetQuotaError::Quota(QuotaError::LogTooLong {
+                    count: 1_000_000,
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("count"), "{err}");
+        assert_eq!(handle.quotas(), [Quota::per_second(10).unwrap()]);
+        assert_eq!(
+            layer.backend().limiter().quota(),
+            Quota::per_second(10).unwrap()
+        );
+        let res = now(layer.layer(echo_quota()).call(Request::new(()))).unwrap();
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=10;w=1"#)
+        );
+        assert_eq!(field(&res, "ratelimit"), Some(r#""default";r=9;t=1"#));
+    }
+
+    /// Requests on four threads race a fifth that flips the quota between two settings: every
+    /// response's `RateLimit-Policy` is one of the two whole values, and the quota its handler
+    /// saw (the `RateLimitInfo` extension) is the one that value advertises, as one read of the
+    /// policies gives. Both settings must be seen, so the race did happen.
+    #[test]
+    fn requests_racing_changes_see_one_whole_policy_each() {
+        let a = Quota::per_second(1_000_000).unwrap();
+        let b = Quota::per_minute(90_000_000).unwrap();
+        let layer = LimitLayer::global(TokenBucket::with_clock(a, ManualClock::new()))
+            .build()
+            .unwrap();
+        let handle = layer.quota_handle();
+        let stop = Arc::new(AtomicBool::new(false));
+        let changes = Arc::new(AtomicU64::new(0));
+        let changer = {
+            let (stop, changes) = (Arc::clone(&stop), Arc::clone(&changes));
+            std::thread::spawn(move || {
+                // Relaxed: a flag polled on its own; the join below orders the rest.
+                while !stop.load(Ordering::Relaxed) {
+                    for q in [b, a] {
+                        handle.set_quota(q).unwrap();
+                        changes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        let expected = |res: &Response<()>| -> &'static str {
+            match (field(res, "ratelimit-policy"), field(res, "x-quota")) {
+                (Some(r#""default";q=1000000;w=1"#), Some("1000000/1000000000")) => "a",
+                (Some(r#""default";q=90000000;w=60"#), Some("90000000/60000000000")) => "b",
+                other => panic!("a response mixing policies: {other:?}"),
+            }
+        };
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let mut svc = layer.layer(echo_quota());
+                std::thread::spawn(move || {
+                    let (mut seen_a, mut seen_b) = (0u64, 0u64);
+                    for _ in 0..5_000 {
+                        let res = now(svc.call(Request::new(()))).unwrap();
+                        assert_eq!(res.status(), StatusCode::OK);
+                        match expected(&res) {
+                            "a" => seen_a += 1,
+                            _ => seen_b += 1,
+                        }
+                    }
+                    (seen_a, seen_b)
+                })
+            })
+            .collect();
+        let (mut seen_a, mut seen_b) = (0, 0);
+        for w in workers {
+            let (x, y) = w.join().unwrap();
+            seen_a += x;
+            seen_b += y;
+        }
+        stop.store(true, Ordering::Relaxed);
+        changer.join().unwrap();
+        eprintln!(
+            "{seen_a} responses under a, {seen_b} under b, {} changes",
+            changes.load(Ordering::Relaxed)
+        );
+        assert_eq!(seen_a + seen_b, 20_000);
+        assert!(
+            seen_a > 0 && seen_b > 0,
+            "the changes never raced a request"
+        );
+    }
+}

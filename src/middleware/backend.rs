@@ -7,6 +7,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use super::quota_handle::{ChangeQuota, SetQuotaError};
 use crate::all_of::{AllOf, GiveBack, KeyedGiveBack};
 use crate::keyed::{KeyedError, TooManyKeys};
 use crate::limiter::{KeyedLimit, Limiter};
@@ -197,6 +198,49 @@ pub trait Backend<K>: Send + Sync + 'static {
     fn decide_indexed(&self, key: &K, cost: u64) -> (Option<usize>, Decision<Self::Future>) {
         (None, self.decide(key, cost))
     }
+
+    /// Replaces the quota of tier `tier` (an index in [`Backend::tiers`]) at runtime: what a
+    /// [`QuotaHandle`](super::QuotaHandle) asks, before it changes the layer's fields. The default
+    /// refuses with [`SetQuotaError::Unsupported`], naming the backend's type; [`Global`],
+    /// [`Meter`] over a direct limiter, [`GlobalAllOf`] and `Redis` change their limiter's quota,
+    /// and [`Keyed`] and [`KeyedAllOf`] ask theirs ([`ChangeQuota`]; a keyed limiter refuses, for
+    /// now).
+    ///
+    /// # Errors
+    ///
+    /// [`SetQuotaError`]: unsupported, no such tier, or a quota the algorithm cannot enforce.
+    /// Nothing may change on an error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::{Backend, Global, SetQuotaError};
+    /// use tollgate::keyed::KeyedLimiter;
+    /// use tollgate::middleware::Keyed;
+    /// use tollgate::{Limiter, Quota, TokenBucket};
+    /// let backend = Global::new(TokenBucket::new(Quota::per_second(1)?));
+    /// Backend::<()>::set_quota(&backend, 0, Quota::per_second(9)?)?;
+    /// assert_eq!(backend.limiter().quota(), Quota::per_second(9)?);
+    ///
+    /// let keyed = Keyed::new(KeyedLimiter::<u8>::new(Quota::per_second(1)?));
+    /// let err = Backend::<u8>::set_quota(&keyed, 0, Quota::per_second(9)?).unwrap_err();
+    /// assert!(matches!(err, SetQuotaError::Unsupported { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        let _ = (tier, quota);
+        Err(SetQuotaError::Unsupported {
+            limiter: std::any::type_name::<Self>(),
+        })
+    }
+}
+
+/// Limit `tier` of `limits`, or [`SetQuotaError::NoSuchTier`].
+fn limit_of<L>(limits: &[L], tier: usize) -> Result<&L, SetQuotaError> {
+    limits.get(tier).ok_or(SetQuotaError::NoSuchTier {
+        tier,
+        tiers: limits.len(),
+    })
 }
 
 /// Several limits per key, each applying to every request ([`AllOf`] of keyed token buckets): a
@@ -259,7 +303,7 @@ impl<L> KeyedAllOf<L> {
 impl<K, L> Backend<K> for KeyedAllOf<L>
 where
     K: 'static,
-    L: KeyedGiveBack<K> + 'static,
+    L: KeyedGiveBack<K> + ChangeQuota + 'static,
 {
     type Future = Immediate;
 
@@ -283,6 +327,10 @@ where
             .iter()
             .map(|l| *KeyedLimit::<K>::quota(l))
             .collect()
+    }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        limit_of(self.all.limits(), tier)?.change_quota(0, quota)
     }
 
     fn all_apply(&self) -> bool {
@@ -343,7 +391,7 @@ impl<L: GiveBack> GlobalAllOf<L> {
 
 impl<K, L> Backend<K> for GlobalAllOf<L>
 where
-    L: GiveBack + 'static,
+    L: GiveBack + ChangeQuota + 'static,
 {
     type Future = Immediate;
 
@@ -364,6 +412,10 @@ where
         self.all.quotas()
     }
 
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        limit_of(self.all.limits(), tier)?.change_quota(0, quota)
+    }
+
     fn all_apply(&self) -> bool {
         true
     }
@@ -374,6 +426,10 @@ type Immediate = std::future::Ready<Result<Admitted, Refusal>>;
 
 /// One limit per key: any [`KeyedLimit`] (a [`KeyedLimiter`](crate::keyed::KeyedLimiter) of any
 /// algorithm) behind the layer.
+///
+/// The limiter also implements [`ChangeQuota`], as [`Global`]'s does: the keyed limiter refuses
+/// a change for now ([`SetQuotaError::Unsupported`]), and will change its tiers through the same
+/// call once it can.
 ///
 /// # Examples
 ///
@@ -421,7 +477,7 @@ impl<L> Keyed<L> {
 impl<K, L> Backend<K> for Keyed<L>
 where
     K: 'static,
-    L: KeyedLimit<K> + 'static,
+    L: KeyedLimit<K> + ChangeQuota + 'static,
 {
     type Future = Immediate;
 
@@ -441,10 +497,19 @@ where
     fn tier_of_key(&self, key: &K) -> usize {
         self.0.tier_of_key(key)
     }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.0.change_quota(tier, quota)
+    }
 }
 
 /// One limit shared by every request: any direct [`Limiter`] behind the layer (the key, whatever
 /// it is, is not looked at).
+///
+/// The limiter also implements [`ChangeQuota`], through which a
+/// [`QuotaHandle`](super::QuotaHandle) changes its quota: every direct limiter of this crate
+/// does (and changes); one of one's own that cannot change needs only
+/// `impl ChangeQuota for MyLimiter {}`.
 ///
 /// # Examples
 ///
@@ -488,7 +553,7 @@ impl<L> Global<L> {
 
 impl<K, L> Backend<K> for Global<L>
 where
-    L: Limiter + 'static,
+    L: Limiter + ChangeQuota + 'static,
 {
     type Future = Immediate;
 
@@ -499,6 +564,10 @@ where
 
     fn quota(&self) -> Quota {
         self.0.quota()
+    }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.0.change_quota(tier, quota)
     }
 }
 
@@ -564,6 +633,10 @@ where
     fn quota(&self) -> Quota {
         Limiter::quota(&self.0)
     }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.0.change_quota(tier, quota)
+    }
 }
 
 impl<K, C> Backend<K> for Meter<crate::keyed::KeyedLimiter<K, crate::keyed::LeakyMeterKeys, C>>
@@ -602,7 +675,7 @@ mod redis {
     use std::pin::Pin;
     use std::sync::Arc;
 
-    use super::{Backend, Decision, Refusal};
+    use super::{Backend, Decision, Refusal, SetQuotaError};
     use crate::outcome::Admitted;
     use crate::quota::Quota;
     use crate::redis::{RedisAlgorithm, RedisError, RedisLimiter};
@@ -727,6 +800,15 @@ mod redis {
 
         fn quota(&self) -> Quota {
             self.0.quota()
+        }
+
+        /// Changes this process's limiter (see [`RedisLimiter::set_quota`]): the other processes
+        /// sharing the Redis keys keep theirs until they change too.
+        fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+            if tier != 0 {
+                return Err(SetQuotaError::NoSuchTier { tier, tiers: 1 });
+            }
+            self.0.set_quota(quota).map_err(SetQuotaError::Redis)
         }
     }
 }

@@ -5,7 +5,7 @@ use std::fmt;
 #[cfg(feature = "tracing")]
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::request::Parts;
@@ -14,7 +14,9 @@ use http::{HeaderValue, Response, StatusCode};
 use super::backend::{Backend, Global, Keyed, Refusal};
 use super::fields::{self, PolicyNameError};
 use super::key::{self, KeyExtractor};
+use super::quota_handle::{QuotaHandle, Retune, SetQuotaError};
 use super::service::Limit;
+use crate::change::{Current, Read};
 use crate::quota::Quota;
 
 /// Which responses carry the `RateLimit-Policy` and `RateLimit` fields.
@@ -402,7 +404,7 @@ impl RateLimitInfo {
 }
 
 /// One policy (a tier's, or the only one): its quota, name and `RateLimit-Policy` value.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Policy {
     pub(crate) quota: Quota,
     /// The name, as an sf-string.
@@ -416,7 +418,7 @@ pub(crate) struct Policy {
 
 /// One policy's `tollgate_middleware_decisions_total` handles, one per outcome.
 #[cfg(feature = "metrics")]
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PolicyMeters {
     admitted: ::metrics::Counter,
     denied: ::metrics::Counter,
@@ -467,8 +469,16 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
     pub(crate) backend: B,
     pub(crate) extractor: X,
     pub(crate) on_denied: D,
-    /// One per tier of the backend (at least one).
-    pub(crate) policies: Box<[Policy]>,
+    /// One per tier of the backend (at least one, and always as many), read by each request
+    /// without a lock and replaced whole by a [`QuotaHandle`] (see [`Shared::policies`]).
+    pub(crate) policies: Current<Box<[Policy]>>,
+    /// How many policies there are: a change never alters it.
+    pub(crate) tiers: usize,
+    /// Serializes changes through the [`QuotaHandle`]s, so that the backend's quotas and the
+    /// policies swapped in are changed in the same order. Requests never take it.
+    pub(crate) retune: Mutex<()>,
+    /// The cost is the body's length: the policies say `qu="content-bytes"`.
+    pub(crate) content_bytes: bool,
     /// Every policy applies to every request ([`Backend::all_apply`]): decisions come from
     /// [`Backend::decide_indexed`], whose index picks the policy.
     pub(crate) all_apply: bool,
@@ -500,7 +510,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> Shared<B, X, D> {
     /// The tier limiting `key`: asked of the backend only when it has more than one.
     #[inline]
     pub(crate) fn tier_of(&self, key: &X::Key) -> usize {
-        if self.policies.len() > 1 {
+        if self.tiers > 1 {
             self.backend.tier_of_key(key)
         } else {
             0
@@ -508,12 +518,27 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> Shared<B, X, D> {
     }
 }
 
-impl<B, X: KeyExtractor, D> Shared<B, X, D> {
+/// The layer's policies as one request reads them: one whole set, the old or the new when a
+/// [`QuotaHandle`] changes them meanwhile. Holds the crate's epoch (a pin, or on a thread with no
+/// epoch slot the change mutex): drop it before calling anything outside the layer (the inner
+/// service, an [`OnDenied`]), and never hold it across an `.await`, or a change would wait for
+/// it.
+pub(crate) struct Policies<'a>(Read<'a, Box<[Policy]>>);
+
+impl Policies<'_> {
     /// The policy of `tier` (the last one for an index past the end).
     #[inline]
-    pub(crate) fn policy(&self, tier: usize) -> &Policy {
-        let last = self.policies.len() - 1;
-        &self.policies[tier.min(last)]
+    pub(crate) fn get(&self, tier: usize) -> &Policy {
+        let last = self.0.len().saturating_sub(1);
+        &self.0[tier.min(last)]
+    }
+}
+
+impl<B, X: KeyExtractor, D> Shared<B, X, D> {
+    /// The policies, for one request (see [`Policies`]): a pin and an Acquire load, no lock.
+    #[inline]
+    pub(crate) fn policies(&self) -> Policies<'_> {
+        Policies(self.policies.read())
     }
 
     /// Counts a refusal a dry run let through.
@@ -530,7 +555,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         // Relaxed: only which caller logs is decided here; nothing is published through it.
         if !self.setup_logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                policy = %self.policies[0].name,
+                policy = %self.policies().get(0).name,
                 "tollgate: {}",
                 super::service::NO_CONNECT_INFO
             );
@@ -690,6 +715,98 @@ impl<B, X: KeyExtractor, D> LimitLayer<B, X, D> {
     pub fn backend(&self) -> &B {
         &self.shared.backend
     }
+}
+
+impl<B: Backend<X::Key>, X: KeyExtractor, D: Send + Sync + 'static> LimitLayer<B, X, D> {
+    /// A handle that changes this layer's quota at runtime, for the application to keep: see
+    /// [`QuotaHandle`]. Every handle of a layer changes the same limiter and fields.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::middleware::LimitLayer;
+    /// use tollgate::{Limiter, Quota, TokenBucket};
+    /// let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(10)?)).build()?;
+    /// let handle = layer.quota_handle();
+    /// handle.set_quota(Quota::per_second(100)?)?;
+    /// assert_eq!(layer.backend().limiter().quota(), Quota::per_second(100)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn quota_handle(&self) -> QuotaHandle {
+        QuotaHandle {
+            layer: Arc::clone(&self.shared) as Arc<dyn Retune>,
+        }
+    }
+}
+
+impl<B, X, D> Retune for Shared<B, X, D>
+where
+    B: Backend<X::Key>,
+    X: KeyExtractor,
+    D: Send + Sync + 'static,
+{
+    fn set_tier_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        if tier >= self.tiers {
+            return Err(SetQuotaError::NoSuchTier {
+                tier,
+                tiers: self.tiers,
+            });
+        }
+        // A poisoned lock only means another change panicked (in a user's backend): the
+        // policies in place are still whole.
+        let _one_at_a_time = self.retune.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut next: Vec<Policy> = self.policies.read().to_vec();
+        next[tier].quota = quota;
+        // Built before the backend changes, so that a value that cannot be sent changes nothing.
+        // `build` checked the names and the rest is digits, so this is not expected to fail;
+        // if it did, the answer would be an error rather than a panic.
+        let quotas: Vec<Quota> = next.iter().map(|p| p.quota).collect();
+        let names: Vec<&str> = next.iter().map(|p| p.name.as_str()).collect();
+        let values =
+            policy_values(&names, &quotas, self.content_bytes, self.all_apply).map_err(|at| {
+                let name = match at {
+                    Some(i) => names[i].to_owned(),
+                    None => names.join(", "),
+                };
+                SetQuotaError::PolicyName(PolicyNameError::new(&name))
+            })?;
+        self.backend.set_quota(tier, quota)?;
+        for (policy, value) in next.iter_mut().zip(values) {
+            policy.value = value;
+        }
+        let next = Box::new(next.into_boxed_slice());
+        self.policies.change(move |_| next);
+        Ok(())
+    }
+
+    fn quotas(&self) -> Vec<Quota> {
+        self.policies.read().iter().map(|p| p.quota).collect()
+    }
+}
+
+/// The `RateLimit-Policy` value of each policy, named by its sf-string `names[i]` with quota
+/// `quotas[i]`: each its own member, or, when `all_apply`, every one the list of all members.
+/// `Err(Some(i))` when policy `i`'s value cannot be sent, `Err(None)` when the list cannot.
+fn policy_values(
+    names: &[&str],
+    quotas: &[Quota],
+    content_bytes: bool,
+    all_apply: bool,
+) -> Result<Vec<HeaderValue>, Option<usize>> {
+    let members: Vec<String> = names
+        .iter()
+        .zip(quotas)
+        .map(|(name, quota)| fields::policy_member(name, quota, content_bytes))
+        .collect();
+    if all_apply {
+        let value = fields::policy_value(&members.join(", ")).ok_or(None)?;
+        return Ok(vec![value; members.len()]);
+    }
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, member)| fields::policy_value(member).ok_or(Some(i)))
+        .collect()
 }
 
 impl<S, B, X: KeyExtractor, D> tower_layer::Layer<S> for LimitLayer<B, X, D> {
@@ -1183,38 +1300,45 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
                 .map(|i| format!("{}-{i}", self.options.name))
                 .collect(),
         };
-        let mut policies = Vec::with_capacity(tiers.len());
-        let mut members = Vec::with_capacity(tiers.len());
-        for (quota, name) in tiers.iter().zip(&names) {
-            let sf = fields::sf_string(name).map_err(LayerError::PolicyName)?;
-            let member = fields::policy_member(&sf, quota, self.options.content_bytes);
-            let value = fields::policy_value(&member)
-                .ok_or_else(|| LayerError::PolicyName(PolicyNameError::new(name)))?;
-            members.push(member);
-            policies.push(Policy {
+        let sf_names = names
+            .iter()
+            .map(|name| fields::sf_string(name))
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(LayerError::PolicyName)?;
+        // Several limits at once: every response lists them all (the draft's `RateLimit-Policy`
+        // is a list), and its `RateLimit` names the one the decision was from.
+        let all_apply = self.backend.all_apply() && tiers.len() > 1;
+        let sf_refs: Vec<&str> = sf_names.iter().map(String::as_str).collect();
+        let content_bytes = self.options.content_bytes;
+        let values = policy_values(&sf_refs, &tiers, content_bytes, all_apply).map_err(|at| {
+            let name = match at {
+                Some(i) => names[i].clone(),
+                None => names.join(", "),
+            };
+            LayerError::PolicyName(PolicyNameError::new(&name))
+        })?;
+        let policies: Vec<Policy> = tiers
+            .iter()
+            .zip(sf_names)
+            .zip(values)
+            .zip(&names)
+            .map(|(((quota, sf), value), _name)| Policy {
                 quota: *quota,
                 name: sf,
                 value,
                 #[cfg(feature = "metrics")]
-                meters: PolicyMeters::register(name),
-            });
-        }
-        // Several limits at once: every response lists them all (the draft's `RateLimit-Policy`
-        // is a list), and its `RateLimit` names the one the decision was from.
-        let all_apply = self.backend.all_apply() && policies.len() > 1;
-        if all_apply {
-            let value = fields::policy_value(&members.join(", "))
-                .ok_or_else(|| LayerError::PolicyName(PolicyNameError::new(&names.join(", "))))?;
-            for policy in &mut policies {
-                policy.value = value.clone();
-            }
-        }
+                meters: PolicyMeters::register(_name),
+            })
+            .collect();
         Ok(LimitLayer {
             shared: Arc::new(Shared {
                 backend: self.backend,
                 extractor: self.extractor,
                 on_denied: self.on_denied,
-                policies: policies.into_boxed_slice(),
+                tiers: policies.len(),
+                policies: Current::new(policies.into_boxed_slice()),
+                retune: Mutex::new(()),
+                content_bytes,
                 all_apply,
                 partition_key: self.options.partition_key,
                 #[cfg(feature = "tokio")]

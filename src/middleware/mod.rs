@@ -107,6 +107,29 @@
 //! - Limits per route: put the layer on the route (axum's `route_layer`), or key on
 //!   [`from_fn`] with the route's `MatchedPath` extension in the key.
 //!
+//! # Changing the quota at runtime
+//!
+//! [`LimitLayer::quota_handle`] gives a [`QuotaHandle`] for the application to keep (beside its
+//! configuration reloader, say): [`set_quota`](QuotaHandle::set_quota) changes the backend's
+//! limiter (by the crate's rule, "Changing a quota" in the crate docs) and then the fields, which
+//! advertise the new quota from the next request on. Requests read the policies without a lock,
+//! through the same epoch-protected pointer as a direct limiter's checks; each response carries
+//! one whole policy. [`set_tier_quota`](QuotaHandle::set_tier_quota) changes one tier or one of
+//! several limits. A backend that cannot change ([`Keyed`] over a keyed limiter, for now)
+//! answers [`SetQuotaError::Unsupported`]; [`Global`] asks its limiter's [`ChangeQuota`]. Behind
+//! [`Redis`], the handle changes this process's limiter: change every process.
+//!
+//! ```
+//! use tollgate::middleware::LimitLayer;
+//! use tollgate::{Quota, TokenBucket};
+//! let layer = LimitLayer::global(TokenBucket::new(Quota::per_second(100)?)).build()?;
+//! let handle = layer.quota_handle();
+//! // Later, when the configuration says so:
+//! handle.set_quota(Quota::per_second(250)?)?;
+//! assert_eq!(handle.quotas(), [Quota::per_second(250)?]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Waiting instead of refusing
 //!
 //! Over a leaky meter ([`Meter`], direct or keyed), `LimitLayerBuilder::delay_up_to`
@@ -118,8 +141,9 @@
 //!
 //! The layer's own work on an admitted request is the key's extraction, one limiter check, and,
 //! with the fields on, one allocation for the `RateLimit` value and one for the boxed
-//! `RateLimitInfo` extension. The `RateLimit-Policy` value is built once, when the layer is, and
-//! interned for the life of the process, so that every response copies a pointer rather than
+//! `RateLimitInfo` extension, and reading the policies (a pin of the crate's epoch and one
+//! load). The `RateLimit-Policy` value is built when the layer is (and again on each change of its
+//! quota), and interned for the life of the process, so that every response copies a pointer rather than
 //! moving a reference count that all cores' requests would share (at most 1 024 distinct values
 //! are interned, a few dozen bytes each; a layer built past that keeps its own, counted value).
 //! With the fields and the extension off, the layer allocates nothing
@@ -130,6 +154,7 @@ mod backend;
 mod fields;
 pub mod key;
 mod layer;
+mod quota_handle;
 mod service;
 
 pub use backend::{Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal};
@@ -146,4 +171,5 @@ pub use layer::{
     EmptyBody, Headers, InfoDecision, LayerError, LimitLayer, LimitLayerBuilder, OnDenied,
     OnMissing, Protocol, RateLimitInfo, Rejection, RejectionKind,
 };
+pub use quota_handle::{ChangeQuota, QuotaHandle, SetQuotaError};
 pub use service::{Limit, ResponseFuture};

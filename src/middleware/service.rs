@@ -250,6 +250,14 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         }
     }
 
+    /// [`Shared::info`] for a request passed on uncounted: the first policy's quota, read only
+    /// when the extension is on.
+    fn info_exempt(&self, head: &mut Parts) {
+        if self.info {
+            self.info(head, self.policies().get(0), InfoDecision::Exempt, 0);
+        }
+    }
+
     /// The response to a refused request: gRPC's trailers-only answer for a gRPC one (as the
     /// layer's [`Protocol`] says), else
     /// the configured responder's; the fields appended either way.
@@ -473,7 +481,12 @@ where
         pk,
         grpc,
     } = req;
-    let policy = shared.policy(tier);
+    // One read of the policies describes the whole response (the old or the new set, when a
+    // `QuotaHandle` changes them meanwhile). It pins the crate's epoch, so it is dropped before
+    // the inner service or the refusal's responder runs: user code that changes the quota (or
+    // takes long) must not find a change waiting on its own request.
+    let policies = shared.policies();
+    let policy = policies.get(tier);
     match verdict {
         Ok(grant) => {
             #[cfg(feature = "metrics")]
@@ -481,6 +494,7 @@ where
             let fields = shared.admitted_fields(policy, &grant, pk.as_deref());
             let remaining = grant.remaining;
             shared.info(&mut head, policy, InfoDecision::Admitted, remaining);
+            drop(policies);
             Step::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) if shared.dry_run => {
@@ -493,6 +507,7 @@ where
                 _ => 0,
             };
             shared.info(&mut head, policy, InfoDecision::WouldDeny, remaining);
+            drop(policies);
             Step::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) => {
@@ -500,6 +515,7 @@ where
             policy.meters.refused(&refusal);
             let fields = shared.refusal_fields(policy, &refusal, true, pk.as_deref());
             let rejection = shared.rejection(policy, refusal);
+            drop(policies);
             Step::Respond(shared.refuse(&rejection, fields, grpc))
         }
     }
@@ -521,7 +537,7 @@ where
         status,
         retry_after_secs: None,
         refusal: None,
-        quota: shared.policy(0).quota,
+        quota: shared.policies().get(0).quota,
     };
     shared.refuse(&rejection, Fields::default(), grpc)
 }
@@ -577,7 +593,7 @@ where
             Protocol::Grpc => true,
         };
         if shared.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
-            shared.info(&mut head, shared.policy(0), InfoDecision::Exempt, 0);
+            shared.info_exempt(&mut head);
             let fut = self.inner.call(Request::from_parts(head, body));
             return ResponseFuture::step(Step::Call(fut, Fields::default()));
         }
@@ -590,7 +606,7 @@ where
             Err(KeyError::Missing) => match &shared.on_missing {
                 OnMissing::Key(key) => key,
                 OnMissing::Allow => {
-                    shared.info(&mut head, shared.policy(0), InfoDecision::Exempt, 0);
+                    shared.info_exempt(&mut head);
                     let fut = self.inner.call(Request::from_parts(head, body));
                     return ResponseFuture::step(Step::Call(fut, Fields::default()));
                 }
