@@ -189,6 +189,23 @@ impl<C: crate::clock::Clock> ChangeQuota for crate::window::sub_window::SubWindo
 // Not yet able to change: overrides `change_quota` (per tier) once it has a `set_quota`.
 impl<K, A: crate::keyed::Algorithm, C> ChangeQuota for crate::keyed::KeyedLimiter<K, A, C> {}
 
+/// A limiter behind a trait object cannot be asked whether it can change: it refuses, so that
+/// `Global<Arc<dyn Limiter>>` (and `Keyed` over a `dyn KeyedLimit`) still make a layer.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::middleware::{ChangeQuota, Global};
+/// use tollgate::{Limiter, Quota, TokenBucket};
+/// let shared: Arc<dyn Limiter> = Arc::new(TokenBucket::new(Quota::per_second(5)?));
+/// assert!(shared.change_quota(0, Quota::per_second(1)?).is_err());
+/// let _backend = Global::new(shared);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+impl ChangeQuota for dyn crate::limiter::Limiter {}
+
+/// As for `dyn Limiter`: refuses.
+impl<Q: ?Sized> ChangeQuota for dyn crate::limiter::KeyedLimit<Q> {}
+
 /// Several limits: `index` picks the limit (in the order given to [`AllOf::new`]), whose own
 /// quota (its limit 0) changes.
 ///
