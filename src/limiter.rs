@@ -522,7 +522,9 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
 
     /// [`Direct::set_quota`] as of `now`, a reading of this limiter's clock the caller already
     /// holds: the old state's admissions are counted at `now`, and the new quota refills from
-    /// there.
+    /// there. A reading behind the last one a decision used counts what was left then (less,
+    /// never more: time only refills), and later decisions at readings behind `now` find no more
+    /// than the change left (the crate docs, "Time only helps").
     ///
     /// # Errors
     ///
