@@ -220,6 +220,7 @@ impl<T> Current<T> {
         // Release: publishes the new block's contents to checks (their Acquire load).
         self.ptr.store(new, Ordering::Release);
         let retired = self.domain().retire();
+        let mut waits = 0u32;
         loop {
             match self.domain().horizon() {
                 Some(horizon) if horizon > retired => {
@@ -228,7 +229,19 @@ impl<T> Current<T> {
                     drop(unsafe { Box::from_raw(old) });
                     return;
                 }
-                Some(_) => yield_now(),
+                // A check pinned before the swap is still running (a few instructions, unless
+                // its thread was preempted): yield, then sleep a little longer each time, up to a
+                // millisecond, so that a change waiting on a descheduled thread does not spin.
+                Some(_) => {
+                    waits = waits.saturating_add(1);
+                    if cfg!(tollgate_loom) || waits < 16 {
+                        yield_now();
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(u64::from(
+                            waits.min(1_000),
+                        )));
+                    }
+                }
                 None => {
                     kept.push(old);
                     return;
