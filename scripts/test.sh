@@ -132,7 +132,8 @@ need_nightly() {
 step_asan() {
     need_nightly asan
     # The keyed limiter's table frees entries and tables behind lock-free readers
-    # (src/keyed/table.rs, epoch.rs): its unit tests, its integration tests and the stress test
+    # (src/keyed/table.rs, epoch.rs), as the quota pointer frees replaced blocks (src/change.rs):
+    # their unit tests, their integration tests and the stress test
     # under AddressSanitizer, which reports a read or write of freed memory, a double free or a
     # leak (LeakSanitizer, at exit) that the ordinary run cannot see. --target keeps build scripts
     # and proc macros uninstrumented (RUSTFLAGS then applies to the target's crates only); a target
@@ -151,7 +152,9 @@ step_asan() {
         local flags=(--target "$triple")
         # The table's and the epoch's unit tests (and the rest of the keyed module's).
         cargo +nightly test "${flags[@]}" --lib -- keyed::
-        cargo +nightly test "${flags[@]}" --test keyed_stress --test keyed --test keyed_reclaim --test keyed_signal
+        # And the quota pointer (src/change.rs), which frees a limiter's replaced block behind
+        # lock-free checks: tests/set_quota.rs changes quotas while threads admit.
+        cargo +nightly test "${flags[@]}" --test keyed_stress --test keyed --test keyed_reclaim --test keyed_signal --test set_quota
     )
 }
 
