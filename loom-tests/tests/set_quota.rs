@@ -18,7 +18,7 @@ use common::check_reaches;
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::window::SlidingWindowLog;
-use tollgate::{Limiter, ManualClock, Nanos, Quota, TokenBucket};
+use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
 
 const T0: Nanos = Nanos::ZERO;
 
