@@ -10,13 +10,14 @@ use ::redis::Value;
 use super::error::{BuildError, RedisError, Unavailable, UnavailableKind};
 use super::failure::{bump, FailurePolicy, Stats};
 use super::keys;
+use super::limiter::local_answer;
 use super::limiter::{RedisLimiter, RedisLimiterBuilder};
 use super::reply::{decode_many, Reply};
 use super::script::sealed::Plan;
 use super::script::{token_bucket_all, token_bucket_plan};
 use crate::all_of::{binds, AllOf};
 use crate::clock::Clock;
-use crate::keyed::{KeyedError, KeyedLimiter, TokenBucketKeys};
+use crate::keyed::{KeyedLimiter, TokenBucketKeys};
 use crate::limiter::KeyedLimit;
 use crate::outcome::{Admitted, Denied, InsufficientCapacity, Next, Span};
 use crate::quota::Quota;
@@ -567,15 +568,7 @@ impl RedisAllOf {
                     Ask::Take => KeyedLimit::<[u8]>::check_key_n(local, key, n),
                     Ask::Peek => KeyedLimit::<[u8]>::peek_key_n(local, key, n),
                 };
-                answer.map_err(|e| match e {
-                    KeyedError::Denied(d) => RedisError::Denied(d),
-                    KeyedError::InsufficientCapacity(e) => RedisError::InsufficientCapacity(e),
-                    // The local limits hold no room for this key: nothing decided it.
-                    _ => RedisError::Unavailable(Unavailable::new(
-                        UnavailableKind::LocalFull,
-                        format!("{e} (after: {unavailable})"),
-                    )),
-                })
+                local_answer(answer, &unavailable)
             }
         }
     }

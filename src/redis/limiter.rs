@@ -767,18 +767,33 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     Ask::Take | Ask::Schedule => local.check_key_n(key, n),
                     Ask::Peek => local.peek_key_n(key, n),
                 };
-                answer.map_err(|e| match e {
-                    KeyedError::Denied(d) => RedisError::Denied(d),
-                    KeyedError::InsufficientCapacity(e) => RedisError::InsufficientCapacity(e),
-                    // The local limiter holds no room for this key: nothing decided it.
-                    _ => RedisError::Unavailable(Unavailable::new(
-                        UnavailableKind::LocalFull,
-                        format!("{e} (after: {unavailable})"),
-                    )),
-                })
+                local_answer(answer, &unavailable)
             }
         }
     }
+}
+
+/// A local fallback limiter's answer to a call Redis could not decide, as the call's answer: its
+/// denials and capacity errors as they are; anything else means it holds no room for the key
+/// (nothing decided it), [`local_full`].
+pub(crate) fn local_answer<T>(
+    answer: Result<T, KeyedError>,
+    unavailable: &Unavailable,
+) -> Result<T, RedisError> {
+    answer.map_err(|e| match e {
+        KeyedError::Denied(d) => RedisError::Denied(d),
+        KeyedError::InsufficientCapacity(e) => RedisError::InsufficientCapacity(e),
+        e => local_full(&e, unavailable),
+    })
+}
+
+/// [`UnavailableKind::LocalFull`]: the local fallback refused `e` for want of room, after Redis
+/// failed with `unavailable`.
+pub(crate) fn local_full(e: &dyn fmt::Display, unavailable: &Unavailable) -> RedisError {
+    RedisError::Unavailable(Unavailable::new(
+        UnavailableKind::LocalFull,
+        format!("{e} (after: {unavailable})"),
+    ))
 }
 
 impl RedisLimiter<LeakyMeterKeys> {
@@ -1022,14 +1037,7 @@ impl RedisLimiter<TokenBucketKeys> {
             Err(unavailable) => match &self.failure {
                 FailurePolicy::Local(local) => {
                     bump(&self.counters.local_decisions);
-                    local.take_up_to_key(key, n).map_err(|e| match e {
-                        KeyedError::Denied(d) => RedisError::Denied(d),
-                        // The local limiter holds no room for this key: nothing decided it.
-                        e => RedisError::Unavailable(Unavailable::new(
-                            UnavailableKind::LocalFull,
-                            format!("{e} (after: {unavailable})"),
-                        )),
-                    })
+                    local_answer(local.take_up_to_key(key, n), &unavailable)
                 }
                 _ => self
                     .fallback(key, up_to, Ask::Take, unavailable)

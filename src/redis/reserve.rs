@@ -5,8 +5,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::error::{RedisError, Unavailable, UnavailableKind};
+use super::error::{RedisError, Unavailable};
 use super::failure::{bump, FailurePolicy};
+use super::limiter::local_full;
 use super::limiter::RedisLimiter;
 use super::script::MAX_SPAN;
 use crate::clock::{MonotonicClock, Nanos};
@@ -285,10 +286,7 @@ impl RedisLimiter<TokenBucketKeys> {
                     }
                     Err(ReserveError::MaxWait(e)) => Err(RedisError::MaxWait(e)),
                     // The local limiter holds no room for this key: nothing decided it.
-                    Err(e) => Err(RedisError::Unavailable(Unavailable::new(
-                        UnavailableKind::LocalFull,
-                        format!("{e} (after: {unavailable})"),
-                    ))),
+                    Err(e) => Err(local_full(&e, &unavailable)),
                 }
             }
         }
