@@ -341,7 +341,11 @@ impl Inner {
         add(&self.leases, 1);
         #[cfg(feature = "metrics")]
         self.meters.calls.increment(1);
-        match self.limiter.lease_name(&self.name, self.batch, back).await {
+        match self
+            .limiter
+            .lease_name(&self.limiter.config(), &self.name, self.batch, back)
+            .await
+        {
             Ok(lease) => {
                 self.unavailable.store(false, Ordering::Relaxed);
                 add(&self.returned, back);
@@ -427,7 +431,11 @@ impl Inner {
         add(&self.leases, 1);
         #[cfg(feature = "metrics")]
         self.meters.calls.increment(1);
-        match self.limiter.lease_name(&self.name, 0, back).await {
+        match self
+            .limiter
+            .lease_name(&self.limiter.config(), &self.name, 0, back)
+            .await
+        {
             Ok(_) => {
                 add(&self.returned, back);
                 #[cfg(feature = "metrics")]

@@ -959,11 +959,13 @@ impl RedisLimiter<TokenBucketKeys> {
         give_back: u64,
     ) -> Result<Lease, RedisError> {
         let name = self.key_name(key)?;
-        let capacity = self.config().capacity;
+        // One read of the quota: the capacity checked is the one the script is sent.
+        let config = self.config();
         for n in [up_to, give_back] {
-            InsufficientCapacity::check(n, capacity).map_err(RedisError::InsufficientCapacity)?;
+            InsufficientCapacity::check(n, config.capacity)
+                .map_err(RedisError::InsufficientCapacity)?;
         }
-        self.lease_name(&name, up_to, give_back).await
+        self.lease_name(&config, &name, up_to, give_back).await
     }
 
     /// Takes as many whole tokens as `key` has now, at most `n` (any `n`: at most the capacity is
@@ -1046,16 +1048,17 @@ impl RedisLimiter<TokenBucketKeys> {
         }
     }
 
-    /// A lease on the Redis key `name` (already checked).
+    /// A lease on the Redis key `name` (already checked), sent with `config`, the quota the caller
+    /// read once for the call.
     pub(crate) async fn lease_name(
         &self,
+        config: &Config,
         name: &[u8],
         up_to: u64,
         give_back: u64,
     ) -> Result<Lease, RedisError> {
-        let config = self.config();
         let reply = self
-            .decide(&config, name, "lease", up_to, &[give_back])
+            .decide(config, name, "lease", up_to, &[give_back])
             .await?;
         let span = |ticks: u64| {
             let nanos = u128::from(ticks) * u128::from(config.plan.tick);
