@@ -111,6 +111,10 @@ pub(crate) mod sealed {
         /// heap is shared by both, and needs nothing. `self` stays a valid state, dropped with
         /// the old table.
         fn seal(&self, copy: &Self);
+        /// A quota change's move of a state it does not convert (a tier whose quota stays): the
+        /// state as it is, for the new table, with `self` sealed as [`Relocate::seal`] leaves it
+        /// (a one-word state swapped to the gone mark; a state on the heap shared).
+        fn take(&self) -> Self;
     }
 
     /// What every algorithm provides. A request for `n` may ask for any `n`: 0 is a query that
@@ -251,6 +255,23 @@ pub(crate) mod sealed {
         /// Carries what a quota change keeps from the old policy into the new one, after
         /// [`Contract::begin`]: the windows' alignment; nothing for the others.
         fn carry(_old: &Self::Policy, _new: &mut Self::Policy) {}
+        /// A keyed limiter's quota change (see `keyed::change`): seals `state`, kept under `old`,
+        /// and answers its successor under `new` by the crate's rule (the whole admissions it
+        /// had left at `now`, at most the new capacity, refilling by `new` from there). A state
+        /// marked gone stays gone. `changed[t]` says whether tier `t`'s quota changed: a
+        /// [`Tiered`](crate::keyed::Tiered) state of a tier that did not is moved as it is
+        /// ([`Relocate::take`]); the others convert whatever it says.
+        fn converted(
+            old: &Self::Policy,
+            new: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+            changed: &[bool],
+        ) -> Self::State;
+        /// The state of a key not held during a quota change's settling (see `keyed::change`):
+        /// `available` (at most the capacity) whole admissions at `at`, fewer before, refilling
+        /// by `policy` from there, in tier `tier`.
+        fn settled(policy: &Self::Policy, tier: usize, available: u64, at: Nanos) -> Self::State;
     }
 
     /// An algorithm whose whole state is one word: what it provides, from which [`Contract`]
@@ -579,6 +600,28 @@ impl<T: OneWord> Contract for T {
 
     fn carry(old: &Self::Policy, new: &mut Self::Policy) {
         T::carry(old, new);
+    }
+
+    fn converted(
+        old: &Self::Policy,
+        new: &Self::Policy,
+        state: &AtomicU64,
+        now: Nanos,
+        _changed: &[bool],
+    ) -> AtomicU64 {
+        match cas::seal(state) {
+            cas::GONE => AtomicU64::new(cas::GONE),
+            word => Self::settled(new, 0, T::remaining(old, word, T::time(old, now)), now),
+        }
+    }
+
+    fn settled(policy: &Self::Policy, _tier: usize, available: u64, at: Nanos) -> AtomicU64 {
+        // A whole capacity is a fresh state as of `at`: what a key not held then stands for.
+        AtomicU64::new(if available >= T::capacity(policy) {
+            T::fresh_word(policy, at)
+        } else {
+            T::available_word(policy, available, T::time(policy, at))
+        })
     }
 }
 

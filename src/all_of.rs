@@ -536,7 +536,7 @@ impl<Q: ?Sized, L: KeyedGiveBack<Q>> KeyedLimit<Q> for AllOf<L> {
         self.limits[0].now()
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.limits[0].quota()
     }
 }

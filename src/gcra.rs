@@ -298,7 +298,7 @@ impl Gcra {
 
     /// The whole units in `d`, rounded down: a duration, not a reading (no lead). For the
     /// middleware's `delay_up_to`.
-    #[cfg(all(feature = "tower", feature = "tokio"))]
+    #[cfg_attr(not(all(feature = "tower", feature = "tokio")), allow(dead_code))]
     #[inline]
     pub(crate) fn whole_units(&self, d: Nanos) -> u64 {
         d.clamped() >> self.shift

@@ -194,8 +194,8 @@ pub trait KeyedLimit<Q: ?Sized>: Send + Sync {
     /// A reading of the limiter's clock, for the `_at` methods.
     fn now(&self) -> Nanos;
 
-    /// The quota enforced (the first tier's, for a tiered limiter).
-    fn quota(&self) -> &Quota;
+    /// The quota enforced (the first tier's, for a tiered limiter): the latest one set.
+    fn quota(&self) -> Quota;
 
     /// The quota of each tier: the one quota, unless the limiter is
     /// [tiered](crate::keyed::KeyedLimiter::with_tiers).
@@ -207,11 +207,11 @@ pub trait KeyedLimit<Q: ?Sized>: Send + Sync {
     /// use tollgate::{KeyedLimit, Quota};
     /// let limiter: KeyedLimiter<u8> = KeyedLimiter::new(Quota::per_second(3)?);
     /// let limits: &dyn KeyedLimit<u8> = &limiter;
-    /// assert_eq!(limits.tiers(), &[Quota::per_second(3)?]);
+    /// assert_eq!(limits.tiers(), [Quota::per_second(3)?]);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    fn tiers(&self) -> &[Quota] {
-        std::slice::from_ref(self.quota())
+    fn tiers(&self) -> Vec<Quota> {
+        vec![self.quota()]
     }
 
     /// The index in [`KeyedLimit::tiers`] of the tier that limits `key`: 0 unless tiered.
@@ -762,11 +762,11 @@ macro_rules! keyed_limit_through_pointer {
                 (**self).now()
             }
 
-            fn quota(&self) -> &Quota {
+            fn quota(&self) -> Quota {
                 (**self).quota()
             }
 
-            fn tiers(&self) -> &[Quota] {
+            fn tiers(&self) -> Vec<Quota> {
                 (**self).tiers()
             }
 
@@ -842,11 +842,11 @@ where
         self.clock().now()
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         KeyedLimiter::quota(self)
     }
 
-    fn tiers(&self) -> &[Quota] {
+    fn tiers(&self) -> Vec<Quota> {
         KeyedLimiter::tiers(self)
     }
 

@@ -591,6 +591,14 @@ pub enum QuotaError {
         /// The most tiers a keyed limiter accepts.
         max: usize,
     },
+    /// A tier index past a tiered keyed limiter's last tier
+    /// ([`KeyedLimiter::set_tier_quota`](crate::keyed::KeyedLimiter::set_tier_quota)).
+    NoSuchTier {
+        /// The index given.
+        tier: usize,
+        /// The number of tiers: indices run from 0 below it.
+        tiers: usize,
+    },
 }
 
 impl QuotaError {
@@ -616,6 +624,7 @@ impl QuotaError {
             QuotaError::WindowCountTooLarge { .. } | QuotaError::LogTooLong { .. } => "count",
             QuotaError::SubWindows { .. } => "sub_windows",
             QuotaError::Tiers { .. } => "tiers",
+            QuotaError::NoSuchTier { .. } => "tier",
         }
     }
 }
@@ -681,6 +690,10 @@ impl fmt::Display for QuotaError {
             QuotaError::Tiers { tiers, max } => write!(
                 f,
                 "tiers of a keyed limiter must number between 1 and {max} (one byte per key), got {tiers}"
+            ),
+            QuotaError::NoSuchTier { tier, tiers } => write!(
+                f,
+                "tier must be an index below the number of tiers ({tiers}), got {tier}"
             ),
         }
     }

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use testkit::driver::change::{run, Kind, Op};
+use testkit::driver::change::{run, KeyedKind, Kind, Op};
 use testkit::driver::limiter::Amount;
+use tollgate::keyed::KeyedLimiter;
 use tollgate::window::{FixedWindow, SlidingWindowLog, SubWindowCounter};
 use tollgate::{Limiter, ManualClock, Quota, ShardedBucket, TokenBucket};
 
@@ -65,7 +66,10 @@ proptest! {
     fn every_change_follows_the_rule(
         kind in prop_oneof![
             Just(Kind::Bucket), Just(Kind::Meter), Just(Kind::Fixed), Just(Kind::Counter), Just(Kind::Log),
-            Just(Kind::Sharded), Just(Kind::SubWindows)
+            Just(Kind::Sharded), Just(Kind::SubWindows),
+            Just(Kind::Keyed(KeyedKind::Bucket)), Just(Kind::Keyed(KeyedKind::Meter)),
+            Just(Kind::Keyed(KeyedKind::Fixed)), Just(Kind::Keyed(KeyedKind::Counter)),
+            Just(Kind::Keyed(KeyedKind::Log)), Just(Kind::KeyedTiered)
         ],
         first in quota(),
         start in prop_oneof![Just(0u64), 0u64..=1_000_000_000_000],
@@ -143,6 +147,60 @@ fn threads_admitting_across_changes_never_exceed_what_was_held() {
         |i| log.set_quota(q(500 + (i % 5) * 700)).unwrap(),
         3_000,
     );
+}
+
+/// The keyed limiter's form of the bound above: per key, held from the start or first seen
+/// between two changes (then it starts from what a fresh key held at the change), threads never
+/// get more than the first quota held, however often the quota changes meanwhile.
+fn keyed_frozen_clock_bound<A: tollgate::Algorithm>(
+    first: Quota,
+    change: impl Fn(u64) -> Quota + Sync,
+) {
+    let limiter: KeyedLimiter<u8, A, _> =
+        KeyedLimiter::with_algorithm(first, ManualClock::new()).unwrap();
+    let admitted: Vec<AtomicU64> = (0..8).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (limiter, admitted) = (&limiter, &admitted);
+            s.spawn(move || {
+                for i in 0..20_000u64 {
+                    // Keys 4 to 7 are first seen as the run goes on, after some changes.
+                    let key = (i * 7 + t) % (4 + (i / 5_000).min(4));
+                    if limiter.check_key(&(key as u8)).is_ok() {
+                        admitted[key as usize].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for i in 0..1_000 {
+                limiter.set_quota(change(i)).unwrap();
+            }
+        });
+    });
+    for (key, admitted) in admitted.iter().enumerate() {
+        let admitted = admitted.load(Ordering::Relaxed);
+        assert!(
+            admitted <= first.capacity(),
+            "key {key}: {admitted} admitted, the first quota held {}",
+            first.capacity()
+        );
+        assert!(admitted + limiter.remaining_key(&(key as u8)) <= first.capacity());
+    }
+}
+
+#[test]
+fn threads_admitting_on_keys_across_changes_never_exceed_what_was_held() {
+    let q = |n| Quota::per_hour(n).unwrap();
+    keyed_frozen_clock_bound::<tollgate::keyed::TokenBucketKeys>(q(3_000), |i| {
+        q(500 + (i % 7) * 1_000)
+    });
+    keyed_frozen_clock_bound::<tollgate::keyed::FixedWindowKeys>(q(3_000), |i| {
+        q(500 + (i % 7) * 1_000)
+    });
+    keyed_frozen_clock_bound::<tollgate::keyed::SlidingWindowLogKeys>(q(2_000), |i| {
+        q(300 + (i % 5) * 700)
+    });
 }
 
 #[test]

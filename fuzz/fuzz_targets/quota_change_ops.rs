@@ -1,14 +1,14 @@
 //! Arbitrary quotas and operation sequences, with quota changes mixed in, on every direct
-//! limiter: after each change the limiter must hold what the rule says (what was left, at most
-//! the new capacity) and answer every later request as a limiter of the new quota alone holding
-//! that much. The driver is `testkit`'s, as for the proptest in `tests/set_quota.rs`; only the
+//! limiter and on one key of a keyed limiter (tiered too): after each change the limiter must
+//! hold what the rule says (what was left, at most the new capacity) and answer every later
+//! request as a limiter of the new quota alone holding that much. The driver is `testkit`'s, as for the proptest in `tests/set_quota.rs`; only the
 //! way inputs are generated differs.
 
 #![no_main]
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use testkit::driver::change::{run, Kind, Op};
+use testkit::driver::change::{run, KeyedKind, Kind, Op};
 use testkit::fuzz_input::{amount, quota_with_burst};
 use tollgate::Quota;
 
@@ -59,14 +59,20 @@ fn op(u: &mut Unstructured<'_>) -> Result<Option<Op>> {
 
 impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Input> {
-        let kind = match u.int_in_range(0..=6u8)? {
+        let kind = match u.int_in_range(0..=12u8)? {
             0 => Kind::Bucket,
             1 => Kind::Meter,
             2 => Kind::Fixed,
             3 => Kind::Counter,
             4 => Kind::Log,
             5 => Kind::Sharded,
-            _ => Kind::SubWindows,
+            6 => Kind::SubWindows,
+            7 => Kind::Keyed(KeyedKind::Bucket),
+            8 => Kind::Keyed(KeyedKind::Meter),
+            9 => Kind::Keyed(KeyedKind::Fixed),
+            10 => Kind::Keyed(KeyedKind::Counter),
+            11 => Kind::Keyed(KeyedKind::Log),
+            _ => Kind::KeyedTiered,
         };
         let first = quota(u)?.unwrap_or(Quota::per_second(3).expect("valid"));
         let start = match u.int_in_range(0..=1u8)? {

@@ -52,6 +52,13 @@ impl<S: Relocate> Relocate for TieredState<S> {
     fn seal(&self, copy: &Self) {
         self.state.seal(&copy.state);
     }
+
+    fn take(&self) -> Self {
+        TieredState {
+            state: self.state.take(),
+            tier: self.tier,
+        }
+    }
 }
 
 /// The [token bucket](crate::token_bucket) per key: bursts up to the quota's capacity, then its
@@ -412,6 +419,35 @@ impl<A: Algorithm> Contract for Tiered<A> {
     fn refill(policy: &Self::Policy, state: &Self::State, available: u64, now: Nanos) {
         let (p, inner) = Self::held(policy, state);
         A::refill(p, inner, available.min(A::capacity(p)), now);
+    }
+
+    fn converted(
+        old: &Self::Policy,
+        new: &Self::Policy,
+        state: &Self::State,
+        now: Nanos,
+        changed: &[bool],
+    ) -> Self::State {
+        let tier = usize::from(state.tier);
+        let inner = if changed.get(tier).copied().unwrap_or(true) {
+            let (old, _) = Self::tier(old, tier);
+            let (new, _) = Self::tier(new, tier);
+            A::converted(old, new, &state.state, now, &[true])
+        } else {
+            state.state.take()
+        };
+        TieredState {
+            state: inner,
+            tier: state.tier,
+        }
+    }
+
+    fn settled(policy: &Self::Policy, tier: usize, available: u64, at: Nanos) -> Self::State {
+        let (p, tier) = Self::tier(policy, tier);
+        TieredState {
+            state: A::settled(p, 0, available, at),
+            tier,
+        }
     }
 
     fn carry(old: &Self::Policy, new: &mut Self::Policy) {

@@ -181,9 +181,22 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // decision on it (see the module docs), then removed if it still holds that state. A
         // state another eviction marked and has not removed yet is removed too (only one remover
         // succeeds, and only it gives the place back).
-        let removed = self
-            .store
-            .retain(|state| A::evict(&self.policy, state, now) || A::is_gone(state));
+        // While a quota change settles, keys not held start from less than a fresh state (see
+        // `keyed::change`): forgetting one then would bring it back fresher than that, so none
+        // is forgotten (looked at once per generation met).
+        let mut settling: Option<(*const super::change::Gen<A>, bool)> = None;
+        let removed = self.store.retain(|ctx, state| {
+            let gen: &super::change::Gen<A> = ctx;
+            let wait = match settling {
+                Some((seen, wait)) if std::ptr::eq(seen, gen) => wait,
+                _ => {
+                    let wait = gen.settling_at(now);
+                    settling = Some((gen, wait));
+                    wait
+                }
+            };
+            (!wait && A::evict(&gen.policy, state, now)) || A::is_gone(state)
+        });
         self.release(removed);
         // Relaxed: a statistic.
         self.evictions.fetch_add(

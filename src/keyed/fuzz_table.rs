@@ -13,7 +13,7 @@ use crate::sync::AtomicU64;
 
 /// A table of any keys and one-word states. Every method runs the table's own code path for the
 /// operation it names, so a key's `Hash`, `Eq` and `Drop` run exactly where the table runs them.
-pub struct FuzzTable<K>(Table<K, AtomicU64>);
+pub struct FuzzTable<K>(Table<K, AtomicU64, ()>);
 
 impl<K> std::fmt::Debug for FuzzTable<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -24,13 +24,13 @@ impl<K> std::fmt::Debug for FuzzTable<K> {
 impl<K: Hash + Eq + Clone> FuzzTable<K> {
     /// A table of `shards` shards (rounded up to a power of two).
     pub fn with_shards(shards: usize) -> FuzzTable<K> {
-        FuzzTable(Table::with_shards(shards))
+        FuzzTable(Table::with_shards(shards, ()))
     }
 
     /// Inserts `key` with `word` unless it is held (then `key` is dropped, after the shard lock
     /// is released); answers whether it inserted.
     pub fn insert(&self, key: K, word: u64) -> bool {
-        self.0.with_entry(key, |slot| match slot {
+        self.0.with_entry(key, |(), slot| match slot {
             Slot::Occupied(..) => (None, false),
             Slot::Vacant(_) => (Some(AtomicU64::new(word)), true),
         })
@@ -39,7 +39,7 @@ impl<K: Hash + Eq + Clone> FuzzTable<K> {
     /// Inserts `key` with `word`, or replaces the held entry by one of `key` and `word` (the old
     /// entry, with its key, is retired and freed); answers the word replaced, if any.
     pub fn put(&self, key: K, word: u64) -> Option<u64> {
-        self.0.with_entry(key, |slot| match slot {
+        self.0.with_entry(key, |(), slot| match slot {
             Slot::Occupied(_, state) => (Some(AtomicU64::new(word)), Some(cas::read(state))),
             Slot::Vacant(_) => (Some(AtomicU64::new(word)), None),
         })
@@ -52,7 +52,7 @@ impl<K: Hash + Eq + Clone> FuzzTable<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.0.with_read(key, |word| {
+        self.0.with_read(key, |(), word| {
             cas::update_live(word, |w| Step::<u64, ()>::Write(w + 1, w + 1)).map(|r| r.unwrap_or(0))
         })
     }
@@ -63,7 +63,7 @@ impl<K: Hash + Eq + Clone> FuzzTable<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.0.with_read(key, |word| match cas::read(word) {
+        self.0.with_read(key, |(), word| match cas::read(word) {
             GONE => Err(Gone::seen()),
             w => Ok(w),
         })
@@ -73,7 +73,7 @@ impl<K: Hash + Eq + Clone> FuzzTable<K> {
     /// answers how many it removed. Frees nothing, so runs no key's `Drop`: the removed entries
     /// wait for [`FuzzTable::reclaim`].
     pub fn sweep(&self, word: u64) -> usize {
-        self.0.retain(|state| cas::mark_gone(state, word))
+        self.0.retain(|(), state| cas::mark_gone(state, word))
     }
 
     /// Frees what is retired and no reader holds, as the keyed limiter does after a sweep: every
@@ -86,7 +86,7 @@ impl<K: Hash + Eq + Clone> FuzzTable<K> {
     /// and a fresh `word` (as a request that meets the mark does); answers the word the key holds
     /// afterwards. `key` is dropped after the lock if it was not inserted.
     pub fn replace_gone(&self, key: K, word: u64) -> Option<u64> {
-        self.0.with_entry(key, |slot| match slot {
+        self.0.with_entry(key, |(), slot| match slot {
             Slot::Occupied(_, state) => match cas::read(state) {
                 GONE => (Some(AtomicU64::new(word)), Some(word)),
                 w => (None, Some(w)),

@@ -10,6 +10,7 @@ use std::sync::Weak;
 
 use crossbeam_utils::CachePadded;
 
+use super::change::{Ctx, Gen, MakePolicy};
 use super::evict::{Shared, DEFAULT_MAX_KEYS};
 use super::store::{Slot, Store};
 #[cfg(not(tollgate_loom))]
@@ -20,7 +21,6 @@ use crate::cas::Gone;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::outcome::{AcquireError, Admitted};
 use crate::quota::{Quota, QuotaError};
-#[cfg(not(tollgate_loom))]
 use crate::sync::Mutex;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -30,6 +30,17 @@ enum Created<T> {
     Done(Result<T, KeyedError>, bool),
     /// Vacant, and no place left.
     Full,
+}
+
+/// The policy of a limiter of one quota: [`MakePolicy`] for every constructor but tiers'.
+pub(super) fn one_policy<A: Algorithm>(quotas: &[Quota]) -> Result<A::Policy, QuotaError> {
+    match quotas {
+        [quota] => A::policy(quota),
+        _ => Err(QuotaError::Tiers {
+            tiers: quotas.len(),
+            max: 1,
+        }),
+    }
 }
 
 /// The function that picks a new key's tier.
@@ -137,10 +148,14 @@ impl<A: Algorithm> Request<A> for Acquire {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
-    pub(super) store: Store<K, A::State>,
-    pub(super) policy: A::Policy,
-    /// The quota of each tier (one, unless tiered).
-    pub(super) quotas: Box<[Quota]>,
+    /// The keys' states; each table of it carries the generation (policy and quotas) its states
+    /// are kept under (`keyed::change`).
+    pub(super) store: Store<K, A::State, Ctx<A>>,
+    /// The latest generation: the quota of each tier (one, unless tiered). Locked by a change
+    /// for its whole length, so that changes are serialized; checks never take it.
+    pub(super) latest: Mutex<Ctx<A>>,
+    /// The policy of a list of tiers' quotas, for a change.
+    pub(super) make_policy: MakePolicy<A>,
     /// The tier of a new key, for a tiered limiter.
     pub(super) pick: Option<Pick<K>>,
     pub(super) clock: C,
@@ -200,7 +215,13 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         // The token bucket accepts every quota.
         let policy = TokenBucketKeys::policy_for(&quota);
-        KeyedLimiter::build(policy, Box::new([quota]), None, clock)
+        KeyedLimiter::build(
+            policy,
+            Box::new([quota]),
+            one_policy::<TokenBucketKeys>,
+            None,
+            clock,
+        )
     }
 }
 
@@ -235,20 +256,28 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// ```
     pub fn with_algorithm(quota: Quota, clock: C) -> Result<Self, QuotaError> {
         let policy = A::policy(&quota)?;
-        Ok(KeyedLimiter::build(policy, Box::new([quota]), None, clock))
+        Ok(KeyedLimiter::build(
+            policy,
+            Box::new([quota]),
+            one_policy::<A>,
+            None,
+            clock,
+        ))
     }
 
     /// The limiter for `policy`: what every public constructor builds.
     pub(super) fn build(
         policy: A::Policy,
         quotas: Box<[Quota]>,
+        make_policy: MakePolicy<A>,
         pick: Option<Pick<K>>,
         clock: C,
     ) -> Self {
+        let gen = Gen::first(policy, quotas);
         KeyedLimiter {
-            store: Store::new(),
-            policy,
-            quotas,
+            store: Store::new(std::sync::Arc::clone(&gen)),
+            latest: Mutex::new(gen),
+            make_policy,
             pick,
             clock,
             max_keys: DEFAULT_MAX_KEYS,
@@ -385,9 +414,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         match self.decide_known(key, n, now) {
-            (now, Some(verdict)) => {
-                let answer =
-                    A::describe_keyed(&self.policy, verdict, now, n).map_err(KeyedError::from);
+            (_, Some(answer)) => {
+                let answer = answer.map_err(KeyedError::from);
                 #[cfg(feature = "metrics")]
                 self.observe_decision(&answer);
                 answer
@@ -408,7 +436,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         key: &Q,
         n: u64,
         now: impl Fn() -> Nanos,
-    ) -> (Nanos, Option<A::Verdict>)
+    ) -> (Nanos, Option<Result<Admitted, AcquireError>>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -416,17 +444,21 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // A known key: the decision is the algorithm's own compare-and-swap on the key's state.
         // If eviction marked the state gone (its key forgotten), the decision took effect nowhere,
         // and the key is decided as new (see the module docs).
-        // Decide small, describe once: the lookup answers the verdict (for a one-word algorithm,
-        // the word decided on) in registers, and the outcome is built by the caller.
+        // Decide small, describe once: the decision answers the verdict (for a one-word
+        // algorithm, the word decided on), and the outcome is described from it once, with the
+        // policy of the table the state was found in (a quota change replaces tables with their
+        // policies: see `keyed::change`), inline, so a caller that reads only `is_ok()` drops
+        // the description.
         // The reading is taken after the table is asked to fetch the key's lines (their misses
         // overlap the clock's work) and before the lookup enters the epoch.
-        // Captured by value: the closure's copies stay in registers on the inlined path.
-        let policy = &self.policy;
-        let (now, known) = self.store.with_read_after(key, now, move |state, now| {
-            A::verdict_keyed(policy, state, now, n)
-        });
+        let (now, known) = self
+            .store
+            .with_read_after(key, now, move |ctx, state, now| {
+                let verdict = A::verdict_keyed(&ctx.policy, state, now, n)?;
+                Ok(A::describe_keyed(&ctx.policy, verdict, now, n))
+            });
         match known {
-            Some(Ok(verdict)) => (now, Some(verdict)),
+            Some(Ok(answer)) => (now, Some(answer)),
             _ => (now, None),
         }
     }
@@ -465,7 +497,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         let known = self
             .store
-            .with_read(key, |state| req.held(&self.policy, state, now, n));
+            .with_read(key, |ctx, state| req.held(&ctx.policy, state, now, n));
         match known {
             Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
             _ => self.check_new(req, key, n, now),
@@ -489,61 +521,62 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         for attempt in 0..2 {
-            let created = self.store.with_entry(key.to_owned(), |slot| match slot {
-                Slot::Occupied(key, state) => match req.held(&self.policy, state, now, n) {
-                    // Another thread created it between our lookup and our lock.
-                    Ok(outcome) => (
-                        None,
-                        Created::Done(outcome.map_err(KeyedError::from), false),
-                    ),
-                    // Forgotten, and not yet removed: created afresh in its place, which it keeps
-                    // (the eviction then finds another state there and removes nothing, so the
-                    // place passes to the new state without being given back or reserved). Only
-                    // a request that writes replaces it; one that does not leaves the gone state
-                    // for the eviction to remove.
-                    Err(Gone) => {
-                        let tier = self.tier_of(key);
-                        let (state, outcome) =
-                            req.create(&self.policy, tier, self.fresh_at(now), now, n);
-                        let replaced = state.is_some();
-                        (
-                            state,
-                            Created::Done(outcome.map_err(KeyedError::from), replaced),
-                        )
-                    }
-                },
-                // Room first: on a full map every newcomer gets the overflow policy, whatever its
-                // own state would answer (a reading below the floor would be denied: the answer
-                // must say there is no room, not "later"), and no state is built for it (a log
-                // is 8 N bytes).
-                Slot::Vacant(_) if !self.has_room() => (None, Created::Full),
-                Slot::Vacant(key) => {
-                    let tier = self.tier_of(key);
-                    match req.create(&self.policy, tier, self.fresh_at(now), now, n) {
-                        // The place is reserved under the shard lock, so a second thread creating
-                        // the same key waits for the lock and then finds it occupied: one
-                        // reservation, one state, both admissions counted. (Another key may have
-                        // taken the last place since the check above: then the state just built
-                        // is dropped, and the request gets the overflow policy.)
-                        (Some(state), outcome) => {
-                            if self.reserve() {
-                                (
-                                    Some(state),
-                                    Created::Done(outcome.map_err(KeyedError::from), true),
-                                )
-                            } else {
-                                (None, Created::Full)
-                            }
-                        }
-                        // A request that writes nothing leaves the key as if never seen: no need
-                        // to hold a place for it.
-                        (None, outcome) => (
+            let created = self
+                .store
+                .with_entry(key.to_owned(), |ctx, slot| match slot {
+                    Slot::Occupied(key, state) => match req.held(&ctx.policy, state, now, n) {
+                        // Another thread created it between our lookup and our lock.
+                        Ok(outcome) => (
                             None,
                             Created::Done(outcome.map_err(KeyedError::from), false),
                         ),
+                        // Forgotten, and not yet removed: created afresh in its place, which it keeps
+                        // (the eviction then finds another state there and removes nothing, so the
+                        // place passes to the new state without being given back or reserved). Only
+                        // a request that writes replaces it; one that does not leaves the gone state
+                        // for the eviction to remove.
+                        Err(Gone) => {
+                            let tier = self.tier_of(key);
+                            let (state, outcome) = self.create_in(ctx, req, tier, now, n);
+                            let replaced = state.is_some();
+                            (
+                                state,
+                                Created::Done(outcome.map_err(KeyedError::from), replaced),
+                            )
+                        }
+                    },
+                    // Room first: on a full map every newcomer gets the overflow policy, whatever its
+                    // own state would answer (a reading below the floor would be denied: the answer
+                    // must say there is no room, not "later"), and no state is built for it (a log
+                    // is 8 N bytes).
+                    Slot::Vacant(_) if !self.has_room() => (None, Created::Full),
+                    Slot::Vacant(key) => {
+                        let tier = self.tier_of(key);
+                        match self.create_in(ctx, req, tier, now, n) {
+                            // The place is reserved under the shard lock, so a second thread creating
+                            // the same key waits for the lock and then finds it occupied: one
+                            // reservation, one state, both admissions counted. (Another key may have
+                            // taken the last place since the check above: then the state just built
+                            // is dropped, and the request gets the overflow policy.)
+                            (Some(state), outcome) => {
+                                if self.reserve() {
+                                    (
+                                        Some(state),
+                                        Created::Done(outcome.map_err(KeyedError::from), true),
+                                    )
+                                } else {
+                                    (None, Created::Full)
+                                }
+                            }
+                            // A request that writes nothing leaves the key as if never seen: no need
+                            // to hold a place for it.
+                            (None, outcome) => (
+                                None,
+                                Created::Done(outcome.map_err(KeyedError::from), false),
+                            ),
+                        }
                     }
-                }
-            });
+                });
             match created {
                 Created::Done(outcome, inserted) => {
                     if inserted {
@@ -565,6 +598,30 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             }
         }
         self.overflow_take(req, n, now)
+    }
+
+    /// `req` on a key not held, created in the generation `ctx` of its shard's table: fresh as of
+    /// `max(now, floor)`, or, while a quota change settles, from the settled state (see
+    /// `keyed::change`). The state to insert if the request wrote, and the answer.
+    fn create_in<R: Request<A>>(
+        &self,
+        ctx: &Gen<A>,
+        req: &R,
+        tier: usize,
+        now: Nanos,
+        n: u64,
+    ) -> (Option<A::State>, Result<R::Out, AcquireError>) {
+        match ctx.settling(tier) {
+            None => req.create(&ctx.policy, tier, self.fresh_at(now), now, n),
+            // Not yet shared, so never marked gone; a refusal writes nothing, and the key stays
+            // as it was (not held), answering the same again.
+            Some(state) => match req.held(&ctx.policy, &state, now, n) {
+                Ok(Ok(out)) => (Some(state), Ok(out)),
+                Ok(Err(refused)) => (None, Err(refused)),
+                // Never: the state is this thread's own.
+                Err(Gone) => req.create(&ctx.policy, tier, self.fresh_at(now), now, n),
+            },
+        }
     }
 
     /// Would `n` tokens for `key` be admitted now? Consumes nothing, writes nothing, creates no key.
@@ -619,7 +676,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         let known = self
             .store
-            .with_read(key, |state| A::peek_keyed(&self.policy, state, now, n));
+            .with_read(key, |ctx, state| A::peek_keyed(&ctx.policy, state, now, n));
         let gone = match known {
             Some(Ok(outcome)) => return outcome.map_err(KeyedError::from),
             Some(Err(Gone)) => true,
@@ -629,7 +686,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // not yet created is), or a key forgotten and not yet removed (a request would take its
         // place): a fresh key's answer.
         if n == 0 || gone || self.has_room() {
-            return A::peek(&self.policy, self.fresh_key(key, now), now, n)
+            return self
+                .on_absent_key(key, now, |policy, state| A::peek(policy, state, now, n))
                 .map_err(KeyedError::from);
         }
         match &self.overflow {
@@ -641,21 +699,29 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
     }
 
-    /// `key`, not in the map, as a decision sees it: fresh as of `max(now, floor)`, in the tier it
-    /// would get.
-    fn fresh_key<Q>(&self, key: &Q, now: Nanos) -> Held<'static, A::State>
+    /// `f` on `key`, not in the map, as a decision sees it, with the policy of its shard's
+    /// table: fresh as of `max(now, floor)` in the tier it would get, or, while a quota change
+    /// settles, the settled state (see `keyed::change`).
+    fn on_absent_key<Q, R>(
+        &self,
+        key: &Q,
+        now: Nanos,
+        f: impl FnOnce(&A::Policy, Held<'_, A::State>) -> R,
+    ) -> R
     where
         K: Borrow<Q>,
-        Q: ToOwned<Owned = K> + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        // User code (`Clone`, the tier picker), before the table's epoch is entered.
         let tier = match &self.pick {
             None => 0,
             Some(_) => self.tier_of(&key.to_owned()),
         };
-        Held::Fresh {
-            tier,
-            at: self.fresh_at(now),
-        }
+        let at = self.fresh_at(now);
+        self.store.with_ctx(key, |ctx| match ctx.settling(tier) {
+            Some(state) => f(&ctx.policy, Held::Known(&state)),
+            None => f(&ctx.policy, Held::Fresh { tier, at }),
+        })
     }
 
     /// Whole tokens `key` has now (the capacity for a key not in the map).
@@ -695,13 +761,14 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self
-            .store
-            .with_read(key, |state| A::remaining_keyed(&self.policy, state, now))
-        {
+        match self.store.with_read(key, |ctx, state| {
+            A::remaining_keyed(&ctx.policy, state, now)
+        }) {
             Some(Ok(remaining)) => remaining,
             // Not held, or forgotten and not yet removed: a fresh key's.
-            Some(Err(Gone)) | None => A::remaining(&self.policy, self.fresh_key(key, now), now),
+            Some(Err(Gone)) | None => {
+                self.on_absent_key(key, now, |policy, state| A::remaining(policy, state, now))
+            }
         }
     }
 
@@ -755,7 +822,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         // A state eviction has marked gone is forgotten, even before it is removed.
         matches!(
-            self.store.with_read(key, |state| if A::is_gone(state) {
+            self.store.with_read(key, |_, state| if A::is_gone(state) {
                 Err(Gone::seen())
             } else {
                 Ok(())
@@ -764,19 +831,19 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         )
     }
 
-    /// The quota each key gets (a tiered limiter's first tier).
+    /// The quota each key gets (a tiered limiter's first tier): the latest one set.
     ///
     /// # Examples
     ///
     /// ```
     /// let q = tollgate::Quota::per_second(3)?;
     /// let limiter: tollgate::keyed::KeyedLimiter<u8> = tollgate::keyed::KeyedLimiter::new(q);
-    /// assert_eq!(limiter.quota(), &q);
+    /// assert_eq!(limiter.quota(), q);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn quota(&self) -> &Quota {
+    pub fn quota(&self) -> Quota {
         // Every constructor gives at least one quota.
-        &self.quotas[0]
+        crate::sync::lock(&self.latest).quotas[0]
     }
 
     /// The clock this limiter reads.
@@ -799,7 +866,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 impl<K, A: Algorithm, C> fmt::Debug for KeyedLimiter<K, A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("quotas", &self.quotas)
+            .field("quotas", &crate::sync::lock(&self.latest).quotas)
             // Relaxed: a snapshot for display.
             .field("keys", &self.keys.load(Ordering::Relaxed))
             .field("max_keys", &self.max_keys)

@@ -208,6 +208,7 @@
 //! not use it to publish other data.
 
 mod algorithm;
+mod change;
 #[allow(unsafe_code)]
 pub(crate) mod epoch;
 mod error;

@@ -137,7 +137,11 @@ impl Request<TokenBucketKeys> for Reserve {
         now: Nanos,
         n: u64,
     ) -> Result<Result<Taken, AcquireError>, Gone> {
-        // `1 <= n <= capacity` here: checked before any request is made.
+        // `n >= 1` here; the capacity is the policy's the key's state is kept under (a quota
+        // change may have changed it since the caller looked).
+        if let Err(e) = policy.check_n(n) {
+            return Ok(Err(e.into()));
+        }
         Ok(
             cas::update_live(state, |word| self.on_word(policy, word, now, n))?
                 .map(|reserved| Taken {
@@ -156,6 +160,9 @@ impl Request<TokenBucketKeys> for Reserve {
         now: Nanos,
         n: u64,
     ) -> (Option<AtomicU64>, Result<Taken, AcquireError>) {
+        if let Err(e) = policy.check_n(n) {
+            return (None, Err(e.into()));
+        }
         let (state, answer) = created(self.on_word(policy, policy.fresh_word(fresh), now, n));
         let taken = |reserved| Taken {
             reserved,
@@ -388,7 +395,11 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
             ready,
             parts,
         };
-        if !self.policy.check_n(n)? {
+        // The generation the reservation is made in, or an earlier one: a cancel gives back only
+        // in the same one (a quota change since converted the key's state, which holds no
+        // record of the reservation; see `keyed::change`).
+        let generation = self.store.with_ctx(key, |ctx| ctx.generation);
+        if n == 0 {
             // A query: an empty reservation, ready at once, whatever the key holds.
             return Ok(reservation(
                 0,
@@ -406,7 +417,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
         let parts = if taken.overflow {
             Parts::Overflow { tat }
         } else {
-            Parts::Word { tat, generation: 0 }
+            Parts::Word { tat, generation }
         };
         Ok(reservation(n, taken.reserved.ready_ns, parts))
     }
@@ -463,33 +474,35 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.on_held_key(key, now, |state, t| {
-            cas::update_live(state, |w| self.policy.refund_up_to(w, t, n))
+        self.on_held_key(key, now, None, |policy, state, t| {
+            cas::update_live(state, |w| policy.refund_up_to(w, t, n))
         })
     }
 
-    /// `give` on `key`'s word at `now`, when the key is held and `now` is not before the floor;
-    /// 0 otherwise. The floor is read after the key's state was found: an eviction raises the
-    /// floor before it marks a state gone, and a state created afresh after that is found only
-    /// through the table's Acquire loads, so a floor raised by the eviction that forgot this key
-    /// is seen here (Relaxed, as in `fresh_at`).
+    /// `give` on `key`'s word at `now`, when the key is held (in `generation`, if given) and
+    /// `now` is not before the floor; 0 otherwise. The floor is read after the key's state was
+    /// found: an eviction raises the floor before it marks a state gone, and a state created
+    /// afresh after that is found only through the table's Acquire loads, so a floor raised by
+    /// the eviction that forgot this key is seen here (Relaxed, as in `fresh_at`).
     fn on_held_key<Q>(
         &self,
         key: &Q,
         now: Nanos,
-        give: impl Fn(&AtomicU64, Time) -> Result<Result<u64, ()>, Gone>,
+        generation: Option<u64>,
+        give: impl Fn(&Gcra, &AtomicU64, Time) -> Result<Result<u64, ()>, Gone>,
     ) -> u64
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let t = self.policy.time(now);
         self.store
-            .with_read(key, |state| {
-                if now.clamped() < self.floor.load(Ordering::Relaxed) {
+            .with_read(key, |ctx, state| {
+                if now.clamped() < self.floor.load(Ordering::Relaxed)
+                    || generation.is_some_and(|g| g != ctx.generation)
+                {
                     return Ok(0);
                 }
-                Ok(give(state, t)?.unwrap_or(0))
+                Ok(give(&ctx.policy, state, ctx.policy.time(now))?.unwrap_or(0))
             })
             .and_then(Result::ok)
             .unwrap_or(0)
@@ -537,7 +550,6 @@ impl<K: Hash + Eq + Clone, C: Clock> Reservation<'_, KeyedLimiter<K, TokenBucket
             return 0;
         }
         let limiter = self.limiter;
-        let policy = &limiter.policy;
         match self.parts {
             Parts::Overflow { tat } => match &limiter.overflow {
                 Some(shared) => cas::update(&shared.state, |w| {
@@ -548,9 +560,11 @@ impl<K: Hash + Eq + Clone, C: Clock> Reservation<'_, KeyedLimiter<K, TokenBucket
                 .unwrap_or(0),
                 None => 0,
             },
-            Parts::Word { tat, .. } => limiter.on_held_key(&self.key, now, |state, t| {
-                cas::update_live(state, |w| policy.cancel(w, t, self.tokens, tat))
-            }),
+            Parts::Word { tat, generation } => {
+                limiter.on_held_key(&self.key, now, Some(generation), |policy, state, t| {
+                    cas::update_live(state, |w| policy.cancel(w, t, self.tokens, tat))
+                })
+            }
             Parts::Shards { .. } => 0,
         }
     }

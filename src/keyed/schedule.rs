@@ -15,17 +15,18 @@ use crate::sync::AtomicU64;
 
 /// The meter's scheduling ([`LeakyMeter::try_schedule_n`](crate::leaky::LeakyMeter::try_schedule_n))
 /// as a request on a key's word.
-/// A place in the key's queue; with `within`, only one that leaves within that many of the
-/// policy's units of the reading (else refused, writing nothing).
+/// A place in the key's queue; with `within`, only one that leaves within that long of the
+/// reading (else refused, writing nothing), in whole units of the policy the key's state is kept
+/// under (a quota change may change the units).
 pub(super) struct Schedule {
-    pub(super) within: Option<u64>,
+    pub(super) within: Option<Nanos>,
 }
 
 impl Schedule {
     fn step(&self, policy: &Gcra, word: u64, now: Time, n: u64) -> cas::Step<Scheduled, Denied> {
         match self.within {
             None => schedule(policy, word, now, n),
-            Some(max) => schedule_within(policy, word, now, n, max),
+            Some(max) => schedule_within(policy, word, now, n, policy.whole_units(max)),
         }
     }
 }
@@ -239,8 +240,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, LeakyMeterKeys, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let max = self.policy.whole_units(Nanos::from(max));
-        self.schedule_key_with(&Schedule { within: Some(max) }, key, n, now)
+        let within = Some(Nanos::from(max));
+        self.schedule_key_with(&Schedule { within }, key, n, now)
     }
 
     fn schedule_key_with<Q>(
@@ -256,13 +257,17 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, LeakyMeterKeys, C> {
     {
         let known = self
             .store
-            .with_read(key, |state| req.held(&self.policy, state, now, n));
+            .with_read(key, |ctx, state| req.held(&ctx.policy, state, now, n));
         let answer = match known {
             Some(Ok(outcome)) => outcome.map_err(KeyedError::from),
-            // A query never creates a key: a key not held has an empty queue.
-            _ if n == 0 => req
-                .create(&self.policy, 0, self.fresh_at(now), now, 0)
-                .1
+            // A query never creates a key: a key not held has an empty queue (or, while a quota
+            // change settles, the settled one).
+            _ if n == 0 => self
+                .store
+                .with_ctx(key, |ctx| match ctx.settling(0) {
+                    Some(state) => req.shared(&ctx.policy, &state, now, 0),
+                    None => req.create(&ctx.policy, 0, self.fresh_at(now), now, 0).1,
+                })
                 .map_err(KeyedError::from),
             _ => self.check_new(req, key, n, now),
         };

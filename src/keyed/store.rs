@@ -35,16 +35,36 @@ pub(crate) enum Slot<'a, K, V> {
 pub(crate) use super::table::Table as Store;
 
 #[cfg(tollgate_loom)]
-pub(crate) struct Store<K, V> {
-    map: crate::sync::RwLock<std::collections::HashMap<K, crate::sync::Arc<V>>>,
+pub(crate) struct Store<K, V, P> {
+    /// The keys' states, and the context they are all kept under (as each of the table's tables
+    /// carries one): one lock for both, so a reader takes a state and its context together.
+    map: crate::sync::RwLock<(P, std::collections::HashMap<K, crate::sync::Arc<V>>)>,
 }
 
 #[cfg(tollgate_loom)]
-impl<K: Hash + Eq, V> Store<K, V> {
-    pub(crate) fn new() -> Store<K, V> {
+impl<K: Hash + Eq, V, P: Clone> Store<K, V, P> {
+    pub(crate) fn new(ctx: P) -> Store<K, V, P> {
         Store {
-            map: crate::sync::RwLock::new(std::collections::HashMap::new()),
+            map: crate::sync::RwLock::new((ctx, std::collections::HashMap::new())),
         }
+    }
+
+    /// `f` on the context a key created now would get.
+    pub(crate) fn with_ctx<Q: ?Sized, R>(&self, _key: &Q, f: impl FnOnce(&P) -> R) -> R {
+        let ctx = crate::sync::read(&self.map).0.clone();
+        f(&ctx)
+    }
+
+    /// A quota change, as the table's: under the write lock, each state replaced by
+    /// `convert(old context, ctx, state)` (which seals it: a reader still holding it meets the
+    /// seal, answers `Gone`, and takes the new-key path, which finds the successor).
+    pub(crate) fn convert(&self, ctx: &P, mut convert: impl FnMut(&P, &P, &V) -> V) {
+        let mut map = crate::sync::write(&self.map);
+        let (old, states) = &mut *map;
+        for state in states.values_mut() {
+            *state = crate::sync::Arc::new(convert(old, ctx, state));
+        }
+        *old = ctx.clone();
     }
 
     /// Runs `f` on `key`'s state with no lock held (the `Arc` keeps it alive if it is removed
@@ -54,14 +74,17 @@ impl<K: Hash + Eq, V> Store<K, V> {
     pub(crate) fn with_read<Q, R>(
         &self,
         key: &Q,
-        f: impl Fn(&V) -> Result<R, crate::cas::Gone>,
+        f: impl Fn(&P, &V) -> Result<R, crate::cas::Gone>,
     ) -> Option<Result<R, crate::cas::Gone>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let state = crate::sync::read(&self.map).get(key).cloned();
-        state.map(|state| f(&state))
+        let held = {
+            let map = crate::sync::read(&self.map);
+            map.1.get(key).map(|state| (map.0.clone(), state.clone()))
+        };
+        held.map(|(ctx, state)| f(&ctx, &state))
     }
 
     /// `before()`, then [`Store::with_read`] with its answer (the table prefetches in between).
@@ -70,28 +93,29 @@ impl<K: Hash + Eq, V> Store<K, V> {
         &self,
         key: &Q,
         before: impl FnOnce() -> T,
-        f: impl Fn(&V, T) -> Result<R, crate::cas::Gone>,
+        f: impl Fn(&P, &V, T) -> Result<R, crate::cas::Gone>,
     ) -> (T, Option<Result<R, crate::cas::Gone>>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let t = before();
-        (t, self.with_read(key, |state| f(state, t)))
+        (t, self.with_read(key, |ctx, state| f(ctx, state, t)))
     }
 
     pub(crate) fn with_entry<R>(
         &self,
         key: K,
-        f: impl FnOnce(Slot<'_, K, V>) -> (Option<V>, R),
+        f: impl FnOnce(&P, Slot<'_, K, V>) -> (Option<V>, R),
     ) -> R {
         let mut map = crate::sync::write(&self.map);
-        let (state, answer) = match map.get_key_value(&key) {
-            Some((held, state)) => f(Slot::Occupied(held, state)),
-            None => f(Slot::Vacant(&key)),
+        let (ctx, states) = &mut *map;
+        let (state, answer) = match states.get_key_value(&key) {
+            Some((held, state)) => f(ctx, Slot::Occupied(held, state)),
+            None => f(ctx, Slot::Vacant(&key)),
         };
         if let Some(state) = state {
-            map.insert(key, crate::sync::Arc::new(state));
+            states.insert(key, crate::sync::Arc::new(state));
         }
         answer
     }
@@ -99,23 +123,26 @@ impl<K: Hash + Eq, V> Store<K, V> {
     /// Marks, then removes, in separate steps: a snapshot of the states under the read lock,
     /// `evict` on each with no lock held, then each marked one removed under the write lock only
     /// if it is still the key's state (a request may have replaced it with a fresh one since).
-    pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
-        let states: Vec<crate::sync::Arc<V>> =
-            crate::sync::read(&self.map).values().cloned().collect();
+    pub(crate) fn retain(&self, mut evict: impl FnMut(&P, &V) -> bool) -> usize {
+        let (ctx, states): (P, Vec<crate::sync::Arc<V>>) = {
+            let map = crate::sync::read(&self.map);
+            (map.0.clone(), map.1.values().cloned().collect())
+        };
         let mut removed = 0;
         for state in states {
-            if evict(&state) {
+            if evict(&ctx, &state) {
                 let mut map = crate::sync::write(&self.map);
-                let before = map.len();
-                map.retain(|_, held| !crate::sync::Arc::ptr_eq(held, &state));
-                removed += before - map.len();
+                let before = map.1.len();
+                map.1
+                    .retain(|_, held| !crate::sync::Arc::ptr_eq(held, &state));
+                removed += before - map.1.len();
             }
         }
         removed
     }
 
     pub(crate) fn shrink_to_fit(&self) {
-        crate::sync::write(&self.map).shrink_to_fit();
+        crate::sync::write(&self.map).1.shrink_to_fit();
     }
 
     /// Removed states still held by a reader: this map's are freed by their `Arc`s, so none

@@ -159,6 +159,10 @@ impl Relocate for crate::sync::AtomicU64 {
         crate::sync::AtomicU64::new(self.load(Ordering::Relaxed))
     }
 
+    fn take(&self) -> Self {
+        crate::sync::AtomicU64::new(crate::cas::seal(self))
+    }
+
     fn seal(&self, copy: &Self) {
         // Relaxed: only this thread has written the copy so far.
         let mut word = copy.load(Ordering::Relaxed);
@@ -193,7 +197,7 @@ struct Entry<K, V> {
 /// A slot's entry, possibly uninitialized.
 type Cell<K, V> = UnsafeCell<MaybeUninit<Entry<K, V>>>;
 
-impl<K, V> Drop for Raw<K, V> {
+impl<K, V, P> Drop for Raw<K, V, P> {
     /// Drops the control bytes and frees the allocation; the entries were dropped, or moved
     /// out, before (Safety, 2).
     fn drop(&mut self) {
@@ -214,7 +218,7 @@ impl<K, V> Drop for Raw<K, V> {
 /// entries do not, so a lookup misses on the entry's line alone. Its entries are dropped
 /// explicitly (Safety, 2): dropping a `Raw` drops its control bytes and frees its memory, and
 /// drops no key or state.
-struct Raw<K, V> {
+struct Raw<K, V, P> {
     mask: usize,
     /// The allocation's start: the first entry (Safety, 5).
     base: std::ptr::NonNull<Cell<K, V>>,
@@ -223,9 +227,14 @@ struct Raw<K, V> {
     /// removed entry is dropped in place even when the table it sits in was retired later and
     /// collected first (two threads may free two collections at once).
     owners: AtomicUsize,
+    /// What every state in this table is read with (the keyed limiter's policy): written before
+    /// the table is shared and never changed, so a reader reads a state and its context from
+    /// the one table it reached. A quota change builds tables with a new context
+    /// ([`Table::convert`]); a rebuild keeps the old one's.
+    ctx: P,
 }
 
-impl<K, V> Raw<K, V> {
+impl<K, V, P> Raw<K, V, P> {
     /// The allocation of a table of `capacity` slots: the entries, then the control bytes from
     /// [`Raw::ctrl_at`].
     fn layout(capacity: usize) -> std::alloc::Layout {
@@ -242,7 +251,7 @@ impl<K, V> Raw<K, V> {
     }
 
     /// An empty table, built in place on the heap (no entry is ever built on the stack).
-    fn new(capacity: usize) -> Box<Raw<K, V>> {
+    fn new(capacity: usize, ctx: P) -> Box<Raw<K, V, P>> {
         debug_assert!(capacity.is_power_of_two() && capacity >= MIN_CAPACITY);
         let layout = Self::layout(capacity);
         // SAFETY: `layout` is not zero-sized: it holds `capacity` (at least 16) control bytes.
@@ -262,6 +271,7 @@ impl<K, V> Raw<K, V> {
             mask: capacity - 1,
             base: base.cast(),
             owners: AtomicUsize::new(1),
+            ctx,
         })
     }
 
@@ -427,7 +437,7 @@ impl<K, V> Raw<K, V> {
     /// # Safety
     ///
     /// `table` came from `Box::into_raw`, and the caller holds one ownership, given up here once.
-    unsafe fn release(table: *mut Raw<K, V>) {
+    unsafe fn release(table: *mut Raw<K, V, P>) {
         // Release, then Acquire on the last: as `Arc`'s drop, so that every use of the table by
         // the other owners happens before it is freed.
         // SAFETY: the caller's ownership keeps it allocated until this decrement.
@@ -490,19 +500,22 @@ impl Origins {
     /// keys, and is not yet shared) the copy of its original's state in `old`, keeping the
     /// original's index where the seal pass reads it (`each`). `heap` holds the pairs if they were
     /// never stashed.
-    fn copy_states<K, V: Relocate>(
-        table: &Raw<K, V>,
-        old: &Raw<K, V>,
+    fn copy_states<K, V: Relocate, P>(
+        table: &Raw<K, V, P>,
+        old: &Raw<K, V, P>,
         live: usize,
         mut heap: Vec<(usize, usize)>,
+        make: &mut dyn FnMut(&V) -> V,
     ) -> Origins {
-        let copy = |i: usize, j: usize| {
-            // SAFETY: `i` is a live slot of `old`, under the shard lock; slot `j` of `table` holds
-            // a key and, in place of its state, nothing yet or the index just read.
-            unsafe { std::ptr::addr_of_mut!((*table.slot(j)).state).write(old.state(i).copy()) };
+        let mut copy = |i: usize, j: usize| {
+            // SAFETY: `i` is a live slot of `old`, under the shard lock.
+            let state = make(unsafe { old.state(i) });
+            // SAFETY: slot `j` of `table` holds a key and, in place of its state, nothing yet or
+            // the index just read.
+            unsafe { std::ptr::addr_of_mut!((*table.slot(j)).state).write(state) };
         };
         if Origins::stashes::<V>() {
-            let room = (table.capacity() - live).saturating_mul(Raw::<K, V>::PER_EMPTY);
+            let room = (table.capacity() - live).saturating_mul(Raw::<K, V, P>::PER_EMPTY);
             if room >= live {
                 for (j, place) in table.live().zip(table.empties()) {
                     // SAFETY: `j` is live, its state field holds the stashed index (`stashes`:
@@ -527,7 +540,7 @@ impl Origins {
     }
 
     /// Runs `f(old, new)` for each key placed in `table`.
-    fn each<K, V>(&self, table: &Raw<K, V>, mut f: impl FnMut(usize, usize)) {
+    fn each<K, V, P>(&self, table: &Raw<K, V, P>, mut f: impl FnMut(usize, usize)) {
         match self {
             Origins::Empties => {
                 for (j, place) in table.live().zip(table.empties()) {
@@ -561,16 +574,20 @@ impl Drops {
     }
 }
 
+/// A quota change's conversion of one state: `(old context, new context, state)` to the state
+/// that replaces it ([`Table::convert`]).
+type Convert<'a, V, P> = dyn FnMut(&P, &P, &V) -> V + 'a;
+
 /// What a write unlinked: dropped and freed once no reader that may have seen it is left.
-struct Garbage<K, V> {
+struct Garbage<K, V, P> {
     /// Removed entries: a table and a slot, dropped in place.
-    entries: Vec<(*mut Raw<K, V>, usize)>,
+    entries: Vec<(*mut Raw<K, V, P>, usize)>,
     /// Replaced tables: their live entries (the old copies) are dropped, then the tables freed.
-    tables: Vec<*mut Raw<K, V>>,
+    tables: Vec<*mut Raw<K, V, P>>,
 }
 
-impl<K, V> Garbage<K, V> {
-    fn new() -> Garbage<K, V> {
+impl<K, V, P> Garbage<K, V, P> {
+    fn new() -> Garbage<K, V, P> {
         Garbage {
             entries: Vec::new(),
             tables: Vec::new(),
@@ -581,7 +598,7 @@ impl<K, V> Garbage<K, V> {
         self.entries.is_empty() && self.tables.is_empty()
     }
 
-    fn append(&mut self, other: &mut Garbage<K, V>) {
+    fn append(&mut self, other: &mut Garbage<K, V, P>) {
         self.entries.append(&mut other.entries);
         self.tables.append(&mut other.tables);
     }
@@ -618,14 +635,14 @@ impl<K, V> Garbage<K, V> {
 
 /// A rebuild cut short by a key's `Clone` or `Hash` panicking: the new table, with the clones
 /// made so far, and the panic. Nothing else was changed.
-struct Unfinished<K, V> {
-    table: Box<Raw<K, V>>,
+struct Unfinished<K, V, P> {
+    table: Box<Raw<K, V, P>>,
     /// The clone being hashed when `Hash` panicked, not yet placed.
     clone: Option<K>,
     panic: Box<dyn std::any::Any + Send>,
 }
 
-impl<K, V> Unfinished<K, V> {
+impl<K, V, P> Unfinished<K, V, P> {
     /// Drops the clones (call with no lock held: they run `Drop`), then runs `then` (the caller's
     /// own drops), then passes the rebuild's panic on (a panic of any of these drops is not).
     fn resume(self, then: impl FnOnce()) -> ! {
@@ -641,9 +658,9 @@ impl<K, V> Unfinished<K, V> {
 }
 
 /// Retired garbage and the epoch it was retired at.
-struct Batch<K, V> {
+struct Batch<K, V, P> {
     epoch: u64,
-    garbage: Garbage<K, V>,
+    garbage: Garbage<K, V, P>,
 }
 
 /// How often (in calls of [`Table::free_retired`]) the horizon is looked at when the last look
@@ -654,8 +671,8 @@ const RECLAIM_MOST: u32 = 4096;
 
 /// What is retired and not yet freed, oldest first (epochs are taken under this lock, so they
 /// rise along the queue).
-struct Reclaim<K, V> {
-    pending: VecDeque<Batch<K, V>>,
+struct Reclaim<K, V, P> {
+    pending: VecDeque<Batch<K, V, P>>,
     /// Calls of [`Table::free_retired`] since the last look at the horizon.
     calls: u32,
     /// Calls between looks.
@@ -670,9 +687,9 @@ struct Writer {
     live: usize,
 }
 
-struct Shard<K, V> {
+struct Shard<K, V, P> {
     /// The current table: replaced (Release) only by the lock's holder.
-    raw: AtomicPtr<Raw<K, V>>,
+    raw: AtomicPtr<Raw<K, V, P>>,
     /// The current table's allocation and mask, for [`Table::prefetch`] only: an address to hint
     /// the processor with, never dereferenced (they may be a table behind, or mismatched).
     hint: AtomicPtr<Cell<K, V>>,
@@ -680,14 +697,14 @@ struct Shard<K, V> {
     /// While a rebuild relocates the states, the table being built (its keys all in place);
     /// null otherwise. Set (Release) before the first state is sealed, cleared (Release) after
     /// `raw` is replaced. A reader that met a sealed state finds the copy here.
-    next: AtomicPtr<Raw<K, V>>,
+    next: AtomicPtr<Raw<K, V, P>>,
     writer: Mutex<Writer>,
 }
 
-impl<K, V> Shard<K, V> {
+impl<K, V, P> Shard<K, V, P> {
     /// The current table, for the lock's holder (`_held` is the proof: its guard's data).
     #[inline]
-    fn current(&self, _held: &Writer) -> &Raw<K, V> {
+    fn current(&self, _held: &Writer) -> &Raw<K, V, P> {
         // Relaxed: the lock's holder reads the table the holders before it installed.
         // SAFETY: the lock is held, so the current table is not retired, let alone freed,
         // before the borrow of `_held` ends (Safety, 3).
@@ -696,8 +713,8 @@ impl<K, V> Shard<K, V> {
 }
 
 /// The table: see the module docs.
-pub(crate) struct Table<K, V> {
-    shards: Box<[CachePadded<Shard<K, V>>]>,
+pub(crate) struct Table<K, V, P> {
+    shards: Box<[CachePadded<Shard<K, V, P>>]>,
     /// `64 - log2(shards)`: the shard is the hash's top bits.
     shift: u32,
     hasher: ahash::RandomState,
@@ -706,7 +723,7 @@ pub(crate) struct Table<K, V> {
     domain: Domain,
     /// Retired, not yet freed. Locked while a shard's lock is held (never the other way round),
     /// so that what a shard retires is queued in the order it was retired.
-    reclaim: Mutex<Reclaim<K, V>>,
+    reclaim: Mutex<Reclaim<K, V, P>>,
     /// Whether `reclaim` holds anything: writers look at it before locking it.
     reclaiming: AtomicBool,
     /// Entries retired and not yet dropped.
@@ -715,27 +732,27 @@ pub(crate) struct Table<K, V> {
 
 // SAFETY: the table owns its keys and states (sent with it) and shares them between threads only
 // as `&K` and `&V` (hence `Sync` for both); its raw pointers are owned tables.
-unsafe impl<K: Send + Sync, V: Send + Sync> Send for Table<K, V> {}
+unsafe impl<K: Send + Sync, V: Send + Sync, P: Send + Sync> Send for Table<K, V, P> {}
 // SAFETY: as above; every write to shared memory is an atomic or happens under the shard lock
 // before a Release publication.
-unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Table<K, V> {}
+unsafe impl<K: Send + Sync, V: Send + Sync, P: Send + Sync> Sync for Table<K, V, P> {}
 
-impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
+impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
     /// A table with four shards per core, and at least 8: DashMap's count (shards spread the
     /// locks of new keys and bound how much one growth copies; lookups never wait for either).
     #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the store is the stand-in map
-    pub(crate) fn new() -> Table<K, V> {
+    pub(crate) fn new(ctx: P) -> Table<K, V, P> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Table::with_shards(cores.saturating_mul(4).max(8))
+        Table::with_shards(cores.saturating_mul(4).max(8), ctx)
     }
 
     /// A table with `shards` shards (rounded up to a power of two).
-    pub(crate) fn with_shards(shards: usize) -> Table<K, V> {
+    pub(crate) fn with_shards(shards: usize, ctx: P) -> Table<K, V, P> {
         let shards = shards.clamp(1, 1 << 16).next_power_of_two();
         Table {
             shards: (0..shards)
                 .map(|_| {
-                    let raw = Raw::new(MIN_CAPACITY);
+                    let raw = Raw::new(MIN_CAPACITY, ctx.clone());
                     let hint = raw.base.as_ptr();
                     CachePadded::new(Shard {
                         raw: AtomicPtr::new(Box::into_raw(raw)),
@@ -776,7 +793,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &Shard<K, V> {
+    fn shard(&self, hash: u64) -> &Shard<K, V, P> {
         // `checked_shr`: one shard (shift 64) is shard 0.
         &self.shards[hash.checked_shr(self.shift).unwrap_or(0) as usize]
     }
@@ -794,7 +811,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     pub(crate) fn with_read<Q, R>(
         &self,
         key: &Q,
-        f: impl Fn(&V) -> Result<R, Gone>,
+        f: impl Fn(&P, &V) -> Result<R, Gone>,
     ) -> Option<Result<R, Gone>>
     where
         K: Borrow<Q>,
@@ -804,14 +821,32 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         self.with_read_hashed(self.shard(hash), hash, key, f)
     }
 
+    /// Runs `f` on the context of the table `key`'s shard holds now: the one a key created now
+    /// would be decided in. Inside the epoch (or under the shard lock); `f` must run no user
+    /// code.
+    #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
+    pub(crate) fn with_ctx<Q, R>(&self, key: &Q, f: impl FnOnce(&P) -> R) -> R
+    where
+        Q: Hash + ?Sized,
+    {
+        let shard = self.shard(self.hash(key));
+        let Some(_pin) = self.pin() else {
+            let writer = lock(&shard.writer);
+            return f(&shard.current(&writer).ctx);
+        };
+        // Acquire, under the pin: as in `with_read_hashed`.
+        // SAFETY: a current table is freed only after its retirement and every pin before it.
+        f(&unsafe { &*shard.raw.load(Ordering::Acquire) }.ctx)
+    }
+
     /// [`Table::with_read`], the key hashed.
     #[inline(always)]
     fn with_read_hashed<Q, R>(
         &self,
-        shard: &Shard<K, V>,
+        shard: &Shard<K, V, P>,
         hash: u64,
         key: &Q,
-        f: impl Fn(&V) -> Result<R, Gone>,
+        f: impl Fn(&P, &V) -> Result<R, Gone>,
     ) -> Option<Result<R, Gone>>
     where
         K: Borrow<Q>,
@@ -828,7 +863,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         // SAFETY: under the pin, on the table loaded after it.
         let i = unsafe { table.find(hash, key) }?;
         // SAFETY: found live, in a published table, under the pin.
-        match f(unsafe { table.state(i) }) {
+        match f(&table.ctx, unsafe { table.state(i) }) {
             Err(Gone) => self.look_again(shard, raw, hash, key, f),
             done => Some(done),
         }
@@ -844,7 +879,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         &self,
         key: &Q,
         before: impl FnOnce() -> T,
-        f: impl Fn(&V, T) -> Result<R, Gone>,
+        f: impl Fn(&P, &V, T) -> Result<R, Gone>,
     ) -> (T, Option<Result<R, Gone>>)
     where
         K: Borrow<Q>,
@@ -862,7 +897,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
                 key,
                 // Inlined into the lookup: the decision's arithmetic is the check's hot path.
                 #[inline(always)]
-                move |state| f(state, t),
+                move |ctx, state| f(ctx, state, t),
             ),
         )
     }
@@ -870,7 +905,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     /// Hints the processor to fetch the lines of `hash`'s home slot in `shard`'s current table.
     #[inline(always)]
     #[cfg_attr(tollgate_loom, allow(dead_code))]
-    fn prefetch(shard: &Shard<K, V>, hash: u64) {
+    fn prefetch(shard: &Shard<K, V, P>, hash: u64) {
         #[cfg(target_arch = "x86_64")]
         {
             // Relaxed: a hint; a stale or mismatched pair only prefetches another address.
@@ -880,7 +915,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             // Address arithmetic only (wrapping: nothing here is dereferenced), as `Raw::ctrl`
             // and `Raw::slot` compute it.
             let entry = base.wrapping_add(i);
-            let ctrl = Raw::<K, V>::ctrl_start(base, mask.wrapping_add(1)).wrapping_add(i);
+            let ctrl = Raw::<K, V, P>::ctrl_start(base, mask.wrapping_add(1)).wrapping_add(i);
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             // SAFETY: a prefetch is a hint that reads no memory in the language's sense and
             // cannot fault, whatever the address; SSE is part of x86-64.
@@ -902,11 +937,11 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     #[inline(never)]
     fn look_again<Q, R>(
         &self,
-        shard: &Shard<K, V>,
-        mut raw: *mut Raw<K, V>,
+        shard: &Shard<K, V, P>,
+        mut raw: *mut Raw<K, V, P>,
         hash: u64,
         key: &Q,
-        f: impl Fn(&V) -> Result<R, Gone>,
+        f: impl Fn(&P, &V) -> Result<R, Gone>,
     ) -> Option<Result<R, Gone>>
     where
         K: Borrow<Q>,
@@ -941,7 +976,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             // being built is set as `next` only once they are).
             let i = unsafe { table.find(hash, key) }?;
             // SAFETY: as above.
-            match f(unsafe { table.state(i) }) {
+            match f(&table.ctx, unsafe { table.state(i) }) {
                 Err(Gone) => {
                     built_from = if reached_as_next {
                         raw
@@ -973,10 +1008,10 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     #[inline(never)]
     fn with_locked<Q, R>(
         &self,
-        shard: &Shard<K, V>,
+        shard: &Shard<K, V, P>,
         hash: u64,
         key: &Q,
-        f: impl Fn(&V) -> Result<R, Gone>,
+        f: impl Fn(&P, &V) -> Result<R, Gone>,
     ) -> Option<Result<R, Gone>>
     where
         K: Borrow<Q>,
@@ -987,7 +1022,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         // SAFETY: under the lock.
         let i = unsafe { raw.find(hash, key) }?;
         // SAFETY: found live, under the lock.
-        Some(f(unsafe { raw.state(i) }))
+        Some(f(&raw.ctx, unsafe { raw.state(i) }))
     }
 
     /// Runs `f` under `key`'s shard lock on the key's entry, if any; if `f` answers a state, it is
@@ -998,7 +1033,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     pub(crate) fn with_entry<R>(
         &self,
         key: K,
-        f: impl FnOnce(Slot<'_, K, V>) -> (Option<V>, R),
+        f: impl FnOnce(&P, Slot<'_, K, V>) -> (Option<V>, R),
     ) -> R {
         // User code (`Hash`), before anything is held.
         let hash = self.hash(&key);
@@ -1017,11 +1052,11 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
                         Some(i) => {
                             // SAFETY: found live, under the lock.
                             let (held, state) = unsafe { (raw.key(i), raw.state(i)) };
-                            let (state, answer) = f(Slot::Occupied(held, state));
+                            let (state, answer) = f(&raw.ctx, Slot::Occupied(held, state));
                             (state, answer, Some(i))
                         }
                         None => {
-                            let (state, answer) = f(Slot::Vacant(&key));
+                            let (state, answer) = f(&raw.ctx, Slot::Vacant(&key));
                             (state, answer, None)
                         }
                     };
@@ -1063,7 +1098,11 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
 
     /// Rebuilds the shard if its table has no slot to spare: at the same capacity if at most half
     /// of it is live (clearing the removed entries), else at the next that holds them.
-    fn make_room(&self, shard: &Shard<K, V>, writer: &mut Writer) -> Result<(), Unfinished<K, V>> {
+    fn make_room(
+        &self,
+        shard: &Shard<K, V, P>,
+        writer: &mut Writer,
+    ) -> Result<(), Unfinished<K, V, P>> {
         let capacity = shard.current(writer).capacity();
         if writer.used < max_used(capacity) {
             return Ok(());
@@ -1083,14 +1122,32 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     /// and the new table is handed back with the panic, to be dropped once the lock is released.
     fn rebuild(
         &self,
-        shard: &Shard<K, V>,
+        shard: &Shard<K, V, P>,
         writer: &mut Writer,
         capacity: usize,
-    ) -> Result<(), Unfinished<K, V>> {
+    ) -> Result<(), Unfinished<K, V, P>> {
+        self.remake(shard, writer, capacity, None)
+    }
+
+    /// [`Table::rebuild`], or with `convert`, a quota change's: the new table gets the new
+    /// context, and each state is replaced by what `convert(old context, new context, state)`
+    /// answers (sealing the original), in a table shared only once every state is in place (see
+    /// [`Table::convert`]).
+    fn remake(
+        &self,
+        shard: &Shard<K, V, P>,
+        writer: &mut Writer,
+        capacity: usize,
+        convert: Option<(&P, &mut Convert<'_, V, P>)>,
+    ) -> Result<(), Unfinished<K, V, P>> {
         debug_assert!(max_used(capacity) >= writer.live);
-        let new: Box<Raw<K, V>> = Raw::new(capacity);
         let old_ptr = shard.raw.load(Ordering::Relaxed);
         let old = shard.current(writer);
+        let ctx = match &convert {
+            Some((ctx, _)) => (*ctx).clone(),
+            None => old.ctx.clone(),
+        };
+        let new: Box<Raw<K, V, P>> = Raw::new(capacity, ctx);
         // Phase 1, the keys: user code, on a table no one else sees. Each placed slot's state
         // field holds, for now, the index of its original (`Origins`).
         let mut heap = Vec::new();
@@ -1132,7 +1189,31 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
         // while the table is still private; then the table is shared as `next`, and each
         // original sealed, bringing its copy up to date. A reader that meets a seal (or any
         // mark) goes on in the new table, where every key and state is in place.
-        let origins = Origins::copy_states(&new, old, writer.live, heap);
+        if let Some((_, convert)) = convert {
+            // A quota change: each original is sealed by `convert` as its converted state is
+            // built, and the table is published only when all are in place. A reader that meets
+            // a seal before then finds no successor (`look_again`: no `next`, `raw` still
+            // current) and takes the new-key path, whose lock this thread holds until the table
+            // is published: it then decides on the converted state, with the new context.
+            let new_ctx = &new.ctx;
+            Origins::copy_states(&new, old, writer.live, heap, &mut |state| {
+                convert(&old.ctx, new_ctx, state)
+            });
+            let new = Box::into_raw(new);
+            // SAFETY: just built; freed only after it is retired as a current table.
+            let built = unsafe { &*new };
+            // Release: a reader that loads the new table sees its slots.
+            shard.raw.store(new, Ordering::Release);
+            // Relaxed: a hint (`prefetch`).
+            shard.hint.store(built.base.as_ptr(), Ordering::Relaxed);
+            shard.hint_mask.store(built.mask, Ordering::Relaxed);
+            writer.used = writer.live;
+            let mut garbage = Garbage::new();
+            garbage.tables.push(old_ptr);
+            self.hand_over(garbage);
+            return Ok(());
+        }
+        let origins = Origins::copy_states(&new, old, writer.live, heap, &mut |state| state.copy());
         let new = Box::into_raw(new);
         // Release: a reader that loads it sees the keys and states written above.
         shard.next.store(new, Ordering::Release);
@@ -1161,7 +1242,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     /// Queues what a write unlinked, at the epoch it moves to: freed by a later `collect`.
     /// Called with the unlinking shard's lock held (so a shard's garbage queues in the order it
     /// was unlinked).
-    fn hand_over(&self, garbage: Garbage<K, V>) {
+    fn hand_over(&self, garbage: Garbage<K, V, P>) {
         // An insert that unlinked nothing takes no second lock.
         if garbage.is_empty() {
             return;
@@ -1184,7 +1265,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
 
     /// Takes out of `reclaim` what no reader can still hold (the batches retired before the
     /// horizon; none if the readers cannot be seen), to be freed once the lock is released.
-    fn collect(&self, reclaim: &mut Reclaim<K, V>) -> Garbage<K, V> {
+    fn collect(&self, reclaim: &mut Reclaim<K, V, P>) -> Garbage<K, V, P> {
         reclaim.calls = 0;
         let mut freed = Garbage::new();
         if let Some(horizon) = self.domain.horizon() {
@@ -1249,7 +1330,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     /// no key's `Drop`, so a sweep is never cut short and its count is always returned: the
     /// caller settles its own books, then calls [`Table::reclaim_now`] (where a panicking `Drop`
     /// surfaces).
-    pub(crate) fn retain(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
+    pub(crate) fn retain(&self, mut evict: impl FnMut(&P, &V) -> bool) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut writer = lock(&shard.writer);
@@ -1258,7 +1339,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             let mut garbage = Garbage::new();
             for i in raw.live() {
                 // SAFETY: a live entry, under the lock.
-                if evict(unsafe { raw.state(i) }) {
+                if evict(&raw.ctx, unsafe { raw.state(i) }) {
                     // Release: after the mark `evict` wrote, as in `with_entry`.
                     raw.ctrl(i).store(TOMB, Ordering::Release);
                     raw.own();
@@ -1282,6 +1363,29 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
             let fit = capacity_for(writer.live + 1);
             (fit < capacity || writer.used > writer.live).then_some(fit)
         });
+    }
+
+    /// A quota change: rebuilds every shard, one at a time under its lock, into a table with
+    /// context `ctx` whose states are `convert(old context, ctx, state)` (which must seal the
+    /// original: see [`Table::remake`]), then frees what no reader holds. A reader of a key in a
+    /// shard being converted that meets a seal waits for the shard's lock (the only wait a
+    /// lookup can meet, and only while a change runs); a reader that met none decided before
+    /// the seal, which `convert` then carries over. A key's `Clone` or `Hash` panicking stops
+    /// the change at its shard, that shard and the ones after it unchanged, and the panic is
+    /// passed on.
+    #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
+    pub(crate) fn convert(&self, ctx: &P, mut convert: impl FnMut(&P, &P, &V) -> V) {
+        for shard in self.shards.iter() {
+            let rebuilt = {
+                let mut writer = lock(&shard.writer);
+                let capacity = capacity_for(writer.live + 1);
+                self.remake(shard, &mut writer, capacity, Some((ctx, &mut convert)))
+            };
+            if let Err(unfinished) = rebuilt {
+                unfinished.resume(|| ());
+            }
+        }
+        self.reclaim_now();
     }
 
     /// Rebuilds every shard at its current capacity.
@@ -1333,7 +1437,7 @@ impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V> {
     }
 }
 
-impl<K, V> Drop for Table<K, V> {
+impl<K, V, P> Drop for Table<K, V, P> {
     fn drop(&mut self) {
         let mut retired = Garbage::new();
         for mut batch in lock(&self.reclaim).pending.drain(..) {
@@ -1361,7 +1465,7 @@ impl<K, V> Drop for Table<K, V> {
 /// The table with one-word states, for `benches/maps.rs`, which measures it beside other
 /// concurrent maps. Not an API: hidden, and free to change.
 #[cfg(not(tollgate_loom))]
-pub struct BenchTable<K>(Table<K, crate::sync::AtomicU64>);
+pub struct BenchTable<K>(Table<K, crate::sync::AtomicU64, ()>);
 
 #[cfg(not(tollgate_loom))]
 impl<K> std::fmt::Debug for BenchTable<K> {
@@ -1374,7 +1478,7 @@ impl<K> std::fmt::Debug for BenchTable<K> {
 impl<K: Hash + Eq + Clone> Default for BenchTable<K> {
     /// The keyed limiter's shard count.
     fn default() -> BenchTable<K> {
-        BenchTable(Table::new())
+        BenchTable(Table::new(()))
     }
 }
 
@@ -1389,13 +1493,13 @@ impl<K: Hash + Eq + Clone> BenchTable<K> {
         Q: Hash + Eq + ?Sized,
     {
         self.0
-            .with_read(key, |word| Ok(f(word)))
+            .with_read(key, |(), word| Ok(f(word)))
             .and_then(Result::ok)
     }
 
     /// Inserts `key` with `word` unless it is held; answers whether it inserted.
     pub fn insert_if_vacant(&self, key: K, word: u64) -> bool {
-        self.0.with_entry(key, |slot| match slot {
+        self.0.with_entry(key, |(), slot| match slot {
             Slot::Occupied(..) => (None, false),
             Slot::Vacant(_) => (Some(crate::sync::AtomicU64::new(word)), true),
         })
@@ -1404,7 +1508,8 @@ impl<K: Hash + Eq + Clone> BenchTable<K> {
     /// Removes every entry whose word `evict` approves (under each shard's lock); answers how
     /// many.
     pub fn sweep(&self, evict: impl FnMut(&crate::sync::AtomicU64) -> bool) -> usize {
-        let removed = self.0.retain(evict);
+        let mut evict = evict;
+        let removed = self.0.retain(|(), word| evict(word));
         self.0.reclaim_now();
         removed
     }
@@ -1424,7 +1529,7 @@ impl<K: Hash + Eq + Clone> BenchTable<K> {
 /// of the table's protocol. (The fuzz target `fuzz/fuzz_targets/table_ops.rs` uses the same
 /// window over keys of its own, `super::fuzz_table::FuzzTable`.)
 #[cfg(any(tollgate_loom, fuzzing))]
-pub struct ModelTable(Table<u64, crate::sync::AtomicU64>);
+pub struct ModelTable(Table<u64, crate::sync::AtomicU64, ()>);
 
 #[cfg(any(tollgate_loom, fuzzing))]
 impl std::fmt::Debug for ModelTable {
@@ -1437,7 +1542,7 @@ impl std::fmt::Debug for ModelTable {
 #[cfg(any(tollgate_loom, fuzzing))]
 impl Default for ModelTable {
     fn default() -> ModelTable {
-        ModelTable(Table::with_shards(1))
+        ModelTable(Table::with_shards(1, ()))
     }
 }
 
@@ -1445,12 +1550,12 @@ impl Default for ModelTable {
 impl ModelTable {
     /// A table of `shards` shards (rounded up to a power of two).
     pub fn with_shards(shards: usize) -> ModelTable {
-        ModelTable(Table::with_shards(shards))
+        ModelTable(Table::with_shards(shards, ()))
     }
 
     /// Inserts `key` with `word` unless it is held; answers whether it inserted.
     pub fn insert(&self, key: u64, word: u64) -> bool {
-        self.0.with_entry(key, |slot| match slot {
+        self.0.with_entry(key, |(), slot| match slot {
             Slot::Occupied(..) => (None, false),
             Slot::Vacant(_) => (Some(crate::sync::AtomicU64::new(word)), true),
         })
@@ -1459,7 +1564,7 @@ impl ModelTable {
     /// Adds one to `key`'s word, as an admission would: the new word, `Err(Gone)` if the word is
     /// marked gone, `None` if the key is not held.
     pub fn bump(&self, key: u64) -> Option<Result<u64, crate::cas::Gone>> {
-        self.0.with_read(&key, |word| {
+        self.0.with_read(&key, |(), word| {
             crate::cas::update_live(word, |w| crate::cas::Step::<u64, ()>::Write(w + 1, w + 1))
                 .map(|r| r.unwrap_or(0))
         })
@@ -1467,10 +1572,11 @@ impl ModelTable {
 
     /// `key`'s word, as a peek would read it.
     pub fn read(&self, key: u64) -> Option<Result<u64, crate::cas::Gone>> {
-        self.0.with_read(&key, |word| match crate::cas::read(word) {
-            crate::cas::GONE => Err(crate::cas::Gone::seen()),
-            w => Ok(w),
-        })
+        self.0
+            .with_read(&key, |(), word| match crate::cas::read(word) {
+                crate::cas::GONE => Err(crate::cas::Gone::seen()),
+                w => Ok(w),
+            })
     }
 
     /// Rebuilds every shard's table at its size (the keys cloned, the words relocated).
@@ -1507,7 +1613,9 @@ impl ModelTable {
     /// Marks gone and removes every entry whose word is `word`, as eviction does; answers how
     /// many it removed.
     pub fn forget(&self, word: u64) -> usize {
-        let removed = self.0.retain(|state| crate::cas::mark_gone(state, word));
+        let removed = self
+            .0
+            .retain(|(), state| crate::cas::mark_gone(state, word));
         self.0.reclaim_now();
         removed
     }
@@ -1515,7 +1623,7 @@ impl ModelTable {
     /// Under the key's lock: if its state is marked gone, replaces it with a fresh `word` (as a
     /// request that meets the mark does); answers the word the key holds afterwards.
     pub fn replace_gone(&self, key: u64, word: u64) -> Option<u64> {
-        self.0.with_entry(key, |slot| match slot {
+        self.0.with_entry(key, |(), slot| match slot {
             Slot::Occupied(_, state) => match crate::cas::read(state) {
                 crate::cas::GONE => (Some(crate::sync::AtomicU64::new(word)), Some(word)),
                 w => (None, Some(w)),
@@ -1527,6 +1635,24 @@ impl ModelTable {
 
 #[cfg(test)]
 mod tests {
+    /// The table's operations without a context, for these tests.
+    impl<K: Hash + Eq + Clone, V: Relocate> Table<K, V, ()> {
+        fn read0<Q, R>(&self, key: &Q, f: impl Fn(&V) -> Result<R, Gone>) -> Option<Result<R, Gone>>
+        where
+            K: Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+        {
+            self.with_read(key, |(), v| f(v))
+        }
+
+        fn entry0<R>(&self, key: K, f: impl FnOnce(Slot<'_, K, V>) -> (Option<V>, R)) -> R {
+            self.with_entry(key, |(), slot| f(slot))
+        }
+
+        fn retain0(&self, mut evict: impl FnMut(&V) -> bool) -> usize {
+            self.retain(|(), v| evict(v))
+        }
+    }
     use super::*;
     use crate::cas::{Gone, GONE};
     use crate::sync::{AtomicBool, AtomicU64, Ordering};
@@ -1596,8 +1722,8 @@ mod tests {
         }
     }
 
-    fn put<K: Hash + Eq + Clone>(table: &Table<K, AtomicU64>, key: K, v: u64) {
-        table.with_entry(key, |_| (Some(AtomicU64::new(v)), ()));
+    fn put<K: Hash + Eq + Clone>(table: &Table<K, AtomicU64, ()>, key: K, v: u64) {
+        table.entry0(key, |_| (Some(AtomicU64::new(v)), ()));
     }
 
     #[derive(Debug, Clone)]
@@ -1628,12 +1754,12 @@ mod tests {
         #[test]
         fn the_table_is_a_map(shards in 1usize..4, ops in prop::collection::vec(op(), 1..400)) {
             let live = Arc::new(AtomicIsize::new(0));
-            let table: Table<Key, AtomicU64> = Table::with_shards(shards);
+            let table: Table<Key, AtomicU64, ()> = Table::with_shards(shards, ());
             let mut model: HashMap<u16, u64> = HashMap::new();
             for op in ops {
                 match op {
                     Op::Put(k, v) => {
-                        let was = table.with_entry(Key::new(k, &live), |slot| match slot {
+                        let was = table.entry0(Key::new(k, &live), |slot| match slot {
                             Slot::Occupied(held, state) => {
                                 assert_eq!(held.0, k);
                                 (Some(AtomicU64::new(v)), Some(state.load(Ordering::Relaxed)))
@@ -1646,7 +1772,7 @@ mod tests {
                         prop_assert_eq!(was, model.insert(k, v));
                     }
                     Op::Bump(k) => {
-                        let got = table.with_read(&k, bump).map(|r| r.unwrap());
+                        let got = table.read0(&k, bump).map(|r| r.unwrap());
                         let want = model.get_mut(&k).map(|v| {
                             *v += 1;
                             *v
@@ -1654,7 +1780,7 @@ mod tests {
                         prop_assert_eq!(got, want);
                     }
                     Op::Retain(m) => {
-                        let removed = table.retain(|v| v.load(Ordering::Relaxed) % m == 0);
+                        let removed = table.retain0(|v| v.load(Ordering::Relaxed) % m == 0);
                         table.reclaim_now();
                         let before = model.len();
                         model.retain(|_, v| *v % m != 0);
@@ -1670,7 +1796,7 @@ mod tests {
                 prop_assert_eq!(live.load(Ordering::Relaxed), model.len() as isize);
             }
             for k in 0..300u16 {
-                let got = table.with_read(&k, read).map(|r| r.unwrap());
+                let got = table.read0(&k, read).map(|r| r.unwrap());
                 prop_assert_eq!(got, model.get(&k).copied());
             }
             drop(table);
@@ -1680,7 +1806,7 @@ mod tests {
 
     #[test]
     fn growth_is_by_doubling_and_shrinking_gives_the_room_back() {
-        let table: Table<u64, AtomicU64> = Table::with_shards(1);
+        let table: Table<u64, AtomicU64, ()> = Table::with_shards(1, ());
         for k in 0..14u64 {
             put(&table, k, k);
         }
@@ -1691,13 +1817,13 @@ mod tests {
             put(&table, k, k);
         }
         assert_eq!(table.capacity(), 16_384);
-        assert_eq!(table.retain(|v| v.load(Ordering::Relaxed) >= 10), 9_990);
+        assert_eq!(table.retain0(|v| v.load(Ordering::Relaxed) >= 10), 9_990);
         table.shrink_to_fit();
         assert_eq!(table.capacity(), 16);
         for k in 0..10u64 {
-            assert_eq!(table.with_read(&k, read), Some(Ok(k)));
+            assert_eq!(table.read0(&k, read), Some(Ok(k)));
         }
-        assert_eq!(table.with_read(&10, read), None);
+        assert_eq!(table.read0(&10, read), None);
     }
 
     /// A removed entry and a replaced table are not freed while a reader that entered before
@@ -1705,14 +1831,14 @@ mod tests {
     /// later does not hold them up.
     #[test]
     fn retired_memory_waits_for_the_readers_that_may_hold_it() {
-        let table: Table<u64, AtomicU64> = Table::with_shards(1);
+        let table: Table<u64, AtomicU64, ()> = Table::with_shards(1, ());
         put(&table, 1, 5);
         put(&table, 2, 6);
         let (entered, release) = (Barrier::new(2), Barrier::new(2));
         std::thread::scope(|s| {
             s.spawn(|| {
                 let first = AtomicBool::new(true);
-                let seen = table.with_read(&1, |word| {
+                let seen = table.read0(&1, |word| {
                     if first.swap(false, Ordering::Relaxed) {
                         entered.wait();
                         release.wait();
@@ -1724,10 +1850,10 @@ mod tests {
                 assert_eq!(seen, None);
             });
             entered.wait();
-            assert_eq!(table.retain(|w| crate::cas::mark_gone(w, 5)), 1);
+            assert_eq!(table.retain0(|w| crate::cas::mark_gone(w, 5)), 1);
             table.rebuild_all();
             let (batches, entries) = (table.retired(), table.unreclaimed());
-            let later = table.with_read(&2, read);
+            let later = table.read0(&2, read);
             let after_it = table.retired();
             // Released before asserting, so that a failure fails rather than hangs.
             release.wait();
@@ -1748,6 +1874,9 @@ mod tests {
         fn seal(&self, copy: &Self) {
             copy.store(self.load(Ordering::Relaxed), Ordering::Relaxed);
         }
+        fn take(&self) -> Self {
+            self.copy()
+        }
     }
 
     /// Every rebuild finds each state again, whichever way it keeps the old slots between its
@@ -1756,11 +1885,11 @@ mod tests {
     #[test]
     fn rebuilds_carry_every_state_to_its_key() {
         use std::sync::atomic::AtomicU16;
-        let words: Table<u64, AtomicU64> = Table::with_shards(1);
-        let shorts: Table<u64, AtomicU16> = Table::with_shards(1);
+        let words: Table<u64, AtomicU64, ()> = Table::with_shards(1, ());
+        let shorts: Table<u64, AtomicU16, ()> = Table::with_shards(1, ());
         for k in 0..1_000u64 {
             put(&words, k, k * 3);
-            shorts.with_entry(k, |_| (Some(AtomicU16::new(k as u16 * 3)), ()));
+            shorts.entry0(k, |_| (Some(AtomicU16::new(k as u16 * 3)), ()));
             if k % 97 == 0 {
                 // At a tight fit: 7/8 of the slots live, too few empty ones to hold the indices.
                 words.rebuild_all();
@@ -1770,8 +1899,8 @@ mod tests {
         words.shrink_to_fit();
         shorts.shrink_to_fit();
         for k in 0..1_000u64 {
-            assert_eq!(words.with_read(&k, read), Some(Ok(k * 3)));
-            let short = shorts.with_read(&k, |s| Ok(s.load(Ordering::Relaxed)));
+            assert_eq!(words.read0(&k, read), Some(Ok(k * 3)));
+            let short = shorts.read0(&k, |s| Ok(s.load(Ordering::Relaxed)));
             assert_eq!(short, Some(Ok(k as u16 * 3)));
         }
     }
@@ -1780,12 +1909,12 @@ mod tests {
     /// sprayed through a bounded map keeps the map's size.
     #[test]
     fn removed_entries_are_cleared_without_growing() {
-        let table: Table<u64, AtomicU64> = Table::with_shards(1);
+        let table: Table<u64, AtomicU64, ()> = Table::with_shards(1, ());
         for round in 0..100u64 {
             for k in 0..8 {
                 put(&table, round * 8 + k, 0);
             }
-            table.retain(|_| true);
+            table.retain0(|_| true);
         }
         assert_eq!(table.len(), 0);
         assert_eq!(table.capacity(), 16);
@@ -1802,7 +1931,7 @@ mod tests {
         } else {
             300_000
         };
-        let table: Arc<Table<u64, AtomicU64>> = Arc::new(Table::with_shards(2));
+        let table: Arc<Table<u64, AtomicU64, ()>> = Arc::new(Table::with_shards(2, ()));
         let stop = Arc::new(AtomicBool::new(false));
         let rebuilder = {
             let (table, stop) = (table.clone(), stop.clone());
@@ -1826,10 +1955,10 @@ mod tests {
                         x ^= x >> 7;
                         x ^= x << 17;
                         let k = x % KEYS;
-                        match table.with_read(&k, bump) {
+                        match table.read0(&k, bump) {
                             Some(Ok(_)) => {}
                             Some(Err(Gone)) => panic!("nothing is evicted here"),
-                            None => table.with_entry(k, |slot| match slot {
+                            None => table.entry0(k, |slot| match slot {
                                 Slot::Occupied(_, state) => {
                                     bump(state).expect("live under the lock");
                                     (None, ())
@@ -1846,7 +1975,7 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         assert!(rebuilder.join().unwrap() > 0);
         let kept: u64 = (0..KEYS)
-            .filter_map(|k| table.with_read(&k, read))
+            .filter_map(|k| table.read0(&k, read))
             .map(|r| r.unwrap())
             .sum();
         assert_eq!(kept, made);
@@ -1964,9 +2093,9 @@ mod tests {
     }
 
     /// Every key of `ids` is held once, with its id as its word.
-    fn holds(table: &Table<Touchy, AtomicU64>, log: &Arc<Log>, ids: std::ops::Range<u64>) {
+    fn holds(table: &Table<Touchy, AtomicU64, ()>, log: &Arc<Log>, ids: std::ops::Range<u64>) {
         for id in ids {
-            assert_eq!(table.with_read(&log.key(id), read), Some(Ok(id)));
+            assert_eq!(table.read0(&log.key(id), read), Some(Ok(id)));
         }
     }
 
@@ -1980,7 +2109,7 @@ mod tests {
     #[test]
     fn a_panicking_drop_while_freeing_drops_every_key_once() {
         let log = Log::new();
-        let table: Table<Touchy, AtomicU64> = Table::with_shards(1);
+        let table: Table<Touchy, AtomicU64, ()> = Table::with_shards(1, ());
         for id in 0..40 {
             put(&table, log.key(id), id);
         }
@@ -1989,7 +2118,7 @@ mod tests {
         log.panic_on_drop.store(7, Ordering::Relaxed);
         // Evict ids 0 to 19 (7 among them): the sweep itself runs no `Drop` and completes; the
         // freeing that follows drops them all and passes key 7's panic on.
-        assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) < 20), 20);
+        assert_eq!(table.retain0(|w| w.load(Ordering::Relaxed) < 20), 20);
         let freed = quietly(|| table.reclaim_now());
         assert!(freed.is_err(), "the drop's panic reaches the caller");
         assert_eq!(log.live(), (20..40).collect::<Vec<_>>());
@@ -2011,7 +2140,7 @@ mod tests {
     fn a_panicking_hash_or_clone_in_a_rebuild_leaves_the_table_whole() {
         for clone in [false, true] {
             let log = Log::new();
-            let table: Table<Touchy, AtomicU64> = Table::with_shards(1);
+            let table: Table<Touchy, AtomicU64, ()> = Table::with_shards(1, ());
             for id in 0..14 {
                 put(&table, log.key(id), id);
             }
@@ -2050,7 +2179,7 @@ mod tests {
     /// the fix, found by the fuzz target: dropped as the panic unwound, under the lock).
     #[test]
     fn a_clone_whose_hash_panics_is_dropped_after_the_lock() {
-        static TABLE: std::sync::OnceLock<&'static Table<Probe, AtomicU64>> =
+        static TABLE: std::sync::OnceLock<&'static Table<Probe, AtomicU64, ()>> =
             std::sync::OnceLock::new();
         // `std`'s atomics: statics need `const` constructors, which loom's lack.
         use std::sync::atomic::{AtomicBool as StdBool, AtomicU64 as StdU64};
@@ -2085,7 +2214,7 @@ mod tests {
                 }
             }
         }
-        let table = TABLE.get_or_init(|| Box::leak(Box::new(Table::with_shards(1))));
+        let table = TABLE.get_or_init(|| Box::leak(Box::new(Table::with_shards(1, ()))));
         for id in 0..10 {
             put(table, Probe(id), id);
         }
@@ -2169,7 +2298,7 @@ mod tests {
         } else {
             200_000
         };
-        let table: Table<Counting, AtomicU64> = Table::with_shards(1);
+        let table: Table<Counting, AtomicU64, ()> = Table::with_shards(1, ());
         let held: Vec<Arc<AtomicU64>> = (0..KEYS)
             .map(|id| {
                 let key = counting(id);
@@ -2191,7 +2320,7 @@ mod tests {
                 let mut own = 0u64;
                 for i in 0..lookups {
                     let key = counting(i % KEYS);
-                    assert!(table.with_read(&key, |_| Ok(())).is_some());
+                    assert!(table.read0(&key, |_| Ok(())).is_some());
                     own += key.compared.load(Ordering::Relaxed);
                 }
                 own
@@ -2256,7 +2385,7 @@ mod tests {
     #[test]
     fn a_removed_entry_is_dropped_before_its_table_is_freed() {
         let gate = Arc::new((Barrier::new(2), Barrier::new(2)));
-        let table: Table<Gated, AtomicU64> = Table::with_shards(1);
+        let table: Table<Gated, AtomicU64, ()> = Table::with_shards(1, ());
         let gated = Gated {
             id: 1,
             canary: CANARY,
@@ -2273,7 +2402,7 @@ mod tests {
             2,
         );
         // Key 1 removed (its entry queued in one batch), nothing freed yet.
-        assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) == 1), 1);
+        assert_eq!(table.retain0(|w| w.load(Ordering::Relaxed) == 1), 1);
         std::thread::scope(|s| {
             // Collects the entry's batch and drops the key, which waits at the gate.
             let dropper = s.spawn(|| table.reclaim_now());
@@ -2292,13 +2421,13 @@ mod tests {
     /// memory (one domain per table).
     #[test]
     fn a_reader_parked_in_one_table_does_not_hold_another() {
-        let parked: Table<u64, AtomicU64> = Table::with_shards(1);
+        let parked: Table<u64, AtomicU64, ()> = Table::with_shards(1, ());
         put(&parked, 1, 1);
-        let churned: Table<u64, AtomicU64> = Table::with_shards(1);
+        let churned: Table<u64, AtomicU64, ()> = Table::with_shards(1, ());
         let (entered, release) = (Barrier::new(2), Barrier::new(2));
         std::thread::scope(|s| {
             s.spawn(|| {
-                parked.with_read(&1, |_| {
+                parked.read0(&1, |_| {
                     entered.wait();
                     release.wait();
                     Ok(())
@@ -2309,7 +2438,7 @@ mod tests {
                 for k in 0..20 {
                     put(&churned, round * 20 + k, 0);
                 }
-                churned.retain(|_| true);
+                churned.retain0(|_| true);
             }
             let held = (churned.retired(), churned.unreclaimed());
             release.wait();
@@ -2321,16 +2450,16 @@ mod tests {
     /// own table, or a signal handler interrupting a lookup) does not end the outer one.
     #[test]
     fn a_nested_lookup_leaves_the_outer_one_protected() {
-        let table: Table<u64, AtomicU64> = Table::with_shards(1);
+        let table: Table<u64, AtomicU64, ()> = Table::with_shards(1, ());
         put(&table, 1, 1);
         put(&table, 2, 2);
         let (entered, release) = (Barrier::new(2), Barrier::new(2));
         std::thread::scope(|s| {
             s.spawn(|| {
                 let first = AtomicBool::new(true);
-                table.with_read(&1, |outer| {
+                table.read0(&1, |outer| {
                     if first.swap(false, Ordering::Relaxed) {
-                        assert_eq!(table.with_read(&2, read), Some(Ok(2)));
+                        assert_eq!(table.read0(&2, read), Some(Ok(2)));
                         entered.wait();
                         release.wait();
                     }
@@ -2338,7 +2467,7 @@ mod tests {
                 })
             });
             entered.wait();
-            assert_eq!(table.retain(|w| crate::cas::mark_gone(w, 1)), 1);
+            assert_eq!(table.retain0(|w| crate::cas::mark_gone(w, 1)), 1);
             let held = table.unreclaimed();
             release.wait();
             assert_eq!(held, 1, "the nested lookup's end let the outer's entry go");
@@ -2358,16 +2487,16 @@ mod tests {
                 &self.0
             }
         }
-        let table: Table<UserId, AtomicU64> = Table::with_shards(4);
+        let table: Table<UserId, AtomicU64, ()> = Table::with_shards(4, ());
         for id in 0..1_000 {
             put(&table, UserId(id), id);
         }
         for id in 0..1_000u64 {
-            assert_eq!(table.with_read(&id, read), Some(Ok(id)));
+            assert_eq!(table.read0(&id, read), Some(Ok(id)));
         }
-        let strings: Table<String, AtomicU64> = Table::with_shards(4);
+        let strings: Table<String, AtomicU64, ()> = Table::with_shards(4, ());
         put(&strings, "alice".to_string(), 1);
-        assert_eq!(strings.with_read("alice", read), Some(Ok(1)));
+        assert_eq!(strings.read0("alice", read), Some(Ok(1)));
     }
 
     /// Finding (k): a table of large keys is never built on the stack (16 inline entries of
@@ -2378,7 +2507,7 @@ mod tests {
     fn a_key_dropped_by_the_table_may_use_it() {
         #[derive(Clone)]
         struct Reentrant(u64);
-        static TABLE: std::sync::OnceLock<&'static Table<Reentrant, AtomicU64>> =
+        static TABLE: std::sync::OnceLock<&'static Table<Reentrant, AtomicU64, ()>> =
             std::sync::OnceLock::new();
         impl PartialEq for Reentrant {
             fn eq(&self, other: &Self) -> bool {
@@ -2400,7 +2529,7 @@ mod tests {
             fn drop(&mut self) {
                 if let Some(table) = TABLE.get() {
                     // A lookup and a write, from inside a drop the table runs.
-                    let _ = table.with_read(&0u64, |_| Ok(()));
+                    let _ = table.read0(&0u64, |_| Ok(()));
                     if self.0 < 1_000 {
                         put(table, Reentrant(self.0 + 1_000), 1_000);
                     }
@@ -2408,21 +2537,21 @@ mod tests {
             }
         }
         // Reachable from a static for the rest of the process (leak checkers see it held).
-        let table = TABLE.get_or_init(|| Box::leak(Box::new(Table::with_shards(1))));
+        let table = TABLE.get_or_init(|| Box::leak(Box::new(Table::with_shards(1, ()))));
         for id in 0..20 {
             put(table, Reentrant(id), id);
         }
         // The duplicate key is dropped after the lock; removed keys when they are freed.
-        table.with_entry(Reentrant(3), |_| (None, ()));
-        assert!(table.with_read(&1_003, |_| Ok(())).is_some());
-        assert_eq!(table.retain(|w| w.load(Ordering::Relaxed) < 5), 5);
+        table.entry0(Reentrant(3), |_| (None, ()));
+        assert!(table.read0(&1_003, |_| Ok(())).is_some());
+        assert_eq!(table.retain0(|w| w.load(Ordering::Relaxed) < 5), 5);
         table.reclaim_now();
         for id in 1_000..1_005 {
-            assert!(table.with_read(&id, |_| Ok(())).is_some(), "{id}");
+            assert!(table.read0(&id, |_| Ok(())).is_some(), "{id}");
         }
         // Big keys, stored in the slots: a table of 16 KiB keys grows and finds them.
         const BIG: usize = 16 << 10;
-        let big: Table<[u8; BIG], AtomicU64> = Table::with_shards(1);
+        let big: Table<[u8; BIG], AtomicU64, ()> = Table::with_shards(1, ());
         for i in 0..20u8 {
             let mut key = [0u8; BIG];
             key[0] = i;
@@ -2430,12 +2559,12 @@ mod tests {
         }
         let mut key = [0u8; BIG];
         key[0] = 19;
-        assert_eq!((big.len(), big.with_read(&key, read)), (20, Some(Ok(19))));
+        assert_eq!((big.len(), big.read0(&key, read)), (20, Some(Ok(19))));
         // A table of 64 KiB keys made on a thread with 512 KiB of stack, where 16 entries
         // (1 MiB) built on the stack would overflow it.
         let made = std::thread::Builder::new()
             .stack_size(512 << 10)
-            .spawn(|| Raw::<[u8; 64 << 10], AtomicU64>::new(64).capacity())
+            .spawn(|| Raw::<[u8; 64 << 10], AtomicU64, ()>::new(64, ()).capacity())
             .unwrap()
             .join()
             .unwrap();

@@ -23,11 +23,11 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// let tiers = [Quota::per_second(1)?, Quota::per_second(10)?];
     /// let limiter: KeyedLimiter<u32, Tiered, _> =
     ///     KeyedLimiter::with_tiers(&tiers, |user: &u32| usize::from(*user >= 1000), ManualClock::new())?;
-    /// assert_eq!(limiter.tiers(), &tiers);
+    /// assert_eq!(limiter.tiers(), tiers);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn tiers(&self) -> &[Quota] {
-        &self.quotas
+    pub fn tiers(&self) -> Vec<Quota> {
+        crate::sync::lock(&self.latest).quotas.to_vec()
     }
 
     /// The tier `key` is limited by: the one it was given when first seen while it is held, else
@@ -53,13 +53,15 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if self.pick.is_none() {
             return 0;
         }
+        let last = crate::sync::lock(&self.latest)
+            .quotas
+            .len()
+            .saturating_sub(1);
         // A state's tier survives eviction's mark and a rebuild's seal: read it as it is.
-        match self.store.with_read(key, |state| Ok(A::tier_of(state))) {
-            Some(Ok(tier)) => tier.min(self.quotas.len().saturating_sub(1)),
+        match self.store.with_read(key, |_, state| Ok(A::tier_of(state))) {
+            Some(Ok(tier)) => tier.min(last),
             // Not held (the lookup never answers `Gone` here): the tier it would be given.
-            Some(Err(crate::cas::Gone)) | None => self
-                .tier_of(&key.to_owned())
-                .min(self.quotas.len().saturating_sub(1)),
+            Some(Err(crate::cas::Gone)) | None => self.tier_of(&key.to_owned()).min(last),
         }
     }
 
@@ -117,17 +119,22 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C>
                 max: MAX_TIERS,
             });
         }
-        let policy = TieredPolicy(
-            tiers
-                .iter()
-                .map(A::policy)
-                .collect::<Result<Box<[_]>, QuotaError>>()?,
-        );
         Ok(KeyedLimiter::build(
-            policy,
+            tiered_policy::<A>(tiers)?,
             tiers.into(),
+            tiered_policy::<A>,
             Some(Box::new(pick)),
             clock,
         ))
     }
+}
+
+/// The policies of `tiers`' quotas, one per tier.
+fn tiered_policy<A: Algorithm>(tiers: &[Quota]) -> Result<TieredPolicy<A::Policy>, QuotaError> {
+    Ok(TieredPolicy(
+        tiers
+            .iter()
+            .map(A::policy)
+            .collect::<Result<Box<[_]>, QuotaError>>()?,
+    ))
 }

@@ -318,14 +318,14 @@ where
     }
 
     fn quota(&self) -> Quota {
-        *KeyedLimit::<K>::quota(&self.all)
+        KeyedLimit::<K>::quota(&self.all)
     }
 
     fn tiers(&self) -> Vec<Quota> {
         self.all
             .limits()
             .iter()
-            .map(|l| *KeyedLimit::<K>::quota(l))
+            .map(|l| KeyedLimit::<K>::quota(l))
             .collect()
     }
 
@@ -487,7 +487,7 @@ where
     }
 
     fn quota(&self) -> Quota {
-        *self.0.quota()
+        self.0.quota()
     }
 
     fn tiers(&self) -> Vec<Quota> {
@@ -661,7 +661,7 @@ where
     }
 
     fn quota(&self) -> Quota {
-        *self.0.quota()
+        self.0.quota()
     }
 }
 

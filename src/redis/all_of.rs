@@ -62,7 +62,7 @@ impl fmt::Debug for AllOfFailurePolicy {
             AllOfFailurePolicy::Closed => f.write_str("Closed"),
             AllOfFailurePolicy::Open => f.write_str("Open"),
             AllOfFailurePolicy::Local(l) => {
-                let quotas: Vec<&Quota> = l.limits().iter().map(|k| k.quota()).collect();
+                let quotas: Vec<Quota> = l.limits().iter().map(|k| k.quota()).collect();
                 f.debug_tuple("Local").field(&quotas).finish()
             }
         }

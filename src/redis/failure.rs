@@ -48,7 +48,7 @@ impl<A: Algorithm> fmt::Debug for FailurePolicy<A> {
         match self {
             FailurePolicy::Closed => f.write_str("Closed"),
             FailurePolicy::Open => f.write_str("Open"),
-            FailurePolicy::Local(l) => f.debug_tuple("Local").field(l.quota()).finish(),
+            FailurePolicy::Local(l) => f.debug_tuple("Local").field(&l.quota()).finish(),
         }
     }
 }

@@ -457,6 +457,11 @@ impl Relocate for Log {
 
     /// Nothing to seal: the copy is the same log.
     fn seal(&self, _copy: &Log) {}
+
+    /// The same log, as [`Relocate::copy`].
+    fn take(&self) -> Log {
+        self.copy()
+    }
 }
 
 impl fmt::Debug for Log {
@@ -1171,6 +1176,26 @@ impl Contract for SlidingWindowLogAlgorithm {
 
     fn refill(policy: &Policy, log: &Log, available: u64, now: Nanos) {
         log.refill(policy, available, now.clamped());
+    }
+
+    fn converted(old: &Policy, new: &Policy, log: &Log, now: Nanos, _changed: &[bool]) -> Log {
+        // A log marked gone (evicted, not yet removed) stands for a fresh one: its successor is
+        // fresh as of the change.
+        if Self::is_gone(log) {
+            return Self::settled(new, 0, new.count, now);
+        }
+        let left = log.seal(old, now.clamped());
+        Self::settled(new, 0, left, now)
+    }
+
+    fn settled(policy: &Policy, _tier: usize, available: u64, at: Nanos) -> Log {
+        // A whole count is a fresh log as of `at`: what a key not held then stands for.
+        if available >= policy.count {
+            return Log::fresh(policy, at);
+        }
+        let log = Log::new(policy);
+        log.refill(policy, available, at.clamped());
+        log
     }
 }
 

@@ -1,5 +1,8 @@
 //! Quota changes on a direct limiter ([`tollgate::Direct::set_quota_at`],
-//! [`tollgate::ShardedBucket::set_quota_at`], [`SubWindowCounter::set_quota_at`]), checked against the
+//! [`tollgate::ShardedBucket::set_quota_at`], [`SubWindowCounter::set_quota_at`]) and on one key of
+//! a keyed limiter ([`KeyedLimiter::set_quota_at`], [`KeyedLimiter::set_tier_quota_at`]: the key
+//! may be held at a change, or not yet, which a keyed limiter must treat as a fresh key's state),
+//! checked against the
 //! crate's one rule for every algorithm: right after a change at reading `t`, the limiter holds
 //! `min(what it had left at t, the new capacity)` whole admissions, and from there on answers
 //! every request exactly as a limiter of the new quota alone that held that many at `t` (its
@@ -24,8 +27,12 @@
 //! run(Kind::Bucket, Quota::per_second(10).unwrap(), 0, &ops);
 //! ```
 
+use tollgate::keyed::{KeyedError, KeyedLimiter, Tiered};
 use tollgate::window::SubWindowCounter;
-use tollgate::{Algorithm, Direct, Limiter, ManualClock, Nanos, Quota, QuotaError, ShardedBucket};
+use tollgate::{
+    AcquireError, Admitted, Algorithm, Denied, Direct, Limiter, ManualClock, Nanos, Quota,
+    QuotaError, ShardedBucket,
+};
 
 use crate::driver::limiter::Amount;
 
@@ -46,6 +53,28 @@ pub enum Kind {
     Sharded,
     /// [`tollgate::window::SubWindowCounter`] of [`SUB_WINDOWS`] sub-windows.
     SubWindows,
+    /// One key of a [`KeyedLimiter`] running the algorithm of a direct kind (`Bucket`, `Meter`,
+    /// `Fixed`, `Counter` or `Log`; the others run the bucket).
+    Keyed(KeyedKind),
+    /// One key of a [`KeyedLimiter`] of two tiers of token buckets, the key in the first: each
+    /// change sets the first tier's quota (and the second tier's to the same, every other
+    /// time, so that the tiers' conversions are checked apart).
+    KeyedTiered,
+}
+
+/// The algorithm of [`Kind::Keyed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyedKind {
+    /// [`tollgate::keyed::TokenBucketKeys`].
+    Bucket,
+    /// [`tollgate::keyed::LeakyMeterKeys`].
+    Meter,
+    /// [`tollgate::keyed::FixedWindowKeys`].
+    Fixed,
+    /// [`tollgate::keyed::SlidingWindowCounterKeys`].
+    Counter,
+    /// [`tollgate::keyed::SlidingWindowLogKeys`].
+    Log,
 }
 
 /// The sub-window count of the sub-window counter's runs.
@@ -112,6 +141,132 @@ pub fn run(kind: Kind, quota: Quota, start_ns: u64, ops: &[Op]) {
             start_ns,
             ops,
         ),
+        Kind::Keyed(KeyedKind::Bucket) => {
+            keyed::<tollgate::TokenBucketAlgorithm>(quota, start_ns, ops)
+        }
+        Kind::Keyed(KeyedKind::Meter) => {
+            keyed::<tollgate::LeakyMeterAlgorithm>(quota, start_ns, ops)
+        }
+        Kind::Keyed(KeyedKind::Fixed) => {
+            keyed::<tollgate::FixedWindowAlgorithm>(quota, start_ns, ops)
+        }
+        Kind::Keyed(KeyedKind::Counter) => {
+            keyed::<tollgate::SlidingWindowCounterAlgorithm>(quota, start_ns, ops)
+        }
+        Kind::Keyed(KeyedKind::Log) => {
+            keyed::<tollgate::SlidingWindowLogAlgorithm>(quota, start_ns, ops)
+        }
+        Kind::KeyedTiered => {
+            let changes = std::cell::Cell::new(0u64);
+            drive(
+                |q, available, now| {
+                    let limiter = KeyedLimiter::with_tiers(
+                        &[q, q],
+                        |_: &u8| 0,
+                        ManualClock::starting_at(Nanos::new(now)),
+                    )?;
+                    Ok(OneKey::holding(limiter, q, available, now))
+                },
+                |l: &OneKey<Tiered>, q, at| {
+                    changes.set(changes.get() + 1);
+                    l.0.set_tier_quota_at(0, q, at)?;
+                    if changes.get().is_multiple_of(2) {
+                        l.0.set_tier_quota_at(1, q, at)?;
+                    }
+                    Ok(())
+                },
+                quota,
+                start_ns,
+                ops,
+            );
+        }
+    }
+}
+
+fn keyed<A: Algorithm>(quota: Quota, start_ns: u64, ops: &[Op]) {
+    drive(
+        |q, available, now| {
+            let limiter =
+                KeyedLimiter::with_algorithm(q, ManualClock::starting_at(Nanos::new(now)))?;
+            Ok(OneKey::holding(limiter, q, available, now))
+        },
+        |l: &OneKey<A>, q, at| l.0.set_quota_at(q, at),
+        quota,
+        start_ns,
+        ops,
+    );
+}
+
+/// Key 0 of a keyed limiter, as a [`Limiter`].
+pub struct OneKey<A: Algorithm>(KeyedLimiter<u8, A, ManualClock>);
+
+impl<A: Algorithm> std::fmt::Debug for OneKey<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("OneKey").field(&self.0).finish()
+    }
+}
+
+impl<A: Algorithm> OneKey<A> {
+    /// `limiter`, its key 0 holding `available` of `quota` at `now_ns` when given (the rest
+    /// admitted there), else not held.
+    fn holding(
+        limiter: KeyedLimiter<u8, A, ManualClock>,
+        quota: Quota,
+        available: Option<u64>,
+        now_ns: u64,
+    ) -> OneKey<A> {
+        // Key 0 fresh as of `now_ns`, as a state converted at `now_ns` with its whole capacity
+        // is (an eviction there raises the limiter's floor to it).
+        if available.is_some() {
+            limiter.retain_recent_at(Nanos::new(now_ns));
+        }
+        let key = OneKey(limiter);
+        // All but `available` of the capacity (a window's is its count) taken at `now_ns`.
+        let used = available.map_or(0, |a| quota.capacity().saturating_sub(a));
+        if used > 0 {
+            assert!(key.try_acquire_n_at(used, Nanos::new(now_ns)).is_ok());
+        }
+        key
+    }
+}
+
+/// A keyed answer as a direct limiter's (the driver's limiters never fill their map).
+fn unkeyed(answer: Result<Admitted, KeyedError>) -> Result<Admitted, AcquireError> {
+    answer.map_err(|e| match e {
+        KeyedError::Denied(d) => AcquireError::Denied(d),
+        KeyedError::InsufficientCapacity(c) => AcquireError::InsufficientCapacity(c),
+        other => panic!("a keyed limiter of one key answered {other:?}"),
+    })
+}
+
+impl<A: Algorithm> Limiter for OneKey<A> {
+    fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
+        match unkeyed(self.0.check_key_at(&0, now)) {
+            Ok(admitted) => Ok(admitted),
+            Err(AcquireError::Denied(d)) => Err(d),
+            Err(other) => panic!("one token refused as {other:?}"),
+        }
+    }
+
+    fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        unkeyed(self.0.check_key_n_at(&0, n, now))
+    }
+
+    fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+        unkeyed(self.0.peek_key_n_at(&0, n, now))
+    }
+
+    fn remaining_at(&self, now: Nanos) -> u64 {
+        self.0.remaining_key_at(&0, now)
+    }
+
+    fn now(&self) -> Nanos {
+        use tollgate::Clock;
+        self.0.clock().now()
+    }
+
+    fn quota(&self) -> Quota {
+        self.0.quota()
     }
 }
 
@@ -189,6 +344,12 @@ fn sub_windows(
 /// The run, for any limiter: `build(quota, available, now)` makes a limiter (holding `available`
 /// at `now` when given), `change` changes one's quota. The limiter built at the start is changed
 /// in place; the model is rebuilt at every change.
+///
+/// A reading before the latest change's is taken at the change's reading instead: the rule is
+/// about what a limiter admits from the change on, and at earlier readings the changed limiter
+/// and its twin, built at the change, may differ in ways the rule leaves open (a window's
+/// alignment; a keyed limiter's key not held is fresh as of the reading, its twin's, built held,
+/// fresh as of the change). `tests/set_quota.rs` bounds what threads admit across changes.
 fn drive<L: Limiter>(
     build: impl Fn(Quota, Option<u64>, u64) -> Result<L, QuotaError>,
     change: impl Fn(&L, Quota, Nanos) -> Result<(), QuotaError>,
@@ -201,10 +362,12 @@ fn drive<L: Limiter>(
     };
     let mut model = build(quota, None, start_ns).expect("the same quota");
     let mut now = start_ns;
+    let mut changed_at = 0;
+    let step = |now: u64, dt: i64, changed_at: u64| now.saturating_add_signed(dt).max(changed_at);
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Acquire { n, dt } => {
-                now = now.saturating_add_signed(dt);
+                now = step(now, dt, changed_at);
                 let n = n.resolve(limiter.quota().capacity());
                 let at = Nanos::new(now);
                 assert_eq!(
@@ -214,7 +377,7 @@ fn drive<L: Limiter>(
                 );
             }
             Op::Peek { n, dt } => {
-                now = now.saturating_add_signed(dt);
+                now = step(now, dt, changed_at);
                 let n = n.resolve(limiter.quota().capacity());
                 let at = Nanos::new(now);
                 assert_eq!(
@@ -225,7 +388,8 @@ fn drive<L: Limiter>(
                 assert_eq!(limiter.remaining_at(at), model.remaining_at(at));
             }
             Op::Change { quota: new, dt } => {
-                now = now.saturating_add_signed(dt);
+                now = step(now, dt, changed_at);
+                changed_at = now;
                 let at = Nanos::new(now);
                 let before = limiter.quota();
                 let left = limiter.remaining_at(at);
