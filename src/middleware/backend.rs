@@ -1,6 +1,7 @@
 //! What the layer asks for a decision: [`Backend`], and the adapters that make one of every
 //! limiter: [`Keyed`] (one limit per key, any [`KeyedLimit`]), [`Global`] (one limit for all, any
-//! [`Limiter`]) and, with the `redis` feature, [`Redis`].
+//! [`Limiter`]), [`KeyedAllOf`] and [`GlobalAllOf`] (several limits) and, with the `redis`
+//! feature, `Redis` (one limit in Redis).
 
 use std::error::Error;
 use std::fmt;
@@ -96,13 +97,103 @@ pub enum Decision<F> {
     Delayed(crate::outcome::Scheduled),
 }
 
+/// What a [`Backend`]'s future answers: the decision alone, or the decision with the index (in
+/// [`Backend::tiers`]) of the limit it is from.
+///
+/// Implemented for two types, and only for them (the trait is sealed):
+///
+/// - `Result<Admitted, Refusal>`: the decision alone, what a backend of one limit answers
+///   (`Redis`, and every backend whose futures were written before the index could travel
+///   with them). The layer names the policy that [`Backend::decide_indexed`] or
+///   [`Backend::tier_of_key`] chose when the request arrived.
+/// - `(Option<usize>, Result<Admitted, Refusal>)`: the decision and, when known, the index of the
+///   limit it is from, for a backend of several limits that learns which one binds or refuses
+///   only when the decision comes back (one that decides over the network). A `Some` index names
+///   the policy in `RateLimit`; `None` keeps the one chosen when the request arrived.
+///
+/// An in-process backend answers [`Decision::Ready`] with its index beside it, from
+/// [`Backend::decide_indexed`], and builds no future at all.
+///
+/// # Examples
+///
+/// A backend that decides through a future and names the second of its two limits:
+///
+/// ```
+/// use std::future::{ready, Ready};
+/// use tollgate::middleware::{Answer, Backend, Decision, Refusal};
+/// use tollgate::{Admitted, Limiter, ManualClock, Quota, TokenBucket};
+///
+/// struct Later { quotas: [Quota; 2], bucket: TokenBucket<ManualClock> }
+/// impl Backend<()> for Later {
+///     type Future = Ready<(Option<usize>, Result<Admitted, Refusal>)>;
+///     fn decide(&self, _key: &(), cost: u64) -> Decision<Self::Future> {
+///         let answer = self.bucket.try_acquire_n(cost).map_err(Refusal::from);
+///         Decision::Pending(ready((Some(1), answer)))
+///     }
+///     fn quota(&self) -> Quota {
+///         self.quotas[0]
+///     }
+///     fn tiers(&self) -> Vec<Quota> {
+///         self.quotas.to_vec()
+///     }
+///     fn all_apply(&self) -> bool {
+///         true
+///     }
+/// }
+/// let quotas = [Quota::per_second(10)?, Quota::per_minute(1)?];
+/// let backend = Later { quotas, bucket: TokenBucket::with_clock(quotas[1], ManualClock::new()) };
+/// let Decision::Pending(fut) = backend.decide(&(), 1) else { unreachable!() };
+/// let (index, answer) = fut.into_inner().into_indexed();
+/// assert_eq!(index, Some(1));
+/// assert_eq!(answer.map(|a| a.remaining()).ok(), Some(0));
+/// // The decision alone carries no index.
+/// let down = std::sync::Arc::new(std::io::Error::other("down"));
+/// let alone: Result<Admitted, Refusal> = Err(Refusal::Unavailable(down));
+/// assert_eq!(alone.into_indexed().0, None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Answer: sealed::Sealed + Send + 'static {
+    /// The index of the limit the decision is from (`None` when the answer names none) and the
+    /// decision.
+    ///
+    /// # Examples
+    ///
+    /// See [`Answer`].
+    fn into_indexed(self) -> (Option<usize>, Result<Admitted, Refusal>);
+}
+
+impl Answer for Result<Admitted, Refusal> {
+    #[inline]
+    fn into_indexed(self) -> (Option<usize>, Result<Admitted, Refusal>) {
+        (None, self)
+    }
+}
+
+impl Answer for (Option<usize>, Result<Admitted, Refusal>) {
+    #[inline]
+    fn into_indexed(self) -> (Option<usize>, Result<Admitted, Refusal>) {
+        self
+    }
+}
+
+/// Keeps [`Answer`] to the two forms the layer knows.
+mod sealed {
+    use super::Refusal;
+    use crate::outcome::Admitted;
+
+    pub trait Sealed {}
+    impl Sealed for Result<Admitted, Refusal> {}
+    impl Sealed for (Option<usize>, Result<Admitted, Refusal>) {}
+}
+
 /// A limit the layer can enforce for keys of type `K`: what [`LimitLayer`](super::LimitLayer)
 /// is generic over.
 ///
 /// Implemented by [`Keyed`] (any [`KeyedLimit<K>`]), [`Global`] (any [`Limiter`], one limit for
-/// every request) and [`Redis`] (feature `redis`). Implement it to put another limiter behind the
-/// layer: answer [`Decision::Ready`] when the decision is made at once, so the layer takes no
-/// detour through a future.
+/// every request), [`Meter`], [`KeyedAllOf`] and [`GlobalAllOf`] (several limits), and `Redis`
+/// (feature `redis`). Implement it to put another limiter behind the layer: answer
+/// [`Decision::Ready`] when the decision is made at once, so the layer takes no detour through a
+/// future; a future may answer the index of the limit it is from with the decision ([`Answer`]).
 ///
 /// # Examples
 ///
@@ -132,8 +223,9 @@ pub enum Decision<F> {
 /// ```
 pub trait Backend<K>: Send + Sync + 'static {
     /// The future of a decision made elsewhere; in-process backends name
-    /// `std::future::Ready<..>` and never build one.
-    type Future: Future<Output = Result<Admitted, Refusal>> + Send + 'static;
+    /// `std::future::Ready<..>` and never build one. It answers the decision alone, or with the
+    /// index of the limit it is from (see [`Answer`]).
+    type Future: Future<Output: Answer> + Send + 'static;
 
     /// Admits `cost` units for `key`, all or none (`cost = 0` is a query), or says why not.
     fn decide(&self, key: &K, cost: u64) -> Decision<Self::Future>;
@@ -188,9 +280,14 @@ pub trait Backend<K>: Send + Sync + 'static {
     }
 
     /// [`Backend::decide`], with the index in [`Backend::tiers`] of the quota the answer is from
-    /// when the backend knows it: for [`KeyedAllOf`] and [`GlobalAllOf`], the binding limit of an
-    /// admission, or the limit whose refusal is reported. `None` (the default) leaves the choice
-    /// to [`Backend::tier_of_key`]. Asked instead of `decide` when [`Backend::all_apply`].
+    /// when the backend knows it now: for [`KeyedAllOf`] and [`GlobalAllOf`], the binding limit of
+    /// an admission, or the limit whose refusal is reported. `None` (the default) leaves the
+    /// choice to [`Backend::tier_of_key`]. Asked instead of `decide` when [`Backend::all_apply`].
+    ///
+    /// A backend that learns the index only with a [`Decision::Pending`] future's answer (over
+    /// the network) answers `None` here and gives the index with the future's output,
+    /// `(Option<usize>, Result<Admitted, Refusal>)` (see [`Answer`]); an index from the future
+    /// wins over one given here.
     ///
     /// # Examples
     ///

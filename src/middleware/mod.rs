@@ -157,7 +157,9 @@ mod layer;
 mod quota_handle;
 mod service;
 
-pub use backend::{Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal};
+pub use backend::{
+    Answer, Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal,
+};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::{KeyBytes, Redis};
