@@ -19,7 +19,7 @@ use tollgate::keyed::{
     FixedWindowKeys, KeyedError, KeyedLimiter, LeakyMeterKeys, SlidingWindowCounterKeys,
     SlidingWindowLogKeys, TokenBucketKeys,
 };
-use tollgate::middleware::{global, Global, Keyed, LimitLayer};
+use tollgate::middleware::{global, Backend, Decision, Global, Keyed, LimitLayer, Refusal};
 use tollgate::Clock;
 use tollgate::{Admitted, Algorithm, Direct, ManualClock, Quota};
 use tower::{service_fn, Layer, Service};
@@ -250,10 +250,46 @@ proptest! {
     }
 }
 
-/// Several limits behind the layer ([`KeyedAllOf`], [`GlobalAllOf`]): `RateLimit-Policy` lists
-/// every policy, `RateLimit` names the one the decision was from (the binding one of an
-/// admission, the refusing one with the longest wait of a denial), and `Retry-After` is that
-/// longest wait. Checked against the `AllOf`'s own indexed answers on a twin, step by step.
+/// A backend of several limits whose decisions come back through a future, the index of the
+/// limit beside the answer (as `RedisAll`'s do, over the network): `B`'s indexed decision,
+/// deferred. Its `decide_indexed` answers a stale guess (limit 0) that the future's index must
+/// override.
+struct Deferred<B>(B);
+
+impl<K, B: Backend<K>> Backend<K> for Deferred<B> {
+    type Future = std::future::Ready<(Option<usize>, Result<Admitted, Refusal>)>;
+
+    fn decide(&self, key: &K, cost: u64) -> Decision<Self::Future> {
+        match self.0.decide_indexed(key, cost) {
+            (index, Decision::Ready(answer)) => {
+                Decision::Pending(std::future::ready((index, answer)))
+            }
+            _ => panic!("an in-process backend answers at once"),
+        }
+    }
+
+    fn decide_indexed(&self, key: &K, cost: u64) -> (Option<usize>, Decision<Self::Future>) {
+        (Some(0), self.decide(key, cost))
+    }
+
+    fn quota(&self) -> Quota {
+        self.0.quota()
+    }
+
+    fn tiers(&self) -> Vec<Quota> {
+        self.0.tiers()
+    }
+
+    fn all_apply(&self) -> bool {
+        self.0.all_apply()
+    }
+}
+
+/// Several limits behind the layer ([`KeyedAllOf`], [`GlobalAllOf`], and the first deferred to a
+/// future that answers the index with the decision): `RateLimit-Policy` lists every policy,
+/// `RateLimit` names the one the decision was from (the binding one of an admission, the refusing
+/// one with the longest wait of a denial), and `Retry-After` is that longest wait. Checked against
+/// the `AllOf`'s own indexed answers on a twin, step by step.
 #[test]
 fn several_limits_list_every_policy_and_name_the_binding_one() {
     use tollgate::middleware::{GlobalAllOf, KeyedAllOf};
@@ -283,11 +319,16 @@ fn several_limits_list_every_policy_and_name_the_binding_one() {
         .tier_names(names)
         .build()
         .unwrap();
+    let deferred_layer = LimitLayer::new(Deferred(KeyedAllOf::new(keyed(()))), global_key())
+        .tier_names(names)
+        .build()
+        .unwrap();
     let keyed_twin = keyed(());
     let direct_twin = direct(());
     let handler: Handler = |_| std::future::ready(Ok(Response::new(())));
     let mut keyed_svc = keyed_layer.layer(service_fn(handler));
     let mut direct_svc = direct_layer.layer(service_fn(handler));
+    let mut deferred_svc = deferred_layer.layer(service_fn(handler));
     // Requests costing 1 every 100 ms, then a pause: both limits get to bind and to refuse.
     let steps = [
         0, 100, 100, 100, 100, 100, 100, 100, 2_000, 100, 100, 100, 100, 100, 100,
@@ -308,6 +349,7 @@ fn several_limits_list_every_policy_and_name_the_binding_one() {
         let responses = [
             now(keyed_svc.call(Request::builder().body(()).unwrap())).unwrap(),
             now(direct_svc.call(Request::builder().body(()).unwrap())).unwrap(),
+            now(deferred_svc.call(Request::builder().body(()).unwrap())).unwrap(),
         ];
         let mut want = expect(want_keyed);
         want.ratelimit = want

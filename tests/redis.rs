@@ -2635,6 +2635,275 @@ fn the_http_layer_answers_503_when_redis_cannot_decide() {
     });
 }
 
+/// What a response of the layer says: the status and the fields the decision sets.
+#[cfg(feature = "tower")]
+#[derive(Debug, PartialEq, Eq)]
+struct Said {
+    status: http::StatusCode,
+    ratelimit: Option<String>,
+    retry_after: Option<String>,
+}
+
+/// What the layer must say for the decision `answer` of limit `name`: the fields of an in-process
+/// limiter's (`t` and `Retry-After` rounded up, `Retry-After` at least 1 and not before `t`).
+#[cfg(feature = "tower")]
+fn said_of(name: &str, answer: Result<Admitted, RedisError>) -> Said {
+    let ceil = |d: Duration| d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    let field = |r: u64, next: Option<Duration>| match next.map(ceil) {
+        Some(t) => format!("\"{name}\";r={r};t={t}"),
+        None => format!("\"{name}\";r={r}"),
+    };
+    match answer {
+        Ok(a) => Said {
+            status: http::StatusCode::OK,
+            ratelimit: Some(field(a.remaining(), a.next_after())),
+            retry_after: None,
+        },
+        Err(RedisError::Denied(d)) => {
+            let t = d.next_after().map(ceil).unwrap_or(0);
+            let retry = ceil(d.retry_after()).max(1).max(t);
+            Said {
+                status: http::StatusCode::TOO_MANY_REQUESTS,
+                ratelimit: Some(field(d.remaining(), d.next_after())),
+                retry_after: Some(retry.to_string()),
+            }
+        }
+        Err(RedisError::InsufficientCapacity(_)) => Said {
+            status: http::StatusCode::TOO_MANY_REQUESTS,
+            ratelimit: None,
+            retry_after: None,
+        },
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+}
+
+/// What `res` says (each field at most once).
+#[cfg(feature = "tower")]
+fn said<B>(res: &http::Response<B>) -> Said {
+    let one = |name: &str| {
+        let mut all = res.headers().get_all(name).iter();
+        let first = all.next().map(|v| v.to_str().unwrap().to_string());
+        assert!(all.next().is_none(), "{name} twice");
+        first
+    };
+    Said {
+        status: res.status(),
+        ratelimit: one("ratelimit"),
+        retry_after: one("retry-after"),
+    }
+}
+
+/// Several Redis limits behind the layer (`RedisAll`), mirroring the in-process `KeyedAllOf`'s
+/// test (tests/middleware_fields.rs): `RateLimit-Policy` lists every limit, `RateLimit` names
+/// the one the decision was from (the binding one of an admission, the refusing one with the
+/// longest wait of a denial), and `Retry-After` is that longest wait. The index is known only
+/// when Redis answers, so it comes through the backend's future. Checked step by step against a
+/// twin `RedisAllOf`'s own indexed answers, both on one client clock.
+#[cfg(feature = "tower")]
+#[test]
+fn the_http_layer_names_the_binding_and_the_refusing_limit_of_several_in_redis() {
+    use std::convert::Infallible;
+
+    use http::{Request, Response};
+    use tollgate::middleware::{global, LimitLayer, RedisAll};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let url = redis_or_skip!();
+    runtime().block_on(async {
+        let conn = manager(&url).await;
+        let clock = ManualClock::new();
+        let quotas = [
+            Quota::per_second(2).unwrap(),
+            Quota::per_minute(30).unwrap().with_capacity(5).unwrap(),
+        ];
+        let names = ["burst", "minute"];
+        let listed = r#""burst";q=2;w=1, "minute";q=30;w=60;tollgate-burst=5"#;
+        let limits = Arc::new(several(
+            conn.clone(),
+            &quotas,
+            &fresh_prefix("layer-all"),
+            Some(&clock),
+        ));
+        let twin = several(conn, &quotas, &fresh_prefix("layer-twin"), Some(&clock));
+        let layer = LimitLayer::new(RedisAll::new(Arc::clone(&limits)), global())
+            .tier_names(names)
+            .cost(|head| {
+                head.headers
+                    .get("x-cost")
+                    .map_or(1, |v| v.to_str().unwrap().parse().unwrap())
+            })
+            .build()
+            .unwrap();
+        let svc = layer.layer(service_fn(|_req: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+        let mut t_us = today_us(1);
+        // Requests costing 1 every 100 ms, then a pause, then more: both limits get to bind and
+        // to refuse (the second once its burst is spent, waiting longer than the first). Last, a
+        // request for 3, more than the first limit ever holds.
+        let steps = [
+            0, 100, 100, 100, 100, 100, 100, 100, 2_000, 100, 100, 100, 100, 100, 100, 100, 100,
+        ];
+        let mut named = std::collections::BTreeSet::new();
+        let mut decided = 0;
+        for (i, (&advance_ms, cost)) in steps
+            .iter()
+            .zip(std::iter::repeat_n(1, steps.len() - 1).chain([3u64]))
+            .enumerate()
+        {
+            t_us += advance_ms * 1000;
+            clock.set(Nanos::new(t_us * 1000));
+            let (at, answer) = twin.check_key_n_indexed("global", cost).await;
+            let at = at.unwrap_or_else(|| panic!("step {i}: no limit named: {answer:?}"));
+            if cost <= 2 {
+                named.insert((names[at], answer.is_ok()));
+                decided += 1;
+            }
+            let req = Request::builder()
+                .header("x-cost", cost.to_string())
+                .body(String::new())
+                .unwrap();
+            let res = svc.clone().oneshot(req).await.unwrap();
+            assert_eq!(said(&res), said_of(names[at], answer), "step {i}");
+            assert_eq!(res.headers()["ratelimit-policy"], listed, "step {i}");
+        }
+        // Each limit bound an admission and refused a request at some step (the request too
+        // large for the first limit aside).
+        assert_eq!(named.len(), 4, "{named:?}");
+        // One round trip per decision (two more for a reload); the request too large took none.
+        let stats = limits.stats();
+        assert_eq!(stats.decisions, decided, "{stats:?}");
+        assert_eq!(stats.round_trips - 2 * stats.reloads, decided, "{stats:?}");
+    });
+}
+
+/// Several Redis limits behind the layer when Redis cannot decide (nothing listens on port 1):
+/// `Closed` is 503 with the configured `Retry-After`, the policies and no `RateLimit`, and the
+/// inner service is not called; `Open` admits, and `Local` decides in process, each named under
+/// the first policy (no limit of the server's decided); a request larger than a limit is refused
+/// before any round trip, whatever the policy; and the quotas cannot be changed through the
+/// layer. Needs no server.
+#[cfg(feature = "tower")]
+#[test]
+fn the_http_layer_over_several_redis_limits_follows_the_failure_policy() {
+    use std::convert::Infallible;
+    use std::sync::atomic::AtomicU64;
+
+    use http::{Request, Response, StatusCode};
+    use tollgate::middleware::{global, LimitLayer, RedisAll, SetQuotaError};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let quotas = [
+        Quota::per_second(10).unwrap(),
+        Quota::per_minute(3).unwrap(),
+    ];
+    let listed = r#""burst";q=10;w=1, "minute";q=3;w=60"#;
+    runtime().block_on(async {
+        let layer = |failure| {
+            let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+            let conn = client
+                .get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())
+                .unwrap();
+            let limits = RedisAllOf::builder(conn, quotas)
+                .timeout(Duration::from_millis(200))
+                .build(failure)
+                .unwrap();
+            LimitLayer::new(RedisAll::new(Arc::new(limits)), global())
+                .tier_names(["burst", "minute"])
+                .unavailable(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Some(Duration::from_millis(2500)),
+                )
+                .cost(|head| {
+                    head.headers
+                        .get("x-cost")
+                        .map_or(1, |v| v.to_str().unwrap().parse().unwrap())
+                })
+                .build()
+                .unwrap()
+        };
+        let called = Arc::new(AtomicU64::new(0));
+        let svc = |layer: &LimitLayer<RedisAll, _>| {
+            let seen = Arc::clone(&called);
+            layer.layer(service_fn(move |_req: Request<String>| {
+                seen.fetch_add(1, Ordering::Relaxed);
+                async { Ok::<_, Infallible>(Response::new(String::new())) }
+            }))
+        };
+        let req = |cost: u64| {
+            Request::builder()
+                .header("x-cost", cost.to_string())
+                .body(String::new())
+                .unwrap()
+        };
+
+        // Closed: 503, the configured wait, the policies, no `RateLimit`; not passed on.
+        let closed = layer(AllOfFailurePolicy::Closed);
+        let res = svc(&closed).oneshot(req(1)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()["retry-after"], "3");
+        assert_eq!(res.headers()["ratelimit-policy"], listed);
+        assert!(res.headers().get("ratelimit").is_none());
+        assert_eq!(called.load(Ordering::Relaxed), 0);
+        // The quotas cannot change: `RedisAllOf` has no `set_quota`.
+        let handle = closed.quota_handle();
+        for tier in 0..2 {
+            let err = handle
+                .set_tier_quota(tier, Quota::per_second(20).unwrap())
+                .unwrap_err();
+            assert!(matches!(err, SetQuotaError::Unsupported { .. }), "{err}");
+            assert!(err.to_string().contains("RedisAll"), "{err}");
+        }
+        assert_eq!(handle.quotas(), quotas);
+
+        // Open: admitted with nothing known, under the first policy; passed on.
+        let open = layer(AllOfFailurePolicy::Open);
+        for _ in 0..4 {
+            let res = svc(&open).oneshot(req(1)).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            assert_eq!(res.headers()["ratelimit-policy"], listed);
+            let ratelimit = res.headers()["ratelimit"].to_str().unwrap();
+            assert!(ratelimit.starts_with(r#""burst";r=0"#), "{ratelimit}");
+        }
+        assert_eq!(called.load(Ordering::Relaxed), 4);
+        // More than the second limit ever holds: refused on the client, with no wait to give.
+        let res = svc(&open).oneshot(req(4)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(res.headers().get("retry-after").is_none());
+        assert!(res.headers().get("ratelimit").is_none());
+        assert_eq!(res.headers()["ratelimit-policy"], listed);
+        assert_eq!(called.load(Ordering::Relaxed), 4);
+
+        // Local: the in-process limits decide, all or none: 2 a minute binds, then refuses.
+        let local = layer(AllOfFailurePolicy::Local(
+            AllOf::new([
+                KeyedLimiter::new(Quota::per_second(5).unwrap()),
+                KeyedLimiter::new(Quota::per_minute(2).unwrap()),
+            ])
+            .unwrap(),
+        ));
+        for left in [1, 0] {
+            let res = svc(&local).oneshot(req(1)).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            let ratelimit = res.headers()["ratelimit"].to_str().unwrap();
+            assert!(
+                ratelimit.starts_with(&format!("\"burst\";r={left};t=")),
+                "{ratelimit}"
+            );
+        }
+        let res = svc(&local).oneshot(req(1)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry: u64 = res.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=30).contains(&retry), "{retry}");
+        assert_eq!(res.headers()["ratelimit-policy"], listed);
+        assert_eq!(called.load(Ordering::Relaxed), 6);
+    });
+}
+
 /// `take_up_to_key` when Redis cannot decide (nothing listens on port 1): `Closed` answers the
 /// error, `Open` as many as a full bucket holds (at most `n`), `Local` the local limiter's own
 /// partial take. Needs no server.

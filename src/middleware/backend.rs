@@ -1,6 +1,7 @@
 //! What the layer asks for a decision: [`Backend`], and the adapters that make one of every
 //! limiter: [`Keyed`] (one limit per key, any [`KeyedLimit`]), [`Global`] (one limit for all, any
-//! [`Limiter`]) and, with the `redis` feature, [`Redis`].
+//! [`Limiter`]), [`KeyedAllOf`] and [`GlobalAllOf`] (several limits) and, with the `redis`
+//! feature, `Redis` (one limit in Redis) and `RedisAll` (several limits in Redis).
 
 use std::error::Error;
 use std::fmt;
@@ -96,13 +97,103 @@ pub enum Decision<F> {
     Delayed(crate::outcome::Scheduled),
 }
 
+/// What a [`Backend`]'s future answers: the decision alone, or the decision with the index (in
+/// [`Backend::tiers`]) of the limit it is from.
+///
+/// Implemented for two types, and only for them (the trait is sealed):
+///
+/// - `Result<Admitted, Refusal>`: the decision alone, what a backend of one limit answers
+///   (`Redis`, and every backend whose futures were written before the index could travel
+///   with them). The layer names the policy that [`Backend::decide_indexed`] or
+///   [`Backend::tier_of_key`] chose when the request arrived.
+/// - `(Option<usize>, Result<Admitted, Refusal>)`: the decision and, when known, the index of the
+///   limit it is from, for a backend of several limits that learns which one binds or refuses
+///   only when the decision comes back (`RedisAll`, feature `redis`). A `Some` index names the
+///   policy in `RateLimit`; `None` keeps the one chosen when the request arrived.
+///
+/// An in-process backend answers [`Decision::Ready`] with its index beside it, from
+/// [`Backend::decide_indexed`], and builds no future at all.
+///
+/// # Examples
+///
+/// A backend that decides through a future and names the second of its two limits:
+///
+/// ```
+/// use std::future::{ready, Ready};
+/// use tollgate::middleware::{Answer, Backend, Decision, Refusal};
+/// use tollgate::{Admitted, Limiter, ManualClock, Quota, TokenBucket};
+///
+/// struct Later { quotas: [Quota; 2], bucket: TokenBucket<ManualClock> }
+/// impl Backend<()> for Later {
+///     type Future = Ready<(Option<usize>, Result<Admitted, Refusal>)>;
+///     fn decide(&self, _key: &(), cost: u64) -> Decision<Self::Future> {
+///         let answer = self.bucket.try_acquire_n(cost).map_err(Refusal::from);
+///         Decision::Pending(ready((Some(1), answer)))
+///     }
+///     fn quota(&self) -> Quota {
+///         self.quotas[0]
+///     }
+///     fn tiers(&self) -> Vec<Quota> {
+///         self.quotas.to_vec()
+///     }
+///     fn all_apply(&self) -> bool {
+///         true
+///     }
+/// }
+/// let quotas = [Quota::per_second(10)?, Quota::per_minute(1)?];
+/// let backend = Later { quotas, bucket: TokenBucket::with_clock(quotas[1], ManualClock::new()) };
+/// let Decision::Pending(fut) = backend.decide(&(), 1) else { unreachable!() };
+/// let (index, answer) = fut.into_inner().into_indexed();
+/// assert_eq!(index, Some(1));
+/// assert_eq!(answer.map(|a| a.remaining()).ok(), Some(0));
+/// // The decision alone carries no index.
+/// let down = std::sync::Arc::new(std::io::Error::other("down"));
+/// let alone: Result<Admitted, Refusal> = Err(Refusal::Unavailable(down));
+/// assert_eq!(alone.into_indexed().0, None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Answer: sealed::Sealed + Send + 'static {
+    /// The index of the limit the decision is from (`None` when the answer names none) and the
+    /// decision.
+    ///
+    /// # Examples
+    ///
+    /// See [`Answer`].
+    fn into_indexed(self) -> (Option<usize>, Result<Admitted, Refusal>);
+}
+
+impl Answer for Result<Admitted, Refusal> {
+    #[inline]
+    fn into_indexed(self) -> (Option<usize>, Result<Admitted, Refusal>) {
+        (None, self)
+    }
+}
+
+impl Answer for (Option<usize>, Result<Admitted, Refusal>) {
+    #[inline]
+    fn into_indexed(self) -> (Option<usize>, Result<Admitted, Refusal>) {
+        self
+    }
+}
+
+/// Keeps [`Answer`] to the two forms the layer knows.
+mod sealed {
+    use super::Refusal;
+    use crate::outcome::Admitted;
+
+    pub trait Sealed {}
+    impl Sealed for Result<Admitted, Refusal> {}
+    impl Sealed for (Option<usize>, Result<Admitted, Refusal>) {}
+}
+
 /// A limit the layer can enforce for keys of type `K`: what [`LimitLayer`](super::LimitLayer)
 /// is generic over.
 ///
 /// Implemented by [`Keyed`] (any [`KeyedLimit<K>`]), [`Global`] (any [`Limiter`], one limit for
-/// every request) and [`Redis`] (feature `redis`). Implement it to put another limiter behind the
-/// layer: answer [`Decision::Ready`] when the decision is made at once, so the layer takes no
-/// detour through a future.
+/// every request), [`Meter`], [`KeyedAllOf`] and [`GlobalAllOf`] (several limits), and `Redis`
+/// and `RedisAll` (feature `redis`). Implement it to put another limiter behind the layer: answer
+/// [`Decision::Ready`] when the decision is made at once, so the layer takes no detour through a
+/// future; a future may answer the index of the limit it is from with the decision ([`Answer`]).
 ///
 /// # Examples
 ///
@@ -132,8 +223,9 @@ pub enum Decision<F> {
 /// ```
 pub trait Backend<K>: Send + Sync + 'static {
     /// The future of a decision made elsewhere; in-process backends name
-    /// `std::future::Ready<..>` and never build one.
-    type Future: Future<Output = Result<Admitted, Refusal>> + Send + 'static;
+    /// `std::future::Ready<..>` and never build one. It answers the decision alone, or with the
+    /// index of the limit it is from (see [`Answer`]).
+    type Future: Future<Output: Answer> + Send + 'static;
 
     /// Admits `cost` units for `key`, all or none (`cost = 0` is a query), or says why not.
     fn decide(&self, key: &K, cost: u64) -> Decision<Self::Future>;
@@ -188,9 +280,14 @@ pub trait Backend<K>: Send + Sync + 'static {
     }
 
     /// [`Backend::decide`], with the index in [`Backend::tiers`] of the quota the answer is from
-    /// when the backend knows it: for [`KeyedAllOf`] and [`GlobalAllOf`], the binding limit of an
-    /// admission, or the limit whose refusal is reported. `None` (the default) leaves the choice
-    /// to [`Backend::tier_of_key`]. Asked instead of `decide` when [`Backend::all_apply`].
+    /// when the backend knows it now: for [`KeyedAllOf`] and [`GlobalAllOf`], the binding limit of
+    /// an admission, or the limit whose refusal is reported. `None` (the default) leaves the
+    /// choice to [`Backend::tier_of_key`]. Asked instead of `decide` when [`Backend::all_apply`].
+    ///
+    /// A backend that learns the index only with a [`Decision::Pending`] future's answer (over
+    /// the network: `RedisAll`, feature `redis`) answers `None` here and gives the index with the
+    /// future's output, `(Option<usize>, Result<Admitted, Refusal>)` (see [`Answer`]); an index
+    /// from the future wins over one given here.
     ///
     /// # Examples
     ///
@@ -204,7 +301,7 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// refuses with [`SetQuotaError::Unsupported`], naming the backend's type; [`Global`],
     /// [`Meter`] over a direct limiter, [`GlobalAllOf`] and `Redis` change their limiter's quota,
     /// and [`Keyed`] and [`KeyedAllOf`] ask theirs ([`ChangeQuota`]; a keyed limiter refuses, for
-    /// now).
+    /// now). `RedisAll` refuses: `RedisAllOf` has no `set_quota`.
     ///
     /// # Errors
     ///
@@ -666,7 +763,7 @@ where
 }
 
 #[cfg(feature = "redis")]
-pub use self::redis::{KeyBytes, Redis};
+pub use self::redis::{KeyBytes, Redis, RedisAll};
 
 #[cfg(feature = "redis")]
 mod redis {
@@ -678,7 +775,7 @@ mod redis {
     use super::{Backend, Decision, Refusal, SetQuotaError};
     use crate::outcome::Admitted;
     use crate::quota::Quota;
-    use crate::redis::{RedisAlgorithm, RedisError, RedisLimiter};
+    use crate::redis::{RedisAlgorithm, RedisAllOf, RedisError, RedisLimiter};
 
     /// A key as the bytes of its Redis key name: implemented for the keys the extractors give.
     ///
@@ -731,6 +828,17 @@ mod redis {
     impl KeyBytes for u64 {
         fn write_key(&self, out: &mut Vec<u8>) {
             out.extend_from_slice(self.to_string().as_bytes());
+        }
+    }
+
+    /// The layer's reading of a Redis backend's error: a limit's answers are theirs, and any other
+    /// error (Redis unreachable under `Closed`, a key too long, a local fallback that could not
+    /// decide) is [`Refusal::Unavailable`], as no decision could be made.
+    fn refusal(e: RedisError) -> Refusal {
+        match e {
+            RedisError::Denied(d) => Refusal::Denied(d),
+            RedisError::InsufficientCapacity(e) => Refusal::InsufficientCapacity(e),
+            other => Refusal::Unavailable(Arc::new(other)),
         }
     }
 
@@ -790,11 +898,7 @@ mod redis {
             key.write_key(&mut name);
             let limiter = Arc::clone(&self.0);
             Decision::Pending(Box::pin(async move {
-                limiter.check_key_n(name, cost).await.map_err(|e| match e {
-                    RedisError::Denied(d) => Refusal::Denied(d),
-                    RedisError::InsufficientCapacity(e) => Refusal::InsufficientCapacity(e),
-                    other => Refusal::Unavailable(Arc::new(other)),
-                })
+                limiter.check_key_n(name, cost).await.map_err(refusal)
             }))
         }
 
@@ -809,6 +913,131 @@ mod redis {
                 return Err(SetQuotaError::NoSuchTier { tier, tiers: 1 });
             }
             self.0.set_quota(quota).map_err(SetQuotaError::Redis)
+        }
+    }
+
+    /// A [`RedisAllOf`] behind the layer: several limits per key ("10 a second and 1 000 an hour
+    /// per client") shared by every process that uses the Redis server, decided all or none in one
+    /// round trip. The fields are [`KeyedAllOf`](super::KeyedAllOf)'s: `RateLimit-Policy` lists
+    /// every limit's policy, and `RateLimit` names the limit the decision is from (the binding one
+    /// of an admission, the refusing one with the longest wait of a denial, whose wait
+    /// `Retry-After` gives). Which limit that is is known only when Redis answers, so this
+    /// backend's futures answer it beside the decision (see [`Answer`](super::Answer)).
+    ///
+    /// Failures are [`Redis`]'s: what the limits' [`AllOfFailurePolicy`] does not absorb (and a
+    /// key over the key length limit) is [`Refusal::Unavailable`] (503 by default). An answer of
+    /// the failure policy (`Open`, or `Local`'s in-process limits) names no limit of the
+    /// server's: its `RateLimit` is under the first policy.
+    ///
+    /// The quotas cannot change at runtime: [`RedisAllOf`] has no `set_quota`, so a
+    /// [`QuotaHandle`](crate::middleware::QuotaHandle) answers [`SetQuotaError::Unsupported`].
+    /// Several limits cannot queue either: under `delay_up_to` a request they refuse is refused.
+    ///
+    /// [`AllOfFailurePolicy`]: crate::redis::AllOfFailurePolicy
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use std::sync::Arc;
+    /// use tollgate::middleware::{peer_ip, Backend, LimitLayer, RedisAll};
+    /// use tollgate::redis::{AllOfFailurePolicy, RedisAllOf};
+    /// use tollgate::Quota;
+    /// // The connection is made lazily, on the first decision.
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+    /// let limits = RedisAllOf::builder(conn, [Quota::per_second(10)?, Quota::per_hour(1_000)?])
+    ///     .build(AllOfFailurePolicy::Closed)?;
+    /// let backend = RedisAll::new(Arc::new(limits));
+    /// assert!(Backend::<std::net::IpAddr>::all_apply(&backend));
+    /// assert_eq!(Backend::<std::net::IpAddr>::tiers(&backend).len(), 2);
+    /// let layer = LimitLayer::new(backend, peer_ip())
+    ///     .tier_names(["second", "hour"])
+    ///     .build()?;
+    /// // Every response: `RateLimit-Policy: "second";q=10;w=1, "hour";q=1000;w=3600`.
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })
+    /// # }
+    /// ```
+    #[derive(Debug)]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub struct RedisAll(Arc<RedisAllOf>);
+
+    impl RedisAll {
+        /// `limits`, as a backend.
+        ///
+        /// # Examples
+        ///
+        /// See [`RedisAll`].
+        pub fn new(limits: Arc<RedisAllOf>) -> RedisAll {
+            RedisAll(limits)
+        }
+
+        /// The limits (for their [`stats`](RedisAllOf::stats), say).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        /// # rt.block_on(async {
+        /// use std::sync::Arc;
+        /// use tollgate::middleware::RedisAll;
+        /// use tollgate::redis::{AllOfFailurePolicy, RedisAllOf};
+        /// use tollgate::Quota;
+        /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+        /// let conn = client.get_connection_manager_lazy(redis::aio::ConnectionManagerConfig::new())?;
+        /// let quotas = [Quota::per_second(10)?, Quota::per_hour(1_000)?];
+        /// let limits = RedisAllOf::builder(conn, quotas).build(AllOfFailurePolicy::Open)?;
+        /// let backend = RedisAll::new(Arc::new(limits));
+        /// assert_eq!(backend.limits().quotas(), quotas);
+        /// assert_eq!(backend.limits().stats().decisions, 0);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// # })
+        /// # }
+        /// ```
+        pub fn limits(&self) -> &RedisAllOf {
+            &self.0
+        }
+    }
+
+    impl<K> Backend<K> for RedisAll
+    where
+        K: KeyBytes,
+    {
+        type Future =
+            Pin<Box<dyn Future<Output = (Option<usize>, Result<Admitted, Refusal>)> + Send>>;
+
+        fn decide(&self, key: &K, cost: u64) -> Decision<Self::Future> {
+            let mut name = Vec::new();
+            key.write_key(&mut name);
+            let limits = Arc::clone(&self.0);
+            Decision::Pending(Box::pin(async move {
+                let (index, answer) = limits.check_key_n_indexed(name, cost).await;
+                (index, answer.map_err(refusal))
+            }))
+        }
+
+        /// [`Backend::decide`]: the index is known only once Redis answers, so it comes with the
+        /// future's answer, and none is given now.
+        fn decide_indexed(&self, key: &K, cost: u64) -> (Option<usize>, Decision<Self::Future>) {
+            (None, self.decide(key, cost))
+        }
+
+        fn quota(&self) -> Quota {
+            // The builder refuses to build without a quota.
+            self.0.quotas()[0]
+        }
+
+        fn tiers(&self) -> Vec<Quota> {
+            self.0.quotas().to_vec()
+        }
+
+        fn all_apply(&self) -> bool {
+            true
         }
     }
 }

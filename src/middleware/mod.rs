@@ -30,9 +30,11 @@
 //!   algorithm), [`Global`] any direct [`Limiter`](crate::Limiter) (one limit for every request),
 //!   [`Meter`] a leaky meter (direct or keyed, which can also delay instead of refusing),
 //!   [`KeyedAllOf`] and [`GlobalAllOf`] several limits at once ([`AllOf`](crate::AllOf): "10 a
-//!   second and 1 000 an hour"), and [`Redis`] (features `tower` and `redis`) a limit shared
-//!   across machines. An in-process
-//!   backend decides at once, with no future and no allocation; the Redis one through a future.
+//!   second and 1 000 an hour"), [`Redis`] (features `tower` and `redis`) a limit shared
+//!   across machines, and [`RedisAll`] (the same features) several limits shared across machines
+//!   ([`RedisAllOf`](crate::redis::RedisAllOf)). An in-process backend decides at once, with no
+//!   future and no allocation; the Redis ones through a future, whose answer carries the index
+//!   of the limit it is from when there are several ([`Answer`]).
 //!
 //! # Keys
 //!
@@ -62,7 +64,8 @@
 //! [`Headers`] chooses which responses carry the fields (all the layer decided, unless set). A
 //! [tiered](crate::keyed::KeyedLimiter::with_tiers) keyed limiter's tiers are policies of their
 //! own ([`tier_names`](LimitLayerBuilder::tier_names)): a response carries its key's tier's.
-//! Several limits at once ([`KeyedAllOf`], [`GlobalAllOf`]) are policies too, named the same way:
+//! Several limits at once ([`KeyedAllOf`], [`GlobalAllOf`], [`RedisAll`]) are policies too, named
+//! the same way:
 //! every response lists them all in `RateLimit-Policy` (the draft allows a list), and its
 //! `RateLimit` names the one that binds (the fewest remaining) or, on a refusal, the one whose
 //! wait `Retry-After` gives (the longest of the refusing limits').
@@ -117,7 +120,9 @@
 //! one whole policy. [`set_tier_quota`](QuotaHandle::set_tier_quota) changes one tier or one of
 //! several limits. A backend that cannot change ([`Keyed`] over a keyed limiter, for now)
 //! answers [`SetQuotaError::Unsupported`]; [`Global`] asks its limiter's [`ChangeQuota`]. Behind
-//! [`Redis`], the handle changes this process's limiter: change every process.
+//! [`Redis`], the handle changes this process's limiter: change every process. Behind
+//! [`RedisAll`] it answers [`SetQuotaError::Unsupported`]: several Redis limits cannot change
+//! their quotas yet.
 //!
 //! ```
 //! use tollgate::middleware::LimitLayer;
@@ -157,10 +162,12 @@ mod layer;
 mod quota_handle;
 mod service;
 
-pub use backend::{Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal};
+pub use backend::{
+    Answer, Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal,
+};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use backend::{KeyBytes, Redis};
+pub use backend::{KeyBytes, Redis, RedisAll};
 pub use fields::{PolicyNameError, MAX_POLICY_NAME};
 pub use key::{
     extension, forwarded, from_fn, global, header, peer_addr, peer_ip, CidrError, ExtensionKey,

@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::backend::{Backend, Decision, Refusal};
+use super::backend::{Answer, Backend, Decision, Refusal};
 use super::fields::{self, FieldBuf};
 use super::key::{KeyError, KeyExtractor};
 use super::layer::{
@@ -346,8 +346,10 @@ enum Step<SF, ResBody> {
     Respond(Response<ResBody>),
 }
 
-/// The rest of a request whose decision is awaited: run once the backend answers.
-type Resume<SF, ResBody> = Box<dyn FnOnce(Result<Grant, Refusal>) -> Step<SF, ResBody> + Send>;
+/// The rest of a request whose decision is awaited: run once the backend answers, with the index
+/// of the limit the answer is from when the answer names one (it then picks the policy).
+type Resume<SF, ResBody> =
+    Box<dyn FnOnce(Option<usize>, Result<Grant, Refusal>) -> Step<SF, ResBody> + Send>;
 
 pin_project! {
     /// The future of a [`Limit`]'s response.
@@ -377,9 +379,10 @@ impl<SF, BF, ResBody> ResponseFuture<SF, BF, ResBody> {
     /// The state after an awaited verdict: the rest of the request run on it.
     fn resume(
         resume: Option<Resume<SF, ResBody>>,
+        index: Option<usize>,
         verdict: Result<Grant, Refusal>,
     ) -> State<SF, BF, ResBody> {
-        match resume.map(|resume| resume(verdict)) {
+        match resume.map(|resume| resume(index, verdict)) {
             Some(Step::Call(fut, fields)) => State::Call {
                 fut,
                 fields: Some(fields),
@@ -408,7 +411,7 @@ impl<SF, BF, ResBody> ResponseFuture<SF, BF, ResBody> {
 impl<SF, BF, ResBody, E> Future for ResponseFuture<SF, BF, ResBody>
 where
     SF: Future<Output = Result<Response<ResBody>, E>>,
-    BF: Future<Output = Result<Admitted, Refusal>>,
+    BF: Future<Output: Answer>,
     ResBody: Default,
 {
     type Output = Result<Response<ResBody>, E>;
@@ -425,14 +428,15 @@ where
                     return Poll::Ready(Ok(res));
                 }
                 StateProj::Deciding { fut, resume } => {
-                    let verdict = ready!(fut.poll(cx)).map(Grant::from);
+                    let (index, verdict) = ready!(fut.poll(cx)).into_indexed();
                     let resume = resume.take();
-                    this.state.set(Self::resume(resume, verdict));
+                    this.state
+                        .set(Self::resume(resume, index, verdict.map(Grant::from)));
                 }
                 StateProj::Waiting { fut, resume } => {
                     let verdict = ready!(fut.as_mut().poll(cx));
                     let resume = resume.take();
-                    this.state.set(Self::resume(resume, verdict));
+                    this.state.set(Self::resume(resume, None, verdict));
                 }
                 StateProj::Done { response } => {
                     // Polled again after completing: a contract violation by the caller,
@@ -453,7 +457,8 @@ where
 struct Decided<ReqBody> {
     head: Parts,
     body: ReqBody,
-    /// The tier that limits its key.
+    /// The policy its response names: the tier that limits its key, or the limit the decision is
+    /// from when the backend says (at once, or with its future's answer).
     tier: usize,
     /// Its key's `pk` bytes, when configured.
     pk: Option<Vec<u8>>,
@@ -547,7 +552,8 @@ where
     X: KeyExtractor,
 {
     /// The rest of `req`, to run once its verdict is in: the readied service goes with it, and
-    /// this one keeps a fresh clone (tower's rule for services called from a later future).
+    /// this one keeps a fresh clone (tower's rule for services called from a later future). An
+    /// index that comes with the verdict replaces the policy chosen when `req` arrived.
     fn resume_later<ReqBody, ResBody>(
         &mut self,
         req: Decided<ReqBody>,
@@ -562,7 +568,13 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
-        Box::new(move |verdict| conclude(&shared, &mut inner, req, verdict))
+        Box::new(move |index, verdict| {
+            let mut req = req;
+            if let Some(index) = index {
+                req.tier = index;
+            }
+            conclude(&shared, &mut inner, req, verdict)
+        })
     }
 }
 
