@@ -1275,8 +1275,15 @@ mod quota_handle {
 
     #[test]
     fn a_backend_that_cannot_change_answers_unsupported_and_keeps_its_fields() {
-        let limiter = KeyedLimiter::with_clock(Quota::per_minute(5).unwrap(), ManualClock::new());
-        let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();
+        // A keyed limiter behind a trait object cannot be asked: it refuses.
+        let limiter: std::sync::Arc<dyn tollgate::KeyedLimit<std::net::IpAddr>> =
+            std::sync::Arc::new(KeyedLimiter::with_clock(
+                Quota::per_minute(5).unwrap(),
+                ManualClock::new(),
+            ));
+        let layer = LimitLayer::new(tollgate::middleware::Keyed::new(limiter), peer_ip())
+            .build()
+            .unwrap();
         let err = layer
             .quota_handle()
             .set_quota(Quota::per_minute(50).unwrap())
@@ -1284,29 +1291,68 @@ mod quota_handle {
         let SetQuotaError::Unsupported { limiter } = err else {
             panic!("{err:?}")
         };
-        assert!(limiter.contains("KeyedLimiter"), "{limiter}");
+        assert!(limiter.contains("KeyedLimit"), "{limiter}");
         assert!(err.to_string().contains("cannot change its quota"), "{err}");
         let res = now(layer.layer(echo_quota()).call(peer_request())).unwrap();
         assert_eq!(
             field(&res, "ratelimit-policy"),
             Some(r#""default";q=5;w=60"#)
         );
+    }
 
-        // A keyed meter is keyed too.
+    #[test]
+    fn a_keyed_limiter_and_a_keyed_meter_change_through_the_handle() {
+        let clock = ManualClock::new();
+        let limiter = KeyedLimiter::with_clock(Quota::per_minute(5).unwrap(), clock.clone());
+        let layer = LimitLayer::keyed(limiter, peer_ip()).build().unwrap();
+        let svc = layer.layer(echo_quota());
+        for _ in 0..4 {
+            assert_eq!(now(svc.clone().call(peer_request())).unwrap().status(), 200);
+        }
+        // 1 left; the new quota carries it over, and the fields follow.
+        layer
+            .quota_handle()
+            .set_quota(Quota::per_minute(50).unwrap())
+            .unwrap();
+        let res = now(svc.clone().call(peer_request())).unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(
+            field(&res, "ratelimit-policy"),
+            Some(r#""default";q=50;w=60"#)
+        );
+        assert_eq!(now(svc.clone().call(peer_request())).unwrap().status(), 429);
+        assert_eq!(
+            layer.backend().limiter().quota(),
+            Quota::per_minute(50).unwrap()
+        );
+        let err = layer
+            .quota_handle()
+            .set_tier_quota(1, Quota::per_minute(50).unwrap())
+            .unwrap_err();
+        assert_eq!(err, SetQuotaError::NoSuchTier { tier: 1, tiers: 1 });
+
+        // A keyed meter changes too; a quota its algorithm refuses changes nothing.
         let meter: KeyedLimiter<std::net::IpAddr, tollgate::keyed::LeakyMeterKeys, _> =
             KeyedLimiter::with_algorithm(Quota::per_second(5).unwrap(), ManualClock::new())
                 .unwrap();
         let layer = LimitLayer::new(Meter::new(meter), peer_ip())
             .build()
             .unwrap();
-        let err = layer
+        layer
             .quota_handle()
             .set_quota(Quota::per_second(50).unwrap())
-            .unwrap_err();
-        assert!(
-            matches!(err, SetQuotaError::Unsupported { limiter } if limiter.contains("KeyedLimiter")),
-            "{err:?}"
+            .unwrap();
+        assert_eq!(
+            layer.quota_handle().quotas(),
+            [Quota::per_second(50).unwrap()]
         );
+        let window: KeyedLimiter<std::net::IpAddr, tollgate::keyed::FixedWindowKeys, _> =
+            KeyedLimiter::with_algorithm(Quota::per_second(5).unwrap(), ManualClock::new())
+                .unwrap();
+        let layer = LimitLayer::keyed(window, peer_ip()).build().unwrap();
+        let burst = Quota::per_second(5).unwrap().with_capacity(9).unwrap();
+        let err = layer.quota_handle().set_quota(burst).unwrap_err();
+        assert!(matches!(err, SetQuotaError::Quota(_)), "{err:?}");
         assert_eq!(
             layer.quota_handle().quotas(),
             [Quota::per_second(5).unwrap()]

@@ -299,9 +299,9 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// Replaces the quota of tier `tier` (an index in [`Backend::tiers`]) at runtime: what a
     /// [`QuotaHandle`](super::QuotaHandle) asks, before it changes the layer's fields. The default
     /// refuses with [`SetQuotaError::Unsupported`], naming the backend's type; [`Global`],
-    /// [`Meter`] over a direct limiter, [`GlobalAllOf`] and `Redis` change their limiter's quota,
-    /// and [`Keyed`] and [`KeyedAllOf`] ask theirs ([`ChangeQuota`]; a keyed limiter refuses, for
-    /// now). `RedisAll` refuses: `RedisAllOf` has no `set_quota`.
+    /// [`Meter`], [`GlobalAllOf`] and `Redis` change their limiter's quota, and [`Keyed`] and
+    /// [`KeyedAllOf`] ask theirs ([`ChangeQuota`]: a keyed limiter changes the tier asked for).
+    /// `RedisAll` refuses: `RedisAllOf` has no `set_quota`.
     ///
     /// # Errors
     ///
@@ -320,8 +320,10 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// assert_eq!(backend.limiter().quota(), Quota::per_second(9)?);
     ///
     /// let keyed = Keyed::new(KeyedLimiter::<u8>::new(Quota::per_second(1)?));
-    /// let err = Backend::<u8>::set_quota(&keyed, 0, Quota::per_second(9)?).unwrap_err();
-    /// assert!(matches!(err, SetQuotaError::Unsupported { .. }));
+    /// Backend::<u8>::set_quota(&keyed, 0, Quota::per_second(9)?)?;
+    /// assert_eq!(keyed.limiter().quota(), Quota::per_second(9)?);
+    /// let err = Backend::<u8>::set_quota(&keyed, 1, Quota::per_second(9)?).unwrap_err();
+    /// assert_eq!(err, SetQuotaError::NoSuchTier { tier: 1, tiers: 1 });
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
@@ -524,9 +526,9 @@ type Immediate = std::future::Ready<Result<Admitted, Refusal>>;
 /// One limit per key: any [`KeyedLimit`] (a [`KeyedLimiter`](crate::keyed::KeyedLimiter) of any
 /// algorithm) behind the layer.
 ///
-/// The limiter also implements [`ChangeQuota`], as [`Global`]'s does: the keyed limiter refuses
-/// a change for now ([`SetQuotaError::Unsupported`]), and will change its tiers through the same
-/// call once it can.
+/// The limiter also implements [`ChangeQuota`], as [`Global`]'s does: a
+/// [`QuotaHandle`](super::QuotaHandle) changes the keyed limiter's tiers through it
+/// ([`KeyedLimiter::set_tier_quota`](crate::keyed::KeyedLimiter::set_tier_quota)).
 ///
 /// # Examples
 ///
@@ -759,6 +761,10 @@ where
 
     fn quota(&self) -> Quota {
         self.0.quota()
+    }
+
+    fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.0.change_quota(tier, quota)
     }
 }
 

@@ -118,8 +118,9 @@
 //! advertise the new quota from the next request on. Requests read the policies without a lock,
 //! through the same epoch-protected pointer as a direct limiter's checks; each response carries
 //! one whole policy. [`set_tier_quota`](QuotaHandle::set_tier_quota) changes one tier or one of
-//! several limits. A backend that cannot change ([`Keyed`] over a keyed limiter, for now)
-//! answers [`SetQuotaError::Unsupported`]; [`Global`] asks its limiter's [`ChangeQuota`]. Behind
+//! several limits. A backend that cannot change (a limiter behind a trait object)
+//! answers [`SetQuotaError::Unsupported`]; [`Global`] and [`Keyed`] ask their limiter's
+//! [`ChangeQuota`] (a keyed limiter changes the tier asked for). Behind
 //! [`Redis`], the handle changes this process's limiter: change every process. Behind
 //! [`RedisAll`] it answers [`SetQuotaError::Unsupported`]: several Redis limits cannot change
 //! their quotas yet.

@@ -19,20 +19,24 @@ use crate::quota::{Quota, QuotaError};
 /// # Examples
 ///
 /// ```
+/// use std::sync::Arc;
 /// use tollgate::keyed::KeyedLimiter;
-/// use tollgate::middleware::{peer_ip, LimitLayer, SetQuotaError};
-/// use tollgate::Quota;
-/// let layer = LimitLayer::keyed(KeyedLimiter::new(Quota::per_second(5)?), peer_ip()).build()?;
+/// use tollgate::middleware::{peer_ip, Keyed, LimitLayer, SetQuotaError};
+/// use tollgate::{KeyedLimit, Quota};
+/// // A limiter behind a trait object cannot say whether it can change: it refuses.
+/// let shared: Arc<dyn KeyedLimit<std::net::IpAddr>> = Arc::new(KeyedLimiter::new(Quota::per_second(5)?));
+/// let layer = LimitLayer::new(Keyed::new(shared), peer_ip()).build()?;
 /// let err = layer.quota_handle().set_quota(Quota::per_second(50)?).unwrap_err();
 /// assert!(matches!(err, SetQuotaError::Unsupported { .. }));
-/// assert!(err.to_string().contains("KeyedLimiter"));
+/// assert!(err.to_string().contains("KeyedLimit"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SetQuotaError {
-    /// The limiter behind the layer cannot change its quota at runtime (today: the keyed
-    /// limiter, keyed meters included; every direct limiter, the sharded bucket and Redis can).
+    /// The limiter behind the layer cannot change its quota at runtime (one behind a trait
+    /// object, one of one's own, several Redis limits; every limiter of this crate in process,
+    /// keyed ones included, and a single Redis limiter can).
     Unsupported {
         /// The type of what refused, as Rust names it.
         limiter: &'static str,
@@ -104,7 +108,7 @@ impl From<QuotaError> for SetQuotaError {
 ///
 /// Implemented by every [`Direct`](crate::Direct) limiter, the
 /// [`ShardedBucket`](crate::ShardedBucket) and the sub-window counter (changing their quota), by
-/// the [`KeyedLimiter`](crate::keyed::KeyedLimiter) (refusing, for now), by [`AllOf`](crate::AllOf)
+/// the [`KeyedLimiter`](crate::keyed::KeyedLimiter) (`index` picks the tier), by [`AllOf`](crate::AllOf)
 /// (`index` picks the limit) and a metered limiter (feature `metrics`) as their limiters do, and
 /// through `&L`, `Box<L>` and `Arc<L>`.
 ///
@@ -186,8 +190,21 @@ impl<C: crate::clock::Clock> ChangeQuota for crate::window::sub_window::SubWindo
     }
 }
 
-// Not yet able to change: overrides `change_quota` (per tier) once it has a `set_quota`.
-impl<K, A: crate::keyed::Algorithm, C> ChangeQuota for crate::keyed::KeyedLimiter<K, A, C> {}
+/// Limit `index` is a tier ([`KeyedLimiter::set_tier_quota`](crate::keyed::KeyedLimiter::set_tier_quota);
+/// 0 for a limiter that is not tiered).
+impl<K, A, C> ChangeQuota for crate::keyed::KeyedLimiter<K, A, C>
+where
+    K: std::hash::Hash + Eq + Clone,
+    A: crate::keyed::Algorithm,
+    C: crate::clock::Clock,
+{
+    fn change_quota(&self, index: usize, quota: Quota) -> Result<(), SetQuotaError> {
+        self.set_tier_quota(index, quota).map_err(|e| match e {
+            QuotaError::NoSuchTier { tier, tiers } => SetQuotaError::NoSuchTier { tier, tiers },
+            e => SetQuotaError::Quota(e),
+        })
+    }
+}
 
 /// A limiter behind a trait object cannot be asked whether it can change: it refuses, so that
 /// `Global<Arc<dyn Limiter>>` (and `Keyed` over a `dyn KeyedLimit`) still make a layer.
@@ -325,8 +342,8 @@ impl QuotaHandle {
     /// # Errors
     ///
     /// [`SetQuotaError::NoSuchTier`] for a tier past the last;
-    /// [`SetQuotaError::Unsupported`] when the backend cannot change its quota (a keyed limiter,
-    /// for now); [`SetQuotaError::Quota`] (or, for Redis, `SetQuotaError::Redis`) when its
+    /// [`SetQuotaError::Unsupported`] when the backend cannot change its quota (one behind a
+    /// trait object, or several Redis limits); [`SetQuotaError::Quota`] (or, for Redis, `SetQuotaError::Redis`) when its
     /// algorithm cannot enforce `quota`. Nothing changes then, neither the limiter nor the
     /// fields.
     ///
