@@ -599,11 +599,21 @@ pub enum QuotaError {
         /// The number of tiers: indices run from 0 below it.
         tiers: usize,
     },
+    /// A keyed limiter's quota change refused because a lookup has been parked since the
+    /// previous change (a key's `Eq` that blocks, say) and still holds the keys that change
+    /// replaced: each change keeps one copy of the map until such readers leave, so one parked
+    /// reader may hold one copy, never one per change. Nothing changed; try again once the
+    /// reader has left.
+    ParkedReader {
+        /// The replaced keys it holds.
+        held: usize,
+    },
 }
 
 impl QuotaError {
     /// The name of the field that was refused: `"count"`, `"period"`, `"rate"`, `"capacity"`,
-    /// `"initial"` or `"sub_windows"`.
+    /// `"initial"` or `"sub_windows"`; for a keyed limiter's tiers and quota changes, `"tiers"`,
+    /// `"tier"` or `"reader"`.
     ///
     /// # Examples
     ///
@@ -625,6 +635,7 @@ impl QuotaError {
             QuotaError::SubWindows { .. } => "sub_windows",
             QuotaError::Tiers { .. } => "tiers",
             QuotaError::NoSuchTier { .. } => "tier",
+            QuotaError::ParkedReader { .. } => "reader",
         }
     }
 }
@@ -694,6 +705,10 @@ impl fmt::Display for QuotaError {
             QuotaError::NoSuchTier { tier, tiers } => write!(
                 f,
                 "tier must be an index below the number of tiers ({tiers}), got {tier}"
+            ),
+            QuotaError::ParkedReader { held } => write!(
+                f,
+                "reader: a lookup parked since the previous quota change still holds the {held} keys it replaced; no change until it leaves"
             ),
         }
     }

@@ -214,6 +214,57 @@ fn a_parked_reader_holds_at_most_max_keys_removed_keys() {
     assert_eq!(live.load(Ordering::Relaxed), 0);
 }
 
+/// (e) Quota changes while a reader is parked: a change keeps one copy of the map (the tables it
+/// replaced) until the reader leaves, counted as removed keys are, so a second change meanwhile
+/// is refused with `QuotaError::ParkedReader` and changes nothing; once the reader has left,
+/// the copy is freed and changes go through again. Checks meanwhile decide as usual, and the
+/// parked reader itself answers on the state it found.
+#[test]
+fn a_parked_reader_holds_one_copy_of_the_map_across_quota_changes() {
+    let live = Live::default();
+    let clock = ManualClock::new();
+    let limiter: KeyedLimiter<Counted, _, _> =
+        KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), clock.clone());
+    let (park, parked_key) = parking_key(&limiter, &live);
+    let others: Vec<Counted> = (0..100)
+        .map(|k| Counted::new(format!("other-{k}"), &live))
+        .collect();
+    for key in &others {
+        assert!(limiter.check_key(key).is_ok());
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            PARK_HERE.with(|p| p.set(true));
+            let _ = limiter.peek_key_n(&parked_key, 1);
+        });
+        park.0.wait();
+        let first = limiter.set_quota(Quota::per_second(5).unwrap());
+        let held = limiter.unreclaimed();
+        let second = limiter.set_quota(Quota::per_second(3).unwrap());
+        let quota = limiter.quota();
+        let remaining = limiter.remaining_key(&others[0]);
+        // Released before asserting, so that a failure fails rather than hangs.
+        park.1.wait();
+        assert_eq!(first, Ok(()));
+        assert_eq!(held, 101, "the first change's copy of the 101 keys");
+        assert_eq!(
+            second,
+            Err(tollgate::QuotaError::ParkedReader { held: 101 })
+        );
+        assert_eq!(quota, Quota::per_second(5).unwrap());
+        assert_eq!(remaining, 5);
+    });
+    assert!(limiter.set_quota(Quota::per_second(3).unwrap()).is_ok());
+    assert_eq!(limiter.unreclaimed(), 0);
+    assert_eq!(limiter.remaining_key(&others[0]), 3);
+    drop(others);
+    drop(parked_key);
+    // Every copy of every key is freed: the map's, and the replaced tables'.
+    assert_eq!(live.load(Ordering::Relaxed), limiter.len() as isize);
+    drop(limiter);
+    assert_eq!(live.load(Ordering::Relaxed), 0);
+}
+
 /// (d) One limiter's parked reader holds none of another limiter's memory.
 #[test]
 fn a_reader_parked_in_one_limiter_holds_nothing_of_another() {

@@ -170,7 +170,10 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// # Errors
     ///
     /// The errors of [`KeyedLimiter::with_algorithm`] for a quota this algorithm cannot
-    /// enforce; nothing changes then.
+    /// enforce; [`QuotaError::ParkedReader`] while a lookup parked since the previous change
+    /// (a key's `Eq` that blocks) still holds the keys that change replaced (each change keeps
+    /// one copy of the map until such a reader leaves, and no second one is made). Nothing
+    /// changes then.
     ///
     /// # Examples
     ///
@@ -220,9 +223,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::NoSuchTier`] for a tier past the last; the errors of
-    /// [`KeyedLimiter::with_algorithm`] for a quota this algorithm cannot enforce. Nothing
-    /// changes then.
+    /// [`QuotaError::NoSuchTier`] for a tier past the last; otherwise as
+    /// [`KeyedLimiter::set_quota`]. Nothing changes then.
     ///
     /// # Examples
     ///
@@ -290,9 +292,11 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 .max(self.floor.load(crate::sync::Ordering::Relaxed)),
         );
         let gen: Ctx<A> = Arc::new(latest.next(policy, quotas, at));
-        self.store.convert(&gen, |old, new, state| {
-            A::converted(&old.policy, &new.policy, state, at, &changed)
-        });
+        self.store
+            .convert(&gen, |old, new, state| {
+                A::converted(&old.policy, &new.policy, state, at, &changed)
+            })
+            .map_err(|held| QuotaError::ParkedReader { held })?;
         *latest = gen;
         #[cfg(feature = "tracing")]
         tracing::info!(

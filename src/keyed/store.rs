@@ -58,13 +58,18 @@ impl<K: Hash + Eq, V, P: Clone> Store<K, V, P> {
     /// A quota change, as the table's: under the write lock, each state replaced by
     /// `convert(old context, ctx, state)` (which seals it: a reader still holding it meets the
     /// seal, answers `Gone`, and takes the new-key path, which finds the successor).
-    pub(crate) fn convert(&self, ctx: &P, mut convert: impl FnMut(&P, &P, &V) -> V) {
+    pub(crate) fn convert(
+        &self,
+        ctx: &P,
+        mut convert: impl FnMut(&P, &P, &V) -> V,
+    ) -> Result<(), usize> {
         let mut map = crate::sync::write(&self.map);
         let (old, states) = &mut *map;
         for state in states.values_mut() {
             *state = crate::sync::Arc::new(convert(old, ctx, state));
         }
         *old = ctx.clone();
+        Ok(())
     }
 
     /// Runs `f` on `key`'s state with no lock held (the `Arc` keeps it alive if it is removed

@@ -584,6 +584,10 @@ struct Garbage<K, V, P> {
     entries: Vec<(*mut Raw<K, V, P>, usize)>,
     /// Replaced tables: their live entries (the old copies) are dropped, then the tables freed.
     tables: Vec<*mut Raw<K, V, P>>,
+    /// The live entries of the tables a quota change replaced (`Table::convert`), counted as
+    /// removed ones are (a growth's old copies are not: growth is bounded by the keys that come
+    /// and go, a change is not).
+    copies: usize,
 }
 
 impl<K, V, P> Garbage<K, V, P> {
@@ -591,6 +595,7 @@ impl<K, V, P> Garbage<K, V, P> {
         Garbage {
             entries: Vec::new(),
             tables: Vec::new(),
+            copies: 0,
         }
     }
 
@@ -601,6 +606,7 @@ impl<K, V, P> Garbage<K, V, P> {
     fn append(&mut self, other: &mut Garbage<K, V, P>) {
         self.entries.append(&mut other.entries);
         self.tables.append(&mut other.tables);
+        self.copies += std::mem::take(&mut other.copies);
     }
 
     /// Drops every removed entry, then each table's live entries, releasing the tables (each is
@@ -728,6 +734,8 @@ pub(crate) struct Table<K, V, P> {
     reclaiming: AtomicBool,
     /// Entries retired and not yet dropped.
     unreclaimed: CachePadded<AtomicUsize>,
+    /// Of those, the old copies of the tables quota changes replaced.
+    copies: AtomicUsize,
 }
 
 // SAFETY: the table owns its keys and states (sent with it) and shares them between threads only
@@ -777,6 +785,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
             }),
             reclaiming: AtomicBool::new(false),
             unreclaimed: CachePadded::new(AtomicUsize::new(0)),
+            copies: AtomicUsize::new(0),
         }
     }
 
@@ -1210,6 +1219,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
             writer.used = writer.live;
             let mut garbage = Garbage::new();
             garbage.tables.push(old_ptr);
+            garbage.copies = writer.live;
             self.hand_over(garbage);
             return Ok(());
         }
@@ -1248,9 +1258,10 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
             return;
         }
         let mut reclaim = lock(&self.reclaim);
-        // Relaxed: a count read as a bound, moved only under this lock.
+        // Relaxed: counts read as bounds, moved only under this lock.
         self.unreclaimed
-            .fetch_add(garbage.entries.len(), Ordering::Relaxed);
+            .fetch_add(garbage.entries.len() + garbage.copies, Ordering::Relaxed);
+        self.copies.fetch_add(garbage.copies, Ordering::Relaxed);
         // After the unlinking (the caller's stores, under the shard lock it holds): readers that
         // enter at the epoch this moves to see it unlinked.
         let epoch = self.domain.retire();
@@ -1282,7 +1293,8 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
         };
         // Relaxed: as in `hand_over`.
         self.unreclaimed
-            .fetch_sub(freed.entries.len(), Ordering::Relaxed);
+            .fetch_sub(freed.entries.len() + freed.copies, Ordering::Relaxed);
+        self.copies.fetch_sub(freed.copies, Ordering::Relaxed);
         // Relaxed: a hint; the reclaimer's own lock orders the list.
         self.reclaiming
             .store(!reclaim.pending.is_empty(), Ordering::Relaxed);
@@ -1373,8 +1385,24 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
     /// the seal, which `convert` then carries over. A key's `Clone` or `Hash` panicking stops
     /// the change at its shard, that shard and the ones after it unchanged, and the panic is
     /// passed on.
+    ///
+    /// The replaced tables are freed once no reader holds them, and counted in
+    /// [`Table::unreclaimed`] until then. While the copies an earlier change replaced are still
+    /// held (a reader parked inside a lookup since before it), nothing is changed, and the
+    /// answer is `Err` with their number: one parked reader holds at most one copy of the map.
     #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
-    pub(crate) fn convert(&self, ctx: &P, mut convert: impl FnMut(&P, &P, &V) -> V) {
+    pub(crate) fn convert(
+        &self,
+        ctx: &P,
+        mut convert: impl FnMut(&P, &P, &V) -> V,
+    ) -> Result<(), usize> {
+        self.reclaim_now();
+        // Relaxed: moved under the reclaimer's lock, which `reclaim_now` took; changes are
+        // serialized by the caller, so no other conversion adds to it meanwhile.
+        let held = self.copies.load(Ordering::Relaxed);
+        if held > 0 {
+            return Err(held);
+        }
         for shard in self.shards.iter() {
             let rebuilt = {
                 let mut writer = lock(&shard.writer);
@@ -1386,6 +1414,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
             }
         }
         self.reclaim_now();
+        Ok(())
     }
 
     /// Rebuilds every shard at its current capacity.
