@@ -1,7 +1,8 @@
-//! Loom models of a quota change racing admissions (`Direct::set_quota_at`, `src/change.rs`): the
-//! change seals the old state, carries over what was left (at most the new capacity) and
-//! publishes the new block, while admissions on the old block either land before the seal (and
-//! are carried over as taken) or meet it and decide again on the new block. No admission is lost
+//! Loom models of a quota change racing admissions (`Direct::set_quota_at`, `src/change.rs`; the
+//! keyed limiter's at the end): the change seals the old state, carries over what was left (at
+//! most the new capacity) and publishes the new block, while admissions on the old block either
+//! land before the seal (and are carried over as taken) or meet it and decide again on the new
+//! block. No admission is lost
 //! or doubled, and the old block is freed only once no admission reads it (loom reports a block
 //! freed under a reader, or leaked).
 //!
@@ -160,6 +161,69 @@ fn a_sub_window_change_racing_admissions() {
         let left = limiter.remaining_at(T0);
         assert!(taken + left <= 2, "{taken} taken, {left} left of 2");
         assert!(left <= 1);
+        (taken, left)
+    });
+}
+
+/// A keyed limiter's change racing admissions on one key (`KeyedLimiter::set_quota_at`,
+/// `src/keyed/change.rs`; under loom the map is the stand-in whose readers hold no lock while
+/// they decide): the key's state is sealed and converted under the map's write lock, and an
+/// admission either lands before the seal (and is carried over as taken) or meets it, takes
+/// effect nowhere, and decides again on the converted state. The key is created by the first
+/// admission, before or after the change (then from a fresh state of the old quota, converted).
+#[test]
+fn a_keyed_change_racing_admissions_on_a_key() {
+    check_reaches(&[(1, 0), (2, 0)], || {
+        let limiter: Arc<tollgate::keyed::KeyedLimiter<u8, tollgate::keyed::TokenBucketKeys, _>> =
+            Arc::new(tollgate::keyed::KeyedLimiter::with_clock(
+                Quota::per_hour(2).expect("valid"),
+                ManualClock::new(),
+            ));
+        let taker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                (0..2)
+                    .filter(|_| limiter.check_key_at(&0, T0).is_ok())
+                    .count() as u64
+            })
+        };
+        limiter
+            .set_quota_at(Quota::per_hour(1).expect("valid"), T0)
+            .expect("a bucket enforces every quota");
+        let taken = taker.join().expect("taker panicked");
+        let left = limiter.remaining_key_at(&0, T0);
+        assert!(taken + left <= 2, "{taken} taken, {left} left of 2");
+        assert!(left <= 1, "{left} left above the new capacity");
+        (taken, left)
+    });
+}
+
+/// A keyed change that raises the capacity while a key is first seen: whether the key is
+/// created before the change (and converted: what it had left, 1) or after it (a key not held
+/// stands for a fresh state of the old quota: it starts from the old capacity, 1, and refills to
+/// the new one), the two requests get one token, never the new capacity's two.
+#[test]
+fn a_keyed_change_raising_the_capacity_racing_a_new_key() {
+    check_reaches(&[(1, 0)], || {
+        let limiter: Arc<tollgate::keyed::KeyedLimiter<u8, tollgate::keyed::TokenBucketKeys, _>> =
+            Arc::new(tollgate::keyed::KeyedLimiter::with_clock(
+                Quota::per_hour(1).expect("valid"),
+                ManualClock::new(),
+            ));
+        let taker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                (0..2)
+                    .filter(|_| limiter.check_key_at(&7, T0).is_ok())
+                    .count() as u64
+            })
+        };
+        limiter
+            .set_quota_at(Quota::per_hour(2).expect("valid"), T0)
+            .expect("a bucket enforces every quota");
+        let taken = taker.join().expect("taker panicked");
+        let left = limiter.remaining_key_at(&7, T0);
+        assert!(taken + left <= 1, "{taken} taken, {left} left of 1");
         (taken, left)
     });
 }
