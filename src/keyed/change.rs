@@ -308,3 +308,122 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Ok(())
     }
 }
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use crate::clock::{ManualClock, Nanos};
+    use crate::keyed::{FixedWindowKeys, KeyedLimiter, Tiered, TokenBucketKeys};
+    use crate::quota::{Quota, QuotaError};
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// A change that raises the capacity: keys not held start from the old capacity and refill
+    /// to the new one; meanwhile nothing is forgotten (a forgotten key would come back full),
+    /// and afterwards eviction forgets full keys again.
+    #[test]
+    fn keys_not_held_settle_and_eviction_waits_for_them() {
+        let clock = ManualClock::new();
+        let limiter: KeyedLimiter<u8, TokenBucketKeys, _> =
+            KeyedLimiter::with_clock(Quota::per_second(2).unwrap(), clock.clone());
+        limiter.check_key_at(&1, Nanos::new(0)).unwrap();
+        // 10 a second, bursts of 10: a key not held has 2 at the change, all 10 800 ms later.
+        limiter
+            .set_quota_at(Quota::per_second(10).unwrap(), Nanos::new(0))
+            .unwrap();
+        assert_eq!(limiter.remaining_key_at(&2, Nanos::new(0)), 2);
+        assert_eq!(limiter.remaining_key_at(&2, Nanos::new(SECOND / 2)), 7);
+        assert_eq!(limiter.remaining_key_at(&1, Nanos::new(SECOND / 2)), 6);
+        // Key 1 is full again at 900 ms, but keys not held settle until 800 ms only: before
+        // then, nothing is forgotten.
+        clock.set(Nanos::new(SECOND));
+        limiter.check_key_at(&3, Nanos::new(SECOND / 10)).unwrap();
+        assert_eq!(limiter.retain_recent_at(Nanos::new(SECOND / 2)), 0);
+        assert_eq!(limiter.len(), 2);
+        assert_eq!(limiter.retain_recent_at(Nanos::new(SECOND)), 2);
+        assert!(limiter.is_empty());
+        // Settled: a key first seen now is a fresh one of the new quota.
+        assert_eq!(limiter.remaining_key_at(&4, Nanos::new(SECOND)), 10);
+    }
+
+    /// A lower capacity needs no settling: keys not held are full of the new quota at once, and
+    /// eviction goes on.
+    #[test]
+    fn a_lower_capacity_settles_at_once() {
+        let limiter: KeyedLimiter<u8, TokenBucketKeys, _> =
+            KeyedLimiter::with_clock(Quota::per_second(10).unwrap(), ManualClock::new());
+        limiter.check_key_at(&1, Nanos::new(0)).unwrap();
+        limiter
+            .set_quota_at(Quota::per_second(2).unwrap(), Nanos::new(0))
+            .unwrap();
+        assert_eq!(limiter.remaining_key_at(&1, Nanos::new(0)), 2);
+        assert_eq!(limiter.remaining_key_at(&2, Nanos::new(0)), 2);
+        assert_eq!(limiter.retain_recent_at(Nanos::new(0)), 1);
+    }
+
+    /// A window limiter keeps windows on the clock's epoch; a key not held across a change to a
+    /// larger count has the old count in the window of the change, the new one from the next.
+    #[test]
+    fn a_window_key_not_held_has_the_old_count_until_the_next_window() {
+        let limiter: KeyedLimiter<u8, FixedWindowKeys, _> =
+            KeyedLimiter::with_algorithm(Quota::per_second(2).unwrap(), ManualClock::new())
+                .unwrap();
+        let t = Nanos::new(SECOND / 2);
+        limiter
+            .set_quota_at(Quota::per_second(5).unwrap(), t)
+            .unwrap();
+        assert!(limiter.check_key_n_at(&9, 2, t).is_ok());
+        assert!(limiter.check_key_at(&9, t).is_err());
+        assert!(limiter.check_key_n_at(&9, 5, Nanos::new(SECOND)).is_ok());
+    }
+
+    /// A tier change leaves the other tiers' keys exactly as they were (fractions included),
+    /// and a tier past the last is refused with nothing changed.
+    #[test]
+    fn a_tier_change_converts_its_tier_only() {
+        let tiers = [Quota::per_second(4).unwrap(), Quota::per_second(4).unwrap()];
+        let limiter: KeyedLimiter<u8, Tiered, _> =
+            KeyedLimiter::with_tiers(&tiers, |k: &u8| usize::from(*k >= 10), ManualClock::new())
+                .unwrap();
+        let t = Nanos::new(0);
+        limiter.check_key_n_at(&1, 4, t).unwrap();
+        limiter.check_key_n_at(&10, 4, t).unwrap();
+        // 100 ms later each has 0.4 of a token.
+        let later = Nanos::new(SECOND / 10);
+        limiter
+            .set_tier_quota_at(1, Quota::per_second(4).unwrap(), later)
+            .unwrap();
+        // Tier 0 kept its fraction: its token is back at 250 ms; tier 1's was dropped, at 350.
+        let at = Nanos::new(SECOND / 4);
+        assert_eq!(limiter.remaining_key_at(&1, at), 1);
+        assert_eq!(limiter.remaining_key_at(&10, at), 0);
+        assert_eq!(
+            limiter.remaining_key_at(&10, Nanos::new(SECOND * 35 / 100)),
+            1
+        );
+        assert_eq!(
+            limiter.set_tier_quota_at(2, Quota::per_second(1).unwrap(), later),
+            Err(QuotaError::NoSuchTier { tier: 2, tiers: 2 })
+        );
+        assert_eq!(limiter.tiers(), tiers);
+    }
+
+    /// A reservation made before a change gives nothing back after it.
+    #[test]
+    fn a_reservation_made_before_a_change_gives_nothing_back() {
+        let limiter: KeyedLimiter<u8, TokenBucketKeys, _> =
+            KeyedLimiter::with_clock(Quota::per_second(4).unwrap(), ManualClock::new());
+        let t = Nanos::new(0);
+        let before = limiter
+            .reserve_key_n_at(&1, 2, std::time::Duration::ZERO, t)
+            .unwrap();
+        let kept = limiter
+            .reserve_key_n_at(&2, 2, std::time::Duration::ZERO, t)
+            .unwrap();
+        assert_eq!(kept.cancel_at(t), 2);
+        limiter
+            .set_quota_at(Quota::per_second(4).unwrap(), t)
+            .unwrap();
+        assert_eq!(before.cancel_at(t), 0);
+        assert_eq!(limiter.remaining_key_at(&1, t), 2);
+    }
+}
