@@ -113,18 +113,27 @@
 //! [`SubWindowCounter::set_quota`](window::SubWindowCounter::set_quota)), without a restart and
 //! without a lock on the check path: the check reads its quota, policy and state as one block
 //! through an atomic pointer, kept alive by the crate's own epoch (a plain store to the calling
-//! thread's own slot on Linux). The Redis backend's limiter changes what it sends with
-//! `RedisLimiter::set_quota` (feature `redis`), and its scripts convert each key by the same
-//! rule. The keyed limiter and the leaky queue cannot change their quota yet. The rule, the
-//! same for every limiter and for the Redis scripts:
+//! thread's own slot on Linux). The [keyed limiter](keyed::KeyedLimiter) changes every key's
+//! quota, or one tier's, with [`set_quota`](keyed::KeyedLimiter::set_quota) and
+//! [`set_tier_quota`](keyed::KeyedLimiter::set_tier_quota): each table of its map carries the
+//! policy its states are kept under, so a check reads the two together at no extra cost, and a
+//! change converts the map shard by shard. The Redis backend's limiter changes what it sends
+//! with `RedisLimiter::set_quota` (feature `redis`), and its scripts convert each key by the
+//! same rule. The leaky queue cannot change its rate yet. The rule, the same for every limiter
+//! and for the Redis scripts:
 //!
 //! - **Across a change, no interval admits more than either quota alone would have allowed from
 //!   the state at the change.** The state is read conservatively: the new quota starts with the
 //!   whole admissions the old state had left at the change (fractions dropped), at most its own
 //!   capacity, and refills (or opens windows) by itself from there. A window limiter keeps its
-//!   alignment; a [`Reservation`] made before a change gives nothing back after it.
+//!   alignment; a [`Reservation`] made before a change gives nothing back after it. A key a
+//!   keyed limiter does not hold stands for a fresh state, and is carried like one: when the
+//!   capacity grows, a key first seen after the change starts from the old capacity and refills
+//!   to the new one (see [`keyed::KeyedLimiter::set_quota`]).
 //! - **Checks never wait for a change**, but for the few instructions between its sealing the old
-//!   state and publishing the new one; the change returns once no check reads the old quota.
+//!   state and publishing the new one (for a keyed limiter, a check that meets a key being
+//!   converted waits for that key's shard); the change returns once no check reads the old
+//!   quota.
 //!
 //! ```
 //! use tollgate::{ManualClock, Nanos, Quota, TokenBucket};

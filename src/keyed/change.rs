@@ -133,8 +133,9 @@ impl<A: Algorithm> Gen<A> {
         }
     }
 
-    /// The generation after this one, for `quotas` and `policy`, at reading `at`.
-    fn next(&self, policy: A::Policy, quotas: Box<[Quota]>, at: Nanos) -> Gen<A> {
+    /// The generation after this one, numbered `generation`, for `quotas` and `policy`, at
+    /// reading `at`.
+    fn next(&self, generation: u64, policy: A::Policy, quotas: Box<[Quota]>, at: Nanos) -> Gen<A> {
         let mut settle = false;
         let carry: Box<[u64]> = (0..quotas.len())
             .map(|tier| {
@@ -147,7 +148,7 @@ impl<A: Algorithm> Gen<A> {
         Gen {
             policy,
             quotas,
-            generation: self.generation + 1,
+            generation,
             settle: settle.then_some(Settle { at, carry }),
             settled: AtomicBool::new(!settle),
         }
@@ -291,7 +292,11 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             now.clamped()
                 .max(self.floor.load(crate::sync::Ordering::Relaxed)),
         );
-        let gen: Ctx<A> = Arc::new(latest.next(policy, quotas, at));
+        // A number no generation had, even one a change cut short by a panic left in some
+        // shards: a reservation is given back only in its own generation.
+        // Relaxed: changes are serialized by `latest`'s lock.
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let gen: Ctx<A> = Arc::new(latest.next(generation, policy, quotas, at));
         self.store
             .convert(&gen, |old, new, state| {
                 A::converted(&old.policy, &new.policy, state, at, &changed)
@@ -405,6 +410,53 @@ mod tests {
             Err(QuotaError::NoSuchTier { tier: 2, tiers: 2 })
         );
         assert_eq!(limiter.tiers(), tiers);
+    }
+
+    /// A key whose `Clone` panics while a change copies its shard: the panic reaches the caller,
+    /// the quota reported is still the old one, every key is still decided (each with its own
+    /// table's policy), and a second change finishes the job.
+    #[test]
+    fn a_panicking_clone_stops_a_change_and_a_second_one_finishes_it() {
+        use std::cell::Cell;
+        thread_local! {
+            static PANIC_ON_CLONE: Cell<bool> = const { Cell::new(false) };
+        }
+        #[derive(PartialEq, Eq, Hash, Debug)]
+        struct Touchy(u32);
+        impl Clone for Touchy {
+            fn clone(&self) -> Touchy {
+                if PANIC_ON_CLONE.with(Cell::get) && self.0 == 7 {
+                    panic!("a key's Clone panicked");
+                }
+                Touchy(self.0)
+            }
+        }
+        let limiter: KeyedLimiter<Touchy, TokenBucketKeys, _> =
+            KeyedLimiter::with_clock(Quota::per_second(4).unwrap(), ManualClock::new());
+        let t = Nanos::new(0);
+        for k in 0..64 {
+            limiter.check_key_n_at(&Touchy(k), 3, t).unwrap();
+        }
+        PANIC_ON_CLONE.with(|p| p.set(true));
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            limiter.set_quota_at(Quota::per_second(8).unwrap(), t)
+        }));
+        PANIC_ON_CLONE.with(|p| p.set(false));
+        assert!(panicked.is_err());
+        assert_eq!(limiter.quota(), Quota::per_second(4).unwrap());
+        for k in 0..64 {
+            assert_eq!(limiter.remaining_key_at(&Touchy(k), t), 1, "key {k}");
+        }
+        limiter
+            .set_quota_at(Quota::per_second(2).unwrap(), t)
+            .unwrap();
+        assert_eq!(limiter.quota(), Quota::per_second(2).unwrap());
+        for k in 0..64 {
+            assert_eq!(limiter.remaining_key_at(&Touchy(k), t), 1, "key {k}");
+            assert!(limiter.check_key_at(&Touchy(k), t).is_ok());
+            assert!(limiter.check_key_at(&Touchy(k), t).is_err());
+        }
+        assert_eq!(limiter.remaining_key_at(&Touchy(99), t), 2);
     }
 
     /// A reservation made before a change gives nothing back after it.

@@ -156,6 +156,8 @@ pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
     pub(super) latest: Mutex<Ctx<A>>,
     /// The policy of a list of tiers' quotas, for a change.
     pub(super) make_policy: MakePolicy<A>,
+    /// The last generation number given (`keyed::change`).
+    pub(super) generations: std::sync::atomic::AtomicU64,
     /// The tier of a new key, for a tiered limiter.
     pub(super) pick: Option<Pick<K>>,
     pub(super) clock: C,
@@ -278,6 +280,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             store: Store::new(std::sync::Arc::clone(&gen)),
             latest: Mutex::new(gen),
             make_policy,
+            generations: std::sync::atomic::AtomicU64::new(0),
             pick,
             clock,
             max_keys: DEFAULT_MAX_KEYS,

@@ -17,7 +17,8 @@
 //!
 //! # What a key costs
 //!
-//! Every key shares one policy (the constants derived from the [`Quota`](crate::Quota)); a key costs only its
+//! Every key shares one policy (the constants derived from the [`Quota`](crate::Quota), kept
+//! with each table of the map: see [Changing the quota](#changing-the-quota)); a key costs only its
 //! state (one `AtomicU64` for most algorithms, see the table below), plus its own size and the
 //! map's bookkeeping: an entry of its own, `(hash, key, state)` in one allocation (24 bytes for a
 //! `u64` key and one word, which glibc's allocator rounds to a 32-byte chunk), and a slot of one
@@ -193,6 +194,42 @@
 //! request from a newcomer): a key that has become fresh since the last sweep holds its place until
 //! the next one, so for up to `max(256, len / 2)` new keys a full map may refuse a newcomer that a
 //! sweep would have made room for.
+//!
+//! # Changing the quota
+//!
+//! [`KeyedLimiter::set_quota`] (and [`KeyedLimiter::set_tier_quota`] for one tier) changes every
+//! key's quota at runtime, by the crate's rule ([Changing a quota](crate#changing-a-quota)).
+//!
+//! - **How a check sees it.** Every table of the map carries the *generation* its states are kept
+//!   under (the policy and the quotas). A check decides on a state with the generation of the
+//!   table it found it in: the two always belong together, and the check loads nothing more.
+//! - **How a change runs.** Changes are serialized. A change converts the map one shard at a time
+//!   under the shard's lock: each state is sealed (the gone mark, which no decision writes over)
+//!   and its successor, converted by the rule, placed in a new table of the new generation, which
+//!   is published once the whole shard is in it. A decision that took effect before the seal is
+//!   carried over; one that meets the seal took effect nowhere and decides again on the
+//!   successor (waiting, if the shard's new table is not published yet, for the shard's lock:
+//!   the only wait a check can meet, one shard's conversion at most). A new key is created in
+//!   whichever generation its shard holds.
+//! - **Keys not held.** A key the map does not hold stands for a fresh state, so the rule carries
+//!   it too: when the capacity grows, a key first seen after the change starts from the old
+//!   capacity's admissions at the change and refills by the new quota (a window key: the old
+//!   count in the change's window). Until such a key would be full again (the *settling*: at
+//!   most the time the new quota takes to refill from the old capacity, or two windows), no key
+//!   is forgotten, since a forgotten key would come back fresher than that.
+//! - **Tiers.** [`KeyedLimiter::set_tier_quota`] converts the keys of its tier; the other
+//!   tiers' keys move to the new tables exactly as they were, fractions included.
+//! - **What does not change.** The overflow limiter ([`Overflow::Shared`]) keeps its own quota. A
+//!   [`Reservation`](crate::Reservation) made before a change gives nothing back after it.
+//! - **Memory.** A change replaces every table; the old ones are freed once no lookup holds them,
+//!   and count in [`KeyedLimiter::unreclaimed`] until then. A lookup parked since the previous
+//!   change (a key's `Eq` that blocks) holds that change's copy of the map; a second change
+//!   meanwhile is refused ([`QuotaError::ParkedReader`](crate::QuotaError::ParkedReader)) with
+//!   nothing changed, so one parked reader holds one copy at most.
+//! - **Panics.** A key's `Clone` or `Hash` that panics while a change copies its shard stops the
+//!   change there: the shards before it have the new quota, that one and the rest the old one
+//!   (each key is still decided with the policy of its own table), [`KeyedLimiter::quota`] still
+//!   answers the old quota, and the panic is passed on. Change the quota again to finish.
 //!
 //! # Memory ordering
 //!
