@@ -11,8 +11,9 @@
 //! shows the fixed window's boundary burst and measures the sliding counters' approximation. A third
 //! chart shows when admitted requests actually go: the token bucket's at once, the leaky meter's at
 //! the departures it schedules and the leaky queue's as its consumer receives them, 1/R apart.
-//! Last, the trace runs once more through a token bucket and a sharded bucket whose quota is
-//! changed twice mid-trace (`set_quota_at`, [`CHANGES`]), checking the crate's rule after each
+//! Last, the trace runs once more through a token bucket, a sharded bucket and one key of a
+//! keyed limiter whose quota is changed twice mid-trace (`set_quota_at`, [`CHANGES`]), checking
+//! the crate's rule after each
 //! change: at most what the old quota had left, capped at the new burst, plus the new refill.
 //!
 //! **Part 2** sends a gateway's traffic through [`KeyedLimiter`]s keyed by client address, on
@@ -409,8 +410,9 @@ fn part_one() -> Result<bool, String> {
 /// per second, burst).
 const CHANGES: [(u64, u64, u64); 3] = [(0, 10, 20), (10, 5, 10), (15, 20, 20)];
 
-/// The trace through a token bucket and a sharded bucket whose quota an operator changes twice
-/// while traffic flows (`set_quota_at`): halved at the start of the overload, then raised. Checks
+/// The trace through a token bucket, a sharded bucket and one key of a keyed limiter whose quota
+/// an operator changes twice while traffic flows (`set_quota_at`): halved at the start of the
+/// overload, then raised. Checks
 /// the crate's rule after each change: from the change on, at most what the old quota had left
 /// (capped at the new burst) plus the new rate's refill. `false` if either broke it.
 fn quota_changes(trace: &[Slice]) -> Result<bool, String> {
@@ -428,11 +430,13 @@ fn quota_changes(trace: &[Slice]) -> Result<bool, String> {
             .map_err(|e| format!("bad shard count in the tour: {e}"))?,
         next_home: AtomicUsize::new(0),
     };
+    let keyed: tollgate::keyed::KeyedLimiter<&str, tollgate::keyed::TokenBucketKeys, _> =
+        tollgate::keyed::KeyedLimiter::with_clock(quota(CHANGES[0])?, ManualClock::new());
     println!("Quotas changed at runtime: the same trace, an operator calling `set_quota_at` at 10 s and 15 s:");
     println!();
     let header = format!(
-        "{:>10}  {:<18} {:>8}  {:<28}  {:<28}",
-        "from", "quota", "offered", "token bucket", "sharded bucket"
+        "{:>10}  {:<18} {:>8}  {:<28}  {:<28}  {:<28}",
+        "from", "quota", "offered", "token bucket", "sharded bucket", "keyed bucket, one key"
     );
     println!("{}", header.trim_end());
     let mut ok = true;
@@ -445,17 +449,24 @@ fn quota_changes(trace: &[Slice]) -> Result<bool, String> {
         let from = from_s * 1_000_000_000;
         let until = CHANGES.get(i + 1).map_or(u64::MAX, |c| c.0 * 1_000_000_000);
         let at = Nanos::new(from);
-        let (carried_b, carried_s) = if i == 0 {
-            (burst, burst)
+        let (carried_b, carried_s, carried_k) = if i == 0 {
+            (burst, burst, burst)
         } else {
-            let left = (bucket.remaining_at(at), sharded.remaining_at(at));
+            let left = (
+                bucket.remaining_at(at),
+                sharded.remaining_at(at),
+                keyed.remaining_key_at(&"tour", at),
+            );
             bucket
                 .set_quota_at(quota(change)?, at)
                 .map_err(|e| e.to_string())?;
             sharded.limiter.set_quota_at(quota(change)?, at);
-            (left.0.min(burst), left.1.min(burst))
+            keyed
+                .set_quota_at(quota(change)?, at)
+                .map_err(|e| e.to_string())?;
+            (left.0.min(burst), left.1.min(burst), left.2.min(burst))
         };
-        let (mut offered, mut taken_b, mut taken_s) = (0u64, 0u64, 0u64);
+        let (mut offered, mut taken_b, mut taken_s, mut taken_k) = (0u64, 0u64, 0u64, 0u64);
         while let Some(&t) = arrivals.peek() {
             if t >= until {
                 break;
@@ -472,16 +483,24 @@ fn quota_changes(trace: &[Slice]) -> Result<bool, String> {
                 taken_s += 1;
                 ok &= u128::from(taken_s) <= allowed(carried_s);
             }
+            if keyed.check_key_at(&"tour", Nanos::new(t)).is_ok() {
+                taken_k += 1;
+                ok &= u128::from(taken_k) <= allowed(carried_k);
+            }
         }
+        // One key of a keyed bucket decides exactly as the token bucket does, changes included.
+        ok &= (carried_k, taken_k) == (carried_b, taken_b);
         println!(
-            "{:>8} s  {:<18} {:>8}  carried {:>3}, admitted {:>3}    carried {:>3}, admitted {:>3}",
+            "{:>8} s  {:<18} {:>8}  carried {:>3}, admitted {:>3}    carried {:>3}, admitted {:>3}    carried {:>3}, admitted {:>3}",
             from_s,
             format!("{rate}/s, burst {burst}"),
             offered,
             carried_b,
             taken_b,
             carried_s,
-            taken_s
+            taken_s,
+            carried_k,
+            taken_k
         );
     }
     println!();
@@ -489,6 +508,7 @@ fn quota_changes(trace: &[Slice]) -> Result<bool, String> {
         "After each change a limiter starts with what the old quota had left, at most the new burst,"
     );
     println!("and refills at the new rate alone (crate docs, \"Changing a quota\").");
+    println!("One key of the keyed bucket answers exactly as the token bucket does.");
     println!(
         "  from each change on, admissions <= carried + R*t ........ {}",
         verdict(ok)
