@@ -600,10 +600,10 @@ pub enum QuotaError {
         tiers: usize,
     },
     /// A keyed limiter's quota change refused because a lookup has been parked since the
-    /// previous change (a key's `Eq` that blocks, say) and still holds the keys that change
-    /// replaced: each change keeps one copy of the map until such readers leave, so one parked
-    /// reader may hold one copy, never one per change. Nothing changed; try again once the
-    /// reader has left.
+    /// previous change (a key's `Eq` that blocks, say) and, after a second's wait, still holds
+    /// the keys that change replaced: each change keeps one copy of the map until such readers
+    /// leave, so one parked reader may hold one copy, never one per change. Nothing changed; try
+    /// again once the reader has left.
     ParkedReader {
         /// The replaced keys it holds.
         held: usize,

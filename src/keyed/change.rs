@@ -171,10 +171,10 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// # Errors
     ///
     /// The errors of [`KeyedLimiter::with_algorithm`] for a quota this algorithm cannot
-    /// enforce; [`QuotaError::ParkedReader`] while a lookup parked since the previous change
-    /// (a key's `Eq` that blocks) still holds the keys that change replaced (each change keeps
-    /// one copy of the map until such a reader leaves, and no second one is made). Nothing
-    /// changes then.
+    /// enforce; [`QuotaError::ParkedReader`] when a lookup parked since the previous change
+    /// (a key's `Eq` that blocks) still holds the keys that change replaced after a second's
+    /// wait (each change keeps one copy of the map until such a reader leaves, and no second
+    /// one is made). Nothing changes then.
     ///
     /// # Examples
     ///

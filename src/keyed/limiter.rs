@@ -454,16 +454,19 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // the description.
         // The reading is taken after the table is asked to fetch the key's lines (their misses
         // overlap the clock's work) and before the lookup enters the epoch.
-        let (now, known) = self
-            .store
-            .with_read_after(key, now, move |ctx, state, now| {
+        // A state the lookup did not decide on (marked gone, or sealed by a growth or a quota
+        // change whose successor it would have to look for) goes to the exact path under the
+        // lock, with a key not held.
+        self.store.with_read_after(
+            key,
+            now,
+            // Inlined into the lookup: the decision's arithmetic is the check's hot path.
+            #[inline(always)]
+            move |ctx, state, now| {
                 let verdict = A::verdict_keyed(&ctx.policy, state, now, n)?;
                 Ok(A::describe_keyed(&ctx.policy, verdict, now, n))
-            });
-        match known {
-            Some(Ok(answer)) => (now, Some(answer)),
-            _ => (now, None),
-        }
+            },
+        )
     }
 
     /// A key not in the table (or whose state eviction marked gone) at `now`: a query answers

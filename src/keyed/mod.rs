@@ -224,8 +224,10 @@
 //! - **Memory.** A change replaces every table; the old ones are freed once no lookup holds them,
 //!   and count in [`KeyedLimiter::unreclaimed`] until then. A lookup parked since the previous
 //!   change (a key's `Eq` that blocks) holds that change's copy of the map; a second change
-//!   meanwhile is refused ([`QuotaError::ParkedReader`](crate::QuotaError::ParkedReader)) with
-//!   nothing changed, so one parked reader holds one copy at most.
+//!   meanwhile waits a second for the readers of that copy to leave (lookups in flight leave in
+//!   a few instructions), then is refused
+//!   ([`QuotaError::ParkedReader`](crate::QuotaError::ParkedReader)) with nothing changed, so
+//!   one parked reader holds one copy at most.
 //! - **Panics.** A key's `Clone` or `Hash` that panics while a change copies its shard stops the
 //!   change there: the shards before it have the new quota, that one and the rest the old one
 //!   (each key is still decided with the policy of its own table), [`KeyedLimiter::quota`] still

@@ -92,20 +92,25 @@ impl<K: Hash + Eq, V, P: Clone> Store<K, V, P> {
         held.map(|(ctx, state)| f(&ctx, &state))
     }
 
-    /// `before()`, then [`Store::with_read`] with its answer (the table prefetches in between).
+    /// `before()`, then `f` on the key's state with its answer: `None` if it decided nothing
+    /// (not held, or marked), as the table's hot path answers.
     #[inline]
     pub(crate) fn with_read_after<Q, T: Copy, R>(
         &self,
         key: &Q,
         before: impl FnOnce() -> T,
-        f: impl Fn(&P, &V, T) -> Result<R, crate::cas::Gone>,
-    ) -> (T, Option<Result<R, crate::cas::Gone>>)
+        f: impl FnOnce(&P, &V, T) -> Result<R, crate::cas::Gone>,
+    ) -> (T, Option<R>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let t = before();
-        (t, self.with_read(key, |ctx, state| f(ctx, state, t)))
+        let held = {
+            let map = crate::sync::read(&self.map);
+            map.1.get(key).map(|state| (map.0.clone(), state.clone()))
+        };
+        (t, held.and_then(|(ctx, state)| f(&ctx, &state, t).ok()))
     }
 
     pub(crate) fn with_entry<R>(

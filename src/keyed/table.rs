@@ -574,6 +574,10 @@ impl Drops {
     }
 }
 
+/// How long a quota change waits for the readers that hold the previous change's copies
+/// ([`Table::convert`]) before it takes one of them for parked.
+const PARKED_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A quota change's conversion of one state: `(old context, new context, state)` to the state
 /// that replaces it ([`Table::convert`]).
 type Convert<'a, V, P> = dyn FnMut(&P, &P, &V) -> V + 'a;
@@ -878,18 +882,22 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
         }
     }
 
-    /// Runs `f` on `key`'s state and `before()`'s answer, as [`Table::with_read`] does, calling
-    /// `before` first, outside the epoch (it may be user code, a clock), after asking the
-    /// processor to fetch the key's control bytes and home slot: their cache misses then overlap
-    /// `before`'s work instead of following it.
+    /// The hot path of a check: `before()` (outside the epoch: it may be user code, a clock),
+    /// called after asking the processor to fetch the key's control bytes and home slot (their
+    /// cache misses then overlap `before`'s work instead of following it), then `f` on `key`'s
+    /// state, its table's context and `before()`'s answer, on the table the lookup reaches.
+    /// `None` when it decided nothing there: the key is not held, or its state is marked (gone
+    /// or sealed), or this thread cannot enter the epoch. The caller then takes the exact path
+    /// under the key's shard lock, which finds a sealed state's successor; nothing but `f`'s own
+    /// answer crosses out of the lookup, so a caller that reads part of it pays for that part.
     #[inline(always)]
     #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
     pub(crate) fn with_read_after<Q, T: Copy, R>(
         &self,
         key: &Q,
         before: impl FnOnce() -> T,
-        f: impl Fn(&P, &V, T) -> Result<R, Gone>,
-    ) -> (T, Option<Result<R, Gone>>)
+        f: impl FnOnce(&P, &V, T) -> Result<R, Gone>,
+    ) -> (T, Option<R>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -898,17 +906,19 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
         let shard = self.shard(hash);
         Self::prefetch(shard, hash);
         let t = before();
-        (
-            t,
-            self.with_read_hashed(
-                shard,
-                hash,
-                key,
-                // Inlined into the lookup: the decision's arithmetic is the check's hot path.
-                #[inline(always)]
-                move |ctx, state| f(ctx, state, t),
-            ),
-        )
+        let Some(_pin) = self.pin() else {
+            return (t, None);
+        };
+        // Acquire: the table as its builder initialized it. The pin, taken before this load,
+        // keeps it alive (Safety, 4).
+        // SAFETY: a current table is freed only after its retirement and every pin before it.
+        let table = unsafe { &*shard.raw.load(Ordering::Acquire) };
+        // SAFETY: under the pin, on the table loaded after it.
+        let Some(i) = (unsafe { table.find(hash, key) }) else {
+            return (t, None);
+        };
+        // SAFETY: found live, in a published table, under the pin.
+        (t, f(&table.ctx, unsafe { table.state(i) }, t).ok())
     }
 
     /// Hints the processor to fetch the lines of `hash`'s home slot in `shard`'s current table.
@@ -1388,20 +1398,34 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
     ///
     /// The replaced tables are freed once no reader holds them, and counted in
     /// [`Table::unreclaimed`] until then. While the copies an earlier change replaced are still
-    /// held (a reader parked inside a lookup since before it), nothing is changed, and the
-    /// answer is `Err` with their number: one parked reader holds at most one copy of the map.
+    /// held a second after this change began (by a reader parked inside a lookup since before
+    /// that change), nothing is changed, and the answer is `Err` with their number: one parked
+    /// reader holds at most one copy of the map.
     #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
     pub(crate) fn convert(
         &self,
         ctx: &P,
         mut convert: impl FnMut(&P, &P, &V) -> V,
     ) -> Result<(), usize> {
-        self.reclaim_now();
-        // Relaxed: moved under the reclaimer's lock, which `reclaim_now` took; changes are
-        // serialized by the caller, so no other conversion adds to it meanwhile.
-        let held = self.copies.load(Ordering::Relaxed);
-        if held > 0 {
-            return Err(held);
+        // Readers in the middle of a lookup hold the previous change's copies for a few
+        // instructions (longer if descheduled): wait for them, a second at most, before taking
+        // a reader for parked.
+        let mut pause = std::time::Duration::from_micros(10);
+        let mut waited = std::time::Duration::ZERO;
+        loop {
+            self.reclaim_now();
+            // Relaxed: moved under the reclaimer's lock, which `reclaim_now` took; changes are
+            // serialized by the caller, so no other conversion adds to it meanwhile.
+            let held = self.copies.load(Ordering::Relaxed);
+            if held == 0 {
+                break;
+            }
+            if waited >= PARKED_AFTER {
+                return Err(held);
+            }
+            std::thread::sleep(pause);
+            waited += pause;
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
         }
         for shard in self.shards.iter() {
             let rebuilt = {
