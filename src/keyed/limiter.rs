@@ -428,8 +428,9 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
     }
 
-    /// The decision on a known key: the reading, and what the decision decided on (`None`: the
-    /// key is not in the table, or eviction marked its state gone, and nothing took effect).
+    /// The decision on a known key: the reading, and the answer (`None`: the key is not in the
+    /// table, or eviction marked its state gone, or this thread has no epoch slot; nothing took
+    /// effect).
     /// The reading is taken before the lookup enters the table's epoch: a clock is user code,
     /// and a reader parked inside the epoch would hold the table's removed entries (see the
     /// module docs, "Bounded memory").
@@ -454,18 +455,17 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // the description.
         // The reading is taken after the table is asked to fetch the key's lines (their misses
         // overlap the clock's work) and before the lookup enters the epoch.
-        // A state the lookup did not decide on (marked gone, or sealed by a growth or a quota
-        // change whose successor it would have to look for) goes to the exact path under the
-        // lock, with a key not held.
+        // Decided with the policy of the table the state is in (a growth or a quota change
+        // seals a state and the lookup decides on its successor, whose table may carry another
+        // policy), and described with the same one, still inside the lookup.
         self.store.with_read_after(
             key,
             now,
             // Inlined into the lookup: the decision's arithmetic is the check's hot path.
             #[inline(always)]
-            move |ctx, state, now| {
-                let verdict = A::verdict_keyed(&ctx.policy, state, now, n)?;
-                Ok(A::describe_keyed(&ctx.policy, verdict, now, n))
-            },
+            move |ctx, state, now| A::verdict_keyed(&ctx.policy, state, now, n),
+            #[inline(always)]
+            move |ctx, verdict, now| A::describe_keyed(&ctx.policy, verdict, now, n),
         )
     }
 

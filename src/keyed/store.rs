@@ -92,14 +92,15 @@ impl<K: Hash + Eq, V, P: Clone> Store<K, V, P> {
         held.map(|(ctx, state)| f(&ctx, &state))
     }
 
-    /// `before()`, then `f` on the key's state with its answer: `None` if it decided nothing
-    /// (not held, or marked), as the table's hot path answers.
+    /// `before()`, then `decide` and `describe` on the key's state with its answer: `None` if
+    /// it decided nothing (not held, or marked), as the table's hot path answers.
     #[inline]
-    pub(crate) fn with_read_after<Q, T: Copy, R>(
+    pub(crate) fn with_read_after<Q, T: Copy, D, R>(
         &self,
         key: &Q,
         before: impl FnOnce() -> T,
-        f: impl FnOnce(&P, &V, T) -> Result<R, crate::cas::Gone>,
+        decide: impl Fn(&P, &V, T) -> Result<D, crate::cas::Gone>,
+        describe: impl FnOnce(&P, D, T) -> R,
     ) -> (T, Option<R>)
     where
         K: Borrow<Q>,
@@ -110,7 +111,11 @@ impl<K: Hash + Eq, V, P: Clone> Store<K, V, P> {
             let map = crate::sync::read(&self.map);
             map.1.get(key).map(|state| (map.0.clone(), state.clone()))
         };
-        (t, held.and_then(|(ctx, state)| f(&ctx, &state, t).ok()))
+        let answer = held.and_then(|(ctx, state)| {
+            let decided = decide(&ctx, &state, t).ok()?;
+            Some(describe(&ctx, decided, t))
+        });
+        (t, answer)
     }
 
     pub(crate) fn with_entry<R>(

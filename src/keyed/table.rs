@@ -877,26 +877,31 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
         let i = unsafe { table.find(hash, key) }?;
         // SAFETY: found live, in a published table, under the pin.
         match f(&table.ctx, unsafe { table.state(i) }) {
-            Err(Gone) => self.look_again(shard, raw, hash, key, f),
+            Err(Gone) => self
+                .look_again(shard, raw, hash, key, f)
+                .map(|(_, answer)| answer),
             done => Some(done),
         }
     }
 
     /// The hot path of a check: `before()` (outside the epoch: it may be user code, a clock),
     /// called after asking the processor to fetch the key's control bytes and home slot (their
-    /// cache misses then overlap `before`'s work instead of following it), then `f` on `key`'s
-    /// state, its table's context and `before()`'s answer, on the table the lookup reaches.
-    /// `None` when it decided nothing there: the key is not held, or its state is marked (gone
-    /// or sealed), or this thread cannot enter the epoch. The caller then takes the exact path
-    /// under the key's shard lock, which finds a sealed state's successor; nothing but `f`'s own
-    /// answer crosses out of the lookup, so a caller that reads part of it pays for that part.
+    /// cache misses then overlap `before`'s work instead of following it), then `decide` on
+    /// `key`'s state, its table's context and `before()`'s answer, as [`Table::with_read`] runs
+    /// `f` (a seal sends it on to the key's copy, without a lock), and `describe` on what it
+    /// decided, with the context of the table it decided in, still inside the epoch. `decide`
+    /// answers little (a word: it crosses out of the successor search); `describe` builds the
+    /// rest inline, so a caller that reads part of it pays for that part. `None` when the key
+    /// is not held, or marked gone, or this thread cannot enter the epoch: the caller then
+    /// takes the exact path under the key's shard lock.
     #[inline(always)]
     #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
-    pub(crate) fn with_read_after<Q, T: Copy, R>(
+    pub(crate) fn with_read_after<Q, T: Copy, D, R>(
         &self,
         key: &Q,
         before: impl FnOnce() -> T,
-        f: impl FnOnce(&P, &V, T) -> Result<R, Gone>,
+        decide: impl Fn(&P, &V, T) -> Result<D, Gone>,
+        describe: impl FnOnce(&P, D, T) -> R,
     ) -> (T, Option<R>)
     where
         K: Borrow<Q>,
@@ -911,14 +916,24 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
         };
         // Acquire: the table as its builder initialized it. The pin, taken before this load,
         // keeps it alive (Safety, 4).
+        let raw = shard.raw.load(Ordering::Acquire);
         // SAFETY: a current table is freed only after its retirement and every pin before it.
-        let table = unsafe { &*shard.raw.load(Ordering::Acquire) };
+        let table = unsafe { &*raw };
         // SAFETY: under the pin, on the table loaded after it.
         let Some(i) = (unsafe { table.find(hash, key) }) else {
             return (t, None);
         };
         // SAFETY: found live, in a published table, under the pin.
-        (t, f(&table.ctx, unsafe { table.state(i) }, t).ok())
+        match decide(&table.ctx, unsafe { table.state(i) }, t) {
+            Ok(decided) => (t, Some(describe(&table.ctx, decided, t))),
+            Err(Gone) => {
+                match self.look_again(shard, raw, hash, key, |ctx, state| decide(ctx, state, t)) {
+                    // SAFETY: the context of a table reached under this pin, which still lasts.
+                    Some((ctx, Ok(decided))) => (t, Some(describe(unsafe { &*ctx }, decided, t))),
+                    _ => (t, None),
+                }
+            }
+        }
     }
 
     /// Hints the processor to fetch the lines of `hash`'s home slot in `shard`'s current table.
@@ -950,7 +965,8 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
 
     /// After `f` met a mark on the key's state in `raw`: runs `f` on the key in the table that
     /// replaced `raw` or is replacing it, until it meets no seal; answers `Gone` if the mark was
-    /// not a seal. Each turn moves to a newer table, so it ends (within the rebuilds that run
+    /// not a seal. With `f`'s answer, the context of the table it ran in (null with `Gone`):
+    /// valid while the caller's pin lasts. Each turn moves to a newer table, so it ends (within the rebuilds that run
     /// meanwhile) without waiting for any. Under the caller's pin.
     #[cold]
     #[inline(never)]
@@ -961,7 +977,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
         hash: u64,
         key: &Q,
         f: impl Fn(&P, &V) -> Result<R, Gone>,
-    ) -> Option<Result<R, Gone>>
+    ) -> Option<(*const P, Result<R, Gone>)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -985,7 +1001,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
                 // `raw` is the newest table, or is still being built from the current one, or is
                 // current with its own rebuild's `next` not yet cleared: the mark in it is not a
                 // seal (a seal is copied out before the table it is in stops being the newest).
-                return Some(Err(Gone::seen()));
+                return Some((std::ptr::null(), Err(Gone::seen())));
             };
             // SAFETY: under the caller's pin, taken before the first table was loaded; every
             // table reached from the shard since is retired no earlier than it is replaced, and
@@ -1004,7 +1020,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
                     };
                     raw = successor;
                 }
-                done => return Some(done),
+                done => return Some((&table.ctx, done)),
             }
         }
     }
