@@ -203,6 +203,46 @@ fn threads_admitting_on_keys_across_changes_never_exceed_what_was_held() {
     });
 }
 
+/// Changes racing growth (thousands of keys first seen while the quota changes), sweeps and
+/// admissions on a keyed bucket: with the clock standing still, no key ever gets more than the
+/// first quota held (a key first seen after a change starts from what a fresh key held then, at
+/// most the first capacity), and nothing is lost or freed twice (the sanitizer step runs this
+/// file).
+#[test]
+fn keyed_changes_racing_growth_and_sweeps_keep_every_keys_bound() {
+    const KEYS: u64 = 3_000;
+    let first = Quota::per_hour(4).unwrap();
+    let limiter: KeyedLimiter<u64, tollgate::keyed::TokenBucketKeys, _> =
+        KeyedLimiter::with_clock(first, ManualClock::new());
+    let admitted: Vec<AtomicU64> = (0..KEYS).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (limiter, admitted) = (&limiter, &admitted);
+            s.spawn(move || {
+                for i in 0..100_000u64 {
+                    let key = (i * 13 + t * 7) % KEYS;
+                    if limiter.check_key(&key).is_ok() {
+                        admitted[key as usize].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for i in 0..300u64 {
+                limiter
+                    .set_quota(Quota::per_hour(1 + i % 6).unwrap())
+                    .unwrap();
+                limiter.retain_recent();
+            }
+        });
+    });
+    for (key, admitted) in admitted.iter().enumerate() {
+        let admitted = admitted.load(Ordering::Relaxed);
+        assert!(admitted <= 4, "key {key}: {admitted} admitted of 4");
+        assert!(admitted + limiter.remaining_key(&(key as u64)) <= 4);
+    }
+}
+
 #[test]
 fn a_refused_quota_changes_nothing() {
     let window =
