@@ -302,6 +302,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 A::converted(&old.policy, &new.policy, state, at, &changed)
             })
             .map_err(|held| QuotaError::ParkedReader { held })?;
+        crate::sync::lock(&self.quotas).clone_from(&gen.quotas);
         *latest = gen;
         #[cfg(feature = "tracing")]
         tracing::info!(

@@ -158,6 +158,12 @@ pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
     pub(super) make_policy: MakePolicy<A>,
     /// The last generation number given (`keyed::change`).
     pub(super) generations: std::sync::atomic::AtomicU64,
+    /// How many tiers (1 unless tiered): fixed at construction, so that a check needs no lock
+    /// to bound a tier index.
+    pub(super) tier_count: usize,
+    /// The latest generation's quotas, for `quota` and `tiers`: locked for a copy, never for the
+    /// length of a change.
+    pub(super) quotas: Mutex<Box<[Quota]>>,
     /// The tier of a new key, for a tiered limiter.
     pub(super) pick: Option<Pick<K>>,
     pub(super) clock: C,
@@ -275,12 +281,15 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         pick: Option<Pick<K>>,
         clock: C,
     ) -> Self {
-        let gen = Gen::first(policy, quotas);
+        let tier_count = quotas.len();
+        let gen = Gen::first(policy, quotas.clone());
         KeyedLimiter {
             store: Store::new(std::sync::Arc::clone(&gen)),
             latest: Mutex::new(gen),
             make_policy,
             generations: std::sync::atomic::AtomicU64::new(0),
+            tier_count,
+            quotas: Mutex::new(quotas),
             pick,
             clock,
             max_keys: DEFAULT_MAX_KEYS,
@@ -849,7 +858,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// ```
     pub fn quota(&self) -> Quota {
         // Every constructor gives at least one quota.
-        crate::sync::lock(&self.latest).quotas[0]
+        crate::sync::lock(&self.quotas)[0]
     }
 
     /// The clock this limiter reads.
@@ -872,7 +881,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 impl<K, A: Algorithm, C> fmt::Debug for KeyedLimiter<K, A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("quotas", &crate::sync::lock(&self.latest).quotas)
+            .field("quotas", &*crate::sync::lock(&self.quotas))
             // Relaxed: a snapshot for display.
             .field("keys", &self.keys.load(Ordering::Relaxed))
             .field("max_keys", &self.max_keys)

@@ -27,7 +27,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn tiers(&self) -> Vec<Quota> {
-        crate::sync::lock(&self.latest).quotas.to_vec()
+        crate::sync::lock(&self.quotas).to_vec()
     }
 
     /// The tier `key` is limited by: the one it was given when first seen while it is held, else
@@ -53,10 +53,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if self.pick.is_none() {
             return 0;
         }
-        let last = crate::sync::lock(&self.latest)
-            .quotas
-            .len()
-            .saturating_sub(1);
+        let last = self.tier_count.saturating_sub(1);
         // A state's tier survives eviction's mark and a rebuild's seal: read it as it is.
         match self.store.with_read(key, |_, state| Ok(A::tier_of(state))) {
             Some(Ok(tier)) => tier.min(last),
