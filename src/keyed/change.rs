@@ -58,7 +58,7 @@ pub(super) struct Settle {
 /// A generation: what every state of a table is kept under (see the module docs). Every check
 /// reads its policy; aligned to a cache-line pair so that no other allocation's writes share its
 /// lines (measured: two threads admitting on one key ran 0.92-1.02 of the `Floor` unaligned,
-/// 0.63-0.77 aligned, the tree before tables carried a policy 0.62-0.91; benches/README.md,
+/// 0.63-0.80 aligned, the tree before tables carried a policy 0.60-0.98; benches/README.md,
 /// eighteenth session). The `Arc`'s counts, written when a table is rebuilt, lie before it.
 #[repr(align(128))]
 pub(super) struct Gen<A: Algorithm> {
