@@ -307,7 +307,9 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// may still read it, so it is freed once every such lookup has ended (at the next write,
     /// sweep or [`shrink_to_fit`](Self::shrink_to_fit) that finds them ended). Normally a handful;
     /// while it is at [`max_keys`](Self::max_keys) (a thread parked inside a lookup, in a key's
-    /// `Eq`), new keys get the overflow policy, so the memory held stays bounded.
+    /// `Eq`), new keys get the overflow policy, so the memory held stays bounded. The keys a quota
+    /// change replaced (its old copy of the map: see the module docs, "Changing the quota") count
+    /// here too until they are freed.
     ///
     /// # Examples
     ///
