@@ -1224,53 +1224,53 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
         // while the table is still private; then the table is shared as `next`, and each
         // original sealed, bringing its copy up to date. A reader that meets a seal (or any
         // mark) goes on in the new table, where every key and state is in place.
-        if let Some((_, convert)) = convert {
-            // A quota change: each original is sealed by `convert` as its converted state is
-            // built, and the table is published only when all are in place. A reader that meets
-            // a seal before then finds no successor (`look_again`: no `next`, `raw` still
-            // current) and takes the new-key path, whose lock this thread holds until the table
-            // is published: it then decides on the converted state, with the new context.
-            let new_ctx = &new.ctx;
-            Origins::copy_states(&new, old, writer.live, heap, &mut |state| {
-                convert(&old.ctx, new_ctx, state)
-            });
-            let new = Box::into_raw(new);
-            // SAFETY: just built; freed only after it is retired as a current table.
-            let built = unsafe { &*new };
-            // Release: a reader that loads the new table sees its slots.
-            shard.raw.store(new, Ordering::Release);
-            // Relaxed: a hint (`prefetch`).
-            shard.hint.store(built.base.as_ptr(), Ordering::Relaxed);
-            shard.hint_mask.store(built.mask, Ordering::Relaxed);
-            writer.used = writer.live;
-            let mut garbage = Garbage::new();
-            garbage.tables.push(old_ptr);
-            garbage.copies = writer.live;
-            self.hand_over(garbage);
-            return Ok(());
-        }
-        let origins = Origins::copy_states(&new, old, writer.live, heap, &mut |state| state.copy());
-        let new = Box::into_raw(new);
-        // Release: a reader that loads it sees the keys and states written above.
-        shard.next.store(new, Ordering::Release);
-        // SAFETY: `new` is the table just built, freed only after it is retired as a current
-        // table, which it becomes below.
+        // What a quota change replaces counts against the room for new keys until it is freed.
+        let copies = if convert.is_some() { writer.live } else { 0 };
+        let new = match convert {
+            Some((_, convert)) => {
+                // A quota change: each original is sealed by `convert` as its converted state is
+                // built, and the table is published only when all are in place. A reader that
+                // meets a seal before then finds no successor (`look_again`: no `next`, `raw`
+                // still current) and takes the new-key path, whose lock this thread holds until
+                // the table is published: it then decides on the converted state, with the new
+                // context.
+                let new_ctx = &new.ctx;
+                Origins::copy_states(&new, old, writer.live, heap, &mut |state| {
+                    convert(&old.ctx, new_ctx, state)
+                });
+                Box::into_raw(new)
+            }
+            None => {
+                let origins =
+                    Origins::copy_states(&new, old, writer.live, heap, &mut |state| state.copy());
+                let new = Box::into_raw(new);
+                // Release: a reader that loads it sees the keys and states written above.
+                shard.next.store(new, Ordering::Release);
+                // SAFETY: `new` is the table just built, freed only after it is retired as a
+                // current table, which it becomes below.
+                let built = unsafe { &*new };
+                origins.each(built, |i, j| {
+                    // SAFETY: a live entry, under the lock; slot `j`'s state was written above.
+                    unsafe { old.state(i).seal(built.state(j)) };
+                });
+                new
+            }
+        };
+        // SAFETY: as above: just built, retired only once replaced.
         let built = unsafe { &*new };
-        origins.each(built, |i, j| {
-            // SAFETY: a live entry, under the lock; slot `j`'s state was written above.
-            unsafe { old.state(i).seal(built.state(j)) };
-        });
         // Release: a reader that loads the new table sees its slots.
         shard.raw.store(new, Ordering::Release);
         // Relaxed: a hint (`prefetch`).
         shard.hint.store(built.base.as_ptr(), Ordering::Relaxed);
         shard.hint_mask.store(built.mask, Ordering::Relaxed);
         // Release: after the table is replaced, so that a reader that sees `next` cleared (or
-        // set by a later rebuild) sees `raw` replaced too (`look_again`).
+        // set by a later rebuild) sees `raw` replaced too (`look_again`). (A quota change never
+        // set it: already null.)
         shard.next.store(std::ptr::null_mut(), Ordering::Release);
         writer.used = writer.live;
         let mut garbage = Garbage::new();
         garbage.tables.push(old_ptr);
+        garbage.copies = copies;
         self.hand_over(garbage);
         Ok(())
     }
