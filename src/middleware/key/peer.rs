@@ -11,7 +11,7 @@ use super::{KeyConfigError, KeyError, KeyExtractor};
 /// The IPv6 prefix length [`peer_ip()`] and [`forwarded()`] group addresses by, unless told
 /// otherwise: one key per /64, the block one host is usually given.
 ///
-/// [`forwarded()`]: super::forwarded
+/// [`forwarded()`]: super::forwarded()
 ///
 /// # Examples
 ///
@@ -118,7 +118,7 @@ pub struct PeerIp {
 ///
 /// Behind a proxy or load balancer every request has the proxy's address: use [`forwarded()`].
 ///
-/// [`forwarded()`]: super::forwarded
+/// [`forwarded()`]: super::forwarded()
 ///
 /// # Examples
 ///
