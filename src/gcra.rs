@@ -22,7 +22,7 @@
 use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::Nanos;
-use crate::outcome::{Admitted, Denied, InsufficientCapacity, Next, Span};
+use crate::outcome::{Admitted, Denied, Headroom, InsufficientCapacity, Next, Span};
 use crate::quota::{Quota, QuotaError};
 
 /// An algorithm on the GCRA's word: the token bucket or the leaky meter. They differ only in their
@@ -445,12 +445,12 @@ impl Gcra {
     fn admitted(&self, c: Conforming, now: Time) -> Admitted {
         // The level is counted from the reading rounded down, the refill from `c.start`: a
         // refill restarted at the reading rounded up brings the next token one unit later.
-        Admitted::new(
+        Admitted::new(Headroom::new(
             self.burst - c.gap,
             self.interval,
             self.span(c.gap, now),
             Next::token(c.new - c.gap - now.units),
-        )
+        ))
     }
 
     /// A denial at `now` that must wait `wait` units.
@@ -481,18 +481,28 @@ impl Gcra {
     /// `is_ok()` then pays for none of it.
     #[inline]
     fn denied_at(&self, word: u64, ns: u64, units: u64, sub: u64, wait: u64) -> Denied {
-        let tat = Tat(word);
-        let frame = |units| Span {
-            units,
+        let retry = Span {
+            units: wait,
             shift: self.shift,
             sub,
         };
-        Denied::new(
-            ns,
-            frame(wait),
+        Denied::new(ns, retry, self.headroom(word, units, sub))
+    }
+
+    /// What the bucket holds (the queue's free places) in `word` at the reading `(units, sub)`
+    /// (the reading rounded down to a unit, and the nanoseconds below it).
+    #[inline]
+    pub(crate) fn headroom(&self, word: u64, units: u64, sub: u64) -> Headroom {
+        let tat = Tat(word);
+        let reset = Span {
+            units: tat.until_full(units),
+            shift: self.shift,
+            sub,
+        };
+        Headroom::new(
             tat.level(units, self.burst),
             self.interval,
-            frame(tat.until_full(units)),
+            reset,
             self.next(tat.until_full(units)),
         )
     }
@@ -512,13 +522,7 @@ impl Gcra {
     /// The answer to a request for nothing: what the bucket holds (the queue's free places) at
     /// `now`.
     pub(crate) fn query(&self, word: u64, now: Time) -> Admitted {
-        let tat = Tat(word);
-        Admitted::new(
-            tat.level(now.units, self.burst),
-            self.interval,
-            self.span(tat.until_full(now.units), now),
-            self.next(tat.until_full(now.units)),
-        )
+        Admitted::new(self.headroom(word, now.units, now.sub))
     }
 
     /// Whole tokens (free places) at `now`.

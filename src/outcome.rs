@@ -213,6 +213,61 @@ impl Next {
     }
 }
 
+/// What a limiter holds after a decision and when it fills again: the four figures every outcome
+/// ([`Admitted`], [`Denied`], [`Scheduled`]) carries and its `remaining`, `reset_after` and
+/// `next_after` read, held once. Built where the decision is described; the figures are worked
+/// out only when asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Headroom {
+    /// Capacity left, in `unit`s of the limiter's time (or whole requests when `unit` is 1).
+    level: u64,
+    unit: u64,
+    /// From the reading until the limiter is full again (the virtual queue empty).
+    reset: Span,
+    /// When `remaining` next grows, in `reset`'s frame.
+    next: Next,
+}
+
+impl Headroom {
+    /// `level` in `unit`s (at least 1), full again after `reset`, one more after `next`.
+    #[inline]
+    pub(crate) fn new(level: u64, unit: u64, reset: Span, next: Next) -> Headroom {
+        Headroom {
+            level,
+            unit,
+            reset,
+            next,
+        }
+    }
+
+    /// `level` whole requests, full again after `reset` whole nanoseconds, one more after `next`.
+    #[inline]
+    pub(crate) fn whole(level: u64, reset: u128, next: Next) -> Headroom {
+        Headroom::new(level, 1, Span::from_nanos(reset), next)
+    }
+
+    /// Whole tokens (free places) left.
+    #[inline]
+    fn remaining(self) -> u64 {
+        // `unit` is at least 1 by construction; `checked_div` keeps even a broken invariant panic-free.
+        self.level.checked_div(self.unit).unwrap_or(0)
+    }
+
+    /// The time until the limiter is full again.
+    #[inline]
+    fn reset_after(self) -> Duration {
+        self.reset.duration()
+    }
+
+    /// The time until `remaining` is one higher; `None` when nothing is taken.
+    #[inline]
+    fn next_after(self) -> Option<Duration> {
+        self.next
+            .span(self.level, self.unit, self.reset)
+            .map(Span::duration)
+    }
+}
+
 /// A request was admitted.
 ///
 /// # Examples
@@ -227,31 +282,22 @@ impl Next {
 /// assert_eq!(ok.reset_after(), Duration::from_millis(300)); // 3 tokens at 100 ms each
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-// `repr(C)`, and `Denied` opens with the same four fields in the same order: where a limiter's
-// code builds either outcome and the caller reads only which one it got, the compiler merges the
-// two builds' stores into one, and, the fields lying at the same offsets in either variant of the
-// `Result`, it can then drop them (callgrind, `benches/instructions.sh`: the direct bucket's
-// refusal went from 104 instructions and 12 writes a check to 70 and 3).
+// `repr(C)`, and `Denied` opens with the same `Headroom`: where a limiter's code builds either
+// outcome and the caller reads only which one it got, the compiler merges the two builds' stores
+// into one, and, the fields lying at the same offsets in either variant of the `Result`, it can
+// then drop them (callgrind, `benches/instructions.sh`: the direct bucket's refusal went from 104
+// instructions and 12 writes a check to 70 and 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct Admitted {
-    /// Capacity left after the admission, in `unit`s of the limiter's time (or tokens when `unit` is 1).
-    level: u64,
-    unit: u64,
-    reset: Span,
-    /// When `remaining` next grows, in `reset`'s frame.
-    next: Next,
+    /// What is left after the admission.
+    headroom: Headroom,
 }
 
 impl Admitted {
     #[inline]
-    pub(crate) fn new(level: u64, unit: u64, reset: Span, next: Next) -> Admitted {
-        Admitted {
-            level,
-            unit,
-            reset,
-            next,
-        }
+    pub(crate) fn new(headroom: Headroom) -> Admitted {
+        Admitted { headroom }
     }
 
     /// Whole tokens left after this admission.
@@ -264,8 +310,7 @@ impl Admitted {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn remaining(&self) -> u64 {
-        // `unit` is at least 1 by construction; `checked_div` keeps even a broken invariant panic-free.
-        self.level.checked_div(self.unit).unwrap_or(0)
+        self.headroom.remaining()
     }
 
     /// The time until the limiter is full again if nothing else is taken.
@@ -280,7 +325,7 @@ impl Admitted {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reset_after(&self) -> Duration {
-        self.reset.duration()
+        self.headroom.reset_after()
     }
 
     /// The time, from the reading the decision used, until [`remaining`](Admitted::remaining)
@@ -305,9 +350,7 @@ impl Admitted {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn next_after(&self) -> Option<Duration> {
-        self.next
-            .span(self.level, self.unit, self.reset)
-            .map(Span::duration)
+        self.headroom.next_after()
     }
 }
 
@@ -348,42 +391,27 @@ impl fmt::Display for Admitted {
 pub struct Scheduled {
     /// The reading the decision used, in nanoseconds (clamped).
     now: u64,
-    /// From the reading to the request's departure, in units of `reset`'s frame (both are
-    /// measured from the same reading, so they share it: eight bytes, not a whole `Span`).
+    /// From the reading to the request's departure, in units of the frame of the headroom's `reset`
+    /// (both are measured from the same reading, so they share it: eight bytes, not a whole `Span`).
     delay: u64,
     /// The virtual queue's backlog after the request, in `unit`s of the limiter's time.
     backlog: u64,
-    /// Free capacity after the request, in `unit`s.
-    level: u64,
-    unit: u64,
-    /// From the reading until the virtual queue is empty.
-    reset: Span,
-    /// When `remaining` next grows, in `reset`'s frame.
-    next: Next,
+    /// The free places after the request; its `reset` runs until the virtual queue is empty.
+    headroom: Headroom,
 }
 
 impl Scheduled {
-    /// `delay` and `reset` must share their frame (time unit and reading), as spans measured from
-    /// one reading do.
+    /// `delay` and the headroom's `reset` must share their frame (time unit and reading), as spans
+    /// measured from one reading do.
     #[inline]
-    pub(crate) fn new(
-        now: u64,
-        delay: Span,
-        backlog: u64,
-        level: u64,
-        unit: u64,
-        reset: Span,
-        next: Next,
-    ) -> Scheduled {
+    pub(crate) fn new(now: u64, delay: Span, backlog: u64, headroom: Headroom) -> Scheduled {
+        let reset = headroom.reset;
         debug_assert_eq!((delay.shift, delay.sub), (reset.shift, reset.sub));
         Scheduled {
             now,
             delay: delay.units,
             backlog,
-            level,
-            unit,
-            reset,
-            next,
+            headroom,
         }
     }
 
@@ -395,11 +423,8 @@ impl Scheduled {
             now,
             // No units in any frame: no delay.
             delay: 0,
-            backlog: a.reset.units,
-            level: a.level,
-            unit: a.unit,
-            reset: a.reset,
-            next: a.next,
+            backlog: a.headroom.reset.units,
+            headroom: a.headroom,
         }
     }
 
@@ -454,8 +479,9 @@ impl Scheduled {
     /// ```
     pub fn queued(&self) -> u64 {
         // `unit` is at least 1 by construction; `checked_div` keeps even a broken invariant panic-free.
-        match self.backlog.checked_div(self.unit) {
-            Some(whole) => whole + u64::from(!self.backlog.is_multiple_of(self.unit)),
+        let unit = self.headroom.unit;
+        match self.backlog.checked_div(unit) {
+            Some(whole) => whole + u64::from(!self.backlog.is_multiple_of(unit)),
             None => 0,
         }
     }
@@ -472,7 +498,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn remaining(&self) -> u64 {
-        self.level.checked_div(self.unit).unwrap_or(0)
+        self.headroom.remaining()
     }
 
     /// The time until the virtual queue is empty again if nothing else is scheduled: this
@@ -489,7 +515,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reset_after(&self) -> Duration {
-        self.reset.duration()
+        self.headroom.reset_after()
     }
 
     /// The time, from the reading the decision used, until [`remaining`](Scheduled::remaining)
@@ -509,9 +535,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn next_after(&self) -> Option<Duration> {
-        self.next
-            .span(self.level, self.unit, self.reset)
-            .map(Span::duration)
+        self.headroom.next_after()
     }
 }
 
@@ -519,7 +543,7 @@ impl Scheduled {
     fn delay_span(&self) -> Span {
         Span {
             units: self.delay,
-            ..self.reset
+            ..self.headroom.reset
         }
     }
 }
@@ -553,41 +577,29 @@ impl fmt::Display for Scheduled {
 /// assert!(bucket.try_acquire_at(denied.retry_at()).is_ok());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-// `repr(C)`, its first four fields those of `Admitted`: see there.
+// `repr(C)`, its first field that of `Admitted`: see there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct Denied {
-    level: u64,
-    unit: u64,
-    reset: Span,
-    /// When `remaining` next grows, in `reset`'s frame.
-    next: Next,
+    /// What is left at the reading (less than was asked for).
+    headroom: Headroom,
     now: u64,
-    /// The wait, in units of `reset`'s frame (both are measured from the same reading, so they
-    /// share it: eight bytes, not a whole `Span`).
+    /// The wait, in units of the frame of the headroom's `reset` (both are measured from the same
+    /// reading, so they share it: eight bytes, not a whole `Span`).
     retry: u64,
 }
 
 impl Denied {
-    /// `retry` and `reset` must share their frame (time unit and reading), as spans measured from
-    /// one reading do.
+    /// `retry` and the headroom's `reset` must share their frame (time unit and reading), as spans
+    /// measured from one reading do.
     #[inline]
-    pub(crate) fn new(
-        now: u64,
-        retry: Span,
-        level: u64,
-        unit: u64,
-        reset: Span,
-        next: Next,
-    ) -> Denied {
+    pub(crate) fn new(now: u64, retry: Span, headroom: Headroom) -> Denied {
+        let reset = headroom.reset;
         debug_assert_eq!((retry.shift, retry.sub), (reset.shift, reset.sub));
         Denied {
+            headroom,
             now,
             retry: retry.units,
-            level,
-            unit,
-            reset,
-            next,
         }
     }
 
@@ -637,7 +649,7 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn remaining(&self) -> u64 {
-        self.level.checked_div(self.unit).unwrap_or(0)
+        self.headroom.remaining()
     }
 
     /// The time until the limiter is full again if nothing else is taken.
@@ -653,7 +665,7 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reset_after(&self) -> Duration {
-        self.reset.duration()
+        self.headroom.reset_after()
     }
 
     /// The time, from the reading the decision used, until [`remaining`](Denied::remaining) would
@@ -676,9 +688,7 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn next_after(&self) -> Option<Duration> {
-        self.next
-            .span(self.level, self.unit, self.reset)
-            .map(Span::duration)
+        self.headroom.next_after()
     }
 }
 
@@ -686,7 +696,7 @@ impl Denied {
     fn retry_span(&self) -> Span {
         Span {
             units: self.retry,
-            ..self.reset
+            ..self.headroom.reset
         }
     }
 }

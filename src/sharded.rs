@@ -158,7 +158,7 @@ use crate::cas::{self, Gone, Step};
 use crate::change::Current;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::gcra::{Gcra as Policy, Reserved};
-use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Next, Span};
+use crate::outcome::{AcquireError, Admitted, Denied, Headroom, InsufficientCapacity, Next, Span};
 use crate::partial::Partial;
 use crate::quota::Quota;
 use crate::reservation::{MaxWaitError, Parts, Reservation, ReserveError, ShardPart};
@@ -1048,12 +1048,11 @@ impl Shards {
         // the request did not take.)
         self.take_from_copy(words, thread_slot() & self.mask, n, now);
         let after = self.survey(now, |i| words[i]);
-        Ok(Admitted::new(
+        Ok(Admitted::new(Headroom::whole(
             survey.tokens - n,
-            1,
-            Span::from_nanos(after.full_in),
+            after.full_in,
             after.next(),
-        ))
+        )))
     }
 
     /// [`ShardedBucket::refund_from`] on these shards: how many went back.
@@ -1124,10 +1123,7 @@ impl Shards {
                 return Err(ReserveError::Denied(Denied::new(
                     base,
                     Span::from_nanos(wait - u128::from(max_wait)),
-                    survey.tokens,
-                    1,
-                    Span::from_nanos(survey.full_in),
-                    survey.next(),
+                    survey.headroom(),
                 )));
             }
             wait
@@ -1194,10 +1190,7 @@ impl Shards {
         Err(ReserveError::Denied(Denied::new(
             base,
             Span::from_nanos(retry),
-            survey.tokens,
-            1,
-            Span::from_nanos(survey.full_in),
-            survey.next(),
+            survey.headroom(),
         )))
     }
 
@@ -1225,15 +1218,7 @@ impl Shards {
             return Err(self.denied(words, 1, now, &survey));
         }
         self.withdraw_hint();
-        Ok(Partial::new(
-            got,
-            Admitted::new(
-                survey.tokens,
-                1,
-                Span::from_nanos(survey.full_in),
-                survey.next(),
-            ),
-        ))
+        Ok(Partial::new(got, Admitted::new(survey.headroom())))
     }
 
     /// Gives back, exactly, what a failed reservation claimed on each shard nobody else wrote
@@ -1369,12 +1354,7 @@ impl Shards {
                 let snapshot = self.snapshot();
                 let words = snapshot.words();
                 let after = self.survey(now, |i| words[i]);
-                return Ok(Admitted::new(
-                    after.tokens,
-                    1,
-                    Span::from_nanos(after.full_in),
-                    after.next(),
-                ));
+                return Ok(Admitted::new(after.headroom()));
             }
         }
         // Others got there first: give back what was taken, exactly, wherever nobody touched the
@@ -1422,12 +1402,7 @@ impl Shards {
     fn query(&self, now: Nanos) -> Admitted {
         // One read of each shard, straight into the survey: no later step needs the words.
         let survey = self.survey(now, |i| read_word(&self.shards[i].word));
-        Admitted::new(
-            survey.tokens,
-            1,
-            Span::from_nanos(survey.full_in),
-            survey.next(),
-        )
+        Admitted::new(survey.headroom())
     }
 
     /// One read of every shard's word.
@@ -1507,14 +1482,7 @@ impl Shards {
             }
             u128::from(lo)
         };
-        Denied::new(
-            base,
-            Span::from_nanos(wait),
-            survey.tokens,
-            1,
-            Span::from_nanos(survey.full_in),
-            survey.next(),
-        )
+        Denied::new(base, Span::from_nanos(wait), survey.headroom())
     }
 }
 
@@ -1663,6 +1631,11 @@ impl Survey {
             wait => Next::nanos(wait.max(1)),
         }
     }
+
+    /// What the shards hold, summed, and when they are full.
+    fn headroom(&self) -> Headroom {
+        Headroom::whole(self.tokens, self.full_in, self.next())
+    }
 }
 
 /// The refusal of one token at the clamped reading `base`, from a hint whose `until` is after it:
@@ -1673,10 +1646,11 @@ fn hinted_denial(base: u64, until: u64, full: u64) -> Denied {
     Denied::new(
         base,
         Span::from_nanos(u128::from(until - base)),
-        0,
-        1,
-        Span::from_nanos(u128::from(full - base)),
-        Next::nanos(u128::from(until - base)),
+        Headroom::whole(
+            0,
+            u128::from(full - base),
+            Next::nanos(u128::from(until - base)),
+        ),
     )
 }
 

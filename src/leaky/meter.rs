@@ -102,7 +102,7 @@ use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::gcra::{gcra_constructors, Gcra, GcraWord, Tat, Time};
 use crate::limiter::Direct;
-use crate::outcome::{AcquireError, Admitted, Denied, Next, Scheduled};
+use crate::outcome::{AcquireError, Admitted, Denied, Headroom, Next, Scheduled};
 
 /// The leaky bucket as a meter, with strict admission, as an [`Algorithm`](crate::Algorithm): the
 /// marker of [`LeakyMeter`] and, per key, of [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys). The
@@ -172,12 +172,12 @@ fn strict_admitted(g: &Gcra, now: Time, n: u64) -> (u64, Admitted) {
     let cost = n * g.interval();
     let new = now.units_up + cost;
     // The first of the `n` leaves one interval after the reading rounded up.
-    let admitted = Admitted::new(
+    let admitted = Admitted::new(Headroom::new(
         g.burst() - cost,
         g.interval(),
         g.span(new - now.units, now),
         Next::token(now.units_up - now.units),
-    );
+    ));
     (new, admitted)
 }
 
@@ -192,10 +192,12 @@ pub(crate) fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled
                 now.ns,
                 g.span(c.start - now.units, now),
                 c.gap,
-                g.burst() - c.gap,
-                g.interval(),
-                g.span(c.new - now.units, now),
-                Next::token(c.new - c.gap - now.units),
+                Headroom::new(
+                    g.burst() - c.gap,
+                    g.interval(),
+                    g.span(c.new - now.units, now),
+                    Next::token(c.new - c.gap - now.units),
+                ),
             ),
         ),
         Err(wait) => Step::Refuse(g.denied(word, now, wait)),
@@ -224,15 +226,12 @@ pub(crate) fn schedule_within(
 /// The answer to a scheduling of nothing: the delay a request made at `now` would get, and the
 /// queue as it is.
 pub(crate) fn query_schedule(g: &Gcra, word: u64, now: Time) -> Scheduled {
-    let backlog = Tat(word).until_full(now.units);
+    // The queue's free places, as `Gcra::query` reports them.
     Scheduled::new(
         now.ns,
         g.span(word.max(now.units_up) - now.units, now),
-        backlog,
-        g.burst().saturating_sub(backlog),
-        g.interval(),
-        g.span(backlog, now),
-        g.next(backlog),
+        Tat(word).until_full(now.units),
+        g.headroom(word, now.units, now.sub),
     )
 }
 

@@ -19,7 +19,7 @@ use crate::all_of::{binds, AllOf};
 use crate::clock::Clock;
 use crate::keyed::{KeyedLimiter, TokenBucketKeys};
 use crate::limiter::KeyedLimit;
-use crate::outcome::{Admitted, Denied, InsufficientCapacity, Next, Span};
+use crate::outcome::{Admitted, Denied, Headroom, InsufficientCapacity, Next};
 use crate::quota::Quota;
 
 /// The most limits a [`RedisAllOf`] holds: 64.
@@ -560,7 +560,7 @@ impl RedisAllOf {
             AllOfFailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
             AllOfFailurePolicy::Open => {
                 bump(&self.inner.counters().open_admissions);
-                Ok(Admitted::new(0, 1, Span::from_nanos(0), Next::FULL))
+                Ok(Admitted::new(Headroom::whole(0, 0, Next::FULL)))
             }
             AllOfFailurePolicy::Local(local) => {
                 bump(&self.inner.counters().local_decisions);

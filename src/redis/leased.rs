@@ -12,7 +12,7 @@ use super::keys::MAX_KEY_LEN;
 use super::limiter::{Ask, RedisLimiter, MAX_WAIT};
 use crate::keyed::TokenBucketKeys;
 use crate::lease::{LeaseStock, Take};
-use crate::outcome::{Admitted, Denied, Next, Span};
+use crate::outcome::{Admitted, Denied, Headroom, Next, Span};
 use crate::sync::{fence, AtomicBool, AtomicU64, Ordering};
 
 /// A token bucket shared through Redis, spent locally: a lease takes up to `batch` tokens from
@@ -457,7 +457,11 @@ impl Inner {
         let wait = Span::from_nanos(wait_ns);
         let now_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // One more is in stock once a lease finds a token (not known while one is on its way).
-        Denied::new(now_ns, wait, 0, 1, wait, Next::nanos(wait_ns))
+        Denied::new(
+            now_ns,
+            wait,
+            Headroom::whole(0, wait_ns, Next::nanos(wait_ns)),
+        )
     }
 }
 
@@ -485,7 +489,7 @@ impl LeasedBucket {
                     inner.prefetch();
                 }
                 // The stock grows only by a lease, whose timing is not known here.
-                Ok(Admitted::new(left, 1, Span::from_nanos(0), Next::FULL))
+                Ok(Admitted::new(Headroom::whole(left, 0, Next::FULL)))
             }
             Take::Empty | Take::Expired => {
                 inner.prefetch();

@@ -21,7 +21,7 @@ use crate::change::Current;
 use crate::clock::Clock;
 use crate::keyed::{KeyedError, LeakyMeterKeys, TokenBucketKeys};
 use crate::limiter::KeyedLimit;
-use crate::outcome::{Admitted, InsufficientCapacity, Next, Scheduled, Span};
+use crate::outcome::{Admitted, Headroom, InsufficientCapacity, Next, Scheduled};
 use crate::partial::Partial;
 use crate::quota::Quota;
 #[cfg(feature = "tracing")]
@@ -759,7 +759,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             FailurePolicy::Open => {
                 bump(&self.counters.open_admissions);
                 // Nothing is known of the key: no time to full, and none to one more.
-                Ok(Admitted::new(0, 1, Span::from_nanos(0), Next::FULL))
+                Ok(Admitted::new(Headroom::whole(0, 0, Next::FULL)))
             }
             FailurePolicy::Local(local) => {
                 bump(&self.counters.local_decisions);

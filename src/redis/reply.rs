@@ -9,7 +9,7 @@
 use ::redis::Value;
 
 use super::error::{Unavailable, UnavailableKind};
-use crate::outcome::{Admitted, Denied, Next, Scheduled, Span};
+use crate::outcome::{Admitted, Denied, Headroom, Next, Scheduled, Span};
 
 /// The largest reading a script answers with: 2^53 us.
 const MAX_NOW_US: u64 = 1 << 53;
@@ -104,9 +104,15 @@ impl Reply {
         Span::from_nanos(u128::from(ticks) * u128::from(tick))
     }
 
-    /// `next` ticks of `tick` ns (0: nothing is taken).
-    fn next(&self, tick: u64) -> Next {
-        Next::nanos(u128::from(self.next) * u128::from(tick))
+    /// The figures every outcome carries: `level` in `unit`s, full again after `reset` ticks of
+    /// `tick` ns, one more after `next` ticks (0: nothing is taken).
+    fn headroom(&self, tick: u64) -> Headroom {
+        Headroom::new(
+            self.level,
+            self.unit,
+            Reply::span(self.reset, tick),
+            Next::nanos(u128::from(self.next) * u128::from(tick)),
+        )
     }
 
     /// The reading in nanoseconds (below 2^53 x 1000 < 2^63).
@@ -117,12 +123,7 @@ impl Reply {
     /// The answer of an admission, a peek or a query.
     pub(crate) fn outcome(&self, tick: u64) -> Result<Admitted, Denied> {
         if self.admitted {
-            Ok(Admitted::new(
-                self.level,
-                self.unit,
-                Reply::span(self.reset, tick),
-                self.next(tick),
-            ))
+            Ok(Admitted::new(self.headroom(tick)))
         } else {
             Err(self.denied(tick))
         }
@@ -135,10 +136,7 @@ impl Reply {
                 self.now_ns(),
                 Reply::span(self.wait, tick),
                 self.backlog,
-                self.level,
-                self.unit,
-                Reply::span(self.reset, tick),
-                self.next(tick),
+                self.headroom(tick),
             ))
         } else {
             Err(self.denied(tick))
@@ -149,10 +147,7 @@ impl Reply {
         Denied::new(
             self.now_ns(),
             Reply::span(self.wait, tick),
-            self.level,
-            self.unit,
-            Reply::span(self.reset, tick),
-            self.next(tick),
+            self.headroom(tick),
         )
     }
 }

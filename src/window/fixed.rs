@@ -58,7 +58,7 @@ use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::limiter::Direct;
-use crate::outcome::{Admitted, Denied, Next, Span};
+use crate::outcome::{Admitted, Denied, Headroom, Next, Span};
 use crate::quota::{Quota, QuotaError};
 
 /// The fixed window's constants, derived once from a [`Quota`].
@@ -174,10 +174,7 @@ impl Policy {
         Denied::new(
             view.now,
             wait,
-            self.limit - view.count,
-            1,
-            wait,
-            Next::nanos(end),
+            Headroom::whole(self.limit - view.count, end, Next::nanos(end)),
         )
     }
 }
@@ -270,12 +267,7 @@ impl OneWord for FixedWindowAlgorithm {
             Step::Write(
                 Word::new(view.index, after, policy.count_bits).0,
                 // All of the window's count comes back at its end, and nothing before it.
-                Admitted::new(
-                    policy.limit - after,
-                    1,
-                    Span::from_nanos(end),
-                    Next::nanos(end),
-                ),
+                Admitted::new(Headroom::whole(policy.limit - after, end, Next::nanos(end))),
             )
         } else {
             Step::Refuse(policy.denied(view))
@@ -291,12 +283,11 @@ impl OneWord for FixedWindowAlgorithm {
             policy.until_window_end(view)
         };
         // An untouched window (reset 0) is full: nothing comes back.
-        Admitted::new(
+        Admitted::new(Headroom::whole(
             policy.limit - view.count,
-            1,
-            Span::from_nanos(reset),
+            reset,
             Next::nanos(reset),
-        )
+        ))
     }
 
     /// Admissions left in the window of `now`, seen from `word`.

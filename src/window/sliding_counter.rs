@@ -111,7 +111,7 @@ use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::limiter::Direct;
 #[cfg(doc)]
 use crate::outcome::AcquireError;
-use crate::outcome::{Admitted, Denied, InsufficientCapacity, Next, Span};
+use crate::outcome::{Admitted, Denied, Headroom, InsufficientCapacity, Next, Span};
 use crate::quota::{Quota, QuotaError};
 
 // ---------------------------------------------------------------------------------------------
@@ -510,7 +510,7 @@ impl Policy {
                 ..v
             };
             let next = self.next(&after, (level, unit), &mut count)?;
-            let answer = Admitted::new(level, unit, Span::from_nanos(reset), next);
+            let answer = Admitted::new(Headroom::new(level, unit, Span::from_nanos(reset), next));
             return Some(Ok((after, answer)));
         }
         let retry = self.wait_nanos(&v, n, &mut count)?;
@@ -520,10 +520,7 @@ impl Policy {
         Some(Err(Denied::new(
             r.ns,
             Span::from_nanos(retry),
-            level,
-            unit,
-            Span::from_nanos(reset),
-            next,
+            Headroom::new(level, unit, Span::from_nanos(reset), next),
         )))
     }
 
@@ -576,7 +573,7 @@ impl Policy {
         let next = Next::counter(oldest, full)?;
         Some((
             self.pack(r.index, oldest, full),
-            Admitted::new(level, unit, reset, next),
+            Admitted::new(Headroom::new(level, unit, reset, next)),
         ))
     }
 
@@ -601,10 +598,7 @@ impl Policy {
             None => Step::Refuse(Denied::new(
                 r.ns,
                 Span::from_nanos(0),
-                0,
-                1,
-                Span::from_nanos(0),
-                Next::FULL,
+                Headroom::whole(0, 0, Next::FULL),
             )),
         }
     }
@@ -718,7 +712,7 @@ impl OneWord for SlidingWindowCounterAlgorithm {
             Step::Keep(a) | Step::Write(_, a) => a,
             // A request for nothing is always answered with an admission (`weigh` admits
             // `n = 0`); were it ever refused, nothing is left.
-            Step::Refuse(_) => Admitted::new(0, 1, Span::from_nanos(0), Next::FULL),
+            Step::Refuse(_) => Admitted::new(Headroom::whole(0, 0, Next::FULL)),
         }
     }
 

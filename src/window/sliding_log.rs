@@ -147,7 +147,7 @@ use crate::algorithm::sealed::{Contract, Held, Relocate};
 use crate::cas::{self, retries, Backoff, Gone};
 use crate::clock::{MonotonicClock, Nanos};
 use crate::limiter::Direct;
-use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Next, Span};
+use crate::outcome::{AcquireError, Admitted, Denied, Headroom, InsufficientCapacity, Next, Span};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{yield_now, AtomicU64, Ordering};
 
@@ -193,13 +193,12 @@ pub(crate) struct Grant {
 
 impl Grant {
     fn admitted(self) -> Admitted {
-        // unit 1: the level is in whole admissions.
-        Admitted::new(
+        // The level is in whole admissions.
+        Admitted::new(Headroom::whole(
             self.level,
-            1,
-            Span::from_nanos(u128::from(self.reset)),
+            u128::from(self.reset),
             Next::nanos(u128::from(self.next)),
-        )
+        ))
     }
 }
 
@@ -297,11 +296,12 @@ impl Policy {
                 return Err(Denied::new(
                     now,
                     Span::from_nanos(u128::from(retry_at.saturating_sub(now))),
-                    self.count.saturating_sub(s - first),
-                    1,
-                    Span::from_nanos(u128::from(leaves(last))),
-                    // `first <= p - N < s`: the oldest entry in the window.
-                    Next::nanos(u128::from(leaves(Some(ts(first))))),
+                    Headroom::whole(
+                        self.count.saturating_sub(s - first),
+                        u128::from(leaves(last)),
+                        // `first <= p - N < s`: the oldest entry in the window.
+                        Next::nanos(u128::from(leaves(Some(ts(first))))),
+                    ),
                 ));
             }
         }
