@@ -262,6 +262,12 @@ impl<L> AllOf<L> {
     pub fn limits(&self) -> &[L] {
         &self.limits
     }
+
+    /// The fewest requests any limit has `remaining` (direct or for a key): what the limits
+    /// together have left.
+    fn fewest(&self, remaining: impl Fn(&L) -> u64) -> u64 {
+        self.limits.iter().map(remaining).min().unwrap_or(0)
+    }
 }
 
 impl<L: Limiter> AllOf<L> {
@@ -344,24 +350,11 @@ fn decide<E: Refusal>(
     admitted(binding)
 }
 
-/// The query's answer: the binding limit's, or the longest refusal.
+/// The query's answer: the binding limit's, or the longest refusal. It is [`decide`] with a peek
+/// for the take: a peek takes nothing, so nothing is given back, and the limits after a refusal
+/// are peeked as `decide` peeks them.
 fn answer<E: Refusal>(count: usize, peek: impl Fn(usize) -> Result<Admitted, E>) -> Indexed<E> {
-    let mut binding: Option<(usize, Admitted)> = None;
-    for i in 0..count {
-        match peek(i) {
-            Ok(admitted) => {
-                if binding.as_ref().is_none_or(|(_, b)| binds(&admitted, b)) {
-                    binding = Some((i, admitted));
-                }
-            }
-            Err(refused) => {
-                let others = (i + 1..count).filter_map(|j| Some((j, peek(j).err()?)));
-                let (at, refused) = longest((i, refused), others);
-                return (at, Err(refused));
-            }
-        }
-    }
-    admitted(binding)
+    decide(count, &peek, |_| {}, |j| peek(j).err())
 }
 
 /// Every limit admitted: the binding one. An `AllOf` always has a limit ([`AllOf::new`] refuses
@@ -496,11 +489,7 @@ impl<L: GiveBack> Limiter for AllOf<L> {
     }
 
     fn remaining_at(&self, now: Nanos) -> u64 {
-        self.limits
-            .iter()
-            .map(|l| l.remaining_at(now))
-            .min()
-            .unwrap_or(0)
+        self.fewest(|l| l.remaining_at(now))
     }
 
     fn now(&self) -> Nanos {
@@ -525,11 +514,7 @@ impl<Q: ?Sized, L: KeyedGiveBack<Q>> KeyedLimit<Q> for AllOf<L> {
     }
 
     fn remaining_key_at(&self, key: &Q, now: Nanos) -> u64 {
-        self.limits
-            .iter()
-            .map(|l| l.remaining_key_at(key, now))
-            .min()
-            .unwrap_or(0)
+        self.fewest(|l| l.remaining_key_at(key, now))
     }
 
     fn now(&self) -> Nanos {

@@ -221,33 +221,36 @@ pub(crate) fn undo(word: &AtomicU64, written: u64, previous: u64) -> bool {
         .is_ok()
 }
 
-/// A compare-and-swap on a limiter's state outside [`update`] (the multi-word protocols of the
-/// sub-window counter and the sliding log), counted as an attempted write in test builds. Every
-/// write to a limiter's state goes through this module, so that the tests can prove that denials
-/// and peeks write nothing.
-#[inline]
-pub(crate) fn compare_exchange(
-    word: &AtomicU64,
-    current: u64,
-    new: u64,
-    success: Ordering,
-    failure: Ordering,
-) -> Result<u64, u64> {
-    writes::record();
-    word.compare_exchange(current, new, success, failure)
+/// Defines `$name`, [`AtomicU64`]'s compare-and-swap of that name on a limiter's state, counted as
+/// an attempted write in test builds. The orderings are the caller's, and so are their comments.
+macro_rules! counted_compare_exchange {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[inline]
+        pub(crate) fn $name(
+            word: &AtomicU64,
+            current: u64,
+            new: u64,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<u64, u64> {
+            writes::record();
+            word.$name(current, new, success, failure)
+        }
+    };
 }
 
-/// As [`compare_exchange`], allowed to fail spuriously (for retry loops).
-#[inline]
-pub(crate) fn compare_exchange_weak(
-    word: &AtomicU64,
-    current: u64,
-    new: u64,
-    success: Ordering,
-    failure: Ordering,
-) -> Result<u64, u64> {
-    writes::record();
-    word.compare_exchange_weak(current, new, success, failure)
+counted_compare_exchange! {
+    /// A compare-and-swap on a limiter's state outside [`update`] (the multi-word protocols of the
+    /// sub-window counter and the sliding log), counted as an attempted write in test builds. Every
+    /// write to a limiter's state goes through this module, so that the tests can prove that
+    /// denials and peeks write nothing.
+    compare_exchange
+}
+
+counted_compare_exchange! {
+    /// As [`compare_exchange`], allowed to fail spuriously (for retry loops).
+    compare_exchange_weak
 }
 
 /// A store to a limiter's state, counted as a write in test builds (see [`compare_exchange`]).

@@ -8,9 +8,9 @@ use ::redis::aio::ConnectionLike;
 use ::redis::Value;
 
 use super::error::{BuildError, RedisError, Unavailable, UnavailableKind};
-use super::failure::{bump, FailurePolicy, Stats};
+use super::failure::{Choice, FailurePolicy, Fallback, Stats};
 use super::keys;
-use super::limiter::local_answer;
+use super::limiter::{local_answer, open_admission};
 use super::limiter::{RedisLimiter, RedisLimiterBuilder};
 use super::reply::{decode_many, Reply};
 use super::script::sealed::Plan;
@@ -19,7 +19,7 @@ use crate::all_of::{binds, AllOf};
 use crate::clock::Clock;
 use crate::keyed::{KeyedLimiter, TokenBucketKeys};
 use crate::limiter::KeyedLimit;
-use crate::outcome::{Admitted, Denied, Headroom, InsufficientCapacity, Next};
+use crate::outcome::{Admitted, Denied, InsufficientCapacity};
 use crate::quota::Quota;
 
 /// The most limits a [`RedisAllOf`] holds: 64.
@@ -65,6 +65,18 @@ impl fmt::Debug for AllOfFailurePolicy {
                 let quotas: Vec<Quota> = l.limits().iter().map(|k| k.quota()).collect();
                 f.debug_tuple("Local").field(&quotas).finish()
             }
+        }
+    }
+}
+
+impl Fallback for AllOfFailurePolicy {
+    type Limits = AllOf<KeyedLimiter<Vec<u8>, TokenBucketKeys>>;
+
+    fn choice(&self) -> Choice<'_, Self::Limits> {
+        match self {
+            AllOfFailurePolicy::Closed => Choice::Closed,
+            AllOfFailurePolicy::Open => Choice::Open,
+            AllOfFailurePolicy::Local(local) => Choice::Local(local),
         }
     }
 }
@@ -511,7 +523,21 @@ impl RedisAllOf {
         let check = |v: &Value| self.answer(&decode_many(v, count)?);
         match self.inner.decide_cmd(token_bucket_all(), &cmd, check).await {
             Ok((at, answer)) => (Some(at), answer.map_err(RedisError::Denied)),
-            Err(unavailable) => (None, self.fallback(key, n, ask, unavailable)),
+            // The failure policy's answer.
+            Err(unavailable) => {
+                let local = |limits: &AllOf<_>, unavailable: &Unavailable| {
+                    let answer = match ask {
+                        Ask::Take => KeyedLimit::<[u8]>::check_key_n(limits, key, n),
+                        Ask::Peek => KeyedLimit::<[u8]>::peek_key_n(limits, key, n),
+                    };
+                    local_answer(answer, unavailable)
+                };
+                let failure = &self.failure;
+                let answer = self
+                    .inner
+                    .fall_back(failure, unavailable, open_admission, local);
+                (None, answer)
+            }
         }
     }
 
@@ -544,32 +570,6 @@ impl RedisAllOf {
                 UnavailableKind::BadReply,
                 "no limit answered",
             )),
-        }
-    }
-
-    /// The failure policy's answer.
-    fn fallback(
-        &self,
-        key: &[u8],
-        n: u64,
-        ask: Ask,
-        unavailable: Unavailable,
-    ) -> Result<Admitted, RedisError> {
-        self.inner.note_degraded(&self.failure, &unavailable);
-        match &self.failure {
-            AllOfFailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
-            AllOfFailurePolicy::Open => {
-                bump(&self.inner.counters().open_admissions);
-                Ok(Admitted::new(Headroom::whole(0, 0, Next::FULL)))
-            }
-            AllOfFailurePolicy::Local(local) => {
-                bump(&self.inner.counters().local_decisions);
-                let answer = match ask {
-                    Ask::Take => KeyedLimit::<[u8]>::check_key_n(local, key, n),
-                    Ask::Peek => KeyedLimit::<[u8]>::peek_key_n(local, key, n),
-                };
-                local_answer(answer, &unavailable)
-            }
         }
     }
 }

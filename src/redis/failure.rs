@@ -53,6 +53,36 @@ impl<A: Algorithm> fmt::Debug for FailurePolicy<A> {
     }
 }
 
+/// Which way a failure policy answers, with the limits it decides with in process for `Local`.
+pub(crate) enum Choice<'a, L> {
+    Closed,
+    Open,
+    Local(&'a L),
+}
+
+/// A failure policy ([`FailurePolicy`], or a [`RedisAllOf`](super::RedisAllOf)'s
+/// [`AllOfFailurePolicy`](super::AllOfFailurePolicy)): its choice, for the one protocol they all
+/// follow (`RedisLimiter::fall_back`), and its `Debug` form, for the log.
+pub(crate) trait Fallback: fmt::Debug {
+    /// What it decides with in process, under `Local`.
+    type Limits;
+
+    /// Which way it answers.
+    fn choice(&self) -> Choice<'_, Self::Limits>;
+}
+
+impl<A: Algorithm> Fallback for FailurePolicy<A> {
+    type Limits = KeyedLimiter<Vec<u8>, A>;
+
+    fn choice(&self) -> Choice<'_, Self::Limits> {
+        match self {
+            FailurePolicy::Closed => Choice::Closed,
+            FailurePolicy::Open => Choice::Open,
+            FailurePolicy::Local(local) => Choice::Local(local),
+        }
+    }
+}
+
 /// What a [`RedisLimiter`](super::RedisLimiter) has done since it was built. Counters only grow.
 ///
 /// # Examples

@@ -12,7 +12,7 @@ use ::redis::{Cmd, ErrorKind, Pipeline, RedisFuture, ServerErrorKind, Value};
 use super::error::{BuildError, RedisError, Unavailable, UnavailableKind};
 #[cfg(feature = "metrics")]
 use super::failure::Outcomes;
-use super::failure::{bump, Breaker, Counters, FailurePolicy, Route, Stats};
+use super::failure::{bump, Breaker, Choice, Counters, FailurePolicy, Fallback, Route, Stats};
 use super::keys::{self, MAX_PREFIX_LEN};
 use super::reply::{decode, Reply};
 use super::script::sealed::Plan;
@@ -709,7 +709,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     /// Logs, once per outage, that `policy` answers because Redis could not decide.
-    pub(crate) fn note_degraded(&self, policy: &dyn fmt::Debug, unavailable: &Unavailable) {
+    fn note_degraded(&self, policy: &dyn fmt::Debug, unavailable: &Unavailable) {
         // Relaxed: a flag for the log only; the load keeps a long outage from writing per call.
         #[cfg(feature = "tracing")]
         if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
@@ -727,11 +727,6 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// What answers when Redis cannot decide.
     pub(crate) fn failure(&self) -> &FailurePolicy<A> {
         &self.failure
-    }
-
-    /// The counters behind [`RedisLimiter::stats`].
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.counters
     }
 
     /// Counts a call's answer in `tollgate_decisions_total`.
@@ -753,24 +748,50 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         ask: Ask,
         unavailable: Unavailable,
     ) -> Result<Admitted, RedisError> {
-        self.note_degraded(&self.failure, &unavailable);
-        match &self.failure {
-            FailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
-            FailurePolicy::Open => {
-                bump(&self.counters.open_admissions);
-                // Nothing is known of the key: no time to full, and none to one more.
-                Ok(Admitted::new(Headroom::whole(0, 0, Next::FULL)))
-            }
-            FailurePolicy::Local(local) => {
-                bump(&self.counters.local_decisions);
+        self.fall_back(
+            &self.failure,
+            unavailable,
+            open_admission,
+            |local, unavailable| {
                 let answer = match ask {
                     Ask::Take | Ask::Schedule => local.check_key_n(key, n),
                     Ask::Peek => local.peek_key_n(key, n),
                 };
-                local_answer(answer, &unavailable)
+                local_answer(answer, unavailable)
+            },
+        )
+    }
+
+    /// `policy`'s answer to a call Redis could not decide, the protocol every failure policy
+    /// follows whatever the call: the outage is logged once, then `Closed` answers `unavailable`,
+    /// `Open` answers `open()` (counted in `open_admissions`) and `Local` answers `local` on the
+    /// policy's own limits (counted in `local_decisions`).
+    pub(crate) fn fall_back<'p, P: Fallback, T>(
+        &self,
+        policy: &'p P,
+        unavailable: Unavailable,
+        open: impl FnOnce() -> T,
+        local: impl FnOnce(&'p P::Limits, &Unavailable) -> Result<T, RedisError>,
+    ) -> Result<T, RedisError> {
+        self.note_degraded(policy, &unavailable);
+        match policy.choice() {
+            Choice::Closed => Err(RedisError::Unavailable(unavailable)),
+            Choice::Open => {
+                bump(&self.counters.open_admissions);
+                Ok(open())
+            }
+            Choice::Local(limits) => {
+                bump(&self.counters.local_decisions);
+                local(limits, &unavailable)
             }
         }
     }
+}
+
+/// [`FailurePolicy::Open`]'s admission: nothing is known of the key, so no time to full, and none
+/// to one more.
+pub(crate) fn open_admission() -> Admitted {
+    Admitted::new(Headroom::whole(0, 0, Next::FULL))
 }
 
 /// A local fallback limiter's answer to a call Redis could not decide, as the call's answer: its

@@ -6,7 +6,8 @@ use std::fmt;
 use std::time::Duration;
 
 use super::error::{RedisError, Unavailable};
-use super::failure::{bump, FailurePolicy};
+#[cfg(doc)]
+use super::failure::FailurePolicy;
 use super::limiter::local_full;
 use super::limiter::RedisLimiter;
 use super::script::MAX_SPAN;
@@ -257,39 +258,31 @@ impl RedisLimiter<TokenBucketKeys> {
         max_wait: Duration,
         unavailable: Unavailable,
     ) -> Result<RedisReservation<'_>, RedisError> {
-        self.note_degraded(self.failure(), &unavailable);
-        match self.failure() {
-            FailurePolicy::Closed => Err(RedisError::Unavailable(unavailable)),
-            FailurePolicy::Open => {
-                bump(&self.counters().open_admissions);
-                Ok(RedisReservation {
+        let open = || RedisReservation {
+            limiter: self,
+            tokens: n,
+            now: 0,
+            ready: 0,
+            origin: Origin::Open,
+        };
+        self.fall_back(self.failure(), unavailable, open, |local, unavailable| {
+            match local.reserve_key_n(key, n, max_wait) {
+                Ok(r) => Ok(RedisReservation {
                     limiter: self,
-                    tokens: n,
-                    now: 0,
-                    ready: 0,
-                    origin: Origin::Open,
-                })
-            }
-            FailurePolicy::Local(local) => {
-                bump(&self.counters().local_decisions);
-                match local.reserve_key_n(key, n, max_wait) {
-                    Ok(r) => Ok(RedisReservation {
-                        limiter: self,
-                        tokens: r.tokens(),
-                        now: r.now,
-                        ready: r.ready,
-                        origin: Origin::Local(r),
-                    }),
-                    Err(ReserveError::Denied(d)) => Err(RedisError::Denied(d)),
-                    Err(ReserveError::InsufficientCapacity(e)) => {
-                        Err(RedisError::InsufficientCapacity(e))
-                    }
-                    Err(ReserveError::MaxWait(e)) => Err(RedisError::MaxWait(e)),
-                    // The local limiter holds no room for this key: nothing decided it.
-                    Err(e) => Err(local_full(&e, &unavailable)),
+                    tokens: r.tokens(),
+                    now: r.now,
+                    ready: r.ready,
+                    origin: Origin::Local(r),
+                }),
+                Err(ReserveError::Denied(d)) => Err(RedisError::Denied(d)),
+                Err(ReserveError::InsufficientCapacity(e)) => {
+                    Err(RedisError::InsufficientCapacity(e))
                 }
+                Err(ReserveError::MaxWait(e)) => Err(RedisError::MaxWait(e)),
+                // The local limiter holds no room for this key: nothing decided it.
+                Err(e) => Err(local_full(&e, unavailable)),
             }
-        }
+        })
     }
 }
 
