@@ -351,4 +351,40 @@ mod redis_backend {
             events.all()
         );
     }
+
+    #[test]
+    fn a_partial_take_answered_locally_logs_the_failure_policy_once() {
+        let Some(url) = url() else { return };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let events = Events::default();
+        events.during(|| {
+            rt.block_on(async {
+                let conn = Switch {
+                    inner: redis::Client::open(url.as_str())
+                        .unwrap()
+                        .get_connection_manager()
+                        .await
+                        .unwrap(),
+                    down: Arc::new(AtomicBool::new(true)),
+                };
+                let local = KeyedLimiter::new(Quota::per_hour(3).unwrap());
+                let limiter =
+                    RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(100).unwrap())
+                        .prefix(format!("t-tracing-partial-{}", std::process::id()))
+                        .name("partial")
+                        .build(FailurePolicy::Local(local))
+                        .unwrap();
+                // The local limit decides: 2 of its 3, then the last 1 of the 2 asked for.
+                assert_eq!(limiter.take_up_to_key("k", 2).await.unwrap().taken(), 2);
+                assert_eq!(limiter.take_up_to_key("k", 2).await.unwrap().taken(), 1);
+                assert_eq!(limiter.stats().local_decisions, 2);
+            })
+        });
+        let policy = events.with("failure policy answers");
+        assert_eq!(policy.len(), 1, "{:?}", events.all());
+        assert_eq!(policy[0].field("limiter"), Some("partial"));
+    }
 }

@@ -1057,15 +1057,13 @@ impl RedisLimiter<TokenBucketKeys> {
                     .map(|admitted| Partial::new(taken, admitted))
                     .map_err(RedisError::Denied)
             }
-            Err(unavailable) => match &self.failure {
-                FailurePolicy::Local(local) => {
-                    bump(&self.counters.local_decisions);
-                    local_answer(local.take_up_to_key(key, n), &unavailable)
-                }
-                _ => self
-                    .fallback(key, up_to, Ask::Take, unavailable)
-                    .map(|admitted| Partial::new(up_to, admitted)),
-            },
+            // The local limiter takes what it has, up to `n`, as the call would have.
+            Err(unavailable) => self.fall_back(
+                &self.failure,
+                unavailable,
+                || Partial::new(up_to, open_admission()),
+                |local, unavailable| local_answer(local.take_up_to_key(key, n), unavailable),
+            ),
         }
     }
 
