@@ -248,8 +248,6 @@
 
 mod algorithm;
 mod change;
-#[allow(unsafe_code)]
-pub(crate) mod epoch;
 mod error;
 mod evict;
 #[cfg(fuzzing)]
@@ -277,12 +275,12 @@ pub mod __bench {
 #[cfg(any(tollgate_loom, fuzzing))]
 #[doc(hidden)]
 pub mod model_table {
-    #[cfg(tollgate_loom)]
-    pub use super::epoch::{ModelDomain, ModelReader};
     #[cfg(fuzzing)]
     pub use super::fuzz_table::FuzzTable;
     pub use super::table::ModelTable;
     pub use crate::cas::Gone;
+    #[cfg(tollgate_loom)]
+    pub use crate::epoch::{ModelDomain, ModelReader};
 }
 mod tiers;
 
@@ -300,7 +298,7 @@ mod tiers;
 /// ```
 #[cfg(not(tollgate_loom))]
 pub fn barrier_failures() -> u64 {
-    epoch::membarrier_failures()
+    crate::epoch::membarrier_failures()
 }
 
 pub use crate::algorithm::Algorithm;
