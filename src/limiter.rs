@@ -60,8 +60,8 @@ use crate::algorithm::Algorithm;
 use crate::cas::Gone;
 use crate::change::Current;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::keyed::{KeyedError, KeyedLimiter};
-use crate::outcome::{AcquireError, Admitted, Denied};
+use crate::keyed::KeyedLimiter;
+use crate::outcome::{AcquireError, Admitted, Denied, KeyedError};
 use crate::quota::{Quota, QuotaError};
 
 /// One limit, whatever enforces it: what middleware and user code can be generic over.

@@ -248,7 +248,6 @@
 
 mod algorithm;
 mod change;
-mod error;
 mod evict;
 #[cfg(fuzzing)]
 mod fuzz_table;
@@ -302,11 +301,11 @@ pub fn barrier_failures() -> u64 {
 }
 
 pub use crate::algorithm::Algorithm;
+pub use crate::outcome::{KeyedError, TooManyKeys};
 pub use algorithm::{
     FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered,
     TokenBucketKeys,
 };
-pub use error::{KeyedError, TooManyKeys};
 pub use evict::Overflow;
 pub use limiter::KeyedLimiter;
 #[cfg(not(tollgate_loom))]
