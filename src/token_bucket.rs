@@ -84,6 +84,8 @@
 //! fence, is what keeps two threads from taking the same token. Do not use an admission to publish
 //! other data between threads.
 
+pub use crate::algorithm::TokenBucketAlgorithm;
+
 use std::time::Duration;
 
 use crate::cas::{self, Step};
@@ -94,23 +96,6 @@ use crate::outcome::{Admitted, Denied};
 use crate::partial::Partial;
 use crate::quota::Quota;
 use crate::reservation::{MaxWaitError, Parts, Reservation, ReserveError};
-
-/// The token bucket as an [`Algorithm`](crate::Algorithm): the marker of [`TokenBucket`] and, per
-/// key, of [`KeyedLimiter`](crate::keyed::KeyedLimiter)'s default
-/// ([`TokenBucketKeys`](crate::keyed::TokenBucketKeys)). The state is the GCRA's one word (see
-/// `src/gcra.rs`); a key is forgettable once its bucket is full again.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::{Direct, ManualClock, Quota, TokenBucket, TokenBucketAlgorithm};
-/// // The alias and the generic form are one type.
-/// let bucket: Direct<TokenBucketAlgorithm, _> = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
-/// assert_eq!(bucket.remaining(), 2);
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TokenBucketAlgorithm;
 
 impl TokenBucketAlgorithm {
     /// The policy for `quota`: the token bucket enforces every valid quota, so this cannot fail.

@@ -99,6 +99,8 @@
 //! [`SubWindowCounter`]'s own ranges (`k`, and `N` at the sub-window length) are in
 //! [`sub_window`](super::sub_window).
 
+pub use crate::algorithm::SlidingWindowCounterAlgorithm;
+
 use std::fmt;
 
 use super::sub_window::MAX_SUB_WINDOWS;
@@ -620,24 +622,6 @@ fn narrow(limit: u64, w: u64) -> Option<u64> {
 // ---------------------------------------------------------------------------------------------
 // SlidingWindowCounter
 // ---------------------------------------------------------------------------------------------
-
-/// The two-window sliding counter as an [`Algorithm`](crate::Algorithm): the marker of
-/// [`SlidingWindowCounter`] and, per key, of
-/// [`SlidingWindowCounterKeys`](crate::keyed::SlidingWindowCounterKeys). The state is one word
-/// (`index | prev | cur`); a key is forgettable once both windows it counts have passed.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::window::SlidingWindowCounter;
-/// use tollgate::{Direct, ManualClock, Quota, SlidingWindowCounterAlgorithm};
-/// let counter: Direct<SlidingWindowCounterAlgorithm, _> =
-///     SlidingWindowCounter::with_clock(Quota::per_second(2)?, ManualClock::new())?;
-/// assert_eq!(counter.remaining(), 2);
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SlidingWindowCounterAlgorithm;
 
 impl OneWord for SlidingWindowCounterAlgorithm {
     type Policy = Policy;
