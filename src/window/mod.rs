@@ -34,6 +34,7 @@
 //! [`SubWindowCounter`]). A quota beyond either is refused with a [`QuotaError`] naming the field
 //! and the limit.
 
+mod estimate;
 pub mod fixed;
 pub mod sliding_counter;
 pub mod sliding_log;
