@@ -183,6 +183,7 @@ mod cas;
 #[allow(unsafe_code)]
 mod change;
 pub mod clock;
+mod direct;
 #[allow(unsafe_code)]
 mod epoch;
 mod gcra;
@@ -220,16 +221,20 @@ pub use all_of::{AllOf, AllOfError, GiveBack, KeyedGiveBack};
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
-#[cfg(not(tollgate_loom))]
-#[doc(hidden)]
-pub use limiter::__bench_change;
-pub use limiter::{Direct, KeyedLimit, Limiter};
+pub use direct::Direct;
+pub use limiter::{KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
 pub use partial::Partial;
 pub use quota::{Quota, QuotaError, QuotaParseError};
 pub use reservation::{Reservation, ReserveError};
 pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};
+#[cfg(not(tollgate_loom))]
+#[doc(hidden)]
+pub use token_bucket::__bench_change;
 pub use token_bucket::TokenBucket;
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -102,8 +102,8 @@ pub use crate::algorithm::LeakyMeterAlgorithm;
 
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::direct::Direct;
 use crate::gcra::{gcra_constructors, Gcra, GcraWord, Tat, Time};
-use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, Next, Scheduled};
 
 impl GcraWord for LeakyMeterAlgorithm {

@@ -59,7 +59,7 @@ use super::{check_count, window_of, Alignment, Grid};
 use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::limiter::Direct;
+use crate::direct::Direct;
 use crate::outcome::{Admitted, Denied, Next, Span};
 use crate::quota::{Quota, QuotaError};
 

@@ -49,7 +49,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::algorithm::Algorithm;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::limiter::Direct;
+use crate::direct::Direct;
 use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
 
 /// The window algorithms: [`FixedWindowAlgorithm`](crate::FixedWindowAlgorithm),

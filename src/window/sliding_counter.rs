@@ -111,7 +111,7 @@ use super::SubWindowCounter;
 use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::limiter::Direct;
+use crate::direct::Direct;
 #[cfg(doc)]
 use crate::outcome::AcquireError;
 use crate::outcome::{Admitted, Denied, Next, Span};

@@ -148,7 +148,7 @@ use super::window_of;
 use crate::algorithm::sealed::{Contract, Held, Relocate};
 use crate::cas::{self, retries, Backoff, Gone};
 use crate::clock::{MonotonicClock, Nanos};
-use crate::limiter::Direct;
+use crate::direct::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Next, Span};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{yield_now, AtomicU64, Ordering};

@@ -386,7 +386,7 @@ impl SubWindowCounter<MonotonicClock> {
 }
 
 impl<C: Clock> SubWindowCounter<C> {
-    crate::limiter::clock_reading_forms!(
+    crate::direct::clock_reading_forms!(
         "tollgate::window::SubWindowCounter::new(tollgate::Quota::per_second(2)?, 2)?"
     );
 
@@ -638,6 +638,8 @@ impl<C: Clock> SubWindowCounter<C> {
         &self.clock
     }
 }
+
+crate::direct::limiter_from_inherent_methods!(SubWindowCounter);
 
 impl<C> fmt::Debug for SubWindowCounter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
