@@ -382,7 +382,7 @@ pub trait Algorithm: Contract {}
 
 impl<T: Contract> Algorithm for T {}
 
-/// The token bucket as an [`Algorithm`](crate::Algorithm): the marker of
+/// The token bucket as an [`Algorithm`]: the marker of
 /// [`TokenBucket`](crate::TokenBucket) and, per key, of
 /// [`KeyedLimiter`](crate::keyed::KeyedLimiter)'s default
 /// ([`TokenBucketKeys`](crate::keyed::TokenBucketKeys)). The state is the GCRA's one word (see
@@ -400,7 +400,7 @@ impl<T: Contract> Algorithm for T {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TokenBucketAlgorithm;
 
-/// The leaky bucket as a meter, with strict admission, as an [`Algorithm`](crate::Algorithm): the
+/// The leaky bucket as a meter, with strict admission, as an [`Algorithm`]: the
 /// marker of [`LeakyMeter`](crate::leaky::LeakyMeter) and, per key, of
 /// [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys). The state is the GCRA's one word, the
 /// queue's drain time; a key is forgettable once its queue is empty again.
@@ -417,7 +417,7 @@ pub struct TokenBucketAlgorithm;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LeakyMeterAlgorithm;
 
-/// The fixed window as an [`Algorithm`](crate::Algorithm): the marker of
+/// The fixed window as an [`Algorithm`]: the marker of
 /// [`FixedWindow`](crate::window::FixedWindow) and, per key, of
 /// [`FixedWindowKeys`](crate::keyed::FixedWindowKeys). The state is one word (window index
 /// and count); a key is forgettable once its window is over.
@@ -434,7 +434,7 @@ pub struct LeakyMeterAlgorithm;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FixedWindowAlgorithm;
 
-/// The two-window sliding counter as an [`Algorithm`](crate::Algorithm): the marker of
+/// The two-window sliding counter as an [`Algorithm`]: the marker of
 /// [`SlidingWindowCounter`](crate::window::SlidingWindowCounter) and, per key, of
 /// [`SlidingWindowCounterKeys`](crate::keyed::SlidingWindowCounterKeys). The state is one word
 /// (`index | prev | cur`); a key is forgettable once both windows it counts have passed.
@@ -452,7 +452,7 @@ pub struct FixedWindowAlgorithm;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SlidingWindowCounterAlgorithm;
 
-/// The sliding window log as an [`Algorithm`](crate::Algorithm): the marker of
+/// The sliding window log as an [`Algorithm`]: the marker of
 /// [`SlidingWindowLog`](crate::window::SlidingWindowLog) and, per key, of
 /// [`SlidingWindowLogKeys`](crate::keyed::SlidingWindowLogKeys).
 /// The state is the ring of the last N admission times; a key is forgettable once its newest
