@@ -461,34 +461,42 @@ impl<A: Algorithm, C> fmt::Debug for Direct<A, C> {
 /// trait's shape: the trait's methods call them.
 macro_rules! limiter_from_inherent_methods {
     ($($ty:ident)::+) => {
-        impl<C: $crate::clock::Clock> $crate::limiter::Limiter for $($ty)::+<C> {
-            #[inline]
-            fn try_acquire_at(&self, now: $crate::clock::Nanos) -> Result<$crate::outcome::Admitted, $crate::outcome::Denied> {
-                $($ty)::+::try_acquire_at(self, now)
-            }
+        // In an anonymous const, so that the names below are in scope wherever it is invoked.
+        const _: () = {
+            use $crate::clock::{Clock, Nanos};
+            use $crate::limiter::Limiter;
+            use $crate::outcome::{AcquireError, Admitted, Denied};
+            use $crate::quota::Quota;
 
-            #[inline]
-            fn try_acquire_n_at(&self, n: u64, now: $crate::clock::Nanos) -> Result<$crate::outcome::Admitted, $crate::outcome::AcquireError> {
-                $($ty)::+::try_acquire_n_at(self, n, now)
-            }
+            impl<C: Clock> Limiter for $($ty)::+<C> {
+                #[inline]
+                fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
+                    $($ty)::+::try_acquire_at(self, now)
+                }
 
-            fn peek_n_at(&self, n: u64, now: $crate::clock::Nanos) -> Result<$crate::outcome::Admitted, $crate::outcome::AcquireError> {
-                $($ty)::+::peek_n_at(self, n, now)
-            }
+                #[inline]
+                fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+                    $($ty)::+::try_acquire_n_at(self, n, now)
+                }
 
-            fn remaining_at(&self, now: $crate::clock::Nanos) -> u64 {
-                $($ty)::+::remaining_at(self, now)
-            }
+                fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
+                    $($ty)::+::peek_n_at(self, n, now)
+                }
 
-            #[inline]
-            fn now(&self) -> $crate::clock::Nanos {
-                $crate::clock::Clock::now(self.clock())
-            }
+                fn remaining_at(&self, now: Nanos) -> u64 {
+                    $($ty)::+::remaining_at(self, now)
+                }
 
-            fn quota(&self) -> $crate::quota::Quota {
-                $($ty)::+::quota(self)
+                #[inline]
+                fn now(&self) -> Nanos {
+                    self.clock().now()
+                }
+
+                fn quota(&self) -> Quota {
+                    $($ty)::+::quota(self)
+                }
             }
-        }
+        };
     };
 }
 
