@@ -54,12 +54,6 @@
 //! and `is_fresh`) and tiers then come with it; its own tests, reference model, fuzz target, loom
 //! model and bench rows remain to be written.
 
-pub use crate::leaky::meter::LeakyMeterAlgorithm;
-pub use crate::token_bucket::TokenBucketAlgorithm;
-pub use crate::window::fixed::FixedWindowAlgorithm;
-pub use crate::window::sliding_counter::SlidingWindowCounterAlgorithm;
-pub use crate::window::sliding_log::SlidingWindowLogAlgorithm;
-
 use crate::cas::{self, Gone, Step};
 use crate::clock::Nanos;
 use crate::outcome::{AcquireError, Admitted, Denied, InsufficientCapacity};
@@ -387,6 +381,95 @@ use sealed::{Contract, Held, OneWord};
 pub trait Algorithm: Contract {}
 
 impl<T: Contract> Algorithm for T {}
+
+/// The token bucket as an [`Algorithm`]: the marker of
+/// [`TokenBucket`](crate::TokenBucket) and, per key, of
+/// [`KeyedLimiter`](crate::keyed::KeyedLimiter)'s default
+/// ([`TokenBucketKeys`](crate::keyed::TokenBucketKeys)). The state is the GCRA's one word (see
+/// `src/gcra.rs`); a key is forgettable once its bucket is full again.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Direct, ManualClock, Quota, TokenBucket, TokenBucketAlgorithm};
+/// // The alias and the generic form are one type.
+/// let bucket: Direct<TokenBucketAlgorithm, _> = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+/// assert_eq!(bucket.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TokenBucketAlgorithm;
+
+/// The leaky bucket as a meter, with strict admission, as an [`Algorithm`]: the
+/// marker of [`LeakyMeter`](crate::leaky::LeakyMeter) and, per key, of
+/// [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys). The state is the GCRA's one word, the
+/// queue's drain time; a key is forgettable once its queue is empty again.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::leaky::LeakyMeter;
+/// use tollgate::{Direct, LeakyMeterAlgorithm, ManualClock, Quota};
+/// let meter: Direct<LeakyMeterAlgorithm, _> = LeakyMeter::with_clock(Quota::per_second(2)?, ManualClock::new());
+/// assert_eq!(meter.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeakyMeterAlgorithm;
+
+/// The fixed window as an [`Algorithm`]: the marker of
+/// [`FixedWindow`](crate::window::FixedWindow) and, per key, of
+/// [`FixedWindowKeys`](crate::keyed::FixedWindowKeys). The state is one word (window index
+/// and count); a key is forgettable once its window is over.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::FixedWindow;
+/// use tollgate::{Direct, FixedWindowAlgorithm, ManualClock, Quota};
+/// let window: Direct<FixedWindowAlgorithm, _> = FixedWindow::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+/// assert_eq!(window.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FixedWindowAlgorithm;
+
+/// The two-window sliding counter as an [`Algorithm`]: the marker of
+/// [`SlidingWindowCounter`](crate::window::SlidingWindowCounter) and, per key, of
+/// [`SlidingWindowCounterKeys`](crate::keyed::SlidingWindowCounterKeys). The state is one word
+/// (`index | prev | cur`); a key is forgettable once both windows it counts have passed.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::SlidingWindowCounter;
+/// use tollgate::{Direct, ManualClock, Quota, SlidingWindowCounterAlgorithm};
+/// let counter: Direct<SlidingWindowCounterAlgorithm, _> =
+///     SlidingWindowCounter::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+/// assert_eq!(counter.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlidingWindowCounterAlgorithm;
+
+/// The sliding window log as an [`Algorithm`]: the marker of
+/// [`SlidingWindowLog`](crate::window::SlidingWindowLog) and, per key, of
+/// [`SlidingWindowLogKeys`](crate::keyed::SlidingWindowLogKeys).
+/// The state is the ring of the last N admission times; a key is forgettable once its newest
+/// admission has left the window.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::SlidingWindowLog;
+/// use tollgate::{Direct, ManualClock, Quota, SlidingWindowLogAlgorithm};
+/// let log: Direct<SlidingWindowLogAlgorithm, _> =
+///     SlidingWindowLog::with_clock(Quota::per_second(2)?, ManualClock::new())?;
+/// assert_eq!(log.remaining(), 2);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlidingWindowLogAlgorithm;
 
 impl<T: OneWord> Contract for T {
     type Policy = T::Policy;

@@ -3,7 +3,7 @@
 //!
 //! # The protocol
 //!
-//! - **A check** enters an epoch (the keyed table's, [`crate::keyed::epoch`]: on Linux a plain
+//! - **A check** enters an epoch (the keyed table's, [`crate::epoch`]: on Linux a plain
 //!   store to the calling thread's own slot), loads the pointer (Acquire) and decides on the
 //!   block's state with the block's policy, as the keyed limiter decides on a key's state: a
 //!   decision that meets the *sealed* mark ([`Gone`](crate::cas::Gone)) took effect nowhere, and
@@ -31,7 +31,7 @@
 //! # Threads without an epoch slot
 //!
 //! A thread with no slot (its thread-locals are being destroyed, or
-//! [`MAX_THREADS`](crate::keyed::epoch::MAX_THREADS) threads hold one) checks under the change's
+//! [`MAX_THREADS`](crate::epoch::MAX_THREADS) threads hold one) checks under the change's
 //! mutex instead, which a change holds until the old block is freed.
 //!
 //! # Safety
@@ -43,7 +43,7 @@
 //! (the epoch's heavy barrier failed) is kept until `Drop`.
 
 use crate::cas::Gone;
-use crate::keyed::epoch::{Domain, Pin};
+use crate::epoch::{Domain, Pin};
 use crate::sync::{lock, yield_now, AtomicPtr, Mutex, MutexGuard, Ordering};
 
 /// One block of `T` behind an atomic pointer that a change replaces (see the module docs).
@@ -67,7 +67,7 @@ unsafe impl<T: Send + Sync> Sync for Current<T> {}
 /// as long as those take.
 #[cfg(not(tollgate_loom))]
 fn domain() -> &'static Domain {
-    crate::keyed::epoch::global()
+    crate::epoch::global()
 }
 
 /// A block read by a check's fast path ([`Current::pinned`]): valid while this lives.
@@ -122,13 +122,13 @@ impl<T> Current<T> {
     #[cfg(not(tollgate_loom))]
     #[inline(always)]
     fn pin(&self) -> Option<Pin<'_>> {
-        crate::keyed::epoch::pin_global()
+        crate::epoch::pin_global()
     }
 
     #[cfg(tollgate_loom)]
     #[inline]
     fn pin(&self) -> Option<Pin<'_>> {
-        self.domain().pin_as(crate::keyed::epoch::loom_index())
+        self.domain().pin_as(crate::epoch::loom_index())
     }
 
     /// The current block, pinned, for one check's fast path: `None` when the thread has no

@@ -77,7 +77,7 @@ macro_rules! gcra_constructors {
         impl<C: $crate::clock::Clock> $limiter<C> {
             $(#[$with_clock])*
             pub fn with_clock(quota: $crate::quota::Quota, clock: C) -> $limiter<C> {
-                $crate::limiter::Direct::from_policy($crate::gcra::Gcra::new(&quota), quota, clock)
+                $crate::direct::Direct::from_policy($crate::gcra::Gcra::new(&quota), quota, clock)
             }
         }
     };

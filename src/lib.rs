@@ -166,10 +166,10 @@
 //! The `loom` feature is internal (the crate's own model checks, in `loom-tests/`): turning it on
 //! builds nothing more and changes nothing.
 
-// Denied everywhere but in the keyed limiter's table and its epoch (`keyed::table`,
-// `keyed::epoch`), whose lock-free lookups read entries published by atomics and whose reclaimer
-// calls membarrier(2), and the default clock's `rdtsc` (`clock::tsc`); every block there says why
-// it is sound.
+// Denied everywhere but in the keyed limiter's table (`keyed::table`) and the epoch it and the
+// direct limiters' quota pointers share (`epoch`), whose lock-free lookups read entries published
+// by atomics and whose reclaimer calls membarrier(2), the quota pointer itself (`change`), and
+// the default clock's `rdtsc` (`clock::tsc`); every block there says why it is sound.
 #![deny(unsafe_code)]
 // docs.rs (and `bash scripts/test.sh docsrs`) builds with `--cfg docsrs` on nightly: every
 // feature-gated item then carries an "Available on crate feature ..." badge, from the
@@ -183,6 +183,9 @@ mod cas;
 #[allow(unsafe_code)]
 mod change;
 pub mod clock;
+mod direct;
+#[allow(unsafe_code)]
+mod epoch;
 mod gcra;
 pub mod keyed;
 pub mod leaky;
@@ -218,16 +221,20 @@ pub use all_of::{AllOf, AllOfError, GiveBack, KeyedGiveBack};
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, CoarseClockError, ManualClock, MonotonicClock, Nanos};
-#[cfg(not(tollgate_loom))]
-#[doc(hidden)]
-pub use limiter::__bench_change;
-pub use limiter::{Direct, KeyedLimit, Limiter};
+pub use direct::Direct;
+pub use limiter::{KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
 pub use partial::Partial;
 pub use quota::{Quota, QuotaError, QuotaParseError};
 pub use reservation::{Reservation, ReserveError};
 pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};
+#[cfg(not(tollgate_loom))]
+#[doc(hidden)]
+pub use token_bucket::__bench_change;
 pub use token_bucket::TokenBucket;
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -70,8 +70,7 @@ use std::time::Duration;
 
 use crate::clock::Nanos;
 use crate::gcra::MAX_WAIT_NS;
-use crate::keyed::TooManyKeys;
-use crate::outcome::{Denied, InsufficientCapacity};
+use crate::outcome::{Denied, InsufficientCapacity, TooManyKeys};
 
 #[cfg(doc)]
 use crate::outcome::AcquireError;

@@ -481,7 +481,7 @@ impl ShardedBucket<MonotonicClock> {
 }
 
 impl<C: Clock> ShardedBucket<C> {
-    crate::limiter::clock_reading_forms!(
+    crate::direct::clock_reading_forms!(
         "tollgate::ShardedBucket::new(tollgate::Quota::per_second(2)?)"
     );
 
@@ -1819,6 +1819,8 @@ impl Hint {
         self.seq.fetch_and(!WRITING, Ordering::Relaxed);
     }
 }
+
+crate::direct::limiter_from_inherent_methods!(ShardedBucket);
 
 impl<C> fmt::Debug for ShardedBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

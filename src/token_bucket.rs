@@ -84,33 +84,18 @@
 //! fence, is what keeps two threads from taking the same token. Do not use an admission to publish
 //! other data between threads.
 
+pub use crate::algorithm::TokenBucketAlgorithm;
+
 use std::time::Duration;
 
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::direct::Direct;
 use crate::gcra::{gcra_constructors, Gcra, GcraWord, Time};
-use crate::limiter::Direct;
 use crate::outcome::{Admitted, Denied};
 use crate::partial::Partial;
 use crate::quota::Quota;
 use crate::reservation::{MaxWaitError, Parts, Reservation, ReserveError};
-
-/// The token bucket as an [`Algorithm`](crate::Algorithm): the marker of [`TokenBucket`] and, per
-/// key, of [`KeyedLimiter`](crate::keyed::KeyedLimiter)'s default
-/// ([`TokenBucketKeys`](crate::keyed::TokenBucketKeys)). The state is the GCRA's one word (see
-/// `src/gcra.rs`); a key is forgettable once its bucket is full again.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::{Direct, ManualClock, Quota, TokenBucket, TokenBucketAlgorithm};
-/// // The alias and the generic form are one type.
-/// let bucket: Direct<TokenBucketAlgorithm, _> = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
-/// assert_eq!(bucket.remaining(), 2);
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TokenBucketAlgorithm;
 
 impl TokenBucketAlgorithm {
     /// The policy for `quota`: the token bucket enforces every valid quota, so this cannot fail.
@@ -738,5 +723,75 @@ mod tests {
             given += g;
         }
         assert_eq!(taken - given + bucket.remaining(), 50);
+    }
+}
+
+/// `benches/instructions.rs`'s window onto the quota pointer's cost: one token bucket's block,
+/// decided on directly (the design before quotas could change), through the crate's epoch (what
+/// `Direct` does) or through any other pointer the bench holds it behind (`arc-swap`'s, measured
+/// beside). Not an API: hidden, and free to change.
+#[cfg(not(tollgate_loom))]
+#[doc(hidden)]
+pub mod __bench_change {
+    use crossbeam_utils::CachePadded;
+
+    use crate::algorithm::sealed::Contract;
+    use crate::change::Current;
+    use crate::clock::Nanos;
+    use crate::quota::Quota;
+    use crate::TokenBucketAlgorithm;
+
+    /// A token bucket's block: its policy and state, decided on in place.
+    pub struct BenchBlock(crate::direct::Block<TokenBucketAlgorithm>);
+
+    impl std::fmt::Debug for BenchBlock {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            self.0.fmt(f)
+        }
+    }
+
+    impl BenchBlock {
+        /// A full bucket for `quota` as of `now`.
+        pub fn new(quota: Quota, now: Nanos) -> BenchBlock {
+            // Every valid quota fits the bucket (`Gcra::new` is infallible).
+            let mut policy = crate::gcra::Gcra::new(&quota);
+            TokenBucketAlgorithm::begin(&mut policy, now);
+            let state = TokenBucketAlgorithm::initial(&policy, &quota, now);
+            BenchBlock(crate::direct::Block {
+                state: CachePadded::new(state),
+                policy,
+                quota,
+                generation: 0,
+            })
+        }
+
+        /// One admission at `now` on this block, as `Direct::try_acquire_at` decides it.
+        #[inline]
+        pub fn try_acquire_at(&self, now: Nanos) -> bool {
+            matches!(
+                TokenBucketAlgorithm::acquire_one_live(&self.0.policy, &self.0.state, now),
+                Ok(Ok(_))
+            )
+        }
+    }
+
+    /// A block behind the crate's quota pointer, read as `Direct` reads it.
+    #[derive(Debug)]
+    pub struct EpochBlock(Current<BenchBlock>);
+
+    impl EpochBlock {
+        /// `block` behind the pointer.
+        pub fn new(block: BenchBlock) -> EpochBlock {
+            EpochBlock(Current::new(block))
+        }
+
+        /// One admission at `now`, pinned.
+        #[inline]
+        pub fn try_acquire_at(&self, now: Nanos) -> bool {
+            match self.0.pinned() {
+                Some(block) => block.try_acquire_at(now),
+                None => self.0.read_locked().try_acquire_at(now),
+            }
+        }
     }
 }

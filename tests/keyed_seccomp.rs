@@ -1,5 +1,5 @@
 //! The keyed limiter's epoch reclamation when `membarrier(2)` is blocked by a seccomp filter (see
-//! the module docs of `src/keyed/epoch.rs`): removed keys must still be freed once no lookup can
+//! the module docs of `src/epoch.rs`): removed keys must still be freed once no lookup can
 //! hold them, a limit must still be exact, and what the reclaimer does must match what the filter
 //! lets it do.
 //!

@@ -2,7 +2,7 @@
 //! middle of their own lookups on it while its tables and entries are retired and freed.
 //!
 //! What the crate promises (`keyed` module docs, "Threads, signals and `fork`";
-//! `src/keyed/epoch.rs`, "Nesting, signals and thread exit"): a lookup made from a signal handler
+//! `src/epoch.rs`, "Nesting, signals and thread exit"): a lookup made from a signal handler
 //! that interrupted another lookup on the same thread is protected by the interrupted one (the
 //! thread's epoch slot is non-zero, so the handler's pin neither enters nor leaves). Such a
 //! lookup is async-signal-safe only as far as those docs say: once the thread has its thread

@@ -1,4 +1,4 @@
-//! Loom models of the keyed table's epoch (`tollgate::keyed::epoch`): a reader that enters, loads
+//! Loom models of the keyed table's epoch (`src/epoch.rs`): a reader that enters, loads
 //! a pointer and reads what it points to, against a reclaimer that unlinks it, retires it and
 //! frees it once the horizon has passed its retirement.
 //!

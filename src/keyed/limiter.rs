@@ -19,6 +19,7 @@ use super::{Algorithm, KeyedError, TokenBucketKeys, TooManyKeys};
 use crate::algorithm::sealed::Held;
 use crate::cas::Gone;
 use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::limiter::KeyedLimit;
 use crate::outcome::{AcquireError, Admitted};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::Mutex;
@@ -887,5 +888,122 @@ impl<K, A: Algorithm, C> fmt::Debug for KeyedLimiter<K, A, C> {
             .field("max_keys", &self.max_keys)
             .field("overflow", &self.overflow.as_ref().map(|s| s.quota))
             .finish_non_exhaustive()
+    }
+}
+
+impl<K, Q, A, C> KeyedLimit<Q> for KeyedLimiter<K, A, C>
+where
+    K: Hash + Eq + Clone + Borrow<Q> + Send + Sync,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    A: Algorithm,
+    C: Clock,
+{
+    #[inline]
+    fn check_key_n_at(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError> {
+        KeyedLimiter::check_key_n_at(self, key, n, now)
+    }
+
+    fn peek_key_n_at(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError> {
+        KeyedLimiter::peek_key_n_at(self, key, n, now)
+    }
+
+    fn remaining_key_at(&self, key: &Q, now: Nanos) -> u64 {
+        KeyedLimiter::remaining_key_at(self, key, now)
+    }
+
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.clock().now()
+    }
+
+    fn quota(&self) -> Quota {
+        KeyedLimiter::quota(self)
+    }
+
+    fn tiers(&self) -> Vec<Quota> {
+        KeyedLimiter::tiers(self)
+    }
+
+    fn tier_of_key(&self, key: &Q) -> usize {
+        KeyedLimiter::tier_of_key(self, key)
+    }
+
+    // The clock-reading forms are the inherent ones, not the trait's defaults: `check_key` and
+    // `check_key_n` read the clock after the lookup has fetched the key's lines (see
+    // `KeyedLimiter::decide_known`), which the defaults, reading it first, would lose.
+
+    #[inline]
+    fn check_key(&self, key: &Q) -> Result<Admitted, KeyedError> {
+        KeyedLimiter::check_key(self, key)
+    }
+
+    #[inline]
+    fn check_key_n(&self, key: &Q, n: u64) -> Result<Admitted, KeyedError> {
+        KeyedLimiter::check_key_n(self, key, n)
+    }
+
+    fn peek_key_n(&self, key: &Q, n: u64) -> Result<Admitted, KeyedError> {
+        KeyedLimiter::peek_key_n(self, key, n)
+    }
+
+    fn remaining_key(&self, key: &Q) -> u64 {
+        KeyedLimiter::remaining_key(self, key)
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use std::hash::Hasher;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::ManualClock;
+
+    thread_local! {
+        /// The clock of the limiters below, advanced by a second each time their key is hashed.
+        static CLOCK: ManualClock = ManualClock::new();
+    }
+
+    /// A key whose hashing (the lookup's first step) moves the clock a second on.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Ticking;
+
+    impl Hash for Ticking {
+        fn hash<H: Hasher>(&self, state: &mut H) {
+            CLOCK.with(|clock| clock.advance(Duration::from_secs(1)));
+            state.write_u8(0);
+        }
+    }
+
+    /// A limiter of 1 a second whose one key has just used its token, as of the clock's reading
+    /// now (the hashing of the set-up has moved the clock on; it is set back).
+    fn spent() -> KeyedLimiter<Ticking, TokenBucketKeys, ManualClock> {
+        let clock = CLOCK.with(ManualClock::clone);
+        let limiter = KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), clock.clone());
+        let now = clock.now();
+        limiter.check_key_n_at(&Ticking, 1, now).unwrap();
+        clock.set(now);
+        limiter
+    }
+
+    #[test]
+    fn the_trait_reads_the_clock_after_the_lookup_as_the_inherent_methods_do() {
+        // Read before the lookup, the clock says the token is still spent; read after it (the
+        // hashing moved it a second on), the token is back.
+        let inherent = spent();
+        assert!(inherent.check_key(&Ticking).is_ok());
+        let inherent = spent();
+        assert!(inherent.check_key_n(&Ticking, 1).is_ok());
+        let limiter = spent();
+        let through: &dyn KeyedLimit<Ticking> = &limiter;
+        assert!(through.check_key(&Ticking).is_ok());
+        let limiter = spent();
+        let through: &dyn KeyedLimit<Ticking> = &limiter;
+        assert!(through.check_key_n(&Ticking, 1).is_ok());
+        // The `_at` form, given the reading from before the lookup, is refused: the order is
+        // what the answers above show.
+        let limiter = spent();
+        let before = KeyedLimit::now(&limiter);
+        assert!(KeyedLimit::check_key_n_at(&limiter, &Ticking, 1, before).is_err());
     }
 }

@@ -248,9 +248,6 @@
 
 mod algorithm;
 mod change;
-#[allow(unsafe_code)]
-pub(crate) mod epoch;
-mod error;
 mod evict;
 #[cfg(fuzzing)]
 mod fuzz_table;
@@ -277,12 +274,12 @@ pub mod __bench {
 #[cfg(any(tollgate_loom, fuzzing))]
 #[doc(hidden)]
 pub mod model_table {
-    #[cfg(tollgate_loom)]
-    pub use super::epoch::{ModelDomain, ModelReader};
     #[cfg(fuzzing)]
     pub use super::fuzz_table::FuzzTable;
     pub use super::table::ModelTable;
     pub use crate::cas::Gone;
+    #[cfg(tollgate_loom)]
+    pub use crate::epoch::{ModelDomain, ModelReader};
 }
 mod tiers;
 
@@ -300,15 +297,15 @@ mod tiers;
 /// ```
 #[cfg(not(tollgate_loom))]
 pub fn barrier_failures() -> u64 {
-    epoch::membarrier_failures()
+    crate::epoch::membarrier_failures()
 }
 
 pub use crate::algorithm::Algorithm;
+pub use crate::outcome::{KeyedError, TooManyKeys};
 pub use algorithm::{
     FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered,
     TokenBucketKeys,
 };
-pub use error::{KeyedError, TooManyKeys};
 pub use evict::Overflow;
 pub use limiter::KeyedLimiter;
 #[cfg(not(tollgate_loom))]

@@ -39,7 +39,7 @@
 //!
 //! # Why readers need no lock
 //!
-//! - **Memory.** A reader enters the table's epoch ([`super::epoch`]) for the length of its
+//! - **Memory.** A reader enters the table's epoch ([`crate::epoch`]) for the length of its
 //!   lookup and decision: on Linux a plain store to its own slot, with no hardware barrier. A
 //!   removed entry and a replaced table are *retired*, and dropped or freed only after every
 //!   reader that may have seen them has left, so a reader's references stay valid whatever
@@ -117,10 +117,10 @@ use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
-use super::epoch::Domain;
 use super::store::Slot;
 use crate::algorithm::sealed::Relocate;
 use crate::cas::Gone;
+use crate::epoch::Domain;
 use crate::sync::{fence, lock, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 /// A slot never used in this table: a probe stops here.
@@ -1028,14 +1028,14 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
     /// Enters this table's epoch.
     #[cfg(not(tollgate_loom))]
     #[inline]
-    fn pin(&self) -> Option<super::epoch::Pin<'_>> {
+    fn pin(&self) -> Option<crate::epoch::Pin<'_>> {
         self.domain.pin()
     }
 
     /// Enters this table's epoch as loom's thread (see `epoch::loom_index`).
     #[cfg(tollgate_loom)]
-    fn pin(&self) -> Option<super::epoch::Pin<'_>> {
-        self.domain.pin_as(super::epoch::loom_index())
+    fn pin(&self) -> Option<crate::epoch::Pin<'_>> {
+        self.domain.pin_as(crate::epoch::loom_index())
     }
 
     /// The lookup under the shard lock, for a thread that cannot enter the epoch.

@@ -98,28 +98,13 @@
 //! fence, is what keeps two threads from getting the same departure slot. Do not use a scheduling to
 //! publish other data between threads.
 
+pub use crate::algorithm::LeakyMeterAlgorithm;
+
 use crate::cas::{self, Step};
 use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::direct::Direct;
 use crate::gcra::{gcra_constructors, Gcra, GcraWord, Tat, Time};
-use crate::limiter::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, Headroom, Next, Scheduled};
-
-/// The leaky bucket as a meter, with strict admission, as an [`Algorithm`](crate::Algorithm): the
-/// marker of [`LeakyMeter`] and, per key, of [`LeakyMeterKeys`](crate::keyed::LeakyMeterKeys). The
-/// state is the GCRA's one word, the queue's drain time; a key is forgettable once its queue is
-/// empty again.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::leaky::LeakyMeter;
-/// use tollgate::{Direct, LeakyMeterAlgorithm, ManualClock, Quota};
-/// let meter: Direct<LeakyMeterAlgorithm, _> = LeakyMeter::with_clock(Quota::per_second(2)?, ManualClock::new());
-/// assert_eq!(meter.remaining(), 2);
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LeakyMeterAlgorithm;
 
 impl GcraWord for LeakyMeterAlgorithm {
     const NAME: &'static str = "LeakyMeter";

@@ -53,11 +53,13 @@
 //! The word publishes nothing but itself, so every access is `Relaxed`, as in the token bucket: the
 //! atomicity of the compare-and-swap, not a fence, keeps two threads from taking the same slot.
 
+pub use crate::algorithm::FixedWindowAlgorithm;
+
 use super::{check_count, window_of, Alignment, Grid};
 use crate::algorithm::sealed::OneWord;
 use crate::cas::Step;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::limiter::Direct;
+use crate::direct::Direct;
 use crate::outcome::{Admitted, Denied, Headroom, Next, Span};
 use crate::quota::{Quota, QuotaError};
 
@@ -178,22 +180,6 @@ impl Policy {
         )
     }
 }
-
-/// The fixed window as an [`Algorithm`](crate::Algorithm): the marker of [`FixedWindow`] and, per
-/// key, of [`FixedWindowKeys`](crate::keyed::FixedWindowKeys). The state is one word (window index
-/// and count); a key is forgettable once its window is over.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::window::FixedWindow;
-/// use tollgate::{Direct, FixedWindowAlgorithm, ManualClock, Quota};
-/// let window: Direct<FixedWindowAlgorithm, _> = FixedWindow::with_clock(Quota::per_second(2)?, ManualClock::new())?;
-/// assert_eq!(window.remaining(), 2);
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FixedWindowAlgorithm;
 
 impl OneWord for FixedWindowAlgorithm {
     type Policy = Policy;

@@ -34,6 +34,7 @@
 //! [`SubWindowCounter`]). A quota beyond either is refused with a [`QuotaError`] naming the field
 //! and the limit.
 
+mod estimate;
 pub mod fixed;
 pub mod sliding_counter;
 pub mod sliding_log;
@@ -48,7 +49,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::algorithm::Algorithm;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::limiter::Direct;
+use crate::direct::Direct;
 use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
 
 /// The window algorithms: [`FixedWindowAlgorithm`](crate::FixedWindowAlgorithm),

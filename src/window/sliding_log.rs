@@ -140,13 +140,15 @@
 //! publishes other data: do not use an admission to make other writes visible. Admissions are
 //! linearizable, each at its claiming (or committing) compare-and-swap.
 
+pub use crate::algorithm::SlidingWindowLogAlgorithm;
+
 use std::fmt;
 
 use super::window_of;
 use crate::algorithm::sealed::{Contract, Held, Relocate};
 use crate::cas::{self, retries, Backoff, Gone};
 use crate::clock::{MonotonicClock, Nanos};
-use crate::limiter::Direct;
+use crate::direct::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, Headroom, InsufficientCapacity, Next, Span};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{yield_now, AtomicU64, Ordering};
@@ -998,24 +1000,6 @@ impl Log {
             .collect()
     }
 }
-
-/// The sliding window log as an [`Algorithm`](crate::Algorithm): the marker of
-/// [`SlidingWindowLog`] and, per key, of [`SlidingWindowLogKeys`](crate::keyed::SlidingWindowLogKeys).
-/// The state is the ring of the last N admission times; a key is forgettable once its newest
-/// admission has left the window.
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::window::SlidingWindowLog;
-/// use tollgate::{Direct, ManualClock, Quota, SlidingWindowLogAlgorithm};
-/// let log: Direct<SlidingWindowLogAlgorithm, _> =
-///     SlidingWindowLog::with_clock(Quota::per_second(2)?, ManualClock::new())?;
-/// assert_eq!(log.remaining(), 2);
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SlidingWindowLogAlgorithm;
 
 impl Contract for SlidingWindowLogAlgorithm {
     type Policy = Policy;

@@ -41,7 +41,9 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use super::sliding_counter::{Policy, Reading};
+pub use super::estimate::MAX_SUB_WINDOWS;
+
+use super::estimate::{Policy, Reading};
 use super::Alignment;
 #[cfg(doc)]
 use super::SlidingWindowCounter;
@@ -51,26 +53,6 @@ use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::outcome::{AcquireError, Admitted, Denied};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{AtomicU64, Ordering};
-
-/// The most sub-windows a [`SubWindowCounter`] accepts (re-exported as
-/// `tollgate::window::MAX_SUB_WINDOWS`). Its state is `k + 2` words (the history
-/// ring and the hot word) plus the hot word's cache-line padding, and a rollover or a denial reads
-/// up to `k` of them; 1024 keeps the state near 8 KB and the slowest denial to about a thousand
-/// loads of words that are rarely written. More is refused with [`QuotaError::SubWindows`].
-///
-/// # Examples
-///
-/// ```
-/// use tollgate::window::{SubWindowCounter, MAX_SUB_WINDOWS};
-/// use tollgate::Quota;
-/// // Sub-windows of 2^30 / 1024 ns: 1024 divides the period.
-/// let quota = Quota::per_period(10, std::time::Duration::from_nanos(1 << 30))?;
-/// assert!(SubWindowCounter::new(quota, MAX_SUB_WINDOWS).is_ok());
-/// let err = SubWindowCounter::new(quota, MAX_SUB_WINDOWS + 1).unwrap_err();
-/// assert_eq!(err.field(), "sub_windows");
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-pub const MAX_SUB_WINDOWS: u64 = 1024;
 
 /// What one decision of the multi-word protocol asks for.
 #[derive(Debug)]
@@ -404,7 +386,7 @@ impl SubWindowCounter<MonotonicClock> {
 }
 
 impl<C: Clock> SubWindowCounter<C> {
-    crate::limiter::clock_reading_forms!(
+    crate::direct::clock_reading_forms!(
         "tollgate::window::SubWindowCounter::new(tollgate::Quota::per_second(2)?, 2)?"
     );
 
@@ -657,6 +639,8 @@ impl<C: Clock> SubWindowCounter<C> {
     }
 }
 
+crate::direct::limiter_from_inherent_methods!(SubWindowCounter);
+
 impl<C> fmt::Debug for SubWindowCounter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Read, then formatted outside the epoch (see `Current`'s `Debug`).
@@ -688,7 +672,7 @@ impl<C> fmt::Debug for SubWindowCounter<C> {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::window::sliding_counter::tests::policy;
+    use crate::window::estimate::tests::policy;
     use crate::window::SlidingWindowCounter;
 
     const SEC: u64 = 1_000_000_000;
