@@ -156,12 +156,18 @@
 //! (`tests/middleware_alloc.rs` counts both).
 //! `benches/http.rs` measures the layer beside no layer and tower-governor.
 
+// The layout, lowest first (tower's: the layer builds the service, never the reverse):
+// `fields` writes the values, `backend` decides, `shared` is what a built layer shares with its
+// services, `response` builds the fields and the refusals from it, `service` is `Limit` and its
+// future, `layer` the builder and `LimitLayer`, which makes the service.
 mod backend;
 mod fields;
 pub mod key;
 mod layer;
 mod quota_handle;
+mod response;
 mod service;
+mod shared;
 
 pub use backend::{
     Answer, Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal,
@@ -175,9 +181,8 @@ pub use key::{
     FnKey, Forwarded, ForwardedHeader, HeaderKey, KeyConfigError, KeyError, KeyExtractor, PeerIp,
     DEFAULT_IPV6_PREFIX, MAX_HEADER_KEY_LEN,
 };
-pub use layer::{
-    EmptyBody, Headers, InfoDecision, LayerError, LimitLayer, LimitLayerBuilder, OnDenied,
-    OnMissing, Protocol, RateLimitInfo, Rejection, RejectionKind,
-};
+pub use layer::{LayerError, LimitLayer, LimitLayerBuilder};
 pub use quota_handle::{ChangeQuota, QuotaHandle, SetQuotaError};
+pub use response::{EmptyBody, OnDenied, Rejection, RejectionKind};
 pub use service::{Limit, ResponseFuture};
+pub use shared::{Headers, InfoDecision, OnMissing, Protocol, RateLimitInfo};
