@@ -348,19 +348,7 @@ where
             }
         };
         let cost = shared.cost.of(&head);
-        let (indexed, verdict) = if shared.all_apply {
-            // Several limits cannot queue: `delay_up_to` does not apply.
-            shared.backend.decide_indexed(key, cost)
-        } else {
-            #[cfg(feature = "tokio")]
-            let verdict = match shared.max_delay {
-                Some(max) => shared.backend.decide_within(key, cost, max),
-                None => shared.backend.decide(key, cost),
-            };
-            #[cfg(not(feature = "tokio"))]
-            let verdict = shared.backend.decide(key, cost);
-            (None, verdict)
-        };
+        let (indexed, verdict) = shared.decide(key, cost);
         let req = Decided {
             tier: indexed.unwrap_or_else(|| shared.tier_of(key)),
             pk: shared.partition_key(key),

@@ -13,9 +13,9 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
-use super::backend::Backend;
 #[cfg(feature = "metrics")]
 use super::backend::Refusal;
+use super::backend::{Backend, Decision};
 use super::key::KeyExtractor;
 use crate::change::{Current, Read};
 use crate::quota::Quota;
@@ -351,13 +351,36 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> Shared<B, X, D> {
         self.partition_key.as_ref().map(|pk| pk(key))
     }
 
-    /// The tier limiting `key`: asked of the backend only when it has more than one.
+    /// The tier limiting `key`, when the decision named none: asked of the backend only when it
+    /// has more than one.
     #[inline]
     pub(crate) fn tier_of(&self, key: &X::Key) -> usize {
         if self.tiers > 1 {
             self.backend.tier_of_key(key)
         } else {
             0
+        }
+    }
+
+    /// The backend's decision on `cost` units for `key`, with the index of the policy it names
+    /// when the backend gives one. Several limits at once ask [`Backend::decide_indexed`] (they
+    /// cannot queue: `delay_up_to` does not apply); tiers ask it too, so that a keyed limiter
+    /// answers the key's tier from the lookup that decides (one lookup, not a second after the
+    /// decision); a layer that waits asks [`Backend::decide_within`], and one limit of one tier
+    /// [`Backend::decide`].
+    #[inline]
+    pub(crate) fn decide(&self, key: &X::Key, cost: u64) -> (Option<usize>, Decision<B::Future>) {
+        if self.all_apply {
+            return self.backend.decide_indexed(key, cost);
+        }
+        #[cfg(feature = "tokio")]
+        if let Some(max) = self.max_delay {
+            return (None, self.backend.decide_within(key, cost, max));
+        }
+        if self.tiers > 1 {
+            self.backend.decide_indexed(key, cost)
+        } else {
+            (None, self.backend.decide(key, cost))
         }
     }
 }
