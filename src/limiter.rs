@@ -881,6 +881,11 @@ where
     fn tier_of_key(&self, key: &Q) -> usize {
         KeyedLimiter::tier_of_key(self, key)
     }
+
+    #[inline]
+    fn check_key_n_and_tier(&self, key: &Q, n: u64) -> (usize, Result<Admitted, KeyedError>) {
+        KeyedLimiter::check_key_n_and_tier(self, key, n)
+    }
 }
 
 #[cfg(all(test, not(tollgate_loom)))]
