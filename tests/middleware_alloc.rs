@@ -99,7 +99,7 @@ fn per_requests(headers: Headers, info: bool, requests: u64) -> u64 {
     for _ in 0..300 {
         now(limited.call(request())).unwrap();
     }
-    let mut cost = |svc: &mut dyn FnMut(Request<()>) -> Response<()>| {
+    let cost = |svc: &mut dyn FnMut(Request<()>) -> Response<()>| {
         let mut total = 0;
         let mut last = None;
         for _ in 0..requests {
