@@ -235,8 +235,8 @@ pub trait KeyedLimit<Q: ?Sized>: Send + Sync {
     /// [`KeyedLimit::check_key_n`] and the index in [`KeyedLimit::tiers`] of the tier that limits
     /// `key`, as [`KeyedLimit::tier_of_key`] answers it after the decision (what the HTTP layer
     /// asks of a tiered limiter, to name the tier's policy in its fields). The default asks the
-    /// two in turn; [`KeyedLimiter`](crate::keyed::KeyedLimiter) learns the tier from the lookup
-    /// that decides ([`KeyedLimiter::check_key_n_and_tier`](crate::keyed::KeyedLimiter::check_key_n_and_tier)).
+    /// two in turn; [`KeyedLimiter`] learns the tier from the lookup that decides
+    /// ([`KeyedLimiter::check_key_n_and_tier`]).
     ///
     /// # Errors
     ///
