@@ -37,6 +37,7 @@
 //! cargo bench --features tower,axum --bench http -- http_allow   # a criterion filter (the loopback part still runs)
 //! TOLLGATE_HTTP_PART=criterion cargo bench --features tower,axum --bench http   # criterion only
 //! TOLLGATE_HTTP_PART=loopback TOLLGATE_HTTP_SECS=5 cargo bench --features tower,axum --bench http
+//! TOLLGATE_HTTP_PART=serve cargo bench --features tower,axum --bench http   # the servers alone, for wrk
 //! cargo bench --features tower,axum --bench http -- --test       # smoke test: each row once, 0.3 s of loopback
 //! ```
 //!
@@ -877,12 +878,45 @@ fn loopback(smoke: bool) {
     drop(server_rt);
 }
 
+/// `TOLLGATE_HTTP_PART=serve`: the loopback part's servers alone, for a load generator outside
+/// the process (`wrk`): each configuration's router on 127.0.0.1, all on one 2-worker runtime as
+/// in the loopback part, for `TOLLGATE_HTTP_SECS` seconds (600 unless set). Prints one line per
+/// server, `<configuration> http://<address>/`.
+fn serve_only() {
+    let secs = std::env::var("TOLLGATE_HTTP_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(600.0);
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let servers: Vec<_> = Subject::LOOPBACK
+        .iter()
+        .map(|&s| {
+            let (addr, task) = serve(&server_rt, s.router(Load::Allow));
+            println!("{} http://{addr}/", s.name());
+            task
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    for task in servers {
+        task.abort();
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; without it (`cargo test --benches`) or with `--test`, both
     // parts run as a smoke test, as criterion does.
     let args: Vec<String> = std::env::args().skip(1).collect();
     let smoke = !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test");
     let part = std::env::var("TOLLGATE_HTTP_PART").unwrap_or_default();
+    if part == "serve" {
+        serve_only();
+        return;
+    }
     if part != "loopback" {
         let since = SystemTime::now();
         let mut c = config();

@@ -227,6 +227,34 @@ pub trait KeyedLimit<Q: ?Sized>: Send + Sync {
         0
     }
 
+    /// [`KeyedLimit::check_key_n`] and the index in [`KeyedLimit::tiers`] of the tier that limits
+    /// `key`, as [`KeyedLimit::tier_of_key`] answers it after the decision (what the HTTP layer
+    /// asks of a tiered limiter, to name the tier's policy in its fields). The default asks the
+    /// two in turn; [`KeyedLimiter`] learns the tier from the lookup that decides
+    /// ([`KeyedLimiter::check_key_n_and_tier`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedLimit::check_key_n_at`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, Tiered};
+    /// use tollgate::{KeyedLimit, ManualClock, Quota};
+    /// let tiers = [Quota::per_second(1)?, Quota::per_second(10)?];
+    /// let limiter: KeyedLimiter<u32, Tiered, _> =
+    ///     KeyedLimiter::with_tiers(&tiers, |user: &u32| usize::from(*user >= 1000), ManualClock::new())?;
+    /// let limits: &dyn KeyedLimit<u32> = &limiter;
+    /// let (tier, answer) = limits.check_key_n_and_tier(&1234, 1);
+    /// assert_eq!((tier, answer?.remaining()), (1, 9));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn check_key_n_and_tier(&self, key: &Q, n: u64) -> (usize, Result<Admitted, KeyedError>) {
+        let answer = self.check_key_n(key, n);
+        (self.tier_of_key(key), answer)
+    }
+
     /// Admits one request for `key` now.
     ///
     /// # Errors

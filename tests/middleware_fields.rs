@@ -367,3 +367,122 @@ fn several_limits_list_every_policy_and_name_the_binding_one() {
     // Each limit bound an admission and refused a request at some step.
     assert_eq!(named.len(), 4, "{named:?}");
 }
+
+/// A tiered layer names each response's tier from the lookup that decides: a held key keeps the
+/// tier it was created in (its state's), whatever the pick would answer now, on every path (new
+/// key, held key admitted, held key refused), and a user's `KeyedLimit` without the one-lookup
+/// method (the trait's default, decision then `tier_of_key`) names the same.
+#[test]
+fn a_tiered_layer_names_the_tier_of_the_state_that_decided() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tollgate::keyed::Tiered;
+    use tollgate::KeyedLimit;
+
+    let tiers = [Quota::per_minute(2).unwrap(), Quota::per_minute(3).unwrap()];
+    let pro = Arc::new(AtomicBool::new(true));
+    let picks = Arc::clone(&pro);
+    // Relaxed: a flag read by the pick on this one thread; nothing else is published through it.
+    let pick = move |_: &u8| usize::from(picks.load(Ordering::Relaxed));
+    let limiter: KeyedLimiter<u8, Tiered, _> =
+        KeyedLimiter::with_tiers(&tiers, pick, ManualClock::new()).unwrap();
+    let key: fn(&http::request::Parts) -> Option<u8> = |head| {
+        let v = head.headers.get("x-key")?;
+        v.to_str().ok()?.parse().ok()
+    };
+    let handler =
+        || service_fn(|_req: Request<()>| async { Ok::<_, Infallible>(Response::new(())) });
+    let request = |k: u8| {
+        Request::get("/")
+            .header("x-key", k.to_string())
+            .body(())
+            .unwrap()
+    };
+    let fields = |res: &Response<()>| {
+        let get = |name: &str| {
+            res.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        (res.status(), get("ratelimit-policy"), get("ratelimit"))
+    };
+
+    let layer = LimitLayer::keyed(limiter, tollgate::middleware::from_fn(key))
+        .tier_names(["free", "pro"])
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(handler());
+    let ok = StatusCode::OK;
+    let denied = StatusCode::TOO_MANY_REQUESTS;
+    let pro_policy = Some(r#""pro";q=3;w=60"#.to_owned());
+    let free_policy = Some(r#""free";q=2;w=60"#.to_owned());
+    // Key 1 is created in tier 1 ("pro"); then new keys are picked for tier 0.
+    let first = now(svc.call(request(1))).unwrap();
+    assert_eq!(
+        fields(&first),
+        (ok, pro_policy.clone(), Some(r#""pro";r=2;t=20"#.into()))
+    );
+    // Relaxed: see the pick.
+    pro.store(false, Ordering::Relaxed);
+    for (r, status) in [(1, ok), (0, ok), (0, denied)] {
+        let held = now(svc.call(request(1))).unwrap();
+        let (got_status, policy, ratelimit) = fields(&held);
+        assert_eq!((got_status, policy), (status, pro_policy.clone()));
+        assert!(ratelimit.unwrap().starts_with(&format!(r#""pro";r={r};"#)));
+    }
+    let other = now(svc.call(request(2))).unwrap();
+    assert_eq!(
+        fields(&other),
+        (ok, free_policy, Some(r#""free";r=1;t=30"#.into()))
+    );
+
+    // The trait's default, through a limiter that hides the inherent method.
+    struct Plain(KeyedLimiter<u8, Tiered, ManualClock>);
+    impl KeyedLimit<u8> for Plain {
+        fn check_key_n_at(
+            &self,
+            key: &u8,
+            n: u64,
+            now: tollgate::Nanos,
+        ) -> Result<Admitted, KeyedError> {
+            self.0.check_key_n_at(key, n, now)
+        }
+        fn peek_key_n_at(
+            &self,
+            key: &u8,
+            n: u64,
+            now: tollgate::Nanos,
+        ) -> Result<Admitted, KeyedError> {
+            self.0.peek_key_n_at(key, n, now)
+        }
+        fn remaining_key_at(&self, key: &u8, now: tollgate::Nanos) -> u64 {
+            self.0.remaining_key_at(key, now)
+        }
+        fn now(&self) -> tollgate::Nanos {
+            self.0.clock().now()
+        }
+        fn quota(&self) -> Quota {
+            self.0.quota()
+        }
+        fn tiers(&self) -> Vec<Quota> {
+            self.0.tiers()
+        }
+        fn tier_of_key(&self, key: &u8) -> usize {
+            self.0.tier_of_key(key)
+        }
+    }
+    impl tollgate::middleware::ChangeQuota for Plain {}
+    let pick = |k: &u8| usize::from(*k == 1);
+    let plain = Plain(KeyedLimiter::with_tiers(&tiers, pick, ManualClock::new()).unwrap());
+    assert_eq!(plain.check_key_n_and_tier(&1, 1).0, 1);
+    let layer = LimitLayer::keyed(plain, tollgate::middleware::from_fn(key))
+        .tier_names(["free", "pro"])
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(handler());
+    let held = now(svc.call(request(1))).unwrap();
+    assert_eq!(
+        fields(&held),
+        (ok, pro_policy, Some(r#""pro";r=1;t=20"#.into()))
+    );
+}

@@ -928,6 +928,13 @@ where
         KeyedLimiter::tier_of_key(self, key)
     }
 
+    // The tier from the lookup that decides, not from a second one (see
+    // `KeyedLimiter::check_key_n_and_tier`).
+    #[inline]
+    fn check_key_n_and_tier(&self, key: &Q, n: u64) -> (usize, Result<Admitted, KeyedError>) {
+        KeyedLimiter::check_key_n_and_tier(self, key, n)
+    }
+
     // The clock-reading forms are the inherent ones, not the trait's defaults: `check_key` and
     // `check_key_n` read the clock after the lookup has fetched the key's lines (see
     // `KeyedLimiter::decide_known`), which the defaults, reading it first, would lose.

@@ -5,8 +5,10 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::algorithm::sealed::TieredPolicy;
-use super::{Algorithm, KeyedLimiter, Tiered};
-use crate::clock::Clock;
+use super::limiter::Acquire;
+use super::{Algorithm, KeyedError, KeyedLimiter, Tiered};
+use crate::clock::{Clock, Nanos};
+use crate::outcome::Admitted;
 use crate::quota::{Quota, QuotaError};
 
 /// The most tiers a tiered limiter accepts: a key stores its tier in one byte.
@@ -134,4 +136,88 @@ fn tiered_policy<A: Algorithm>(tiers: &[Quota]) -> Result<TieredPolicy<A::Policy
             .map(A::policy)
             .collect::<Result<Box<[_]>, QuotaError>>()?,
     ))
+}
+
+impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// [`KeyedLimiter::check_key_n`], with the tier that limits `key` (an index into
+    /// [`KeyedLimiter::tiers`], as [`KeyedLimiter::tier_of_key`] answers) learned from the same
+    /// lookup: the tier of the state the decision was made on. For a caller that describes the
+    /// decision by its tier (the HTTP layer's fields), so that it does not hash and probe the
+    /// table a second time. A key not held yet takes the path of a new key, and its tier is
+    /// asked after it (that path already takes its shard's lock). 0 unless tiered.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyedLimiter::check_key_n`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::keyed::{KeyedLimiter, Tiered};
+    /// use tollgate::{ManualClock, Quota};
+    /// let tiers = [Quota::per_second(1)?, Quota::per_second(10)?];
+    /// let limiter: KeyedLimiter<u32, Tiered, _> =
+    ///     KeyedLimiter::with_tiers(&tiers, |user: &u32| usize::from(*user >= 1000), ManualClock::new())?;
+    /// let (tier, answer) = limiter.check_key_n_and_tier(&1234, 1);
+    /// assert_eq!((tier, answer?.remaining()), (1, 9));
+    /// let (tier, answer) = limiter.check_key_n_and_tier(&7, 1);
+    /// assert_eq!((tier, answer?.remaining()), (0, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_key_n_and_tier<Q>(&self, key: &Q, n: u64) -> (usize, Result<Admitted, KeyedError>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // The known key's path of `check_key_n`, its decision also answering the tier of the
+        // state it decided on (the state whose policy describes it: a growth or a quota change
+        // may send the decision to a successor, which keeps its tier).
+        let (now, known) = self.store.with_read_after(
+            key,
+            || self.clock.now(),
+            #[inline(always)]
+            move |ctx, state, now| {
+                let verdict = A::verdict_keyed(&ctx.policy, state, now, n)?;
+                Ok((A::tier_of(state), verdict))
+            },
+            #[inline(always)]
+            move |ctx, (tier, verdict), now| {
+                (tier, A::describe_keyed(&ctx.policy, verdict, now, n))
+            },
+        );
+        match known {
+            Some((tier, answer)) => {
+                let answer = answer.map_err(KeyedError::from);
+                #[cfg(feature = "metrics")]
+                self.observe_decision(&answer);
+                (tier.min(self.tier_count.saturating_sub(1)), answer)
+            }
+            None => self.check_unknown_and_tier(key, n, now),
+        }
+    }
+
+    /// [`KeyedLimiter::check_key_n_and_tier`] for a key not held (or whose state eviction marked
+    /// gone) at `now`: decided as `check_key_n` decides it, then the tier asked.
+    #[cold]
+    #[inline(never)]
+    fn check_unknown_and_tier<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        now: Nanos,
+    ) -> (usize, Result<Admitted, KeyedError>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let answer = if n == 0 {
+            self.peek_key_n_at(key, 0, now)
+        } else {
+            self.check_new(&Acquire, key, n, now)
+        };
+        #[cfg(feature = "metrics")]
+        self.observe_decision(&answer);
+        (self.tier_of_key(key), answer)
+    }
 }

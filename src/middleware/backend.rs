@@ -256,7 +256,7 @@ pub trait Backend<K>: Send + Sync + 'static {
     }
 
     /// The index in [`Backend::tiers`] of the tier that limits `key` (asked only when there is
-    /// more than one).
+    /// more than one, and [`Backend::decide_indexed`] answered no index).
     fn tier_of_key(&self, _key: &K) -> usize {
         0
     }
@@ -282,7 +282,10 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// [`Backend::decide`], with the index in [`Backend::tiers`] of the quota the answer is from
     /// when the backend knows it now: for [`KeyedAllOf`] and [`GlobalAllOf`], the binding limit of
     /// an admission, or the limit whose refusal is reported. `None` (the default) leaves the
-    /// choice to [`Backend::tier_of_key`]. Asked instead of `decide` when [`Backend::all_apply`].
+    /// choice to [`Backend::tier_of_key`]. Asked instead of `decide` when [`Backend::all_apply`], and
+    /// when there are several tiers (and no [`delay_up_to`](super::LimitLayerBuilder::delay_up_to)):
+    /// [`Keyed`] answers its key's tier from the lookup that decides, so the layer does not ask
+    /// [`Backend::tier_of_key`] (a second lookup) after the decision.
     ///
     /// A backend that learns the index only with a [`Decision::Pending`] future's answer (over
     /// the network: `RedisAll`, feature `redis`) answers `None` here and gives the index with the
@@ -595,6 +598,14 @@ where
 
     fn tier_of_key(&self, key: &K) -> usize {
         self.0.tier_of_key(key)
+    }
+
+    /// The decision and the key's tier, from one lookup when the limiter can
+    /// ([`KeyedLimit::check_key_n_and_tier`]): what the layer asks when there are tiers.
+    #[inline]
+    fn decide_indexed(&self, key: &K, cost: u64) -> (Option<usize>, Decision<Immediate>) {
+        let (tier, answer) = self.0.check_key_n_and_tier(key, cost);
+        (Some(tier), Decision::Ready(answer.map_err(Refusal::from)))
     }
 
     fn set_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError> {

@@ -4,12 +4,15 @@
 //! Each field is an RFC 9651 List of one member per policy: the policy's name as an sf-string,
 //! then its parameters. A policy's member is the same on every response, so it is written once
 //! when the layer is built; the `RateLimit` member changes per response and is written into a
-//! buffer on the stack, then copied once into its header value.
+//! buffer on the stack, then copied once into a header value cut from a per-thread buffer, which
+//! allocates nothing per response ([`cut_value`]).
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use http::HeaderValue;
 
 use crate::quota::Quota;
@@ -166,7 +169,8 @@ pub(crate) fn retry_after_secs(retry: Duration, t: Option<u64>) -> u64 {
 }
 
 /// A small buffer on the stack for one field value (spilling to the heap for long ones), so that
-/// writing a `RateLimit` member costs only the header value's own allocation.
+/// writing a `RateLimit` member costs no allocation: the value is then cut from the thread's
+/// buffer ([`cut_value`]).
 pub(crate) struct FieldBuf {
     bytes: [u8; 128],
     len: usize,
@@ -218,12 +222,58 @@ impl FieldBuf {
         }
     }
 
-    /// The header value (one allocation: the copy). Every byte written is printable ASCII (names
-    /// are checked when the layer is built, numbers are digits), so this does not fail; should it,
-    /// the field is left out rather than a request failed.
+    /// The header value, cut from this thread's buffer ([`cut_value`]): no allocation once the
+    /// buffer is there. Every byte written is printable ASCII (names are checked when the layer is
+    /// built, numbers are digits), so this does not fail; should it, the field is left out rather
+    /// than a request failed.
     pub(crate) fn header_value(&self) -> Option<HeaderValue> {
-        HeaderValue::from_bytes(self.as_bytes()).ok()
+        cut_value(self.as_bytes())
     }
+}
+
+/// The bytes of one of a thread's two buffers of field values ([`cut_value`]): about 80
+/// `RateLimit` values.
+const VALUES_BUFFER: usize = 2048;
+
+thread_local! {
+    /// This thread's buffers of field values, the one being cut and the one before it: each value
+    /// is copied in and cut off as a `Bytes` that shares its buffer by a reference count, so
+    /// building one allocates nothing.
+    static VALUES: RefCell<(BytesMut, BytesMut)> =
+        RefCell::new((BytesMut::new(), BytesMut::new()));
+}
+
+/// `bytes` as a header value, cut from this thread's buffer: the `RateLimit` value differs from
+/// one response to the next (`r` counts down), so no cache of built values would hit, and a
+/// value of its own costs an allocation and a free per response. A cut value shares its buffer
+/// (one reference count, moved on this thread unless the response is dropped on another). When
+/// the buffer is used up, the one before it is reused in place if every value cut from it is
+/// gone (the responses of a buffer ago, long sent), else a new one is taken: two allocations
+/// (the buffer and its count) per ~80 values at worst, none in the steady state. A value kept
+/// after its response (a clone of the header map, say) keeps its buffer, [`VALUES_BUFFER`]
+/// bytes, alive.
+/// Values longer than an eighth of a buffer (a long `pk`), and any built while the thread's
+/// locals are being destroyed, are allocated on their own.
+pub(crate) fn cut_value(bytes: &[u8]) -> Option<HeaderValue> {
+    if bytes.len() <= VALUES_BUFFER / 8 {
+        let cut = VALUES.try_with(|buffers| {
+            let mut buffers = buffers.try_borrow_mut().ok()?;
+            let (buffer, before) = &mut *buffers;
+            if buffer.capacity() < bytes.len() {
+                // The used-up buffer waits a turn for its last responses to be sent.
+                std::mem::swap(buffer, before);
+                if !buffer.try_reclaim(VALUES_BUFFER) {
+                    *buffer = BytesMut::with_capacity(VALUES_BUFFER);
+                }
+            }
+            buffer.extend_from_slice(bytes);
+            Some(buffer.split().freeze())
+        });
+        if let Ok(Some(cut)) = cut {
+            return HeaderValue::from_maybe_shared(cut).ok();
+        }
+    }
+    HeaderValue::from_bytes(bytes).ok()
 }
 
 /// The `RateLimit` member of one policy: `"name";r=5;t=30` (`t` left out when nothing is taken),

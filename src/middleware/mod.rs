@@ -145,23 +145,33 @@
 //!
 //! # Cost
 //!
-//! The layer's own work on an admitted request is the key's extraction, one limiter check, and,
-//! with the fields on, one allocation for the `RateLimit` value and one for the boxed
-//! `RateLimitInfo` extension, and reading the policies (a pin of the crate's epoch and one
-//! load). The `RateLimit-Policy` value is built when the layer is (and again on each change of its
+//! The layer's own work on an admitted request is the key's extraction, one limiter check (for a
+//! [tiered](crate::keyed::KeyedLimiter::with_tiers) keyed limiter, the same lookup also answers
+//! the key's tier: [`KeyedLimit::check_key_n_and_tier`](crate::KeyedLimit::check_key_n_and_tier)),
+//! reading the policies (a pin of the crate's epoch and one load), and, with the fields on,
+//! writing the `RateLimit` value on the stack and copying it into a per-thread buffer it is cut
+//! from (no allocation: a buffer is reused once the responses cut from it are gone, a new one
+//! taken, about every 80 responses, only while they are not), and one allocation for the boxed
+//! `RateLimitInfo` extension. The `RateLimit-Policy` value is built when the layer is (and again on each change of its
 //! quota), and interned for the life of the process, so that every response copies a pointer rather than
 //! moving a reference count that all cores' requests would share (at most 1 024 distinct values
 //! are interned, a few dozen bytes each; a layer built past that keeps its own, counted value).
-//! With the fields and the extension off, the layer allocates nothing
+//! With the extension off, the layer allocates nothing, fields on or off
 //! (`tests/middleware_alloc.rs` counts both).
 //! `benches/http.rs` measures the layer beside no layer and tower-governor.
 
+// The layout, lowest first (tower's: the layer builds the service, never the reverse):
+// `fields` writes the values, `backend` decides, `shared` is what a built layer shares with its
+// services, `response` builds the fields and the refusals from it, `service` is `Limit` and its
+// future, `layer` the builder and `LimitLayer`, which makes the service.
 mod backend;
 mod fields;
 pub mod key;
 mod layer;
 mod quota_handle;
+mod response;
 mod service;
+mod shared;
 
 pub use backend::{
     Answer, Backend, Decision, Global, GlobalAllOf, Keyed, KeyedAllOf, Meter, Refusal,
@@ -175,9 +185,8 @@ pub use key::{
     FnKey, Forwarded, ForwardedHeader, HeaderKey, KeyConfigError, KeyError, KeyExtractor, PeerIp,
     DEFAULT_IPV6_PREFIX, MAX_HEADER_KEY_LEN,
 };
-pub use layer::{
-    EmptyBody, Headers, InfoDecision, LayerError, LimitLayer, LimitLayerBuilder, OnDenied,
-    OnMissing, Protocol, RateLimitInfo, Rejection, RejectionKind,
-};
+pub use layer::{LayerError, LimitLayer, LimitLayerBuilder};
 pub use quota_handle::{ChangeQuota, QuotaHandle, SetQuotaError};
+pub use response::{EmptyBody, OnDenied, Rejection, RejectionKind};
 pub use service::{Limit, ResponseFuture};
+pub use shared::{Headers, InfoDecision, OnMissing, Protocol, RateLimitInfo};

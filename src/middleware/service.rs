@@ -7,65 +7,18 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::backend::{Answer, Backend, Decision, Refusal};
-use super::fields::{self, FieldBuf};
 use super::key::{KeyError, KeyExtractor};
-use super::layer::{
-    EmptyBody, Headers, InfoDecision, OnDenied, OnMissing, Policy, Protocol, RateLimitInfo,
-    Rejection, RejectionKind, Shared,
-};
-use crate::outcome::Admitted;
-
-/// What an admission's fields say: the units left and the wait until one more is free. From an
-/// [`Admitted`], or from a place in a leaky meter's queue.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Grant {
-    remaining: u64,
-    next: Option<std::time::Duration>,
-}
-
-impl From<Admitted> for Grant {
-    #[inline]
-    fn from(a: Admitted) -> Grant {
-        Grant {
-            remaining: a.remaining(),
-            next: a.next_after(),
-        }
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl From<&crate::outcome::Scheduled> for Grant {
-    fn from(s: &crate::outcome::Scheduled) -> Grant {
-        Grant {
-            remaining: s.remaining(),
-            next: s.next_after(),
-        }
-    }
-}
+use super::response::{early_refusal, is_grpc, EmptyBody, Fields, Grant, OnDenied, RejectionKind};
+use super::shared::{InfoDecision, OnMissing, Protocol, Shared};
 
 /// A request admitted after a wait: the wait, then its grant.
 type Waiting = Pin<Box<dyn Future<Output = Result<Grant, Refusal>> + Send>>;
-
-/// The message of a missing peer address, in the 500's body and (feature `tracing`) the warning.
-pub(crate) const NO_CONNECT_INFO: &str = "the rate limit is keyed by the peer's address, but the \
-    request carries none: serve the axum router with \
-    `into_make_service_with_connect_info::<SocketAddr>()` (and enable tollgate's `axum` feature), \
-    or insert the peer's `SocketAddr` into each request's extensions";
-
-/// The `RateLimit-Policy` field's name (draft-ietf-httpapi-ratelimit-headers-10).
-pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// The `RateLimit` field's name.
-pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
-const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
 /// The service made by a [`LimitLayer`](super::LimitLayer): decides each request in `call` and
 /// passes the admitted ones to the inner service, whose errors pass through unchanged (the
@@ -118,226 +71,6 @@ impl<S: fmt::Debug, B, X: KeyExtractor, D> fmt::Debug for Limit<S, B, X, D> {
             .field("policies", &self.shared.policies)
             .finish_non_exhaustive()
     }
-}
-
-/// The fields the layer adds to a response, appended after the inner service's own.
-#[derive(Debug, Default)]
-pub(crate) struct Fields {
-    retry_after: Option<HeaderValue>,
-    policy: Option<HeaderValue>,
-    ratelimit: Option<HeaderValue>,
-}
-
-impl Fields {
-    fn apply(self, headers: &mut HeaderMap) {
-        if let Some(v) = self.retry_after {
-            headers.append(RETRY_AFTER, v);
-        }
-        if let Some(v) = self.policy {
-            headers.append(RATELIMIT_POLICY, v);
-        }
-        if let Some(v) = self.ratelimit {
-            headers.append(RATELIMIT, v);
-        }
-    }
-}
-
-/// `ceil(d)` in whole seconds, for `t`.
-fn t_secs(next: Option<std::time::Duration>) -> Option<u64> {
-    next.map(fields::ceil_secs)
-}
-
-impl<B, X: KeyExtractor, D> Shared<B, X, D> {
-    /// Whether the fields go on a response the limiter admitted (`refused` false) or refused.
-    fn sends_fields(&self, refused: bool) -> bool {
-        if self.dry_run && !self.dry_run_headers {
-            return false;
-        }
-        match self.headers {
-            Headers::Always => true,
-            Headers::OnDenial => refused,
-            Headers::Never => false,
-        }
-    }
-
-    /// The `RateLimit` member of `policy` for `remaining` units left and `t` seconds to the
-    /// next.
-    fn ratelimit(
-        policy: &Policy,
-        remaining: u64,
-        t: Option<u64>,
-        pk: Option<&[u8]>,
-    ) -> Option<HeaderValue> {
-        let mut buf = FieldBuf::new();
-        fields::write_ratelimit(&mut buf, &policy.name, remaining, t, pk);
-        buf.header_value()
-    }
-
-    fn admitted_fields(&self, policy: &Policy, grant: &Grant, pk: Option<&[u8]>) -> Fields {
-        if !self.sends_fields(false) {
-            return Fields::default();
-        }
-        Fields {
-            retry_after: None,
-            policy: Some(policy.value.clone()),
-            ratelimit: Self::ratelimit(policy, grant.remaining, t_secs(grant.next), pk),
-        }
-    }
-
-    /// The fields of a refusal the layer enforces (with `Retry-After`), or a dry run lets through
-    /// (without it).
-    fn refusal_fields(
-        &self,
-        policy: &Policy,
-        refusal: &Refusal,
-        enforced: bool,
-        pk: Option<&[u8]>,
-    ) -> Fields {
-        let mut out = Fields::default();
-        if enforced {
-            out.retry_after = self.retry_after(refusal).map(HeaderValue::from);
-        }
-        if self.sends_fields(true) {
-            out.policy = Some(policy.value.clone());
-            if let Refusal::Denied(d) = refusal {
-                out.ratelimit = Self::ratelimit(policy, d.remaining(), t_secs(d.next_after()), pk);
-            }
-        }
-        out
-    }
-
-    /// `Retry-After` in whole seconds: a denial's wait (at least 1, not before `t`), the
-    /// configured one when the backend is unavailable, none otherwise.
-    fn retry_after(&self, refusal: &Refusal) -> Option<u64> {
-        match refusal {
-            Refusal::Denied(d) => Some(fields::retry_after_secs(
-                d.retry_after(),
-                t_secs(d.next_after()),
-            )),
-            Refusal::Unavailable(_) => self
-                .statuses
-                .unavailable_retry
-                .map(|r| fields::retry_after_secs(r, None)),
-            _ => None,
-        }
-    }
-
-    fn rejection(&self, policy: &Policy, refusal: Refusal) -> Rejection {
-        let (kind, status) = match &refusal {
-            Refusal::Denied(_) => (RejectionKind::Denied, self.statuses.denied),
-            Refusal::InsufficientCapacity(_) => {
-                (RejectionKind::InsufficientCapacity, self.statuses.too_large)
-            }
-            Refusal::TooManyKeys(_) => (RejectionKind::TooManyKeys, self.statuses.too_many_keys),
-            Refusal::Unavailable(_) => (RejectionKind::Unavailable, self.statuses.unavailable),
-        };
-        Rejection {
-            kind,
-            status,
-            retry_after_secs: self.retry_after(&refusal),
-            refusal: Some(refusal),
-            quota: policy.quota,
-        }
-    }
-
-    fn info(&self, head: &mut Parts, policy: &Policy, decision: InfoDecision, remaining: u64) {
-        if self.info {
-            head.extensions.insert(RateLimitInfo {
-                decision,
-                remaining,
-                quota: policy.quota,
-            });
-        }
-    }
-
-    /// [`Shared::info`] for a request passed on uncounted: the first policy's quota, read only
-    /// when the extension is on.
-    fn info_exempt(&self, head: &mut Parts) {
-        if self.info {
-            self.info(head, self.policies().get(0), InfoDecision::Exempt, 0);
-        }
-    }
-
-    /// The response to a refused request: gRPC's trailers-only answer for a gRPC one (as the
-    /// layer's [`Protocol`] says), else
-    /// the configured responder's; the fields appended either way.
-    fn refuse<ResBody: Default + 'static>(
-        &self,
-        rejection: &Rejection,
-        fields: Fields,
-        grpc: bool,
-    ) -> Response<ResBody>
-    where
-        D: OnDenied<ResBody>,
-    {
-        let mut res = if grpc {
-            grpc_refusal(rejection)
-        } else if rejection.kind == RejectionKind::NoConnectInfo {
-            let mut res = Response::new(setup_error_body::<ResBody>());
-            *res.status_mut() = rejection.status;
-            res
-        } else {
-            self.on_denied.respond(rejection)
-        };
-        fields.apply(res.headers_mut());
-        res
-    }
-}
-
-/// A gRPC request: its content type is `application/grpc` or one of its `+` forms.
-fn is_grpc(head: &Parts) -> bool {
-    head.headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
-}
-
-/// gRPC's answer to a refusal: a trailers-only response (HTTP 200, the status in the headers and
-/// an empty body), `RESOURCE_EXHAUSTED` for a limit, with `grpc-retry-pushback-ms` (gRFC A6:
-/// clients whose retry policy allows it wait that long; a negative value tells them not to
-/// retry, sent when the request can never fit).
-fn grpc_refusal<ResBody: Default>(rejection: &Rejection) -> Response<ResBody> {
-    let (code, message): (u16, &'static str) = match rejection.kind {
-        RejectionKind::Denied => (8, "rate limit exceeded"),
-        RejectionKind::InsufficientCapacity => (8, "request exceeds the rate limit's capacity"),
-        RejectionKind::TooManyKeys => (14, "rate limiter has no room for a new client"),
-        RejectionKind::Unavailable => (14, "rate limiter unavailable"),
-        RejectionKind::MissingKey => (3, "request carries no rate-limit key"),
-        RejectionKind::NoConnectInfo => (13, "rate limiter misconfigured: no peer address"),
-    };
-    let mut res = Response::new(ResBody::default());
-    let h = res.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    h.insert(GRPC_STATUS, HeaderValue::from(code));
-    // The messages are plain ASCII without '%', so they need no percent-encoding.
-    h.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
-    match (rejection.kind, rejection.retry_after_secs) {
-        (RejectionKind::InsufficientCapacity, _) => {
-            h.insert(GRPC_PUSHBACK, HeaderValue::from_static("-1"));
-        }
-        (_, Some(secs)) => {
-            h.insert(GRPC_PUSHBACK, HeaderValue::from(secs.saturating_mul(1000)));
-        }
-        _ => {}
-    }
-    res
-}
-
-/// The 500's body for a missing peer address: the fix, in words, when the body type can carry
-/// text (axum's `Body` with the `axum` feature, or `String`); empty otherwise (the message is
-/// also logged once, on standard error).
-fn setup_error_body<ResBody: Default + 'static>() -> ResBody {
-    let text: Box<dyn std::any::Any> = Box::new(String::from(NO_CONNECT_INFO));
-    if let Ok(body) = text.downcast::<ResBody>() {
-        return *body;
-    }
-    #[cfg(feature = "axum")]
-    {
-        let body: Box<dyn std::any::Any> = Box::new(axum::body::Body::from(NO_CONNECT_INFO));
-        if let Ok(body) = body.downcast::<ResBody>() {
-            return *body;
-        }
-    }
-    ResBody::default()
 }
 
 /// What to do once a decision is in: call the inner service, or answer now.
@@ -526,27 +259,6 @@ where
     }
 }
 
-/// A refusal made before any decision (no key, no peer address): no fields.
-fn early_refusal<B, X: KeyExtractor, D, ResBody>(
-    shared: &Shared<B, X, D>,
-    kind: RejectionKind,
-    status: StatusCode,
-    grpc: bool,
-) -> Response<ResBody>
-where
-    D: OnDenied<ResBody>,
-    ResBody: Default + 'static,
-{
-    let rejection = Rejection {
-        kind,
-        status,
-        retry_after_secs: None,
-        refusal: None,
-        quota: shared.policies().get(0).quota,
-    };
-    shared.refuse(&rejection, Fields::default(), grpc)
-}
-
 impl<S, B, X, D> Limit<S, B, X, D>
 where
     X: KeyExtractor,
@@ -636,19 +348,7 @@ where
             }
         };
         let cost = shared.cost.of(&head);
-        let (indexed, verdict) = if shared.all_apply {
-            // Several limits cannot queue: `delay_up_to` does not apply.
-            shared.backend.decide_indexed(key, cost)
-        } else {
-            #[cfg(feature = "tokio")]
-            let verdict = match shared.max_delay {
-                Some(max) => shared.backend.decide_within(key, cost, max),
-                None => shared.backend.decide(key, cost),
-            };
-            #[cfg(not(feature = "tokio"))]
-            let verdict = shared.backend.decide(key, cost);
-            (None, verdict)
-        };
+        let (indexed, verdict) = shared.decide(key, cost);
         let req = Decided {
             tier: indexed.unwrap_or_else(|| shared.tier_of(key)),
             pk: shared.partition_key(key),
