@@ -4,7 +4,7 @@
 #   bash scripts/test.sh              all steps (about 23 minutes from a cold build on 2 cores)
 #   bash scripts/test.sh loom fuzz    only the named steps, in the order given
 #
-# Steps: fmt clippy doc docsrs test asan redis loom fuzz package minver features (see the step_*
+# Steps: fmt layers clippy doc docsrs test asan redis loom fuzz package minver features (see the step_*
 # functions below), and bench on request.
 #
 # Environment:
@@ -51,7 +51,7 @@ MIN_FREE_GIB=${TOLLGATE_MIN_FREE_GIB:-20}
 # `bench` (cargo bench --no-run: the benches' release build) is not in the default run: the clippy
 # step already type-checks every bench (--all-targets), and its four cold minutes kept the whole
 # run above its 30-minute budget. Run `bash scripts/test.sh bench` before measuring.
-STEPS=(fmt clippy doc docsrs test asan redis loom fuzz package minver features)
+STEPS=(fmt layers clippy doc docsrs test asan redis loom fuzz package minver features)
 
 # The redis or minver step's Redis directory (servers' data, logs, PIDs and env file); cleanup
 # stops and removes it.
@@ -65,6 +65,12 @@ step_fmt() {
     if [[ -f fuzz/Cargo.toml ]]; then
         cargo fmt --all --check --manifest-path fuzz/Cargo.toml
     fi
+}
+
+step_layers() {
+    # The one rule for imports (DESIGN.md, "Layers"): between the table's units they point down
+    # or sideways, never up and never in a circle. Reads src/ as text; a second or two.
+    python3 scripts/layers.py
 }
 
 step_clippy() {
@@ -377,6 +383,7 @@ step_bench() {
 describe() {
     case $1 in
         fmt) echo "cargo fmt --check (the workspace and fuzz/)" ;;
+        layers) echo "imports point down: scripts/layers.py against DESIGN.md's layer table" ;;
         clippy) echo "cargo clippy, all targets and features, warnings denied" ;;
         doc) echo "cargo doc, warnings denied" ;;
         docsrs) echo "cargo doc as docs.rs builds it: all features, --cfg docsrs (nightly)" ;;
