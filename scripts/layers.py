@@ -9,6 +9,10 @@ code (comments and string literals left out), and fails when
 - an import points from a lower layer up to a higher one, or
 - imports form a cycle (within a layer, sideways imports are fine as long as none comes back).
 
+It also checks the second rule, one name, one meaning: a struct, enum, trait or union name defined
+twice in `src/` outside `#[cfg(test)]` modules fails, unless DESIGN.md's ```names block allows it
+(one name a line, with a `#` reason).
+
 A path is followed through re-exports to the module that defines the item, so `use
 super::KeyedError` in `keyed/table.rs` is an import of the module that defines `KeyedError`. A
 folder's `mod.rs` (and `lib.rs`) re-exporting its own children is the folder's facade, not an
@@ -50,6 +54,15 @@ def read_table():
     return layers, exempt
 
 
+def read_names():
+    """The names DESIGN.md's ```names block allows to be defined more than once."""
+    text = open(os.path.join(ROOT, "DESIGN.md")).read()
+    m = re.search(r"```names\n(.*?)```", text, re.S)
+    if not m:
+        sys.exit("layers.py: DESIGN.md has no ```names block")
+    return {w for line in m.group(1).splitlines() for w in line.split("#", 1)[0].split()}
+
+
 def modpath(f):
     rel = os.path.relpath(f, SRC)[:-3].split(os.sep)
     if rel[-1] in ("mod", "lib"):
@@ -72,21 +85,25 @@ def strip(text):
             continue
         if text.startswith("/*", i):
             j = text.find("*/", i)
-            i = n if j < 0 else j + 2
+            j = n if j < 0 else j + 2
+            # Keep the lines, so that a position's line number is the file's.
+            out.append("\n" * text.count("\n", i, j))
+            i = j
             continue
         m = re.match(r'b?r(#*)"', text[i : i + 12])
         if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
             close = '"' + m.group(1)
             j = text.find(close, i + len(m.group(0)))
-            i = n if j < 0 else j + len(close)
-            out.append('""')
+            j = n if j < 0 else j + len(close)
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j
             continue
         if c == '"':
             j = i + 1
             while j < n and text[j] != '"':
                 j += 2 if text[j] == "\\" else 1
+            out.append('""' + "\n" * text.count("\n", i, j))
             i = j + 1
-            out.append('""')
             continue
         if c == "'":
             m = re.match(r"'(\\[^']*|[^\\'])'", text[i : i + 12])
@@ -136,9 +153,19 @@ def expand(tree):
     return res
 
 
-def inline_depths(code):
-    """A function from a position in a file's code to how many inline `mod x {` blocks hold it."""
-    opens = {mo.end() - 1 for mo in re.finditer(r"\bmod\s+\w+\s*\{", code)}
+def inline_blocks(code):
+    """A file's inline `mod x { .. }` blocks, in order: (opening brace, closing brace, name,
+    whether it is compiled for tests only)."""
+    opens = {}
+    for mo in re.finditer(r"\bmod\s+(\w+)\s*\{", code):
+        # `#[cfg(test)]` or `#[cfg(all(test, ..))]` right before it (and its `pub`, if any).
+        before = code[max(0, mo.start() - 200) : mo.start()]
+        attr = re.search(r"#\[cfg\(([^\]]*)\)\]\s*(?:pub(?:\s*\([^)]*\))?\s+)?$", before)
+        cond = attr.group(1) if attr else ""
+        tests = bool(re.search(r"\btest\b", cond)) and not re.search(
+            r"\b(?:not|any)\s*\(\s*test\b", cond
+        )
+        opens[mo.end() - 1] = (mo.group(1), tests)
     blocks, stack = [], []
     for i, ch in enumerate(code):
         if ch == "{":
@@ -146,12 +173,40 @@ def inline_depths(code):
         elif ch == "}" and stack:
             j = stack.pop()
             if j in opens:
-                blocks.append((j, i))
+                blocks.append((j, i) + opens[j])
+    return sorted(blocks)
+
+
+def inline_depths(code):
+    """A function from a position in a file's code to how many inline `mod x {` blocks hold it."""
+    blocks = inline_blocks(code)
 
     def depth_at(pos):
-        return sum(1 for a, b in blocks if a < pos < b)
+        return sum(1 for a, b, _, _ in blocks if a < pos < b)
 
     return depth_at
+
+
+ITEM = re.compile(
+    r"(?m)^[ \t]*(?:pub(?:\s*\([^)]*\))?\s+)?(?:unsafe\s+)?(struct|enum|trait|union)\s+([A-Z]\w*)"
+)
+
+
+def duplicate_names(crate):
+    """Every type name defined in more than one module, inline modules compiled for tests only
+    left out: name -> [(file, line)]. Two definitions in one module are `cfg` alternatives (the
+    compiler allows no other kind): one meaning."""
+    seen = {}
+    for m, code in crate.code.items():
+        blocks = inline_blocks(code)
+        for mo in ITEM.finditer(code):
+            holders = [blk for blk in blocks if blk[0] < mo.start() < blk[1]]
+            if any(tests for _, _, _, tests in holders):
+                continue
+            where = (m, tuple(name for _, _, name, _ in holders))
+            line = code.count("\n", 0, mo.start()) + 1
+            seen.setdefault(mo.group(2), {}).setdefault(where, (crate.files[m], line))
+    return {k: sorted(v.values()) for k, v in seen.items() if len(v) > 1}
 
 
 class Crate:
@@ -326,14 +381,35 @@ def main():
                 if b in units.get(a, {}):
                     detail.append("%s -> %s (%s)" % (a, b, sorted(set(units[a][b]))[0]))
         problems.append("import cycle: %s\n    %s" % (" ".join(comp), "\n    ".join(detail)))
+    allowed = read_names()
+    dups = duplicate_names(crate)
+    for n in sorted(dups):
+        if n in allowed:
+            continue
+        where = ", ".join(
+            "%s:%d" % (os.path.relpath(f, ROOT), line) for f, line in sorted(dups[n])
+        )
+        problems.append("type name %s defined %d times: %s" % (n, len(dups[n]), where))
+    for n in sorted(allowed - set(dups)):
+        problems.append("type name %s is allowed in DESIGN.md but not defined twice: drop it" % n)
     for p in problems:
         print(p)
     if problems:
-        print("layers.py: %d problem(s); the rule is in DESIGN.md, \"Layers\"" % len(problems))
+        print(
+            "layers.py: %d problem(s); the rules are in DESIGN.md, \"Layers\" and"
+            " \"One name, one meaning\"" % len(problems)
+        )
         return 1
     print(
-        "layers.py: %d modules in %d units, %d imports between units, all pointing down"
-        % (len(crate.files), len(set(layers)), sum(len(v) for v in units.values()))
+        "layers.py: %d modules in %d units, %d imports between units, all pointing down;"
+        " %d type names, each defined once (but %s, allowed in DESIGN.md)"
+        % (
+            len(crate.files),
+            len(set(layers)),
+            sum(len(v) for v in units.values()),
+            len({mo.group(2) for c in crate.code.values() for mo in ITEM.finditer(c)}),
+            ", ".join(sorted(allowed)) or "none",
+        )
     )
     return 0
 

@@ -69,7 +69,8 @@ step_fmt() {
 
 step_layers() {
     # The one rule for imports (DESIGN.md, "Layers"): between the table's units they point down
-    # or sideways, never up and never in a circle. Reads src/ as text; a second or two.
+    # or sideways, never up and never in a circle; and one name, one meaning: no type name is
+    # defined in two modules but those DESIGN.md allows. Reads src/ as text; a second or two.
     python3 scripts/layers.py
 }
 
@@ -383,7 +384,7 @@ step_bench() {
 describe() {
     case $1 in
         fmt) echo "cargo fmt --check (the workspace and fuzz/)" ;;
-        layers) echo "imports point down: scripts/layers.py against DESIGN.md's layer table" ;;
+        layers) echo "imports point down, one name one meaning: scripts/layers.py against DESIGN.md" ;;
         clippy) echo "cargo clippy, all targets and features, warnings denied" ;;
         doc) echo "cargo doc, warnings denied" ;;
         docsrs) echo "cargo doc as docs.rs builds it: all features, --cfg docsrs (nightly)" ;;

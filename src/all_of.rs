@@ -294,23 +294,23 @@ pub(crate) fn binds(a: &Admitted, b: &Admitted) -> bool {
 }
 
 /// A refusal whose "not now" can be compared: [`AcquireError`] and [`KeyedError`].
-trait Refusal {
+trait ComparableRefusal {
     fn not_now(&self) -> Option<&Denied>;
 }
 
-impl Refusal for Denied {
+impl ComparableRefusal for Denied {
     fn not_now(&self) -> Option<&Denied> {
         Some(self)
     }
 }
 
-impl Refusal for AcquireError {
+impl ComparableRefusal for AcquireError {
     fn not_now(&self) -> Option<&Denied> {
         self.denied()
     }
 }
 
-impl Refusal for KeyedError {
+impl ComparableRefusal for KeyedError {
     fn not_now(&self) -> Option<&Denied> {
         self.denied()
     }
@@ -323,7 +323,7 @@ type Indexed<E> = (usize, Result<Admitted, E>);
 /// The decision over `count` limits (see the module docs) for at least one token: `take(i)`
 /// takes from limit `i`, `give(i)` gives back to it, `refusal(i)` is its refusal at the same
 /// reading, taking nothing (or `None`).
-fn decide<E: Refusal>(
+fn decide<E: ComparableRefusal>(
     count: usize,
     take: impl Fn(usize) -> Result<Admitted, E>,
     give: impl Fn(usize),
@@ -353,7 +353,10 @@ fn decide<E: Refusal>(
 /// The query's answer: the binding limit's, or the longest refusal. It is [`decide`] with a peek
 /// for the take: a peek takes nothing, so nothing is given back, and the limits after a refusal
 /// are peeked as `decide` peeks them.
-fn answer<E: Refusal>(count: usize, peek: impl Fn(usize) -> Result<Admitted, E>) -> Indexed<E> {
+fn answer<E: ComparableRefusal>(
+    count: usize,
+    peek: impl Fn(usize) -> Result<Admitted, E>,
+) -> Indexed<E> {
     decide(count, &peek, |_| {}, |j| peek(j).err())
 }
 
@@ -368,7 +371,10 @@ fn admitted<E>(binding: Option<(usize, Admitted)>) -> Indexed<E> {
 
 /// Of `first` and the other refusals (each with its limit's index), the one to report: one that
 /// is not "not now" (never, or no room) at once; otherwise the longest wait (the first of equals).
-fn longest<E: Refusal>(first: (usize, E), others: impl Iterator<Item = (usize, E)>) -> (usize, E) {
+fn longest<E: ComparableRefusal>(
+    first: (usize, E),
+    others: impl Iterator<Item = (usize, E)>,
+) -> (usize, E) {
     let mut worst = first;
     if worst.1.not_now().is_none() {
         return worst;

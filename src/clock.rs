@@ -225,7 +225,7 @@ impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
 ///
 /// A new `quanta::Clock` calibrates its TSC scaling (close to a second on some machines), so the crate
 /// makes exactly one, on first use.
-struct Shared {
+struct QuantaEpoch {
     clock: quanta::Clock,
     epoch_raw: u64,
     epoch: quanta::Instant,
@@ -237,13 +237,14 @@ struct Shared {
     tsc_scale: u64,
 }
 
-/// The span [`Shared::tsc_scale`] is measured over: quanta's nanoseconds for 2^48 ticks (about a
-/// day at 3 GHz), moved up 16 bits. The scale so carries 11-12 significant digits (quanta's own
-/// conversion of the same ticks, rounded), and it fits a u64 when a tick is under 1 ns.
+/// The span [`QuantaEpoch::tsc_scale`] is measured over: quanta's nanoseconds for 2^48 ticks
+/// (about a day at 3 GHz), moved up 16 bits. The scale so carries 11-12 significant digits
+/// (quanta's own conversion of the same ticks, rounded), and it fits a u64 when a tick is under
+/// 1 ns.
 const TSC_SPAN: u32 = 48;
 
-fn shared() -> &'static Shared {
-    static SHARED: OnceLock<Shared> = OnceLock::new();
+fn shared() -> &'static QuantaEpoch {
+    static SHARED: OnceLock<QuantaEpoch> = OnceLock::new();
     SHARED.get_or_init(|| {
         let clock = quanta::Clock::new();
         let epoch_raw = clock.raw();
@@ -260,7 +261,7 @@ fn shared() -> &'static Shared {
         } else {
             0
         };
-        Shared {
+        QuantaEpoch {
             clock,
             epoch_raw,
             epoch,
@@ -274,7 +275,7 @@ fn shared() -> &'static Shared {
 /// quanta's `Clock::raw` matches its clock type and calls out of line to `rdtsc`, and
 /// `delta_as_nanos` matches the type again: 33 of the 70 instructions of a direct bucket's check
 /// (callgrind, `benches/README.md`, thirteenth session). [`MonotonicClock::now`] instead executes
-/// `rdtsc` inline and scales the delta with [`Shared::tsc_scale`], one multiply, when
+/// `rdtsc` inline and scales the delta with [`QuantaEpoch::tsc_scale`], one multiply, when
 /// [`is_quantas_raw`](tsc::is_quantas_raw) found at start-up that quanta's raw reading *is* the
 /// TSC (quanta chose the counter because the processor's TSC is invariant). Elsewhere (another
 /// architecture, no invariant TSC, quanta falling back to the OS clock, a TSC at 1 GHz or slower)
@@ -344,7 +345,7 @@ mod tsc {
 /// ```
 #[derive(Clone, Copy)]
 pub struct MonotonicClock {
-    shared: &'static Shared,
+    shared: &'static QuantaEpoch,
 }
 
 impl MonotonicClock {
@@ -387,7 +388,7 @@ impl Clock for MonotonicClock {
     }
 }
 
-impl Shared {
+impl QuantaEpoch {
     /// `ticks` of the TSC in nanoseconds: the high half of their product with the scale.
     #[inline(always)]
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -583,7 +584,7 @@ fn run_upkeep(clock: &quanta::Clock, interval: Duration, stop: mpsc::Receiver<()
 /// ```
 #[derive(Clone)]
 pub struct CoarseClock {
-    shared: &'static Shared,
+    shared: &'static QuantaEpoch,
     upkeep: std::sync::Arc<Upkeep>,
 }
 

@@ -92,7 +92,7 @@ const BLOCKS: usize = if cfg!(tollgate_loom) { 2 } else { 128 };
 pub(crate) const MAX_THREADS: usize = BLOCK * BLOCKS;
 
 /// A block of reader slots: the epoch each reader entered at, or 0.
-struct Block {
+struct ReaderBlock {
     slots: [CachePadded<AtomicU64>; BLOCK],
 }
 
@@ -105,7 +105,7 @@ pub(crate) struct Domain {
     fast: bool,
     /// Inline, of a constant length: a pin's index, checked against [`MAX_THREADS`], needs no
     /// second bounds check.
-    blocks: [AtomicPtr<Block>; BLOCKS],
+    blocks: [AtomicPtr<ReaderBlock>; BLOCKS],
 }
 
 impl std::fmt::Debug for Domain {
@@ -163,8 +163,8 @@ impl Domain {
     }
 
     #[cold]
-    fn make_block(&self, block: &AtomicPtr<Block>) -> *mut Block {
-        let new = Box::into_raw(Box::new(Block {
+    fn make_block(&self, block: &AtomicPtr<ReaderBlock>) -> *mut ReaderBlock {
+        let new = Box::into_raw(Box::new(ReaderBlock {
             slots: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0))),
         }));
         // AcqRel: Release publishes the zeroed slots; Acquire sees another thread's block.

@@ -157,7 +157,7 @@ use crossbeam_utils::CachePadded;
 use crate::cas::{self, Gone, Step};
 use crate::change::Current;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::gcra::{Gcra as Policy, Reserved};
+use crate::gcra::{Gcra, Reserved};
 use crate::outcome::{AcquireError, Admitted, Denied, Headroom, InsufficientCapacity, Next, Span};
 use crate::partial::Partial;
 use crate::quota::Quota;
@@ -204,9 +204,9 @@ fn thread_slot() -> usize {
 
 /// One shard: its part of the quota and its word (a token-bucket word; see
 /// [`token_bucket`](crate::token_bucket)). The policy is read-only, so it shares the word's line.
-struct Shard {
+struct BucketShard {
     word: AtomicU64,
-    policy: Policy,
+    policy: Gcra,
 }
 
 /// The shard count asked of a [`ShardedBuilder`] is not a power of two in `1..=256`.
@@ -378,7 +378,7 @@ pub struct ShardedBucket<C = MonotonicClock> {
 
 /// What a quota change replaces (see `crate::change`): the shards, their hint and the quota.
 pub(crate) struct Shards {
-    shards: Box<[CachePadded<Shard>]>,
+    shards: Box<[CachePadded<BucketShard>]>,
     hint: CachePadded<Hint>,
     mask: usize,
     quota: Quota,
@@ -406,13 +406,13 @@ impl Shards {
                 Err(_) => break vec![quota],
             }
         };
-        let shards: Box<[CachePadded<Shard>]> = parts
+        let shards: Box<[CachePadded<BucketShard>]> = parts
             .iter()
             .map(|part| {
-                let mut policy = Policy::new(part);
+                let mut policy = Gcra::new(part);
                 policy.begin_at(now);
                 let word = policy.initial_word(part.initial(), policy.time(now));
-                CachePadded::new(Shard {
+                CachePadded::new(BucketShard {
                     word: AtomicU64::new(word),
                     policy,
                 })
@@ -1320,12 +1320,12 @@ impl Shards {
         }
         // What was taken from each shard (tokens, word before, word after), for the give-back; on
         // the stack for up to 16 shards.
-        let mut small = [Taken::default(); 16];
+        let mut small = [Gathered::default(); 16];
         let mut large = Vec::new();
-        let taken: &mut [Taken] = if self.shards.len() <= small.len() {
+        let taken: &mut [Gathered] = if self.shards.len() <= small.len() {
             &mut small[..self.shards.len()]
         } else {
-            large.resize(self.shards.len(), Taken::default());
+            large.resize(self.shards.len(), Gathered::default());
             &mut large
         };
         let mut got = 0;
@@ -1335,15 +1335,15 @@ impl Shards {
             let t = shard.policy.time(now);
             let took = live(cas::update_live(&shard.word, |w| {
                 match shard.policy.take_up_to(w, t, n - got) {
-                    Step::Write(new, k) => Step::<Taken, ()>::Write(
+                    Step::Write(new, k) => Step::<Gathered, ()>::Write(
                         new,
-                        Taken {
+                        Gathered {
                             tokens: k,
                             before: w,
                             after: new,
                         },
                     ),
-                    Step::Keep(_) | Step::Refuse(()) => Step::Keep(Taken::default()),
+                    Step::Keep(_) | Step::Refuse(()) => Step::Keep(Gathered::default()),
                 }
             }))
             .unwrap_or_default();
@@ -1583,7 +1583,7 @@ impl Snapshot {
 
 /// What a gather took from one shard: the tokens, and the word before and after its write.
 #[derive(Debug, Clone, Copy, Default)]
-struct Taken {
+struct Gathered {
     tokens: u64,
     before: u64,
     after: u64,
@@ -1766,7 +1766,13 @@ impl Hint {
     /// gives up (no hint) if another publication is under way, one already covers `base`, the
     /// readings do not fit 64 bits, or a shard changed since `words` were read.
     #[cold]
-    fn publish(&self, shards: &[CachePadded<Shard>], words: &[u64], base: u64, survey: &Survey) {
+    fn publish(
+        &self,
+        shards: &[CachePadded<BucketShard>],
+        words: &[u64],
+        base: u64,
+        survey: &Survey,
+    ) {
         let (Ok(until), Ok(full)) = (
             u64::try_from(u128::from(base) + survey.first_token_in),
             u64::try_from(u128::from(base) + survey.full_in),

@@ -58,7 +58,7 @@ pub enum Overflow {
 }
 
 /// The shared limiter of [`Overflow::Shared`].
-pub(super) struct Shared<A: Algorithm> {
+pub(super) struct OverflowLimiter<A: Algorithm> {
     pub(super) policy: A::Policy,
     pub(super) quota: Quota,
     pub(super) state: CachePadded<A::State>,
@@ -108,7 +108,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 // One limiter built now, like a direct one: its units start at `now`.
                 A::begin(&mut policy, now);
                 let state = A::fresh(&policy, 0, now);
-                Some(Shared {
+                Some(OverflowLimiter {
                     policy,
                     quota,
                     state: CachePadded::new(state),

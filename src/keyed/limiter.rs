@@ -11,7 +11,7 @@ use std::sync::Weak;
 use crossbeam_utils::CachePadded;
 
 use super::change::{Ctx, Gen, MakePolicy};
-use super::evict::{Shared, DEFAULT_MAX_KEYS};
+use super::evict::{OverflowLimiter, DEFAULT_MAX_KEYS};
 use super::store::{Slot, Store};
 #[cfg(not(tollgate_loom))]
 use super::sweeper::Bell;
@@ -169,7 +169,7 @@ pub struct KeyedLimiter<K, A: Algorithm = TokenBucketKeys, C = MonotonicClock> {
     pub(super) pick: Option<Pick<K>>,
     pub(super) clock: C,
     pub(super) max_keys: usize,
-    pub(super) overflow: Option<Shared<A>>,
+    pub(super) overflow: Option<OverflowLimiter<A>>,
     /// Keys inserted plus places reserved for keys being inserted, minus keys removed: never below
     /// the map's length, never above `max_keys`. Moved by read-modify-writes only.
     pub(super) keys: CachePadded<AtomicUsize>,

@@ -22,7 +22,7 @@ use super::service::Limit;
 #[cfg(feature = "metrics")]
 use super::shared::PolicyMeters;
 use super::shared::{
-    Cost, Exempt, Headers, OnMissing, PartitionKey, Policy, Protocol, Shared, Statuses,
+    Cost, Exempt, Headers, LayerShared, NamedPolicy, OnMissing, PartitionKey, Protocol, Statuses,
 };
 use crate::change::Current;
 use crate::quota::Quota;
@@ -48,7 +48,7 @@ use crate::quota::Quota;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct LimitLayer<B, X: KeyExtractor, D = EmptyBody> {
-    pub(crate) shared: Arc<Shared<B, X, D>>,
+    pub(crate) shared: Arc<LayerShared<B, X, D>>,
 }
 
 impl<B, X: KeyExtractor, D> Clone for LimitLayer<B, X, D> {
@@ -85,7 +85,7 @@ where
     }
 }
 
-impl<L: 'static> LimitLayer<Global<L>, key::Global>
+impl<L: 'static> LimitLayer<Global<L>, key::GlobalKey>
 where
     Global<L>: Backend<()>,
 {
@@ -101,7 +101,7 @@ where
     /// # drop(layer);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn global(limiter: L) -> LimitLayerBuilder<Global<L>, key::Global> {
+    pub fn global(limiter: L) -> LimitLayerBuilder<Global<L>, key::GlobalKey> {
         LimitLayer::new(Global::new(limiter), key::global())
     }
 }
@@ -203,7 +203,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D: Send + Sync + 'static> LimitLayer<B
     }
 }
 
-impl<B, X, D> Retune for Shared<B, X, D>
+impl<B, X, D> Retune for LayerShared<B, X, D>
 where
     B: Backend<X::Key>,
     X: KeyExtractor,
@@ -219,7 +219,7 @@ where
         // A poisoned lock only means another change panicked (in a user's backend): the
         // policies in place are still whole.
         let _one_at_a_time = self.retune.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut next: Vec<Policy> = self.policies.read().to_vec();
+        let mut next: Vec<NamedPolicy> = self.policies.read().to_vec();
         next[tier].quota = quota;
         // Built before the backend changes, so that a value that cannot be sent changes nothing.
         // `build` checked the names and the rest is digits, so this is not expected to fail;
@@ -781,12 +781,12 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
             };
             LayerError::PolicyName(PolicyNameError::new(&name))
         })?;
-        let policies: Vec<Policy> = tiers
+        let policies: Vec<NamedPolicy> = tiers
             .iter()
             .zip(sf_names)
             .zip(values)
             .zip(&names)
-            .map(|(((quota, sf), value), _name)| Policy {
+            .map(|(((quota, sf), value), _name)| NamedPolicy {
                 quota: *quota,
                 name: sf,
                 value,
@@ -795,7 +795,7 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> LimitLayerBuilder<B, X, D> {
             })
             .collect();
         Ok(LimitLayer {
-            shared: Arc::new(Shared {
+            shared: Arc::new(LayerShared {
                 backend: self.backend,
                 extractor: self.extractor,
                 on_denied: self.on_denied,

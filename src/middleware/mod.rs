@@ -182,8 +182,8 @@ pub use backend::{KeyBytes, Redis, RedisAll};
 pub use fields::{PolicyNameError, MAX_POLICY_NAME};
 pub use key::{
     extension, forwarded, from_fn, global, header, peer_addr, peer_ip, CidrError, ExtensionKey,
-    FnKey, Forwarded, ForwardedHeader, HeaderKey, KeyConfigError, KeyError, KeyExtractor, PeerIp,
-    DEFAULT_IPV6_PREFIX, MAX_HEADER_KEY_LEN,
+    FnKey, Forwarded, ForwardedHeader, GlobalKey, HeaderKey, KeyConfigError, KeyError,
+    KeyExtractor, PeerIp, DEFAULT_IPV6_PREFIX, MAX_HEADER_KEY_LEN,
 };
 pub use layer::{LayerError, LimitLayer, LimitLayerBuilder};
 pub use quota_handle::{ChangeQuota, QuotaHandle, SetQuotaError};

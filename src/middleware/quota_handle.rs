@@ -259,7 +259,7 @@ macro_rules! change_quota_through_pointer {
 
 change_quota_through_pointer!(&L, Box<L>, Arc<L>);
 
-/// What a [`QuotaHandle`] reaches: a built layer's shared state (see `shared::Shared`).
+/// What a [`QuotaHandle`] reaches: a built layer's shared state (see `shared::LayerShared`).
 pub(crate) trait Retune: Send + Sync {
     /// Changes the quota of `tier`: the backend's, then the advertised policies.
     fn set_tier_quota(&self, tier: usize, quota: Quota) -> Result<(), SetQuotaError>;

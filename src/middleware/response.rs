@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use super::backend::Refusal;
 use super::fields::{self, FieldBuf};
 use super::key::KeyExtractor;
-use super::shared::{Headers, Policy, Shared, NO_CONNECT_INFO};
+use super::shared::{Headers, LayerShared, NamedPolicy, NO_CONNECT_INFO};
 use crate::outcome::Admitted;
 use crate::quota::Quota;
 
@@ -239,7 +239,7 @@ fn t_secs(next: Option<std::time::Duration>) -> Option<u64> {
     next.map(fields::ceil_secs)
 }
 
-impl<B, X: KeyExtractor, D> Shared<B, X, D> {
+impl<B, X: KeyExtractor, D> LayerShared<B, X, D> {
     /// Whether the fields go on a response the limiter admitted (`refused` false) or refused.
     fn sends_fields(&self, refused: bool) -> bool {
         if self.dry_run && !self.dry_run_headers {
@@ -255,7 +255,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
     /// The `RateLimit` member of `policy` for `remaining` units left and `t` seconds to the
     /// next.
     fn ratelimit(
-        policy: &Policy,
+        policy: &NamedPolicy,
         remaining: u64,
         t: Option<u64>,
         pk: Option<&[u8]>,
@@ -267,7 +267,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
 
     pub(crate) fn admitted_fields(
         &self,
-        policy: &Policy,
+        policy: &NamedPolicy,
         grant: &Grant,
         pk: Option<&[u8]>,
     ) -> Fields {
@@ -285,7 +285,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
     /// (without it).
     pub(crate) fn refusal_fields(
         &self,
-        policy: &Policy,
+        policy: &NamedPolicy,
         refusal: &Refusal,
         enforced: bool,
         pk: Option<&[u8]>,
@@ -319,7 +319,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         }
     }
 
-    pub(crate) fn rejection(&self, policy: &Policy, refusal: Refusal) -> Rejection {
+    pub(crate) fn rejection(&self, policy: &NamedPolicy, refusal: Refusal) -> Rejection {
         let (kind, status) = match &refusal {
             Refusal::Denied(_) => (RejectionKind::Denied, self.statuses.denied),
             Refusal::InsufficientCapacity(_) => {
@@ -421,7 +421,7 @@ fn setup_error_body<ResBody: Default + 'static>() -> ResBody {
 
 /// A refusal made before any decision (no key, no peer address): no fields.
 pub(crate) fn early_refusal<B, X: KeyExtractor, D, ResBody>(
-    shared: &Shared<B, X, D>,
+    shared: &LayerShared<B, X, D>,
     kind: RejectionKind,
     status: StatusCode,
     grpc: bool,

@@ -15,7 +15,7 @@ use tower_service::Service;
 use super::backend::{Answer, Backend, Decision, Refusal};
 use super::key::{KeyError, KeyExtractor};
 use super::response::{early_refusal, is_grpc, EmptyBody, Fields, Grant, OnDenied, RejectionKind};
-use super::shared::{InfoDecision, OnMissing, Protocol, Shared};
+use super::shared::{InfoDecision, LayerShared, OnMissing, Protocol};
 
 /// A request admitted after a wait: the wait, then its grant.
 type Waiting = Pin<Box<dyn Future<Output = Result<Grant, Refusal>> + Send>>;
@@ -52,7 +52,7 @@ type Waiting = Pin<Box<dyn Future<Output = Result<Grant, Refusal>> + Send>>;
 /// ```
 pub struct Limit<S, B, X: KeyExtractor, D = EmptyBody> {
     pub(crate) inner: S,
-    pub(crate) shared: Arc<Shared<B, X, D>>,
+    pub(crate) shared: Arc<LayerShared<B, X, D>>,
 }
 
 impl<S: Clone, B, X: KeyExtractor, D> Clone for Limit<S, B, X, D> {
@@ -74,7 +74,7 @@ impl<S: fmt::Debug, B, X: KeyExtractor, D> fmt::Debug for Limit<S, B, X, D> {
 }
 
 /// What to do once a decision is in: call the inner service, or answer now.
-enum Step<SF, ResBody> {
+enum Action<SF, ResBody> {
     Call(SF, Fields),
     Respond(Response<ResBody>),
 }
@@ -82,19 +82,19 @@ enum Step<SF, ResBody> {
 /// The rest of a request whose decision is awaited: run once the backend answers, with the index
 /// of the limit the answer is from when the answer names one (it then picks the policy).
 type Resume<SF, ResBody> =
-    Box<dyn FnOnce(Option<usize>, Result<Grant, Refusal>) -> Step<SF, ResBody> + Send>;
+    Box<dyn FnOnce(Option<usize>, Result<Grant, Refusal>) -> Action<SF, ResBody> + Send>;
 
 pin_project! {
     /// The future of a [`Limit`]'s response.
     pub struct ResponseFuture<SF, BF, ResBody> {
         #[pin]
-        state: State<SF, BF, ResBody>,
+        phase: Phase<SF, BF, ResBody>,
     }
 }
 
 pin_project! {
-    #[project = StateProj]
-    enum State<SF, BF, ResBody> {
+    #[project = PhaseProj]
+    enum Phase<SF, BF, ResBody> {
         Call { #[pin] fut: SF, fields: Option<Fields> },
         Deciding { #[pin] fut: BF, resume: Option<Resume<SF, ResBody>> },
         Waiting { fut: Waiting, resume: Option<Resume<SF, ResBody>> },
@@ -109,35 +109,35 @@ impl<SF, BF, ResBody> fmt::Debug for ResponseFuture<SF, BF, ResBody> {
 }
 
 impl<SF, BF, ResBody> ResponseFuture<SF, BF, ResBody> {
-    /// The state after an awaited verdict: the rest of the request run on it.
+    /// The phase after an awaited verdict: the rest of the request run on it.
     fn resume(
         resume: Option<Resume<SF, ResBody>>,
         index: Option<usize>,
         verdict: Result<Grant, Refusal>,
-    ) -> State<SF, BF, ResBody> {
+    ) -> Phase<SF, BF, ResBody> {
         match resume.map(|resume| resume(index, verdict)) {
-            Some(Step::Call(fut, fields)) => State::Call {
+            Some(Action::Call(fut, fields)) => Phase::Call {
                 fut,
                 fields: Some(fields),
             },
-            Some(Step::Respond(res)) => State::Done {
+            Some(Action::Respond(res)) => Phase::Done {
                 response: Some(res),
             },
-            None => State::Done { response: None },
+            None => Phase::Done { response: None },
         }
     }
 
-    fn step(step: Step<SF, ResBody>) -> Self {
-        let state = match step {
-            Step::Call(fut, fields) => State::Call {
+    fn step(step: Action<SF, ResBody>) -> Self {
+        let phase = match step {
+            Action::Call(fut, fields) => Phase::Call {
                 fut,
                 fields: Some(fields),
             },
-            Step::Respond(res) => State::Done {
+            Action::Respond(res) => Phase::Done {
                 response: Some(res),
             },
         };
-        ResponseFuture { state }
+        ResponseFuture { phase }
     }
 }
 
@@ -152,26 +152,26 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            match this.state.as_mut().project() {
-                StateProj::Call { fut, fields } => {
+            match this.phase.as_mut().project() {
+                PhaseProj::Call { fut, fields } => {
                     let mut res = ready!(fut.poll(cx))?;
                     if let Some(fields) = fields.take() {
                         fields.apply(res.headers_mut());
                     }
                     return Poll::Ready(Ok(res));
                 }
-                StateProj::Deciding { fut, resume } => {
+                PhaseProj::Deciding { fut, resume } => {
                     let (index, verdict) = ready!(fut.poll(cx)).into_indexed();
                     let resume = resume.take();
-                    this.state
+                    this.phase
                         .set(Self::resume(resume, index, verdict.map(Grant::from)));
                 }
-                StateProj::Waiting { fut, resume } => {
+                PhaseProj::Waiting { fut, resume } => {
                     let verdict = ready!(fut.as_mut().poll(cx));
                     let resume = resume.take();
-                    this.state.set(Self::resume(resume, None, verdict));
+                    this.phase.set(Self::resume(resume, None, verdict));
                 }
-                StateProj::Done { response } => {
+                PhaseProj::Done { response } => {
                     // Polled again after completing: a contract violation by the caller,
                     // answered with a 500 rather than a panic.
                     let res = response.take().unwrap_or_else(|| {
@@ -201,11 +201,11 @@ struct Decided<ReqBody> {
 /// Decides a request whose verdict is in: the inner service's future with the fields to add,
 /// or the refusal's response.
 fn conclude<S, B, X, D, ReqBody, ResBody>(
-    shared: &Shared<B, X, D>,
+    shared: &LayerShared<B, X, D>,
     inner: &mut S,
     req: Decided<ReqBody>,
     verdict: Result<Grant, Refusal>,
-) -> Step<S::Future, ResBody>
+) -> Action<S::Future, ResBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     X: KeyExtractor,
@@ -233,7 +233,7 @@ where
             let remaining = grant.remaining;
             shared.info(&mut head, policy, InfoDecision::Admitted, remaining);
             drop(policies);
-            Step::Call(inner.call(Request::from_parts(head, body)), fields)
+            Action::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) if shared.dry_run => {
             shared.count_would_deny();
@@ -246,7 +246,7 @@ where
             };
             shared.info(&mut head, policy, InfoDecision::WouldDeny, remaining);
             drop(policies);
-            Step::Call(inner.call(Request::from_parts(head, body)), fields)
+            Action::Call(inner.call(Request::from_parts(head, body)), fields)
         }
         Err(refusal) => {
             #[cfg(feature = "metrics")]
@@ -254,7 +254,7 @@ where
             let fields = shared.refusal_fields(policy, &refusal, true, pk.as_deref());
             let rejection = shared.rejection(policy, refusal);
             drop(policies);
-            Step::Respond(shared.refuse(&rejection, fields, grpc))
+            Action::Respond(shared.refuse(&rejection, fields, grpc))
         }
     }
 }
@@ -319,7 +319,7 @@ where
         if shared.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
             shared.info_exempt(&mut head);
             let fut = self.inner.call(Request::from_parts(head, body));
-            return ResponseFuture::step(Step::Call(fut, Fields::default()));
+            return ResponseFuture::step(Action::Call(fut, Fields::default()));
         }
         let owned;
         let key = match shared.extractor.extract(&head) {
@@ -332,11 +332,11 @@ where
                 OnMissing::Allow => {
                     shared.info_exempt(&mut head);
                     let fut = self.inner.call(Request::from_parts(head, body));
-                    return ResponseFuture::step(Step::Call(fut, Fields::default()));
+                    return ResponseFuture::step(Action::Call(fut, Fields::default()));
                 }
                 OnMissing::Reject(status) => {
                     let res = early_refusal(shared, RejectionKind::MissingKey, *status, grpc);
-                    return ResponseFuture::step(Step::Respond(res));
+                    return ResponseFuture::step(Action::Respond(res));
                 }
             },
             Err(_) => {
@@ -344,7 +344,7 @@ where
                 shared.log_setup_error_once();
                 let status = StatusCode::INTERNAL_SERVER_ERROR;
                 let res = early_refusal(shared, RejectionKind::NoConnectInfo, status, grpc);
-                return ResponseFuture::step(Step::Respond(res));
+                return ResponseFuture::step(Action::Respond(res));
             }
         };
         let cost = shared.cost.of(&head);
@@ -371,7 +371,7 @@ where
                     Ok(grant)
                 });
                 ResponseFuture {
-                    state: State::Waiting {
+                    phase: Phase::Waiting {
                         fut,
                         resume: Some(resume),
                     },
@@ -380,7 +380,7 @@ where
             Decision::Pending(fut) => {
                 let resume = self.resume_later(req);
                 ResponseFuture {
-                    state: State::Deciding {
+                    phase: Phase::Deciding {
                         fut,
                         resume: Some(resume),
                     },

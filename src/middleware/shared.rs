@@ -1,5 +1,5 @@
-//! What a built layer shares with every service it makes: its configuration ([`Shared`]), the
-//! policies it advertises ([`Policy`], read per request through [`Policies`]), and the public
+//! What a built layer shares with every service it makes: its configuration ([`LayerShared`]), the
+//! policies it advertises ([`NamedPolicy`], read per request through [`Policies`]), and the public
 //! settings the builder takes ([`Headers`], [`Protocol`], [`OnMissing`]) and the request
 //! extension it writes ([`RateLimitInfo`]). The lowest of the layer's modules: the response
 //! building, the service and the layer build on it, and it on none of them.
@@ -249,7 +249,7 @@ impl RateLimitInfo {
 
 /// One policy (a tier's, or the only one): its quota, name and `RateLimit-Policy` value.
 #[derive(Debug, Clone)]
-pub(crate) struct Policy {
+pub(crate) struct NamedPolicy {
     pub(crate) quota: Quota,
     /// The name, as an sf-string.
     pub(crate) name: String,
@@ -309,13 +309,14 @@ impl PolicyMeters {
 }
 
 /// The layer's configuration, shared by every clone of the layer and of its services.
-pub(crate) struct Shared<B, X: KeyExtractor, D> {
+pub(crate) struct LayerShared<B, X: KeyExtractor, D> {
     pub(crate) backend: B,
     pub(crate) extractor: X,
     pub(crate) on_denied: D,
     /// One per tier of the backend (at least one, and always as many), read by each request
-    /// without a lock and replaced whole by a [`QuotaHandle`](super::QuotaHandle) (see [`Shared::policies`]).
-    pub(crate) policies: Current<Box<[Policy]>>,
+    /// without a lock and replaced whole by a [`QuotaHandle`](super::QuotaHandle) (see
+    /// [`LayerShared::policies`]).
+    pub(crate) policies: Current<Box<[NamedPolicy]>>,
     /// How many policies there are: a change never alters it.
     pub(crate) tiers: usize,
     /// Serializes changes through the [`QuotaHandle`](super::QuotaHandle)s, so that the backend's quotas and the
@@ -344,7 +345,7 @@ pub(crate) struct Shared<B, X: KeyExtractor, D> {
     pub(crate) setup_logged: AtomicBool,
 }
 
-impl<B: Backend<X::Key>, X: KeyExtractor, D> Shared<B, X, D> {
+impl<B: Backend<X::Key>, X: KeyExtractor, D> LayerShared<B, X, D> {
     /// The `pk` bytes of `key`, when configured.
     #[inline]
     pub(crate) fn partition_key(&self, key: &X::Key) -> Option<Vec<u8>> {
@@ -390,18 +391,18 @@ impl<B: Backend<X::Key>, X: KeyExtractor, D> Shared<B, X, D> {
 /// epoch slot the change mutex): drop it before calling anything outside the layer (the inner
 /// service, an [`OnDenied`](super::OnDenied)), and never hold it across an `.await`, or a change would wait for
 /// it.
-pub(crate) struct Policies<'a>(Read<'a, Box<[Policy]>>);
+pub(crate) struct Policies<'a>(Read<'a, Box<[NamedPolicy]>>);
 
 impl Policies<'_> {
     /// The policy of `tier` (the last one for an index past the end).
     #[inline]
-    pub(crate) fn get(&self, tier: usize) -> &Policy {
+    pub(crate) fn get(&self, tier: usize) -> &NamedPolicy {
         let last = self.0.len().saturating_sub(1);
         &self.0[tier.min(last)]
     }
 }
 
-impl<B, X: KeyExtractor, D> Shared<B, X, D> {
+impl<B, X: KeyExtractor, D> LayerShared<B, X, D> {
     /// The policies, for one request (see [`Policies`]): a pin and an Acquire load, no lock.
     #[inline]
     pub(crate) fn policies(&self) -> Policies<'_> {
@@ -432,7 +433,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
     pub(crate) fn info(
         &self,
         head: &mut Parts,
-        policy: &Policy,
+        policy: &NamedPolicy,
         decision: InfoDecision,
         remaining: u64,
     ) {
@@ -445,7 +446,7 @@ impl<B, X: KeyExtractor, D> Shared<B, X, D> {
         }
     }
 
-    /// [`Shared::info`] for a request passed on uncounted: the first policy's quota, read only
+    /// [`LayerShared::info`] for a request passed on uncounted: the first policy's quota, read only
     /// when the extension is on.
     pub(crate) fn info_exempt(&self, head: &mut Parts) {
         if self.info {

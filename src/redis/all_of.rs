@@ -314,7 +314,7 @@ impl RedisAllOfBuilder {
 
 /// What a call asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ask {
+enum AllOfAsk {
     Take,
     Peek,
 }
@@ -348,11 +348,15 @@ impl RedisAllOf {
     ///
     /// See [`RedisAllOf`].
     pub async fn check_key_n(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Admitted, RedisError> {
-        let ask = if n == 0 { Ask::Peek } else { Ask::Take };
+        let ask = if n == 0 {
+            AllOfAsk::Peek
+        } else {
+            AllOfAsk::Take
+        };
         let answer = self.decide(key.as_ref(), n, ask).await.1;
         // One decision per call, however many limits (see `crate::metrics`); a query is not one.
         #[cfg(feature = "metrics")]
-        if ask == Ask::Take {
+        if ask == AllOfAsk::Take {
             self.inner.record(&answer);
         }
         answer
@@ -396,10 +400,14 @@ impl RedisAllOf {
         key: impl AsRef<[u8]>,
         n: u64,
     ) -> (Option<usize>, Result<Admitted, RedisError>) {
-        let ask = if n == 0 { Ask::Peek } else { Ask::Take };
+        let ask = if n == 0 {
+            AllOfAsk::Peek
+        } else {
+            AllOfAsk::Take
+        };
         let answer = self.decide(key.as_ref(), n, ask).await;
         #[cfg(feature = "metrics")]
-        if ask == Ask::Take {
+        if ask == AllOfAsk::Take {
             self.inner.record(&answer.1);
         }
         answer
@@ -433,7 +441,7 @@ impl RedisAllOf {
     /// # }
     /// ```
     pub async fn peek_key_n(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Admitted, RedisError> {
-        self.decide(key.as_ref(), n, Ask::Peek).await.1
+        self.decide(key.as_ref(), n, AllOfAsk::Peek).await.1
     }
 
     /// Every limit's quota, in order.
@@ -492,7 +500,7 @@ impl RedisAllOf {
         &self,
         key: &[u8],
         n: u64,
-        ask: Ask,
+        ask: AllOfAsk,
     ) -> (Option<usize>, Result<Admitted, RedisError>) {
         let names = match self.key_names(key) {
             Ok(names) => names,
@@ -509,8 +517,8 @@ impl RedisAllOf {
             cmd.arg(name);
         }
         cmd.arg(match ask {
-            Ask::Take => "take",
-            Ask::Peek => "peek",
+            AllOfAsk::Take => "take",
+            AllOfAsk::Peek => "peek",
         })
         .arg(n);
         self.inner.reading_arg(&mut cmd);
@@ -527,8 +535,8 @@ impl RedisAllOf {
             Err(unavailable) => {
                 let local = |limits: &AllOf<_>, unavailable: &Unavailable| {
                     let answer = match ask {
-                        Ask::Take => KeyedLimit::<[u8]>::check_key_n(limits, key, n),
-                        Ask::Peek => KeyedLimit::<[u8]>::peek_key_n(limits, key, n),
+                        AllOfAsk::Take => KeyedLimit::<[u8]>::check_key_n(limits, key, n),
+                        AllOfAsk::Peek => KeyedLimit::<[u8]>::peek_key_n(limits, key, n),
                     };
                     local_answer(answer, unavailable)
                 };

@@ -67,7 +67,7 @@ pub(crate) fn token_bucket_all() -> &'static Script {
 /// }
 /// assert_eq!(script_name::<FixedWindowKeys>(), "fw");
 /// ```
-pub trait RedisAlgorithm: Algorithm + sealed::Sealed {
+pub trait RedisAlgorithm: Algorithm + sealed::ScriptSpec {
     /// The suffix of this algorithm's Redis keys (`prefix:{key}:SUFFIX`), and its script's name.
     const SUFFIX: &'static str;
 }
@@ -76,7 +76,7 @@ pub(crate) mod sealed {
     use super::{BuildError, Quota, Script};
 
     /// What the client needs to run one algorithm's script.
-    pub trait Sealed {
+    pub trait ScriptSpec {
         /// The script.
         fn script() -> &'static Script;
         /// The script's full source (the prelude and the algorithm's files).
@@ -134,7 +134,7 @@ fn gcra_plan(quota: &Quota) -> Result<Plan, BuildError> {
     ))
 }
 
-impl sealed::Sealed for TokenBucketKeys {
+impl sealed::ScriptSpec for TokenBucketKeys {
     fn script() -> &'static Script {
         &TOKEN_BUCKET
     }
@@ -152,7 +152,7 @@ impl RedisAlgorithm for TokenBucketKeys {
     const SUFFIX: &'static str = "tb";
 }
 
-impl sealed::Sealed for LeakyMeterKeys {
+impl sealed::ScriptSpec for LeakyMeterKeys {
     fn script() -> &'static Script {
         &LEAKY_METER
     }
@@ -170,7 +170,7 @@ impl RedisAlgorithm for LeakyMeterKeys {
     const SUFFIX: &'static str = "lm";
 }
 
-impl sealed::Sealed for FixedWindowKeys {
+impl sealed::ScriptSpec for FixedWindowKeys {
     fn script() -> &'static Script {
         &FIXED_WINDOW
     }
@@ -206,7 +206,7 @@ impl RedisAlgorithm for FixedWindowKeys {
     const SUFFIX: &'static str = "fw";
 }
 
-impl sealed::Sealed for SlidingWindowCounterKeys {
+impl sealed::ScriptSpec for SlidingWindowCounterKeys {
     fn script() -> &'static Script {
         &SLIDING_COUNTER
     }
@@ -252,7 +252,7 @@ impl RedisAlgorithm for SlidingWindowCounterKeys {
     const SUFFIX: &'static str = "sc";
 }
 
-impl sealed::Sealed for SlidingWindowLogKeys {
+impl sealed::ScriptSpec for SlidingWindowLogKeys {
     fn script() -> &'static Script {
         &SLIDING_LOG
     }
@@ -308,7 +308,7 @@ pub fn all_of_script_source() -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::sealed::Sealed;
+    use super::sealed::ScriptSpec;
     use super::*;
     use std::time::Duration;
 

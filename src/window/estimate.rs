@@ -1,8 +1,8 @@
 //! The weighted estimate the two sliding counters share: the policy of a sliding counter of `k`
-//! sub-windows (`Policy`), the clock readings it decides at (`Moment`, `Reading`) and its pure
-//! decisions. [`SlidingWindowCounter`] is its case `k = 1` (`sliding_counter`, whose module docs
-//! give the algorithm and the one-word fast path); [`SubWindowCounter`] keeps `k` sub-windows
-//! over several words (`sub_window`).
+//! sub-windows (`SlidingCounterPolicy`), the clock readings it decides at (`Moment`, `Reading`)
+//! and its pure decisions. [`SlidingWindowCounter`] is its case `k = 1` (`sliding_counter`,
+//! whose module docs give the algorithm and the one-word fast path); [`SubWindowCounter`] keeps
+//! `k` sub-windows over several words (`sub_window`).
 
 use super::{check_count, window_of, Grid};
 #[cfg(doc)]
@@ -38,8 +38,17 @@ pub const MAX_SUB_WINDOWS: u64 = 1024;
 
 /// The constants of a sliding counter of `k` sub-windows, derived once from a [`Quota`].
 /// [`SlidingWindowCounter`] is the case `k = 1`.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::sliding_counter::SlidingCounterPolicy;
+/// // Built by the limiter from its quota, never by hand: plain data, copied and shared freely.
+/// fn plain<T: Copy + Send + Sync + 'static>() {}
+/// plain::<SlidingCounterPolicy>();
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub struct SlidingCounterPolicy {
     /// The (sub-)window boundaries: windows of `sub` nanoseconds.
     pub(super) grid: Grid,
     /// `N`, admissions per window.
@@ -53,14 +62,14 @@ pub struct Policy {
     /// Bits of the count field in a history slot (tag | count).
     pub(super) slot_bits: u32,
     /// `N × w` when `3 × N × w` fits a `u64`, so that every product of the one-word counter's
-    /// admission test on counts up to `N` does (see [`Policy::admit_one`]); `None` sends every
-    /// admission to the `u128` test.
+    /// admission test on counts up to `N` does (see [`SlidingCounterPolicy::admit_one`]); `None`
+    /// sends every admission to the `u128` test.
     narrow: Option<u64>,
 }
 
 /// A clock reading not yet located on the grid: what the one-word counter's decision receives, so
 /// that it can locate the reading without a division when it falls in the window the word
-/// remembers or in the next one (see `Policy::locate_near`).
+/// remembers or in the next one (see `SlidingCounterPolicy::locate_near`).
 #[derive(Debug, Clone, Copy)]
 pub struct Moment {
     /// The reading clamped to [`Nanos::MAX_USABLE`], plus the grid's shift: `index × w + elapsed`.
@@ -90,7 +99,7 @@ pub(super) struct At {
 
 /// The counts a decision at [`At`] needs.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct View {
+pub(super) struct CounterView {
     pub(super) at: At,
     /// `count(j − k)`, the weighted one.
     oldest: u64,
@@ -100,9 +109,9 @@ pub(super) struct View {
     pub(super) cur: u64,
 }
 
-impl Policy {
+impl SlidingCounterPolicy {
     /// Validates `quota` for `k` sub-windows.
-    pub(crate) fn new(quota: &Quota, k: u64) -> Result<Policy, QuotaError> {
+    pub(crate) fn new(quota: &Quota, k: u64) -> Result<SlidingCounterPolicy, QuotaError> {
         let (limit, period) = window_of(quota)?;
         if k == 0 || k > MAX_SUB_WINDOWS || period % k != 0 {
             return Err(QuotaError::SubWindows {
@@ -114,7 +123,7 @@ impl Policy {
         let sub = period / k;
         check_count(limit, sub, 2)?;
         let grid = Grid::new(sub);
-        Ok(Policy {
+        Ok(SlidingCounterPolicy {
             grid,
             limit,
             sub,
@@ -284,7 +293,7 @@ impl Policy {
         (i, settled, cur): (u64, u64, u64),
         r: Reading,
         history: &mut impl FnMut(u64) -> Option<u64>,
-    ) -> Option<View> {
+    ) -> Option<CounterView> {
         let at = self.at(r, i);
         let k = self.k;
         let d = at.index - i;
@@ -306,7 +315,7 @@ impl Policy {
         } else {
             (0, 0, 0)
         };
-        Some(View {
+        Some(CounterView {
             at,
             oldest,
             settled,
@@ -318,7 +327,7 @@ impl Policy {
     /// until the latest sub-window with a count leaves the window.
     fn reset_nanos(
         &self,
-        v: &View,
+        v: &CounterView,
         count: &mut impl FnMut(Option<u64>) -> Option<u64>,
     ) -> Option<u128> {
         let j = v.at.index;
@@ -350,7 +359,7 @@ impl Policy {
     /// Nanoseconds from the reading until `n` (`1..=N`) would be admitted if nothing else is.
     fn wait_nanos(
         &self,
-        v: &View,
+        v: &CounterView,
         n: u64,
         count: &mut impl FnMut(Option<u64>) -> Option<u64>,
     ) -> Option<u128> {
@@ -380,7 +389,7 @@ impl Policy {
     /// until a request for one more would be admitted (`None`: the history was stale).
     fn next(
         &self,
-        v: &View,
+        v: &CounterView,
         (level, unit): (u64, u64),
         count: &mut impl FnMut(Option<u64>) -> Option<u64>,
     ) -> Option<Next> {
@@ -408,7 +417,7 @@ impl Policy {
         r: Reading,
         n: u64,
         mut history: impl FnMut(u64) -> Option<u64>,
-    ) -> Option<Result<(View, Admitted), Denied>> {
+    ) -> Option<Result<(CounterView, Admitted), Denied>> {
         let (i, _, cur) = stored;
         let v = self.view(stored, r, &mut history)?;
         let mut count = |h: Option<u64>| self.count(h, i, cur, &mut history);
@@ -423,7 +432,7 @@ impl Policy {
                 self.reset_nanos(&v, &mut count)?
             };
             let (level, unit) = self.level(v.oldest, full + n, e);
-            let after = View {
+            let after = CounterView {
                 cur: v.cur + n,
                 ..v
             };
@@ -452,10 +461,10 @@ impl Policy {
 
     /// The one-word counter's (`k = 1`) admission of `n` at `r` on the word's fields
     /// `(i, prev, cur)`, in `u64` arithmetic: the new word and the answer, exactly as
-    /// [`Policy::weigh`] gives them, or `None` whenever this path does not apply (a reading before
-    /// window `i`, a request for nothing or more than `N`, a count above `N` in the word, a policy
-    /// whose products may not fit a `u64`) or the request is not admitted. [`Policy::weigh`] then
-    /// decides.
+    /// [`SlidingCounterPolicy::weigh`] gives them, or `None` whenever this path does not apply (a
+    /// reading before window `i`, a request for nothing or more than `N`, a count above `N` in the
+    /// word, a policy whose products may not fit a `u64`) or the request is not admitted.
+    /// [`SlidingCounterPolicy::weigh`] then decides.
     #[inline]
     pub(super) fn admit_one(
         &self,
@@ -496,8 +505,8 @@ impl Policy {
     }
 
     /// The one-word counter's decision of `n` (`0..=N`) at `m` on `word` through the general
-    /// [`Policy::weigh`] (kept out of line, taking only scalars: the admissions
-    /// [`Policy::admit_one`] answers never need it).
+    /// [`SlidingCounterPolicy::weigh`] (kept out of line, taking only scalars: the admissions
+    /// [`SlidingCounterPolicy::admit_one`] answers never need it).
     #[inline(never)]
     pub(super) fn weigh_one(&self, word: u64, m: Moment, n: u64) -> Step<Admitted, Denied> {
         let (i, prev, cur) = self.unpack(word);
@@ -538,8 +547,8 @@ pub(crate) mod tests {
     const SEC: u64 = 1_000_000_000;
 
     /// The policy of `n` per second over `k` sub-windows (also for the sub-window counter's tests).
-    pub(crate) fn policy(n: u64, k: u64) -> Policy {
-        Policy::new(&Quota::per_second(n).unwrap(), k).unwrap()
+    pub(crate) fn policy(n: u64, k: u64) -> SlidingCounterPolicy {
+        SlidingCounterPolicy::new(&Quota::per_second(n).unwrap(), k).unwrap()
     }
 
     #[test]
@@ -606,7 +615,7 @@ pub(crate) mod tests {
     /// The one-word counter's decision as it was before its `u64` path: the reading located by a
     /// division, every request through `weigh`.
     fn general(
-        p: &Policy,
+        p: &SlidingCounterPolicy,
         word: u64,
         now: u64,
         n: u64,
@@ -625,7 +634,12 @@ pub(crate) mod tests {
         )
     }
 
-    fn decide(p: &Policy, word: u64, now: u64, n: u64) -> (Option<u64>, Result<Admission, Denial>) {
+    fn decide(
+        p: &SlidingCounterPolicy,
+        word: u64,
+        now: u64,
+        n: u64,
+    ) -> (Option<u64>, Result<Admission, Denial>) {
         outcome(SlidingWindowCounterAlgorithm::decide(
             p,
             word,
@@ -667,7 +681,7 @@ pub(crate) mod tests {
         // The largest N for which 3 × N × W fits a u64, per hour (as the module docs say), and
         // the widest windows with the largest counts, need the u128 test.
         let hour = |n| {
-            Policy::new(
+            SlidingCounterPolicy::new(
                 &Quota::per_period(n, std::time::Duration::from_secs(3_600)).unwrap(),
                 1,
             )
@@ -675,7 +689,7 @@ pub(crate) mod tests {
         };
         assert!(hour(1_708_031).narrow.is_some());
         assert_eq!(hour(1_708_032).narrow, None);
-        let wide = Policy::new(
+        let wide = SlidingCounterPolicy::new(
             &Quota::per_period(1 << 30, std::time::Duration::from_nanos(1 << 62)).unwrap(),
             1,
         )
@@ -713,11 +727,11 @@ pub(crate) mod tests {
 
     /// A one-word policy of `n` per `w` ns, `n` capped at the largest accepted, its windows moved
     /// by `offset` ns (windows of less than 4 ns hold no count).
-    fn any_policy(n: u64, w: u64, offset: u64) -> Policy {
+    fn any_policy(n: u64, w: u64, offset: u64) -> SlidingCounterPolicy {
         let w = w.clamp(4, 1 << 62);
         let max = Grid::new(w).max_count(2);
         let quota = Quota::per_period(n.clamp(1, max), std::time::Duration::from_nanos(w)).unwrap();
-        let mut p = Policy::new(&quota, 1).unwrap();
+        let mut p = SlidingCounterPolicy::new(&quota, 1).unwrap();
         p.grid = p.grid.aligned(
             super::super::Alignment::Offset(std::time::Duration::from_nanos(offset)),
             Nanos::ZERO,

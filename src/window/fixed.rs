@@ -64,14 +64,27 @@ use crate::outcome::{Admitted, Denied, Headroom, Next, Span};
 use crate::quota::{Quota, QuotaError};
 
 /// The fixed window's constants, derived once from a [`Quota`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::fixed::FixedWindowPolicy;
+/// // Built by the limiter from its quota, never by hand: plain data, copied and shared freely.
+/// fn plain<T: Copy + Send + Sync + 'static>() {}
+/// plain::<FixedWindowPolicy>();
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub struct FixedWindowPolicy {
     grid: Grid,
     /// N: admissions per window.
     limit: u64,
     /// Bits of the word below the window index, holding the count.
     count_bits: u32,
 }
+
+// kept for the public path
+#[doc(hidden)]
+pub type Policy = FixedWindowPolicy;
 
 /// The packed state: the window index and the count of admissions in it.
 ///
@@ -112,7 +125,7 @@ impl Word {
 
 /// Where a reading falls, seen from a word: the window that counts and what it holds.
 #[derive(Debug, Clone, Copy)]
-struct View {
+struct FixedView {
     /// The window the decision is made in: the reading's, or the word's when the reading is older.
     index: u64,
     /// Admissions already in that window.
@@ -121,27 +134,27 @@ struct View {
     now: u64,
 }
 
-impl Policy {
-    pub(crate) fn new(quota: &Quota) -> Result<Policy, QuotaError> {
+impl FixedWindowPolicy {
+    pub(crate) fn new(quota: &Quota) -> Result<FixedWindowPolicy, QuotaError> {
         let (limit, length) = window_of(quota)?;
         check_count(limit, length, 1)?;
         let grid = Grid::new(length);
-        Ok(Policy {
+        Ok(FixedWindowPolicy {
             grid,
             limit,
             count_bits: u64::BITS - grid.max_count(1).leading_zeros(),
         })
     }
 
-    fn aligned(self, alignment: Alignment, now: Nanos) -> Policy {
-        Policy {
+    fn aligned(self, alignment: Alignment, now: Nanos) -> FixedWindowPolicy {
+        FixedWindowPolicy {
             grid: self.grid.aligned(alignment, now),
             ..self
         }
     }
 
     #[inline]
-    fn view(&self, word: u64, now: Nanos) -> View {
+    fn view(&self, word: u64, now: Nanos) -> FixedView {
         let word = Word(word);
         let (j, _) = self.grid.locate(now);
         let i = word.index(self.count_bits);
@@ -150,7 +163,7 @@ impl Policy {
         } else {
             word.count(self.count_bits)
         };
-        View {
+        FixedView {
             index: j.max(i),
             count,
             now: now.clamped(),
@@ -158,7 +171,7 @@ impl Policy {
     }
 
     /// Nanoseconds from the reading to the end of the view's window.
-    fn until_window_end(&self, view: View) -> u128 {
+    fn until_window_end(&self, view: FixedView) -> u128 {
         u128::from(
             self.grid
                 .start(view.index.saturating_add(1))
@@ -169,7 +182,7 @@ impl Policy {
     /// The denial of a request that does not fit in the view's window: it fits at the next window's
     /// start, since `n <= N`.
     #[cold]
-    fn denied(&self, view: View) -> Denied {
+    fn denied(&self, view: FixedView) -> Denied {
         let end = self.until_window_end(view);
         let wait = Span::from_nanos(end);
         // Everything comes back at the window's end, and nothing before it.
@@ -182,26 +195,26 @@ impl Policy {
 }
 
 impl OneWord for FixedWindowAlgorithm {
-    type Policy = Policy;
+    type Policy = FixedWindowPolicy;
     type Time = Nanos;
 
     const NAME: &'static str = "FixedWindow";
 
-    fn policy(quota: &Quota) -> Result<Policy, QuotaError> {
-        Policy::new(quota)
+    fn policy(quota: &Quota) -> Result<FixedWindowPolicy, QuotaError> {
+        FixedWindowPolicy::new(quota)
     }
 
     #[inline]
-    fn time(_: &Policy, now: Nanos) -> Nanos {
+    fn time(_: &FixedWindowPolicy, now: Nanos) -> Nanos {
         now
     }
 
     #[inline]
-    fn capacity(policy: &Policy) -> u64 {
+    fn capacity(policy: &FixedWindowPolicy) -> u64 {
         policy.limit
     }
 
-    fn available_word(policy: &Policy, available: u64, now: Nanos) -> u64 {
+    fn available_word(policy: &FixedWindowPolicy, available: u64, now: Nanos) -> u64 {
         // `now`'s window with all but `available` counted; the next window opens in full.
         let index = policy.grid.locate(now).0;
         Word::new(
@@ -212,11 +225,11 @@ impl OneWord for FixedWindowAlgorithm {
         .0
     }
 
-    fn carry(old: &Policy, new: &mut Policy) {
+    fn carry(old: &FixedWindowPolicy, new: &mut FixedWindowPolicy) {
         new.grid = new.grid.realigned(old.grid);
     }
 
-    fn initial_word(_: &Policy, _: &Quota, _: Nanos) -> u64 {
+    fn initial_word(_: &FixedWindowPolicy, _: &Quota, _: Nanos) -> u64 {
         // Window 0, nothing counted: a window limiter starts with its whole count (validation
         // makes the quota's initial fill equal to it).
         0
@@ -229,7 +242,7 @@ impl OneWord for FixedWindowAlgorithm {
     /// more than this at every reading (it was expired, its window before the forgetting reading's),
     /// so forgetting it and creating this never admits more than keeping it would have.
     /// In window 0 there is no earlier window, and no expired word to dominate: the zero word.
-    fn fresh_word(policy: &Policy, fresh: Nanos) -> u64 {
+    fn fresh_word(policy: &FixedWindowPolicy, fresh: Nanos) -> u64 {
         match policy.grid.locate(fresh).0.checked_sub(1) {
             Some(before) => Word::new(before, policy.limit, policy.count_bits).0,
             None => 0,
@@ -238,13 +251,13 @@ impl OneWord for FixedWindowAlgorithm {
 
     /// Whether `word`'s window is over at `now`: from `now` on it reads as a new window, exactly
     /// as the fresh word of `now` does.
-    fn is_fresh(policy: &Policy, word: u64, now: Nanos) -> bool {
+    fn is_fresh(policy: &FixedWindowPolicy, word: u64, now: Nanos) -> bool {
         Word(word).index(policy.count_bits) < policy.grid.locate(now).0
     }
 
     /// Takes `n` (`1 <= n <= N`) at `now`.
     #[inline]
-    fn decide(policy: &Policy, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
+    fn decide(policy: &FixedWindowPolicy, word: u64, now: Nanos, n: u64) -> Step<Admitted, Denied> {
         let view = policy.view(word, now);
         // count <= N and n <= N < 2^63: no overflow.
         let after = view.count + n;
@@ -261,7 +274,7 @@ impl OneWord for FixedWindowAlgorithm {
     }
 
     /// The answer to a request for nothing.
-    fn query(policy: &Policy, word: u64, now: Nanos) -> Admitted {
+    fn query(policy: &FixedWindowPolicy, word: u64, now: Nanos) -> Admitted {
         let view = policy.view(word, now);
         let reset = if view.count == 0 {
             0
@@ -277,11 +290,11 @@ impl OneWord for FixedWindowAlgorithm {
     }
 
     /// Admissions left in the window of `now`, seen from `word`.
-    fn remaining(policy: &Policy, word: u64, now: Nanos) -> u64 {
+    fn remaining(policy: &FixedWindowPolicy, word: u64, now: Nanos) -> u64 {
         policy.limit - policy.view(word, now).count
     }
 
-    fn debug_word(policy: &Policy, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
+    fn debug_word(policy: &FixedWindowPolicy, word: u64, f: &mut std::fmt::DebugStruct<'_, '_>) {
         let word = Word(word);
         f.field("window", &word.index(policy.count_bits))
             .field("count", &word.count(policy.count_bits));
@@ -351,12 +364,12 @@ mod tests {
     use crate::cas;
     use crate::clock::ManualClock;
 
-    fn policy(count: u64, period_ns: u64) -> Policy {
+    fn policy(count: u64, period_ns: u64) -> FixedWindowPolicy {
         let quota = Quota::per_period(count, std::time::Duration::from_nanos(period_ns)).unwrap();
-        Policy::new(&quota).unwrap()
+        FixedWindowPolicy::new(&quota).unwrap()
     }
 
-    fn admit(policy: &Policy, word: u64, now: u64, n: u64) -> Option<u64> {
+    fn admit(policy: &FixedWindowPolicy, word: u64, now: u64, n: u64) -> Option<u64> {
         match FixedWindowAlgorithm::decide(policy, word, Nanos::new(now), n) {
             Step::Write(new, _) => Some(new),
             Step::Keep(_) | Step::Refuse(_) => None,

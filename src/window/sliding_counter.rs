@@ -104,7 +104,10 @@ pub use crate::algorithm::SlidingWindowCounterAlgorithm;
 
 use std::fmt;
 
-pub use super::estimate::{Moment, Policy, Reading};
+pub use super::estimate::{Moment, Reading, SlidingCounterPolicy};
+// kept for the public path
+#[doc(hidden)]
+pub use super::estimate::SlidingCounterPolicy as Policy;
 use super::Alignment;
 #[cfg(doc)]
 use super::SubWindowCounter;
@@ -122,26 +125,26 @@ use crate::quota::{Quota, QuotaError};
 // ---------------------------------------------------------------------------------------------
 
 impl OneWord for SlidingWindowCounterAlgorithm {
-    type Policy = Policy;
+    type Policy = SlidingCounterPolicy;
     type Time = Moment;
 
     const NAME: &'static str = "SlidingWindowCounter";
 
-    fn policy(quota: &Quota) -> Result<Policy, QuotaError> {
-        Policy::new(quota, 1)
+    fn policy(quota: &Quota) -> Result<SlidingCounterPolicy, QuotaError> {
+        SlidingCounterPolicy::new(quota, 1)
     }
 
     #[inline]
-    fn time(policy: &Policy, now: Nanos) -> Moment {
+    fn time(policy: &SlidingCounterPolicy, now: Nanos) -> Moment {
         policy.moment(now)
     }
 
     #[inline]
-    fn capacity(policy: &Policy) -> u64 {
+    fn capacity(policy: &SlidingCounterPolicy) -> u64 {
         policy.limit
     }
 
-    fn available_word(policy: &Policy, available: u64, m: Moment) -> u64 {
+    fn available_word(policy: &SlidingCounterPolicy, available: u64, m: Moment) -> u64 {
         // `m`'s window with all but `available` counted, and nothing in the one before: the
         // estimate at `m` leaves exactly `available`, and the next window weighs this one's count
         // by the part of it still covered.
@@ -149,11 +152,11 @@ impl OneWord for SlidingWindowCounterAlgorithm {
         policy.pack(index, 0, policy.limit - available.min(policy.limit))
     }
 
-    fn carry(old: &Policy, new: &mut Policy) {
+    fn carry(old: &SlidingCounterPolicy, new: &mut SlidingCounterPolicy) {
         new.grid = new.grid.realigned(old.grid);
     }
 
-    fn initial_word(_: &Policy, _: &Quota, _: Moment) -> u64 {
+    fn initial_word(_: &SlidingCounterPolicy, _: &Quota, _: Moment) -> u64 {
         // Window 0, both counts 0 (validation makes the quota's initial fill its count).
         0
     }
@@ -167,7 +170,7 @@ impl OneWord for SlidingWindowCounterAlgorithm {
     /// reading's, see `is_fresh`), which admits no more than this at every reading, so
     /// forgetting never admits more than keeping would have. Below window 2 no word can have
     /// expired: the zero word.
-    fn fresh_word(policy: &Policy, fresh: Nanos) -> u64 {
+    fn fresh_word(policy: &SlidingCounterPolicy, fresh: Nanos) -> u64 {
         match policy.read(fresh).index.checked_sub(2) {
             Some(before) => policy.pack(before, policy.limit, policy.limit),
             None => 0,
@@ -176,17 +179,22 @@ impl OneWord for SlidingWindowCounterAlgorithm {
 
     /// Whether the one-word counter's `word` no longer counts at `r` or later: both its windows
     /// have left, so it reads exactly as the fresh word of `r` does.
-    fn is_fresh(policy: &Policy, word: u64, m: Moment) -> bool {
+    fn is_fresh(policy: &SlidingCounterPolicy, word: u64, m: Moment) -> bool {
         let i = policy.unpack(word).0;
         i.saturating_add(2) <= policy.locate_near(m, i).index
     }
 
     /// The one-word counter's decision (`k = 1`): `n` (`0..=N`) at `m` on `word`. An admission
-    /// the `u64` test decides is answered inline ([`Policy::admit_one`]); everything else (denials,
-    /// queries, readings before the word's window, the widest policies) by the general
-    /// [`Policy::weigh`], to the same answer.
+    /// the `u64` test decides is answered inline ([`SlidingCounterPolicy::admit_one`]); everything
+    /// else (denials, queries, readings before the word's window, the widest policies) by the
+    /// general [`SlidingCounterPolicy::weigh`], to the same answer.
     #[inline]
-    fn decide(policy: &Policy, word: u64, m: Moment, n: u64) -> Step<Admitted, Denied> {
+    fn decide(
+        policy: &SlidingCounterPolicy,
+        word: u64,
+        m: Moment,
+        n: u64,
+    ) -> Step<Admitted, Denied> {
         let fields = policy.unpack(word);
         if let Some((new, answer)) = policy.admit_one(fields, policy.locate_near(m, fields.0), n) {
             return Step::Write(new, answer);
@@ -195,7 +203,7 @@ impl OneWord for SlidingWindowCounterAlgorithm {
     }
 
     /// What a request for nothing reports at `r` for the one-word counter.
-    fn query(policy: &Policy, word: u64, m: Moment) -> Admitted {
+    fn query(policy: &SlidingCounterPolicy, word: u64, m: Moment) -> Admitted {
         match Self::decide(policy, word, m, 0) {
             Step::Keep(a) | Step::Write(_, a) => a,
             // A request for nothing is always answered with an admission (`weigh` admits
@@ -205,11 +213,11 @@ impl OneWord for SlidingWindowCounterAlgorithm {
     }
 
     /// `⌊N − estimate⌋` at `r` for the one-word counter.
-    fn remaining(policy: &Policy, word: u64, m: Moment) -> u64 {
+    fn remaining(policy: &SlidingCounterPolicy, word: u64, m: Moment) -> u64 {
         Self::query(policy, word, m).remaining()
     }
 
-    fn debug_word(policy: &Policy, word: u64, f: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_word(policy: &SlidingCounterPolicy, word: u64, f: &mut fmt::DebugStruct<'_, '_>) {
         let (window, previous, current) = policy.unpack(word);
         f.field("window", &window)
             .field("previous", &previous)

@@ -172,17 +172,30 @@ use crate::sync::{yield_now, AtomicU64, Ordering};
 pub const MAX_LOG: u64 = 65_536;
 
 /// The log's constants, derived once from a [`Quota`]: shared by every key of a keyed limiter.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::sliding_log::SlidingLogPolicy;
+/// // Built by the limiter from its quota, never by hand: plain data, copied and shared freely.
+/// fn plain<T: Copy + Send + Sync + 'static>() {}
+/// plain::<SlidingLogPolicy>();
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub struct SlidingLogPolicy {
     /// N, the admissions allowed in any window: `1..=MAX_LOG`.
     count: u64,
     /// W, the window length in nanoseconds: `1..=2^62`.
     window: u64,
 }
 
+// kept for the public path
+#[doc(hidden)]
+pub type Policy = SlidingLogPolicy;
+
 /// What an admission will write and report, decided from a view of the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grant {
+pub(crate) struct LogGrant {
     /// The effective time `t'` the new entries record.
     at: u64,
     /// Admissions left in the window at `t'` after this one.
@@ -193,7 +206,7 @@ pub(crate) struct Grant {
     next: u64,
 }
 
-impl Grant {
+impl LogGrant {
     fn admitted(self) -> Admitted {
         // The level is in whole admissions.
         Admitted::new(Headroom::whole(
@@ -204,9 +217,9 @@ impl Grant {
     }
 }
 
-impl Policy {
+impl SlidingLogPolicy {
     /// The policy for `quota`, or why a log cannot enforce it.
-    pub(crate) fn new(quota: &Quota) -> Result<Policy, QuotaError> {
+    pub(crate) fn new(quota: &Quota) -> Result<SlidingLogPolicy, QuotaError> {
         let (count, window) = window_of(quota)?;
         if count > MAX_LOG {
             return Err(QuotaError::LogTooLong {
@@ -214,7 +227,7 @@ impl Policy {
                 max: MAX_LOG,
             });
         }
-        Ok(Policy {
+        Ok(SlidingLogPolicy {
             // A quota's count and period are at least 1; `max` keeps the modulo by N panic-free
             // even if that ever changed.
             count: count.max(1),
@@ -262,7 +275,7 @@ impl Policy {
         n: u64,
         tally: bool,
         ts: impl Fn(u64) -> u64,
-    ) -> Result<Grant, Denied> {
+    ) -> Result<LogGrant, Denied> {
         let last = if s > 0 { Some(ts(s - 1)) } else { None };
         let at = now.max(floor).max(last.unwrap_or(0));
         // Nanoseconds from the reading until the entry at `t` leaves the window (0 for none): the
@@ -277,7 +290,7 @@ impl Policy {
         };
         if n == 0 {
             let (level, oldest) = left();
-            return Ok(Grant {
+            return Ok(LogGrant {
                 at,
                 level,
                 reset: leaves(last),
@@ -308,7 +321,7 @@ impl Policy {
             }
         }
         let (level, oldest) = if tally { left() } else { (n, None) };
-        Ok(Grant {
+        Ok(LogGrant {
             at,
             level: level.saturating_sub(n),
             reset: leaves(Some(at)),
@@ -318,7 +331,7 @@ impl Policy {
     }
 }
 
-impl Policy {
+impl SlidingLogPolicy {
     /// The judgment of `n` (`0..=N`) admissions at reading `now` (clamped) on the log
     /// [`Log::fresh`] would build for `fresh`, without building it: what a keyed limiter answers
     /// for a key it does not hold.
@@ -327,7 +340,7 @@ impl Policy {
             Some(at) => self.judge(self.count, now, 0, n, true, |_| at),
             None => self.judge(0, now, 0, n, true, |_| 0),
         }
-        .map(Grant::admitted)
+        .map(LogGrant::admitted)
     }
 }
 
@@ -344,7 +357,7 @@ impl Policy {
 ///
 /// | word | meaning | written by |
 /// | --- | --- | --- |
-/// | parity 1, ts 0 ([`Entry::FRESH`]) | no entry yet: "position `i - N`" of slot `i`, lap -1, never judged | construction |
+/// | parity 1, ts 0 ([`SlotWord::FRESH`]) | no entry yet: "position `i - N`" of slot `i`, lap -1, never judged | construction |
 /// | parity `(p / N) & 1`, ts `t` | position `p` was admitted at effective time `t` | the claim of `p` (one compare-and-swap from the entry of `p - N`), or the fill or finish of a group holding `p` |
 /// | mark of `t`, in slot `s % N` | a request for `n` (`2..=N`) admitted at `t` holds positions `s..s + n` (`n` in [`Log::group`]); its other positions are being filled | the group's commit: one compare-and-swap from the entry of `s - N` |
 /// | `u64::MAX` ([`cas::GONE`]), in slot `s % N` | a keyed limiter's eviction forgot the log: no position `s` or later can be claimed, and every view reaching the slot answers [`Gone`] | [`Log::evict`], with the head at `s` and every entry out of the window: one compare-and-swap from the entry of `s - N` (or the fresh word) |
@@ -357,39 +370,39 @@ impl Policy {
 /// (its bit 62 is set with bits 0..62 not clear) nor a mark (a mark's bits 0..62 are at most
 /// `2^61 + 1`), and it is final: the head never passes its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry(u64);
+struct SlotWord(u64);
 
-impl Entry {
+impl SlotWord {
     const PARITY: u64 = 1 << 63;
     /// Bit 62: set in a mark (and in the entry of timestamp 2^62, whose lower bits are clear).
     const MARK: u64 = 1 << 62;
     /// Bits 0..62.
-    const LOW: u64 = Entry::MARK - 1;
+    const LOW: u64 = SlotWord::MARK - 1;
     /// The word of a slot that has never been claimed.
-    const FRESH: Entry = Entry(Entry::PARITY);
+    const FRESH: SlotWord = SlotWord(SlotWord::PARITY);
 
     /// The entry of position `p` of a log of `count` slots, admitted at `ts` (`< 2^63`).
     #[inline]
-    fn new(p: u64, count: u64, ts: u64) -> Entry {
-        Entry(Entry::parity(p, count) | (ts & !Entry::PARITY))
+    fn new(p: u64, count: u64, ts: u64) -> SlotWord {
+        SlotWord(SlotWord::parity(p, count) | (ts & !SlotWord::PARITY))
     }
 
     /// The mark of a group admitted at `t` (`<= 2^62`).
     #[inline]
-    fn mark(t: u64) -> Entry {
+    fn mark(t: u64) -> SlotWord {
         // (t >> 1) + 1 <= 2^61 + 1: within bits 0..62, and never 0.
-        Entry(((t & 1) << 63) | Entry::MARK | ((t >> 1) + 1))
+        SlotWord(((t & 1) << 63) | SlotWord::MARK | ((t >> 1) + 1))
     }
 
     #[inline]
     fn is_mark(self) -> bool {
-        self.0 & Entry::MARK != 0 && self.0 & Entry::LOW != 0
+        self.0 & SlotWord::MARK != 0 && self.0 & SlotWord::LOW != 0
     }
 
     /// The timestamp of a mark.
     #[inline]
     fn marked_ts(self) -> u64 {
-        ((self.0 & Entry::LOW).saturating_sub(1) << 1) | (self.0 >> 63)
+        ((self.0 & SlotWord::LOW).saturating_sub(1) << 1) | (self.0 >> 63)
     }
 
     #[inline]
@@ -400,12 +413,12 @@ impl Entry {
     /// Whether this is the entry of a position of `p`'s lap parity.
     #[inline]
     fn has_parity_of(self, p: u64, count: u64) -> bool {
-        self.0 & Entry::PARITY == Entry::parity(p, count)
+        self.0 & SlotWord::PARITY == SlotWord::parity(p, count)
     }
 
     #[inline]
     fn ts(self) -> u64 {
-        self.0 & !Entry::PARITY
+        self.0 & !SlotWord::PARITY
     }
 }
 
@@ -428,7 +441,7 @@ const NO_GROUP: u64 = 0;
 ///   compare-and-swap) by a request for several between its judgment and its commit, and given
 ///   back by whoever finishes its group, or by the request itself when its commit fails. Single
 ///   requests never touch it;
-/// - from `first` on, N **slots**; position `p` lives in slot `p % N`. See `Entry` for the state
+/// - from `first` on, N **slots**; position `p` lives in slot `p % N`. See `SlotWord` for the state
 ///   table.
 pub struct Log {
     /// Shared only when a keyed table is rebuilt, until the readers of the old table have left:
@@ -476,10 +489,10 @@ impl fmt::Debug for Log {
 }
 
 /// A validated view of the log: the head, the word in its slot, and the judgment.
-struct View {
+struct LogView {
     s: u64,
-    word: Entry,
-    verdict: Result<Grant, Denied>,
+    word: SlotWord,
+    verdict: Result<LogGrant, Denied>,
 }
 
 /// A group seen committed: the request for `n` that claimed positions `s..s + n` at time `t`, and
@@ -489,12 +502,12 @@ struct Group {
     s: u64,
     n: u64,
     t: u64,
-    mark: Entry,
+    mark: SlotWord,
 }
 
 impl Log {
     /// A log for `policy` with slot 0 at `first`, slot `p` holding `word(p)`.
-    fn build(policy: &Policy, first: usize, head: u64, word: impl Fn(u64) -> u64) -> Log {
+    fn build(policy: &SlidingLogPolicy, first: usize, head: u64, word: impl Fn(u64) -> u64) -> Log {
         let words = (0..first)
             .map(|i| match i {
                 HEAD => head,
@@ -508,13 +521,13 @@ impl Log {
     }
 
     /// An empty log for `policy`: N fresh slots, laid out for a keyed limiter.
-    pub(crate) fn new(policy: &Policy) -> Log {
-        Log::build(policy, KEYED_FIRST, 0, |_| Entry::FRESH.0)
+    pub(crate) fn new(policy: &SlidingLogPolicy) -> Log {
+        Log::build(policy, KEYED_FIRST, 0, |_| SlotWord::FRESH.0)
     }
 
     /// An empty log for a direct limiter: the head and group word apart from the ring.
-    pub(crate) fn direct(policy: &Policy) -> Log {
-        Log::build(policy, DIRECT_FIRST, 0, |_| Entry::FRESH.0)
+    pub(crate) fn direct(policy: &SlidingLogPolicy) -> Log {
+        Log::build(policy, DIRECT_FIRST, 0, |_| SlotWord::FRESH.0)
     }
 
     /// The log of a key a keyed limiter creates afresh, "fresh as of `fresh`": N entries (lap 0,
@@ -526,12 +539,12 @@ impl Log {
     /// [`Log::evict`]), which admits no more than this one at every reading, so forgetting
     /// never admits more than keeping would have. Before `W` no log can have expired, and an empty
     /// log is what a never-seen key has.
-    pub(crate) fn fresh(policy: &Policy, fresh: Nanos) -> Log {
+    pub(crate) fn fresh(policy: &SlidingLogPolicy, fresh: Nanos) -> Log {
         let Some(at) = fresh.clamped().checked_sub(policy.window) else {
             return Log::new(policy);
         };
         Log::build(policy, KEYED_FIRST, policy.count, |p| {
-            Entry::new(p, policy.count, at).0
+            SlotWord::new(p, policy.count, at).0
         })
     }
 
@@ -543,7 +556,7 @@ impl Log {
     /// before the mark (the mark's compare-and-swap from the word judged then fails). Once the
     /// mark is in place no claim can take effect (each must replace the word in that slot), and
     /// every view that reaches the slot answers [`Gone`].
-    pub(crate) fn evict(&self, policy: &Policy, now: Nanos) -> bool {
+    pub(crate) fn evict(&self, policy: &SlidingLogPolicy, now: Nanos) -> bool {
         let count = self.len();
         let s = self.head();
         let word = self.load(s);
@@ -575,11 +588,11 @@ impl Log {
     }
 
     #[inline]
-    fn load(&self, p: u64) -> Entry {
+    fn load(&self, p: u64) -> SlotWord {
         // Acquire: pairs with the AcqRel claim, commit, fill or finish that wrote this word, so
         // that a helper that sees a claim and then moves the head publishes that claim with its
         // own Release, and a reader that sees a group's fill sees its mark too.
-        Entry(self.slot(p).load(Ordering::Acquire))
+        SlotWord(self.slot(p).load(Ordering::Acquire))
     }
 
     #[inline]
@@ -630,7 +643,7 @@ impl Log {
 
     /// The group whose mark `mark` was just loaded from slot `s % N` after a head load of `s`,
     /// or `None` if that view is already out of date (look again).
-    fn group_at(&self, s: u64, mark: Entry) -> Option<Group> {
+    fn group_at(&self, s: u64, mark: SlotWord) -> Option<Group> {
         // Acquire: the mark was committed after its request took the group word, so this load
         // returns that request's `n` or a later value; a later value (NO_GROUP, or the next
         // request's size) was written, with Release, after the group was finished, and this
@@ -659,7 +672,7 @@ impl Log {
     fn finish(&self, g: Group) {
         let count = self.len();
         for p in g.s + 1..g.s + g.n {
-            let entry = Entry::new(p, count, g.t);
+            let entry = SlotWord::new(p, count, g.t);
             loop {
                 let word = self.load(p);
                 if word == entry {
@@ -694,7 +707,7 @@ impl Log {
         if cas::compare_exchange(
             self.slot(g.s),
             g.mark.0,
-            Entry::new(g.s, count, g.t).0,
+            SlotWord::new(g.s, count, g.t).0,
             Ordering::AcqRel,
             Ordering::Relaxed,
         )
@@ -717,13 +730,13 @@ impl Log {
     /// further instead of starting over at every view.
     fn view(
         &self,
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         now: u64,
         n: u64,
         tally: bool,
         claim: bool,
         backoff: &mut Backoff,
-    ) -> Result<View, Gone> {
+    ) -> Result<LogView, Gone> {
         let count = self.len();
         loop {
             let s = self.head();
@@ -754,7 +767,7 @@ impl Log {
                 });
                 // Mark still in place: every slot read above held the entry of its position.
                 if self.load(s) == word {
-                    return Ok(View { s, word, verdict });
+                    return Ok(LogView { s, word, verdict });
                 }
                 backoff.pause();
                 continue;
@@ -786,26 +799,31 @@ impl Log {
             // (a denial, a peek) checks that slot `s % N` still holds `word`, which it would not
             // if any fill had been seen.
             if self.head() == s && ((claim && verdict.is_ok()) || self.load(s) == word) {
-                return Ok(View { s, word, verdict });
+                return Ok(LogView { s, word, verdict });
             }
             backoff.pause();
         }
     }
 
     /// Claims position `s` alone at reading `now`: a request for one.
-    fn claim_one(&self, policy: &Policy, now: u64) -> Result<Result<(u64, Grant), Denied>, Gone> {
+    fn claim_one(
+        &self,
+        policy: &SlidingLogPolicy,
+        now: u64,
+    ) -> Result<Result<(u64, LogGrant), Denied>, Gone> {
         let count = self.len();
         let mut backoff = Backoff::new();
         loop {
             // No tally here: the level is counted after the claim succeeds (see `acquire`), so a
             // lost race wastes no binary search and the window between the view and the
             // compare-and-swap stays short.
-            let View { s, word, verdict } = self.view(policy, now, 1, false, true, &mut backoff)?;
+            let LogView { s, word, verdict } =
+                self.view(policy, now, 1, false, true, &mut backoff)?;
             let grant = match verdict {
                 Ok(grant) => grant,
                 Err(denied) => return Ok(Err(denied)),
             };
-            let new = Entry::new(s, count, grant.at);
+            let new = SlotWord::new(s, count, grant.at);
             // AcqRel: the Release half publishes the entry (and, with it, everything this thread saw
             // when it loaded the head at `s`) to the Acquire slot loads of judges and helpers; the
             // Acquire half pairs with the claim of `s - N` being replaced. Failure is Relaxed: the
@@ -836,13 +854,14 @@ impl Log {
     /// none. Answers the last position claimed.
     fn claim_group(
         &self,
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         now: u64,
         n: u64,
-    ) -> Result<Result<(u64, Grant), Denied>, Gone> {
+    ) -> Result<Result<(u64, LogGrant), Denied>, Gone> {
         let mut backoff = Backoff::new();
         loop {
-            let View { s, word, verdict } = self.view(policy, now, n, false, true, &mut backoff)?;
+            let LogView { s, word, verdict } =
+                self.view(policy, now, n, false, true, &mut backoff)?;
             let grant = match verdict {
                 Ok(grant) => grant,
                 Err(denied) => return Ok(Err(denied)),
@@ -867,7 +886,7 @@ impl Log {
                 yield_now();
                 continue;
             }
-            let mark = Entry::mark(grant.at);
+            let mark = SlotWord::mark(grant.at);
             // The commit: one compare-and-swap claims position `s` for the whole group. AcqRel,
             // as a single claim's; failure is Relaxed (the retry starts from a fresh view).
             match cas::compare_exchange(
@@ -901,7 +920,7 @@ impl Log {
     /// if eviction has marked the log (then nothing took effect).
     pub(crate) fn acquire(
         &self,
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         now: u64,
         n: u64,
     ) -> Result<Result<Admitted, Denied>, Gone> {
@@ -923,7 +942,7 @@ impl Log {
         let level = policy.count.saturating_sub(last + 1 - first_in);
         // The oldest entry in the window: `first_in <= last`, as the request's own are in it.
         let next = (ts(first_in) + policy.window).saturating_sub(now);
-        Ok(Ok(Grant {
+        Ok(Ok(LogGrant {
             level,
             next,
             ..first
@@ -935,26 +954,27 @@ impl Log {
     /// eviction has marked the log.
     pub(crate) fn peek(
         &self,
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         now: u64,
         n: u64,
     ) -> Result<Result<Admitted, Denied>, Gone> {
         Ok(self
             .view(policy, now, n, true, false, &mut Backoff::new())?
             .verdict
-            .map(Grant::admitted))
+            .map(LogGrant::admitted))
     }
 
     /// Seals the log for a quota change: marks [`GONE`](cas::GONE) the slot of its head, where
     /// the next claim would have to write (a group in progress is finished first), so that no
     /// claim can succeed any more; answers the admissions it had left at `now` then (0 if it
     /// was sealed already). Claims may run concurrently.
-    pub(crate) fn seal(&self, policy: &Policy, now: u64) -> u64 {
+    pub(crate) fn seal(&self, policy: &SlidingLogPolicy, now: u64) -> u64 {
         let mut backoff = Backoff::new();
         loop {
             // A view for a claim of nothing: it finishes a group in progress and helps the head
             // along, so that slot `s % N` holds the entry of position `s - N`.
-            let Ok(View { s, word, verdict }) = self.view(policy, now, 0, true, true, &mut backoff)
+            let Ok(LogView { s, word, verdict }) =
+                self.view(policy, now, 0, true, true, &mut backoff)
             else {
                 return 0;
             };
@@ -980,12 +1000,16 @@ impl Log {
     /// Fills a direct limiter's empty log, not yet shared, with `N - available` entries at `now`
     /// (positions `0..N - available`), so that `available` admissions are left there and the
     /// rest return a window later.
-    pub(crate) fn refill(&self, policy: &Policy, available: u64, now: u64) {
+    pub(crate) fn refill(&self, policy: &SlidingLogPolicy, available: u64, now: u64) {
         let count = self.len();
         let used = policy.count.min(count) - available.min(policy.count).min(count);
         for p in 0..used {
             // Relaxed: the log is not shared yet; publishing it (Release) publishes these.
-            cas::store(self.slot(p), Entry::new(p, count, now).0, Ordering::Relaxed);
+            cas::store(
+                self.slot(p),
+                SlotWord::new(p, count, now).0,
+                Ordering::Relaxed,
+            );
         }
         cas::store(&self.words[HEAD], used, Ordering::Relaxed);
     }
@@ -1002,36 +1026,41 @@ impl Log {
 }
 
 impl Contract for SlidingWindowLogAlgorithm {
-    type Policy = Policy;
+    type Policy = SlidingLogPolicy;
     type State = Log;
 
     const NAME: &'static str = "SlidingWindowLog";
 
-    fn policy(quota: &Quota) -> Result<Policy, QuotaError> {
-        Policy::new(quota)
+    fn policy(quota: &Quota) -> Result<SlidingLogPolicy, QuotaError> {
+        SlidingLogPolicy::new(quota)
     }
 
-    fn initial(policy: &Policy, _: &Quota, _: Nanos) -> Log {
+    fn initial(policy: &SlidingLogPolicy, _: &Quota, _: Nanos) -> Log {
         // Empty: a window limiter starts with its whole count (validation makes the quota's
         // initial fill equal to it).
         Log::direct(policy)
     }
 
-    fn fresh(policy: &Policy, _tier: usize, at: Nanos) -> Log {
+    fn fresh(policy: &SlidingLogPolicy, _tier: usize, at: Nanos) -> Log {
         Log::fresh(policy, at)
     }
 
     #[inline]
-    fn acquire_one(policy: &Policy, log: &Log, now: Nanos) -> Result<Admitted, Denied> {
+    fn acquire_one(policy: &SlidingLogPolicy, log: &Log, now: Nanos) -> Result<Admitted, Denied> {
         never_gone(log.acquire(policy, now.clamped(), 1))
     }
 
-    fn acquire(policy: &Policy, log: &Log, now: Nanos, n: u64) -> Result<Admitted, AcquireError> {
+    fn acquire(
+        policy: &SlidingLogPolicy,
+        log: &Log,
+        now: Nanos,
+        n: u64,
+    ) -> Result<Admitted, AcquireError> {
         never_gone(Self::acquire_keyed(policy, log, now, n))
     }
 
     fn peek(
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         log: Held<'_, Log>,
         now: Nanos,
         n: u64,
@@ -1052,7 +1081,7 @@ impl Contract for SlidingWindowLogAlgorithm {
 
     #[inline]
     fn verdict_keyed(
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         log: &Log,
         now: Nanos,
         n: u64,
@@ -1062,7 +1091,7 @@ impl Contract for SlidingWindowLogAlgorithm {
 
     #[inline]
     fn describe_keyed(
-        _: &Policy,
+        _: &SlidingLogPolicy,
         outcome: Result<Admitted, AcquireError>,
         _: Nanos,
         _: u64,
@@ -1071,7 +1100,7 @@ impl Contract for SlidingWindowLogAlgorithm {
     }
 
     fn acquire_keyed(
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         log: &Log,
         now: Nanos,
         n: u64,
@@ -1085,7 +1114,7 @@ impl Contract for SlidingWindowLogAlgorithm {
     }
 
     fn peek_keyed(
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         log: &Log,
         now: Nanos,
         n: u64,
@@ -1098,12 +1127,12 @@ impl Contract for SlidingWindowLogAlgorithm {
             .map_err(AcquireError::Denied))
     }
 
-    fn remaining_keyed(policy: &Policy, log: &Log, now: Nanos) -> Result<u64, Gone> {
+    fn remaining_keyed(policy: &SlidingLogPolicy, log: &Log, now: Nanos) -> Result<u64, Gone> {
         // As `remaining`: a query is always admitted; were it ever refused, nothing is left.
         Ok(Self::peek_keyed(policy, log, now, 0)?.map_or(0, |a| a.remaining()))
     }
 
-    fn evict(policy: &Policy, log: &Log, now: Nanos) -> bool {
+    fn evict(policy: &SlidingLogPolicy, log: &Log, now: Nanos) -> bool {
         log.evict(policy, now)
     }
 
@@ -1111,14 +1140,14 @@ impl Contract for SlidingWindowLogAlgorithm {
         log.is_gone()
     }
 
-    fn remaining(policy: &Policy, log: Held<'_, Log>, now: Nanos) -> u64 {
+    fn remaining(policy: &SlidingLogPolicy, log: Held<'_, Log>, now: Nanos) -> u64 {
         // A request for nothing is always admitted (`judge` admits `n = 0`); were it ever refused,
         // nothing is left.
         Self::peek(policy, log, now, 0).map_or(0, |a| a.remaining())
     }
 
     fn create(
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         tier: usize,
         fresh: Nanos,
         now: Nanos,
@@ -1137,32 +1166,38 @@ impl Contract for SlidingWindowLogAlgorithm {
         }
     }
 
-    fn debug_state(_: &Policy, log: &Log, f: &mut fmt::DebugStruct<'_, '_>) {
+    fn debug_state(_: &SlidingLogPolicy, log: &Log, f: &mut fmt::DebugStruct<'_, '_>) {
         f.field("head", &log.head());
     }
 
-    fn capacity(policy: &Policy) -> u64 {
+    fn capacity(policy: &SlidingLogPolicy) -> u64 {
         policy.count
     }
 
     #[inline]
     fn acquire_one_live(
-        policy: &Policy,
+        policy: &SlidingLogPolicy,
         log: &Log,
         now: Nanos,
     ) -> Result<Result<Admitted, Denied>, Gone> {
         log.acquire(policy, now.clamped(), 1)
     }
 
-    fn seal(policy: &Policy, log: &Log, now: Nanos) -> u64 {
+    fn seal(policy: &SlidingLogPolicy, log: &Log, now: Nanos) -> u64 {
         log.seal(policy, now.clamped())
     }
 
-    fn refill(policy: &Policy, log: &Log, available: u64, now: Nanos) {
+    fn refill(policy: &SlidingLogPolicy, log: &Log, available: u64, now: Nanos) {
         log.refill(policy, available, now.clamped());
     }
 
-    fn converted(old: &Policy, new: &Policy, log: &Log, now: Nanos, _changed: &[bool]) -> Log {
+    fn converted(
+        old: &SlidingLogPolicy,
+        new: &SlidingLogPolicy,
+        log: &Log,
+        now: Nanos,
+        _changed: &[bool],
+    ) -> Log {
         // A log marked gone (evicted, not yet removed) stands for a fresh one: its successor is
         // fresh as of the change.
         if Self::is_gone(log) {
@@ -1172,7 +1207,7 @@ impl Contract for SlidingWindowLogAlgorithm {
         Self::settled(new, 0, left, now)
     }
 
-    fn settled(policy: &Policy, _tier: usize, available: u64, at: Nanos) -> Log {
+    fn settled(policy: &SlidingLogPolicy, _tier: usize, available: u64, at: Nanos) -> Log {
         // A whole count is a fresh log as of `at`: what a key not held then stands for.
         if available >= policy.count {
             return Log::fresh(policy, at);
@@ -1261,40 +1296,40 @@ mod tests {
     /// The latest time an entry records: readings are clamped at 2^62.
     const TS_MAX: u64 = 1 << 62;
 
-    fn policy(count: u64, window_ns: u64) -> Policy {
+    fn policy(count: u64, window_ns: u64) -> SlidingLogPolicy {
         let quota = Quota::per_period(count, std::time::Duration::from_nanos(window_ns)).unwrap();
-        Policy::new(&quota).unwrap()
+        SlidingLogPolicy::new(&quota).unwrap()
     }
 
     /// Judges against a plain vector of timestamps (positions 0.. in order).
-    fn judge(p: &Policy, log: &[u64], now: u64, n: u64) -> Result<Grant, Denied> {
+    fn judge(p: &SlidingLogPolicy, log: &[u64], now: u64, n: u64) -> Result<LogGrant, Denied> {
         let s = log.len() as u64;
         p.judge(s, now, 0, n, true, |i| log[i as usize])
     }
 
     #[test]
     fn entries_pack_parity_and_time_and_the_fresh_word_is_never_a_claim() {
-        let e = Entry::new(5, 3, 1234);
+        let e = SlotWord::new(5, 3, 1234);
         assert_eq!(e.ts(), 1234);
         assert!(e.has_parity_of(5, 3) && e.has_parity_of(11, 3) && !e.has_parity_of(8, 3));
-        assert!(Entry::new(0, 3, 0) != Entry::FRESH);
+        assert!(SlotWord::new(0, 3, 0) != SlotWord::FRESH);
         // Fresh is lap -1: the parity of positions 3..6 of a log of 3, whose entries have ts >= W >= 1.
-        assert!(Entry::FRESH.has_parity_of(3, 3) && !Entry::FRESH.has_parity_of(0, 3));
-        assert_eq!(Entry::new(3, 3, 1 << 62).ts(), 1 << 62);
+        assert!(SlotWord::FRESH.has_parity_of(3, 3) && !SlotWord::FRESH.has_parity_of(0, 3));
+        assert_eq!(SlotWord::new(3, 3, 1 << 62).ts(), 1 << 62);
     }
 
     #[test]
     fn marks_carry_every_time_and_are_never_entries() {
         for t in [0, 1, 2, 3, TS_MAX - 1, TS_MAX, (1 << 61) + 1] {
-            let mark = Entry::mark(t);
+            let mark = SlotWord::mark(t);
             assert!(mark.is_mark(), "{t}");
             assert_eq!(mark.marked_ts(), t);
             for p in [0, 1, 2, 3] {
-                assert!(!Entry::new(p, 2, t).is_mark(), "{p} {t}");
+                assert!(!SlotWord::new(p, 2, t).is_mark(), "{p} {t}");
             }
         }
-        assert!(!Entry::FRESH.is_mark());
-        assert_ne!(Entry::mark(4), Entry::mark(5));
+        assert!(!SlotWord::FRESH.is_mark());
+        assert_ne!(SlotWord::mark(4), SlotWord::mark(5));
     }
 
     #[test]

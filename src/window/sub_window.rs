@@ -43,7 +43,7 @@ use crossbeam_utils::CachePadded;
 
 pub use super::estimate::MAX_SUB_WINDOWS;
 
-use super::estimate::{Policy, Reading};
+use super::estimate::{Reading, SlidingCounterPolicy};
 use super::Alignment;
 #[cfg(doc)]
 use super::SlidingWindowCounter;
@@ -68,7 +68,7 @@ enum Verdict {
     Stale,
 }
 
-impl Policy {
+impl SlidingCounterPolicy {
     #[inline]
     fn pack_slot(&self, tag: u64, count: u64) -> u64 {
         (tag << self.slot_bits) | count
@@ -125,13 +125,13 @@ impl SubState {
         }
     }
 
-    fn slot(&self, p: &Policy, h: u64) -> Option<&AtomicU64> {
+    fn slot(&self, p: &SlidingCounterPolicy, h: u64) -> Option<&AtomicU64> {
         self.history
             .get(usize::try_from(h % (p.k + 1)).unwrap_or(usize::MAX))
     }
 
     /// `count(h)` for a sub-window `h` below the hot word's; `None` when its slot was reused.
-    fn history_count(&self, p: &Policy, h: u64) -> Option<u64> {
+    fn history_count(&self, p: &SlidingCounterPolicy, h: u64) -> Option<u64> {
         let slot = self.slot(p, h)?;
         // The Acquire load of the hot word before this read already makes `count(h)` visible (it
         // synchronizes with the Release compare-and-swap that moved the hot word past `h`, made
@@ -150,7 +150,7 @@ impl SubState {
 
     /// Raises slot `index mod (k + 1)` to `(index, count)`: never lowers a count, never replaces a
     /// later tag.
-    fn publish(&self, p: &Policy, index: u64, count: u64) {
+    fn publish(&self, p: &SlidingCounterPolicy, index: u64, count: u64) {
         let Some(slot) = self.slot(p, index) else {
             return;
         };
@@ -178,7 +178,7 @@ impl SubState {
     /// Seals the state for a quota change (the hot word swapped to the gone mark, so that no
     /// admission can take effect any more) and answers the whole admissions it had room for at
     /// `r`, as its last admission left it (0 if it was sealed already).
-    fn seal(&self, p: &Policy, r: Reading) -> u64 {
+    fn seal(&self, p: &SlidingCounterPolicy, r: Reading) -> u64 {
         match cas::seal(&self.hot) {
             cas::GONE => 0,
             // Every sub-window below the final hot word's is final in the history, and no later
@@ -194,7 +194,7 @@ impl SubState {
 
     /// Sets a new state, not yet shared, to hold `available` (at most `N`) at `r`: `r`'s
     /// sub-window with all but `available` counted, and nothing before it.
-    fn refill(&self, p: &Policy, r: Reading, available: u64) {
+    fn refill(&self, p: &SlidingCounterPolicy, r: Reading, available: u64) {
         let word = p.pack(r.index, 0, p.limit - available.min(p.limit));
         // Relaxed: not shared yet; publishing the block (Release) publishes it.
         cas::store(&self.hot, word, Ordering::Relaxed);
@@ -210,7 +210,7 @@ impl SubState {
     /// [`Gone`] when a quota change has sealed the hot word: nothing took effect.
     fn acquire(
         &self,
-        p: &Policy,
+        p: &SlidingCounterPolicy,
         r: Reading,
         n: u64,
         write: bool,
@@ -343,7 +343,7 @@ pub struct SubWindowCounter<C = MonotonicClock> {
 /// What a quota change replaces (see `crate::change`): the counter's quota, policy and state.
 struct SubBlock {
     state: SubState,
-    policy: Policy,
+    policy: SlidingCounterPolicy,
     quota: Quota,
 }
 
@@ -409,7 +409,7 @@ impl<C: Clock> SubWindowCounter<C> {
         sub_windows: u64,
         clock: C,
     ) -> Result<SubWindowCounter<C>, QuotaError> {
-        let policy = Policy::new(&quota, sub_windows)?;
+        let policy = SlidingCounterPolicy::new(&quota, sub_windows)?;
         Ok(SubWindowCounter {
             current: Current::new(SubBlock {
                 state: SubState::new(policy.k),
@@ -461,7 +461,7 @@ impl<C: Clock> SubWindowCounter<C> {
     /// See [`SubWindowCounter::set_quota`].
     pub fn set_quota_at(&self, quota: Quota, now: Nanos) -> Result<(), QuotaError> {
         let k = self.current.read().policy.k;
-        let mut policy = Policy::new(&quota, k)?;
+        let mut policy = SlidingCounterPolicy::new(&quota, k)?;
         self.current.change(|old| {
             policy.grid = policy.grid.realigned(old.policy.grid);
             // Built before the seal, so that checks meeting the seal wait for no allocation.

@@ -14,7 +14,7 @@ struct Waiting<'a>(&'a AtomicU64);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        // Relaxed: as in `Shared::wait_for_room`.
+        // Relaxed: as in `QueueShared::wait_for_room`.
         self.0.fetch_sub(State::WAITER_ONE, Ordering::Relaxed);
     }
 }
@@ -79,7 +79,7 @@ impl<T, C: Clock> LeakySender<T, C> {
             // `notify_waiters` after this point wakes this future even before it is polled.
             let mut notified = std::pin::pin!(shared.room_notify.notified());
             notified.as_mut().enable();
-            // Relaxed: as in `Shared::wait_for_room`: one of this read-modify-write and the
+            // Relaxed: as in `QueueShared::wait_for_room`: one of this read-modify-write and the
             // consumer's release sees the other.
             let prev = State(shared.state.fetch_add(State::WAITER_ONE, Ordering::Relaxed));
             let _waiting = Waiting(&shared.state);

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::thread::JoinHandle;
 
-use super::shared::Shared;
+use super::shared::QueueShared;
 use super::{LeakyReceiver, SpawnDrainError};
 use crate::clock::Clock;
 use crate::sync::{lock, Arc, Ordering};
@@ -97,7 +97,7 @@ impl<T: Send + 'static, C: Clock + 'static> LeakyReceiver<T, C> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DrainHandle<T, C: Clock> {
-    shared: Arc<Shared<T, C>>,
+    shared: Arc<QueueShared<T, C>>,
     thread: Option<JoinHandle<Option<LeakyReceiver<T, C>>>>,
 }
 

@@ -171,7 +171,7 @@ pub use sender::{LeakySender, Ticket};
 use crate::clock::{duration_to_nanos, Clock, MonotonicClock};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::Arc;
-use shared::Shared;
+use shared::QueueShared;
 
 /// The largest capacity a leaky queue accepts: 2^24 items (its storage allocates one slot per
 /// item up front). A larger [`Quota::capacity`] is [`QuotaError::QueueTooLong`].
@@ -249,7 +249,7 @@ pub fn queue_with_clock<T, C: Clock>(
         }
     };
     let interval = duration_to_nanos(quota.interval());
-    let shared = Arc::new(Shared::new(slots, capacity, interval, clock));
+    let shared = Arc::new(QueueShared::new(slots, capacity, interval, clock));
     let sender = LeakySender {
         shared: Arc::clone(&shared),
     };

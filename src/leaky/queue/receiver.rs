@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::shared::{wait_until, Shared};
+use super::shared::{wait_until, QueueShared};
 use super::state::{next_slot, State};
 use super::{RecvTimeoutError, TryRecvError};
 use crate::clock::{Clock, MonotonicClock, Nanos};
@@ -49,7 +49,7 @@ pub(super) enum Stopped {
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub struct LeakyReceiver<T, C: Clock = MonotonicClock> {
-    pub(super) shared: Arc<Shared<T, C>>,
+    pub(super) shared: Arc<QueueShared<T, C>>,
     /// An item taken from storage whose release time has not come (still counted in `len`).
     pub(super) hand: Option<(u64, T)>,
     /// The grid's next slot: the earliest release time of the next item.

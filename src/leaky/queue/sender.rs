@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::shared::Shared;
+use super::shared::QueueShared;
 use super::{SendTimeoutError, TrySendError};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::sync::{Arc, Ordering};
@@ -108,7 +108,7 @@ impl Ticket {
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 pub struct LeakySender<T, C: Clock = MonotonicClock> {
-    pub(super) shared: Arc<Shared<T, C>>,
+    pub(super) shared: Arc<QueueShared<T, C>>,
 }
 
 impl<T, C: Clock> LeakySender<T, C> {

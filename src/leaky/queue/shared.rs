@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
-use super::state::{next_slot, reserve, Refusal, State};
+use super::state::{next_slot, reserve, ReserveRefusal, State};
 use super::{Ticket, TrySendError};
 use crate::cas::{self, Step};
 use crate::clock::{Clock, Nanos};
@@ -60,7 +60,7 @@ impl<T> Slots<T> {
 // ---------------------------------------------------------------------------------------------
 
 /// What the senders and the consumer share.
-pub(super) struct Shared<T, C> {
+pub(super) struct QueueShared<T, C> {
     /// See [`State`] for the layout and the state table.
     pub(super) state: CachePadded<AtomicU64>,
     /// The release time the next accepted item is expected to get (the grid's next free slot, as
@@ -88,10 +88,10 @@ pub(super) struct Shared<T, C> {
     pub(super) clock: C,
 }
 
-impl<T, C: Clock> Shared<T, C> {
+impl<T, C: Clock> QueueShared<T, C> {
     /// An open, empty queue of `capacity` items (`slots` of storage), one sender counted in.
-    pub(super) fn new(slots: usize, capacity: u64, interval: u64, clock: C) -> Shared<T, C> {
-        Shared {
+    pub(super) fn new(slots: usize, capacity: u64, interval: u64, clock: C) -> QueueShared<T, C> {
+        QueueShared {
             state: CachePadded::new(AtomicU64::new(0)),
             tail: CachePadded::new(AtomicU64::new(0)),
             slots: Slots::new(slots),
@@ -159,8 +159,8 @@ impl<T, C: Clock> Shared<T, C> {
         let now = now.clamped();
         let position = match cas::update(&self.state, |word| reserve(word, self.capacity)) {
             Ok(position) => position,
-            Err(Refusal::Full) => return Err(TrySendError::Full(item)),
-            Err(Refusal::Closed) => return Err(TrySendError::Closed(item)),
+            Err(ReserveRefusal::Full) => return Err(TrySendError::Full(item)),
+            Err(ReserveRefusal::Closed) => return Err(TrySendError::Closed(item)),
         };
         let interval = self.interval;
         // The grid's next free slot, or the arrival if that slot has passed (re-anchoring).

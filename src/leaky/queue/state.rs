@@ -63,18 +63,18 @@ pub(super) fn next_slot(release: u64, interval: u64) -> u64 {
 }
 
 /// Why a reservation failed.
-pub(super) enum Refusal {
+pub(super) enum ReserveRefusal {
     Full,
     Closed,
 }
 
 /// The reservation decision: one more accepted item, if the queue is open and has room. Pure.
-pub(super) fn reserve(word: u64, capacity: u64) -> Step<u64, Refusal> {
+pub(super) fn reserve(word: u64, capacity: u64) -> Step<u64, ReserveRefusal> {
     let s = State(word);
     if s.closed() {
-        Step::Refuse(Refusal::Closed)
+        Step::Refuse(ReserveRefusal::Closed)
     } else if s.len() >= capacity {
-        Step::Refuse(Refusal::Full)
+        Step::Refuse(ReserveRefusal::Full)
     } else {
         // Cannot carry out of the word: len < capacity <= 2^24.
         Step::Write(word + State::LEN_ONE, s.len())
@@ -83,7 +83,7 @@ pub(super) fn reserve(word: u64, capacity: u64) -> Step<u64, Refusal> {
 
 #[cfg(test)]
 mod tests {
-    use super::{next_slot, reserve, Refusal, State};
+    use super::{next_slot, reserve, ReserveRefusal, State};
     use crate::cas::Step;
     use crate::clock::Nanos;
 
@@ -116,14 +116,17 @@ mod tests {
     #[test]
     fn a_reservation_is_refused_when_closed_before_when_full() {
         let full = State::LEN_ONE * 3;
-        assert!(matches!(reserve(full, 3), Step::Refuse(Refusal::Full)));
+        assert!(matches!(
+            reserve(full, 3),
+            Step::Refuse(ReserveRefusal::Full)
+        ));
         assert!(matches!(
             reserve(full | State::CLOSED, 3),
-            Step::Refuse(Refusal::Closed)
+            Step::Refuse(ReserveRefusal::Closed)
         ));
         assert!(matches!(
             reserve(State::CLOSED, 3),
-            Step::Refuse(Refusal::Closed)
+            Step::Refuse(ReserveRefusal::Closed)
         ));
         assert!(State(State::CLOSED).finished());
         assert!(!State(State::CLOSED | State::LEN_ONE).finished());

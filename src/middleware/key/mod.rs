@@ -187,9 +187,9 @@ impl<X: KeyExtractor + ?Sized> KeyExtractor for Box<X> {
 /// # Examples
 ///
 /// ```
-/// use tollgate::middleware::key::{Global, KeyExtractor};
+/// use tollgate::middleware::key::{GlobalKey, KeyExtractor};
 ///
-/// static EVERYONE: Global = Global;
+/// static EVERYONE: GlobalKey = GlobalKey;
 /// let head = http::Request::builder().body(())?.into_parts().0;
 /// assert_eq!((&EVERYONE).extract(&head), Ok(()));
 /// # Ok::<(), http::Error>(())
@@ -583,14 +583,18 @@ where
 /// # Examples
 ///
 /// ```
-/// use tollgate::middleware::key::{Global, KeyExtractor};
+/// use tollgate::middleware::key::{GlobalKey, KeyExtractor};
 ///
 /// let head = http::Request::builder().body(())?.into_parts().0;
-/// assert_eq!(Global.extract(&head), Ok(()));
+/// assert_eq!(GlobalKey.extract(&head), Ok(()));
 /// # Ok::<(), http::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Global;
+pub struct GlobalKey;
+
+// kept for the public path
+#[doc(hidden)]
+pub use self::GlobalKey as Global;
 
 /// One key, `()`, for every request, never missing: one limit shared by everyone (a direct
 /// limiter's single key).
@@ -604,11 +608,11 @@ pub struct Global;
 /// assert_eq!(global().extract(&head), Ok(()));
 /// # Ok::<(), http::Error>(())
 /// ```
-pub fn global() -> Global {
-    Global
+pub fn global() -> GlobalKey {
+    GlobalKey
 }
 
-impl KeyExtractor for Global {
+impl KeyExtractor for GlobalKey {
     type Key = ();
 
     fn extract(&self, _head: &Parts) -> Result<(), KeyError> {
