@@ -53,9 +53,9 @@
 //! `Step` (write this word and admit, admit without a write, or refuse), and the
 //! rest of the contract follows from it once, here: the decision runs in the crate's one
 //! compare-and-swap loop (`cas::update`), refusing the sealed or gone mark as `Gone`, denials and
-//! peeks only read, and a key the keyed limiter does not hold is decided on without being built. The token bucket and the leaky meter
-//! go one step further: both store the GCRA's theoretical arrival time, so they share one core
-//! (`src/gcra.rs`) and differ only in their decision.
+//! peeks only read, and a key the keyed limiter does not hold is decided on without being built.
+//! The token bucket and the leaky meter go one step further: both store the GCRA's theoretical
+//! arrival time, so they share one core (`src/gcra.rs`) and differ only in their decision.
 //!
 //! # Adding an algorithm
 //!
