@@ -11,6 +11,18 @@
 //! The contract is sealed: [`Algorithm`] is public so that code can be generic over it and name
 //! its marker types, but its methods live in a private supertrait that only the crate implements.
 //!
+//! # The decisions
+//!
+//! Each decision has one form, for both limiters: `acquire_one` (the direct limiter's hot path),
+//! `acquire` (`n`, all or none: `verdict` described by `describe`, the two halves the keyed
+//! lookup calls apart), `peek` and `remaining`, and `create` for a key the keyed limiter does not
+//! hold. Every one that takes a held state may find it sealed (a quota change replaces a direct
+//! limiter's state as it does a key's) or, for a key, marked gone by eviction: it then answers
+//! `Gone`, having taken no effect, and the caller decides again where the state went. `peek` and
+//! `remaining` take a `Held`, so that they also answer for a key not held, from the fresh state it
+//! would get, without building it (never `Gone`). A state nothing seals or evicts (one built for
+//! the answer, the keyed limiter's shared overflow state) is read through `never_gone`.
+//!
 //! # The markers
 //!
 //! | marker | algorithm | state |
@@ -40,10 +52,10 @@
 //! `OneWord` contract: a pure `decide(policy, word, now, n)` answering a
 //! `Step` (write this word and admit, admit without a write, or refuse), and the
 //! rest of the contract follows from it once, here: the decision runs in the crate's one
-//! compare-and-swap loop (`cas::update`), denials and peeks only read, and a key the keyed
-//! limiter does not hold is decided on without being built. The token bucket and the leaky meter
-//! go one step further: both store the GCRA's theoretical arrival time, so they share one core
-//! (`src/gcra.rs`) and differ only in their decision.
+//! compare-and-swap loop (`cas::update`), refusing the sealed or gone mark as `Gone`, denials and
+//! peeks only read, and a key the keyed limiter does not hold is decided on without being built.
+//! The token bucket and the leaky meter go one step further: both store the GCRA's theoretical
+//! arrival time, so they share one core (`src/gcra.rs`) and differ only in their decision.
 //!
 //! # Adding an algorithm
 //!
@@ -134,28 +146,64 @@ pub(crate) mod sealed {
         /// at readings from `at` on, and admitting no more than any forgettable state (below) at
         /// earlier readings.
         fn fresh(policy: &Self::Policy, tier: usize, at: Nanos) -> Self::State;
-        /// Admits one on `state` at `now`, or says when it could (every capacity is at least 1).
+        /// Admits one on `state` at `now`, or says when it could (every capacity is at least 1):
+        /// the direct limiter's hot path. If a quota change sealed the state (or eviction marked
+        /// a keyed one gone), nothing took effect, and the answer is [`Gone`].
         fn acquire_one(
             policy: &Self::Policy,
             state: &Self::State,
             now: Nanos,
-        ) -> Result<Admitted, Denied>;
-        /// Admits `n` on `state` at `now`, all or none, or says why not: the decision, applied.
+        ) -> Result<Result<Admitted, Denied>, Gone>;
+        /// Admits `n` on `state` at `now`, all or none, or says why not: the decision, applied; or
+        /// [`Gone`] as for [`Contract::acquire_one`]. Not overridden: [`Contract::verdict`]
+        /// described by [`Contract::describe`], in one call (the direct limiter's, and the keyed
+        /// limiter's lock path; the keyed lookup calls the two halves itself).
+        #[inline]
         fn acquire(
             policy: &Self::Policy,
             state: &Self::State,
             now: Nanos,
             n: u64,
+        ) -> Result<Result<Admitted, AcquireError>, Gone> {
+            let verdict = Self::verdict(policy, state, now, n)?;
+            Ok(Self::describe(policy, verdict, now, n))
+        }
+        /// What [`Contract::verdict`] decides: as little as lets [`Contract::describe`] rebuild
+        /// the whole outcome (for a one-word algorithm, the word it decided on).
+        type Verdict;
+        /// [`Contract::acquire`] split in two, so that the part run inside the keyed table's
+        /// lookup (and its epoch) returns a word or two in registers: the decision, taking effect
+        /// on `state` exactly as `acquire`'s does, answering what it decided on, or [`Gone`]
+        /// (nothing took effect). Followed by [`Contract::describe`] with the same `now` and `n`.
+        fn verdict(
+            policy: &Self::Policy,
+            state: &Self::State,
+            now: Nanos,
+            n: u64,
+        ) -> Result<Self::Verdict, Gone>;
+        /// The outcome of a [`Contract::verdict`]: what `acquire` answers. Built outside the
+        /// lookup, inline, so a caller that reads only `is_ok()` pays for none of it.
+        fn describe(
+            policy: &Self::Policy,
+            verdict: Self::Verdict,
+            now: Nanos,
+            n: u64,
         ) -> Result<Admitted, AcquireError>;
-        /// The answer `acquire` would give, writing nothing.
+        /// The answer [`Contract::acquire`] would give, writing nothing: on a held state, which
+        /// may be sealed or gone ([`Gone`]), or on a key not held, decided on without building
+        /// its state (never [`Gone`]).
         fn peek(
             policy: &Self::Policy,
             state: Held<'_, Self::State>,
             now: Nanos,
             n: u64,
-        ) -> Result<Admitted, AcquireError>;
-        /// Whole admissions available at `now`.
-        fn remaining(policy: &Self::Policy, state: Held<'_, Self::State>, now: Nanos) -> u64;
+        ) -> Result<Result<Admitted, AcquireError>, Gone>;
+        /// Whole admissions available at `now`, or [`Gone`] as for [`Contract::peek`].
+        fn remaining(
+            policy: &Self::Policy,
+            state: Held<'_, Self::State>,
+            now: Nanos,
+        ) -> Result<u64, Gone>;
         /// A request for `n` on a key that is not held, fresh as of `fresh`: the answer, and the
         /// state to insert if the request changed it (`None`: the key stays as if never seen, and
         /// nothing was built).
@@ -166,50 +214,6 @@ pub(crate) mod sealed {
             now: Nanos,
             n: u64,
         ) -> (Option<Self::State>, Result<Admitted, AcquireError>);
-        /// [`Contract::acquire`] on a keyed limiter's state, which eviction may have marked gone:
-        /// then nothing took effect, and the answer is [`Gone`].
-        fn acquire_keyed(
-            policy: &Self::Policy,
-            state: &Self::State,
-            now: Nanos,
-            n: u64,
-        ) -> Result<Result<Admitted, AcquireError>, Gone>;
-        /// What [`Contract::verdict_keyed`] decides: as little as lets
-        /// [`Contract::describe_keyed`] rebuild the whole outcome (for a one-word algorithm, the
-        /// word it decided on).
-        type Verdict;
-        /// [`Contract::acquire_keyed`] split in two, so that the part run inside the keyed
-        /// table's lookup (and its epoch) returns a word or two in registers: the decision, taking
-        /// effect on `state` exactly as `acquire_keyed`'s would, answering what it decided on.
-        /// Followed by [`Contract::describe_keyed`] with the same `now` and `n`.
-        fn verdict_keyed(
-            policy: &Self::Policy,
-            state: &Self::State,
-            now: Nanos,
-            n: u64,
-        ) -> Result<Self::Verdict, Gone>;
-        /// The outcome of a [`Contract::verdict_keyed`]: what `acquire_keyed` would have answered.
-        /// Built outside the lookup, inline, so a caller that reads only `is_ok()` pays for none
-        /// of it.
-        fn describe_keyed(
-            policy: &Self::Policy,
-            verdict: Self::Verdict,
-            now: Nanos,
-            n: u64,
-        ) -> Result<Admitted, AcquireError>;
-        /// [`Contract::peek`] on a keyed limiter's state, or [`Gone`].
-        fn peek_keyed(
-            policy: &Self::Policy,
-            state: &Self::State,
-            now: Nanos,
-            n: u64,
-        ) -> Result<Result<Admitted, AcquireError>, Gone>;
-        /// [`Contract::remaining`] on a keyed limiter's state, or [`Gone`].
-        fn remaining_keyed(
-            policy: &Self::Policy,
-            state: &Self::State,
-            now: Nanos,
-        ) -> Result<u64, Gone>;
         /// Eviction: if `state` is indistinguishable, at `now` and at every later reading, from
         /// the fresh state of `now`, marks it gone, so that no decision can take effect on it
         /// any more, and answers `true`; otherwise (or if a decision changed it meanwhile)
@@ -229,13 +233,6 @@ pub(crate) mod sealed {
         );
         /// The most one request may ask for.
         fn capacity(policy: &Self::Policy) -> u64;
-        /// [`Contract::acquire_one`] on a direct limiter's state, which a quota change may have
-        /// sealed: then nothing took effect, and the answer is [`Gone`].
-        fn acquire_one_live(
-            policy: &Self::Policy,
-            state: &Self::State,
-            now: Nanos,
-        ) -> Result<Result<Admitted, Denied>, Gone>;
         /// Seals `state` for a quota change (see `crate::change`): afterwards no decision takes
         /// effect on it (each answers [`Gone`]). Answers the whole admissions it had left at
         /// `now`, as its last decision left it (0 if it was sealed already). Decisions may run
@@ -304,7 +301,7 @@ pub(crate) mod sealed {
         /// The decision's verdict alone: the word to write, or admit without a write, or refuse,
         /// and nothing built to describe it. The keyed check decides with it inside the table's
         /// lookup and describes the outcome afterwards from the word it decided on (see
-        /// [`Contract::verdict_keyed`]). Must agree with [`OneWord::decide`]; this default derives
+        /// [`Contract::verdict`]). Must agree with [`OneWord::decide`]; this default derives
         /// it from there, and an algorithm whose outcome costs more than its test answers it
         /// directly.
         #[inline]
@@ -493,54 +490,37 @@ impl<T: OneWord> Contract for T {
         AtomicU64::new(T::fresh_word(policy, at))
     }
 
-    #[inline]
+    #[inline(always)]
     fn acquire_one(
         policy: &Self::Policy,
         state: &AtomicU64,
         now: Nanos,
-    ) -> Result<Admitted, Denied> {
-        admitted_or_described::<T>(policy, state, now, 1)
-    }
-
-    #[inline]
-    fn acquire(
-        policy: &Self::Policy,
-        state: &AtomicU64,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Admitted, AcquireError> {
-        if InsufficientCapacity::check(n, T::capacity(policy))? {
-            admitted_or_described::<T>(policy, state, now, n).map_err(AcquireError::Denied)
-        } else {
-            Ok(T::query(policy, cas::read(state), T::time(policy, now)))
+    ) -> Result<Result<Admitted, Denied>, Gone> {
+        // The loop builds an admission's outcome (inline: dropped by a caller that reads only
+        // `is_ok()`) and carries a refusal out as the word refused, whose outcome is described
+        // after the loop, inline as well. Built in the loop, a refusal's outcome would be a call
+        // the compiler cannot drop. The mark is refused as itself (no decision ever writes it),
+        // one layer of answer fewer than `update_live`'s.
+        // The reading is converted inside the closure, which then captures two words (the policy
+        // and the reading) and reaches the out-of-line retry in registers; converted outside, the
+        // four-word `Time` was stored on the stack before every first attempt.
+        let decided = cas::update(state, move |word| {
+            if word == cas::GONE {
+                return Step::Refuse(cas::GONE);
+            }
+            match T::admit(policy, word, T::time(policy, now), 1) {
+                Step::Write(new, admitted) => Step::Write(new, admitted),
+                Step::Keep(admitted) => Step::Keep(admitted),
+                Step::Refuse(()) => Step::Refuse(word),
+            }
+        });
+        match decided {
+            Ok(admitted) => Ok(Ok(admitted)),
+            Err(cas::GONE) => Err(Gone::seen()),
+            // A decision is a pure function of its word: deciding again on the word refused
+            // describes the refusal.
+            Err(word) => Ok(T::outcome(policy, word, T::time(policy, now), 1)),
         }
-    }
-
-    #[inline]
-    fn peek(
-        policy: &Self::Policy,
-        state: Held<'_, AtomicU64>,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Admitted, AcquireError> {
-        peek_word::<T>(policy, one_word::<T>(policy, state), now, n)
-    }
-
-    fn remaining(policy: &Self::Policy, state: Held<'_, AtomicU64>, now: Nanos) -> u64 {
-        T::remaining(policy, one_word::<T>(policy, state), T::time(policy, now))
-    }
-
-    /// The verdict and its description in one call (the lock path's form; the lookup calls the
-    /// two halves itself, describing after it leaves the table).
-    #[inline]
-    fn acquire_keyed(
-        policy: &Self::Policy,
-        state: &AtomicU64,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Result<Admitted, AcquireError>, Gone> {
-        let word = Self::verdict_keyed(policy, state, now, n)?;
-        Ok(Self::describe_keyed(policy, word, now, n))
     }
 
     /// The word the decision was made on: the one it replaced, or the one it refused or kept.
@@ -549,15 +529,10 @@ impl<T: OneWord> Contract for T {
     type Verdict = u64;
 
     #[inline(always)]
-    fn verdict_keyed(
-        policy: &Self::Policy,
-        state: &AtomicU64,
-        now: Nanos,
-        n: u64,
-    ) -> Result<u64, Gone> {
+    fn verdict(policy: &Self::Policy, state: &AtomicU64, now: Nanos, n: u64) -> Result<u64, Gone> {
         let now = T::time(policy, now);
         match InsufficientCapacity::check(n, T::capacity(policy)) {
-            // Refused by its size: `describe_keyed` says so without reading the word.
+            // Refused by its size: `describe` says so without reading the word.
             Err(_) => Ok(0),
             Ok(true) => {
                 let decided =
@@ -569,7 +544,7 @@ impl<T: OneWord> Contract for T {
     }
 
     #[inline(always)]
-    fn describe_keyed(
+    fn describe(
         policy: &Self::Policy,
         word: u64,
         now: Nanos,
@@ -578,19 +553,29 @@ impl<T: OneWord> Contract for T {
         peek_word::<T>(policy, word, now, n)
     }
 
-    fn peek_keyed(
+    #[inline]
+    fn peek(
         policy: &Self::Policy,
-        state: &AtomicU64,
+        state: Held<'_, AtomicU64>,
         now: Nanos,
         n: u64,
     ) -> Result<Result<Admitted, AcquireError>, Gone> {
-        Ok(peek_word::<T>(policy, live_word(state)?, now, n))
+        Ok(peek_word::<T>(
+            policy,
+            one_word::<T>(policy, state)?,
+            now,
+            n,
+        ))
     }
 
-    fn remaining_keyed(policy: &Self::Policy, state: &AtomicU64, now: Nanos) -> Result<u64, Gone> {
+    fn remaining(
+        policy: &Self::Policy,
+        state: Held<'_, AtomicU64>,
+        now: Nanos,
+    ) -> Result<u64, Gone> {
         Ok(T::remaining(
             policy,
-            live_word(state)?,
+            one_word::<T>(policy, state)?,
             T::time(policy, now),
         ))
     }
@@ -642,31 +627,6 @@ impl<T: OneWord> Contract for T {
         T::capacity(policy)
     }
 
-    #[inline(always)]
-    fn acquire_one_live(
-        policy: &Self::Policy,
-        state: &AtomicU64,
-        now: Nanos,
-    ) -> Result<Result<Admitted, Denied>, Gone> {
-        // As `admitted_or_described`, on a word that may be sealed: the mark is refused as
-        // itself (no decision ever writes it), one layer of answer fewer than `update_live`'s.
-        let decided = cas::update(state, move |word| {
-            if word == cas::GONE {
-                return Step::Refuse(cas::GONE);
-            }
-            match T::admit(policy, word, T::time(policy, now), 1) {
-                Step::Write(new, admitted) => Step::Write(new, admitted),
-                Step::Keep(admitted) => Step::Keep(admitted),
-                Step::Refuse(()) => Step::Refuse(word),
-            }
-        });
-        match decided {
-            Ok(admitted) => Ok(Ok(admitted)),
-            Err(cas::GONE) => Err(Gone::seen()),
-            Err(word) => Ok(T::outcome(policy, word, T::time(policy, now), 1)),
-        }
-    }
-
     fn seal(policy: &Self::Policy, state: &AtomicU64, now: Nanos) -> u64 {
         match cas::seal(state) {
             cas::GONE => 0,
@@ -708,35 +668,6 @@ impl<T: OneWord> Contract for T {
     }
 }
 
-/// Decides `n` (`1..=capacity`) on `state` at `now`: the loop builds an admission's outcome
-/// (inline: dropped by a caller that reads only `is_ok()`) and carries a refusal out as the word
-/// refused, whose outcome is described after the loop, inline as well. Built in the loop, a
-/// refusal's outcome would be a call the compiler cannot drop.
-#[inline(always)]
-fn admitted_or_described<T: OneWord>(
-    policy: &T::Policy,
-    state: &AtomicU64,
-    now: Nanos,
-    n: u64,
-) -> Result<Admitted, Denied> {
-    // The reading is converted inside the closure, which then captures two words (the policy and
-    // the reading) and reaches the out-of-line retry in registers; converted outside, the
-    // four-word `Time` was stored on the stack before every first attempt.
-    let decided = cas::update(state, move |word| {
-        match T::admit(policy, word, T::time(policy, now), n) {
-            Step::Write(new, admitted) => Step::Write(new, admitted),
-            Step::Keep(admitted) => Step::Keep(admitted),
-            Step::Refuse(()) => Step::Refuse(word),
-        }
-    });
-    match decided {
-        Ok(admitted) => Ok(admitted),
-        // A decision is a pure function of its word: deciding again on the word refused
-        // describes the refusal.
-        Err(word) => T::outcome(policy, word, T::time(policy, now), n),
-    }
-}
-
 /// [`OneWord::judge`] answering the word it judged, whichever way: the step `cas::update` applies.
 #[inline(always)]
 fn judged_on<T: OneWord>(policy: &T::Policy, word: u64, now: T::Time, n: u64) -> Step<u64, u64> {
@@ -762,18 +693,29 @@ fn peek_word<T: OneWord>(
     T::outcome(policy, word, now, n).map_err(AcquireError::Denied)
 }
 
-/// The word of a keyed limiter's state, unless eviction has marked it gone.
+/// The word of a state, unless a quota change sealed it or eviction marked it gone.
 #[inline]
 fn live_word(state: &AtomicU64) -> Result<u64, Gone> {
     cas::read_live(state)
 }
 
-/// The word a decision on `state` starts from.
+/// The word a decision on `state` starts from: a held state's, unless it is sealed or gone, or
+/// the fresh word of a key not held.
 #[inline]
-fn one_word<T: OneWord>(policy: &T::Policy, state: Held<'_, AtomicU64>) -> u64 {
+fn one_word<T: OneWord>(policy: &T::Policy, state: Held<'_, AtomicU64>) -> Result<u64, Gone> {
     match state {
-        Held::Known(word) => cas::read(word),
-        Held::Fresh { at, .. } => T::fresh_word(policy, at),
+        Held::Known(word) => live_word(word),
+        Held::Fresh { at, .. } => Ok(T::fresh_word(policy, at)),
+    }
+}
+
+/// The answer on a state no quota change seals and no eviction marks: one built for this answer
+/// (a key not held, fresh or settling), or the keyed limiter's shared overflow state.
+#[inline]
+pub(crate) fn never_gone<T>(answer: Result<T, Gone>) -> T {
+    match answer {
+        Ok(answer) => answer,
+        Err(Gone) => unreachable!("a state nothing seals or evicts answered `Gone`"),
     }
 }
 

@@ -14,6 +14,7 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
+use crate::algorithm::sealed::Held;
 use crate::algorithm::Algorithm;
 use crate::cas::Gone;
 use crate::change::Current;
@@ -336,7 +337,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// ```
     #[inline(always)]
     pub fn try_acquire_at(&self, now: Nanos) -> Result<Admitted, Denied> {
-        on_block!(self, b => A::acquire_one_live(&b.policy, &b.state, now))
+        on_block!(self, b => A::acquire_one(&b.policy, &b.state, now))
     }
 
     /// Admits `n` requests as of `now`, all or none. `n = 0` is a query that always succeeds.
@@ -357,7 +358,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// ```
     #[inline]
     pub fn try_acquire_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        on_block!(self, b => A::acquire_keyed(&b.policy, &b.state, now, n))
+        on_block!(self, b => A::acquire(&b.policy, &b.state, now, n))
     }
 
     /// Would `n` requests be admitted as of `now`? Admits nothing and writes nothing.
@@ -376,7 +377,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn peek_n_at(&self, n: u64, now: Nanos) -> Result<Admitted, AcquireError> {
-        self.decide(|b| A::peek_keyed(&b.policy, &b.state, now, n))
+        self.decide(|b| A::peek(&b.policy, Held::Known(&b.state), now, n))
     }
 
     /// Whole requests that would be admitted as of `now`.
@@ -391,7 +392,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn remaining_at(&self, now: Nanos) -> u64 {
-        self.decide(|b| A::remaining_keyed(&b.policy, &b.state, now))
+        self.decide(|b| A::remaining(&b.policy, Held::Known(&b.state), now))
     }
 
     /// The quota this limiter enforces (the latest [set](Direct::set_quota)).

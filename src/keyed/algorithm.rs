@@ -280,20 +280,33 @@ impl<A: Algorithm> Contract for Tiered<A> {
         policy: &Self::Policy,
         state: &Self::State,
         now: Nanos,
-    ) -> Result<Admitted, Denied> {
+    ) -> Result<Result<Admitted, Denied>, Gone> {
         let (p, state) = Self::held(policy, state);
         A::acquire_one(p, state, now)
     }
 
+    /// The inner algorithm's verdict and the tier whose policy describes it.
+    type Verdict = (u8, A::Verdict);
+
     #[inline]
-    fn acquire(
+    fn verdict(
         policy: &Self::Policy,
         state: &Self::State,
         now: Nanos,
         n: u64,
+    ) -> Result<(u8, A::Verdict), Gone> {
+        let (p, inner) = Self::held(policy, state);
+        Ok((state.tier, A::verdict(p, inner, now, n)?))
+    }
+
+    #[inline]
+    fn describe(
+        policy: &Self::Policy,
+        (tier, verdict): (u8, A::Verdict),
+        now: Nanos,
+        n: u64,
     ) -> Result<Admitted, AcquireError> {
-        let (p, state) = Self::held(policy, state);
-        A::acquire(p, state, now, n)
+        A::describe(Self::tier(policy, usize::from(tier)).0, verdict, now, n)
     }
 
     fn peek(
@@ -301,12 +314,16 @@ impl<A: Algorithm> Contract for Tiered<A> {
         key: Held<'_, Self::State>,
         now: Nanos,
         n: u64,
-    ) -> Result<Admitted, AcquireError> {
+    ) -> Result<Result<Admitted, AcquireError>, Gone> {
         let (p, inner) = Self::key(policy, key);
         A::peek(p, inner, now, n)
     }
 
-    fn remaining(policy: &Self::Policy, key: Held<'_, Self::State>, now: Nanos) -> u64 {
+    fn remaining(
+        policy: &Self::Policy,
+        key: Held<'_, Self::State>,
+        now: Nanos,
+    ) -> Result<u64, Gone> {
         let (p, inner) = Self::key(policy, key);
         A::remaining(p, inner, now)
     }
@@ -321,60 +338,6 @@ impl<A: Algorithm> Contract for Tiered<A> {
         let (p, tier) = Self::tier(policy, tier);
         let (state, outcome) = A::create(p, 0, fresh, now, n);
         (state.map(|state| TieredState { state, tier }), outcome)
-    }
-
-    #[inline]
-    fn acquire_keyed(
-        policy: &Self::Policy,
-        state: &Self::State,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Result<Admitted, AcquireError>, Gone> {
-        let (p, state) = Self::held(policy, state);
-        A::acquire_keyed(p, state, now, n)
-    }
-
-    /// The inner algorithm's verdict and the tier whose policy describes it.
-    type Verdict = (u8, A::Verdict);
-
-    #[inline]
-    fn verdict_keyed(
-        policy: &Self::Policy,
-        state: &Self::State,
-        now: Nanos,
-        n: u64,
-    ) -> Result<(u8, A::Verdict), Gone> {
-        let (p, inner) = Self::held(policy, state);
-        Ok((state.tier, A::verdict_keyed(p, inner, now, n)?))
-    }
-
-    #[inline]
-    fn describe_keyed(
-        policy: &Self::Policy,
-        (tier, verdict): (u8, A::Verdict),
-        now: Nanos,
-        n: u64,
-    ) -> Result<Admitted, AcquireError> {
-        A::describe_keyed(Self::tier(policy, usize::from(tier)).0, verdict, now, n)
-    }
-
-    fn peek_keyed(
-        policy: &Self::Policy,
-        state: &Self::State,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Result<Admitted, AcquireError>, Gone> {
-        let (p, state) = Self::held(policy, state);
-        A::peek_keyed(p, state, now, n)
-    }
-
-    fn remaining_keyed(
-        policy: &Self::Policy,
-        state: &Self::State,
-        now: Nanos,
-    ) -> Result<u64, Gone> {
-        let (p, state) = Self::held(policy, state);
-        A::remaining_keyed(p, state, now)
     }
 
     fn evict(policy: &Self::Policy, state: &Self::State, now: Nanos) -> bool {
@@ -399,16 +362,6 @@ impl<A: Algorithm> Contract for Tiered<A> {
     /// The largest tier's: a direct tiered limiter (one tier) has one.
     fn capacity(policy: &Self::Policy) -> u64 {
         policy.0.iter().map(A::capacity).max().unwrap_or(0)
-    }
-
-    #[inline]
-    fn acquire_one_live(
-        policy: &Self::Policy,
-        state: &Self::State,
-        now: Nanos,
-    ) -> Result<Result<Admitted, Denied>, Gone> {
-        let (p, state) = Self::held(policy, state);
-        A::acquire_one_live(p, state, now)
     }
 
     fn seal(policy: &Self::Policy, state: &Self::State, now: Nanos) -> u64 {
@@ -573,16 +526,17 @@ mod tests {
         ));
         assert_eq!(
             <SlidingWindowLogKeys as Contract>::remaining(&p, Held::Known(&log), ns(5 * SEC)),
-            2
+            Ok(2)
         );
         assert_eq!(
             <SlidingWindowLogKeys as Contract>::remaining(&p, Held::Known(&log), ns(5 * SEC - 1)),
-            0
+            Ok(0)
         );
         // The judgment without building the log agrees.
         for at in [4 * SEC, 5 * SEC - 1, 5 * SEC, 9 * SEC] {
             assert_eq!(
-                <SlidingWindowLogKeys as Contract>::peek(&p, Held::Known(&log), ns(at), 1).is_ok(),
+                <SlidingWindowLogKeys as Contract>::peek(&p, Held::Known(&log), ns(at), 1)
+                    .map(|r| r.is_ok()),
                 <SlidingWindowLogKeys as Contract>::peek(
                     &p,
                     Held::Fresh {
@@ -592,11 +546,13 @@ mod tests {
                     ns(at),
                     1
                 )
-                .is_ok(),
+                .map(|r| r.is_ok()),
                 "at {at}"
             );
         }
-        <SlidingWindowLogKeys as Contract>::acquire(&p, &log, ns(5 * SEC), 1).unwrap();
+        <SlidingWindowLogKeys as Contract>::acquire(&p, &log, ns(5 * SEC), 1)
+            .unwrap()
+            .unwrap();
         assert!(!<SlidingWindowLogKeys as Contract>::evict(
             &p,
             &log,
@@ -613,7 +569,7 @@ mod tests {
         let early = <SlidingWindowLogKeys as Contract>::fresh(&p, 0, ns(SEC / 2));
         assert_eq!(
             <SlidingWindowLogKeys as Contract>::remaining(&p, Held::Known(&early), ns(0)),
-            2
+            Ok(2)
         );
     }
 
@@ -622,9 +578,12 @@ mod tests {
         assert!(A::is_gone(state));
         for n in [0, 1] {
             for at in [0, 7 * SEC, u64::MAX] {
-                assert_eq!(A::acquire_keyed(p, state, ns(at), n).err(), Some(Gone));
-                assert_eq!(A::peek_keyed(p, state, ns(at), n).err(), Some(Gone));
-                assert_eq!(A::remaining_keyed(p, state, ns(at)).err(), Some(Gone));
+                assert_eq!(A::acquire(p, state, ns(at), n).err(), Some(Gone));
+                assert_eq!(A::peek(p, Held::Known(state), ns(at), n).err(), Some(Gone));
+                assert_eq!(
+                    A::remaining(p, Held::Known(state), ns(at)).err(),
+                    Some(Gone)
+                );
                 assert!(!A::evict(p, state, ns(at)));
             }
         }
@@ -639,7 +598,7 @@ mod tests {
             // Not forgettable: nothing changes, and decisions go on.
             assert!(!<T as Contract>::evict(&p, &state, ns(used_until - 1)));
             assert_eq!(crate::cas::read(&state), word);
-            assert!(<T as Contract>::peek_keyed(&p, &state, ns(5 * SEC), 0).is_ok());
+            assert!(<T as Contract>::peek(&p, Held::Known(&state), ns(5 * SEC), 0).is_ok());
             assert!(<T as Contract>::evict(&p, &state, ns(used_until)));
             assert_eq!(crate::cas::read(&state), crate::cas::GONE);
             assert_gone::<T>(&p, &state);
@@ -714,7 +673,7 @@ mod tests {
         assert_eq!(state.tier, 1);
         assert_eq!(
             <Tiered<TokenBucketKeys> as Contract>::remaining(&p, Held::Known(&state), ns(0)),
-            5
+            Ok(5)
         );
         assert_eq!(
             <Tiered<TokenBucketKeys> as Contract>::remaining(
@@ -722,7 +681,7 @@ mod tests {
                 Held::Fresh { tier: 0, at: ns(0) },
                 ns(0)
             ),
-            1
+            Ok(1)
         );
     }
 

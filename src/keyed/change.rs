@@ -38,6 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{Algorithm, KeyedLimiter};
+use crate::algorithm::never_gone;
 use crate::algorithm::sealed::Held;
 use crate::clock::{Clock, Nanos};
 use crate::quota::{Quota, QuotaError};
@@ -133,8 +134,12 @@ impl<A: Algorithm> Gen<A> {
     /// The whole admissions a key not held has at `now` in `tier` under this generation.
     fn absent_left(&self, tier: usize, now: Nanos) -> u64 {
         match self.settling(tier) {
-            Some(state) => A::remaining(&self.policy, Held::Known(&state), now),
-            None => A::remaining(&self.policy, Held::Fresh { tier, at: now }, now),
+            Some(state) => never_gone(A::remaining(&self.policy, Held::Known(&state), now)),
+            None => never_gone(A::remaining(
+                &self.policy,
+                Held::Fresh { tier, at: now },
+                now,
+            )),
         }
     }
 
@@ -144,7 +149,7 @@ impl<A: Algorithm> Gen<A> {
         let mut settle = false;
         let carry: Box<[u64]> = (0..quotas.len())
             .map(|tier| {
-                let full = A::remaining(&policy, Held::Fresh { tier, at }, at);
+                let full = never_gone(A::remaining(&policy, Held::Fresh { tier, at }, at));
                 let left = self.absent_left(tier, at).min(full);
                 settle |= left < full;
                 left

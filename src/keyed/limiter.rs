@@ -16,6 +16,7 @@ use super::store::{Slot, Store};
 #[cfg(not(tollgate_loom))]
 use super::sweeper::Bell;
 use super::{Algorithm, KeyedError, TokenBucketKeys, TooManyKeys};
+use crate::algorithm::never_gone;
 use crate::algorithm::sealed::Held;
 use crate::cas::Gone;
 use crate::clock::{Clock, MonotonicClock, Nanos};
@@ -96,7 +97,7 @@ impl<A: Algorithm> Request<A> for Acquire {
         now: Nanos,
         n: u64,
     ) -> Result<Result<Admitted, AcquireError>, Gone> {
-        A::acquire_keyed(policy, state, now, n)
+        A::acquire(policy, state, now, n)
     }
 
     fn create(
@@ -117,7 +118,7 @@ impl<A: Algorithm> Request<A> for Acquire {
         now: Nanos,
         n: u64,
     ) -> Result<Admitted, AcquireError> {
-        A::acquire(policy, state, now, n)
+        never_gone(A::acquire(policy, state, now, n))
     }
 }
 
@@ -473,9 +474,9 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             now,
             // Inlined into the lookup: the decision's arithmetic is the check's hot path.
             #[inline(always)]
-            move |ctx, state, now| A::verdict_keyed(&ctx.policy, state, now, n),
+            move |ctx, state, now| A::verdict(&ctx.policy, state, now, n),
             #[inline(always)]
-            move |ctx, verdict, now| A::describe_keyed(&ctx.policy, verdict, now, n),
+            move |ctx, verdict, now| A::describe(&ctx.policy, verdict, now, n),
         )
     }
 
@@ -690,9 +691,9 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let known = self
-            .store
-            .with_read(key, |ctx, state| A::peek_keyed(&ctx.policy, state, now, n));
+        let known = self.store.with_read(key, |ctx, state| {
+            A::peek(&ctx.policy, Held::Known(state), now, n)
+        });
         let gone = match known {
             Some(Ok(outcome)) => return outcome.map_err(KeyedError::from),
             Some(Err(Gone)) => true,
@@ -703,14 +704,16 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // place): a fresh key's answer.
         if n == 0 || gone || self.has_room() {
             return self
-                .on_absent_key(key, now, |policy, state| A::peek(policy, state, now, n))
+                .on_absent_key(key, now, |policy, state| {
+                    never_gone(A::peek(policy, state, now, n))
+                })
                 .map_err(KeyedError::from);
         }
         match &self.overflow {
             None => Err(KeyedError::TooManyKeys(TooManyKeys {
                 max_keys: self.max_keys,
             })),
-            Some(shared) => A::peek(&shared.policy, Held::Known(&shared.state), now, n)
+            Some(shared) => never_gone(A::peek(&shared.policy, Held::Known(&shared.state), now, n))
                 .map_err(KeyedError::from),
         }
     }
@@ -778,13 +781,13 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         match self.store.with_read(key, |ctx, state| {
-            A::remaining_keyed(&ctx.policy, state, now)
+            A::remaining(&ctx.policy, Held::Known(state), now)
         }) {
             Some(Ok(remaining)) => remaining,
             // Not held, or forgotten and not yet removed: a fresh key's.
-            Some(Err(Gone)) | None => {
-                self.on_absent_key(key, now, |policy, state| A::remaining(policy, state, now))
-            }
+            Some(Err(Gone)) | None => self.on_absent_key(key, now, |policy, state| {
+                never_gone(A::remaining(policy, state, now))
+            }),
         }
     }
 

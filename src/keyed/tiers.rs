@@ -178,13 +178,11 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             || self.clock.now(),
             #[inline(always)]
             move |ctx, state, now| {
-                let verdict = A::verdict_keyed(&ctx.policy, state, now, n)?;
+                let verdict = A::verdict(&ctx.policy, state, now, n)?;
                 Ok((A::tier_of(state), verdict))
             },
             #[inline(always)]
-            move |ctx, (tier, verdict), now| {
-                (tier, A::describe_keyed(&ctx.policy, verdict, now, n))
-            },
+            move |ctx, (tier, verdict), now| (tier, A::describe(&ctx.policy, verdict, now, n)),
         );
         match known {
             Some((tier, answer)) => {

@@ -145,6 +145,7 @@ pub use crate::algorithm::SlidingWindowLogAlgorithm;
 use std::fmt;
 
 use super::window_of;
+use crate::algorithm::never_gone;
 use crate::algorithm::sealed::{Contract, Held, Relocate};
 use crate::cas::{self, retries, Backoff, Gone};
 use crate::clock::{MonotonicClock, Nanos};
@@ -1046,60 +1047,19 @@ impl Contract for SlidingWindowLogAlgorithm {
     }
 
     #[inline]
-    fn acquire_one(policy: &SlidingLogPolicy, log: &Log, now: Nanos) -> Result<Admitted, Denied> {
-        never_gone(log.acquire(policy, now.clamped(), 1))
-    }
-
-    fn acquire(
+    fn acquire_one(
         policy: &SlidingLogPolicy,
         log: &Log,
         now: Nanos,
-        n: u64,
-    ) -> Result<Admitted, AcquireError> {
-        never_gone(Self::acquire_keyed(policy, log, now, n))
-    }
-
-    fn peek(
-        policy: &SlidingLogPolicy,
-        log: Held<'_, Log>,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Admitted, AcquireError> {
-        match log {
-            Held::Known(log) => never_gone(Self::peek_keyed(policy, log, now, n)),
-            // Judged on the fresh log without building it.
-            Held::Fresh { at, .. } => {
-                policy.check_n(n)?;
-                Ok(policy.judge_fresh(at, now.clamped(), n)?)
-            }
-        }
+    ) -> Result<Result<Admitted, Denied>, Gone> {
+        log.acquire(policy, now.clamped(), 1)
     }
 
     /// The whole outcome: the log's decision runs over several words and builds its outcome
     /// as it goes.
     type Verdict = Result<Admitted, AcquireError>;
 
-    #[inline]
-    fn verdict_keyed(
-        policy: &SlidingLogPolicy,
-        log: &Log,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Result<Admitted, AcquireError>, Gone> {
-        Self::acquire_keyed(policy, log, now, n)
-    }
-
-    #[inline]
-    fn describe_keyed(
-        _: &SlidingLogPolicy,
-        outcome: Result<Admitted, AcquireError>,
-        _: Nanos,
-        _: u64,
-    ) -> Result<Admitted, AcquireError> {
-        outcome
-    }
-
-    fn acquire_keyed(
+    fn verdict(
         policy: &SlidingLogPolicy,
         log: &Log,
         now: Nanos,
@@ -1113,23 +1073,37 @@ impl Contract for SlidingWindowLogAlgorithm {
         Ok(outcome.map_err(AcquireError::Denied))
     }
 
-    fn peek_keyed(
+    #[inline]
+    fn describe(
+        _: &SlidingLogPolicy,
+        outcome: Result<Admitted, AcquireError>,
+        _: Nanos,
+        _: u64,
+    ) -> Result<Admitted, AcquireError> {
+        outcome
+    }
+
+    fn peek(
         policy: &SlidingLogPolicy,
-        log: &Log,
+        log: Held<'_, Log>,
         now: Nanos,
         n: u64,
     ) -> Result<Result<Admitted, AcquireError>, Gone> {
         if let Err(e) = policy.check_n(n) {
             return Ok(Err(e.into()));
         }
-        Ok(log
-            .peek(policy, now.clamped(), n)?
-            .map_err(AcquireError::Denied))
+        let outcome = match log {
+            Held::Known(log) => log.peek(policy, now.clamped(), n)?,
+            // Judged on the fresh log without building it.
+            Held::Fresh { at, .. } => policy.judge_fresh(at, now.clamped(), n),
+        };
+        Ok(outcome.map_err(AcquireError::Denied))
     }
 
-    fn remaining_keyed(policy: &SlidingLogPolicy, log: &Log, now: Nanos) -> Result<u64, Gone> {
-        // As `remaining`: a query is always admitted; were it ever refused, nothing is left.
-        Ok(Self::peek_keyed(policy, log, now, 0)?.map_or(0, |a| a.remaining()))
+    fn remaining(policy: &SlidingLogPolicy, log: Held<'_, Log>, now: Nanos) -> Result<u64, Gone> {
+        // A request for nothing is always admitted (`judge` admits `n = 0`); were it ever refused,
+        // nothing is left.
+        Ok(Self::peek(policy, log, now, 0)?.map_or(0, |a| a.remaining()))
     }
 
     fn evict(policy: &SlidingLogPolicy, log: &Log, now: Nanos) -> bool {
@@ -1138,12 +1112,6 @@ impl Contract for SlidingWindowLogAlgorithm {
 
     fn is_gone(log: &Log) -> bool {
         log.is_gone()
-    }
-
-    fn remaining(policy: &SlidingLogPolicy, log: Held<'_, Log>, now: Nanos) -> u64 {
-        // A request for nothing is always admitted (`judge` admits `n = 0`); were it ever refused,
-        // nothing is left.
-        Self::peek(policy, log, now, 0).map_or(0, |a| a.remaining())
     }
 
     fn create(
@@ -1155,11 +1123,11 @@ impl Contract for SlidingWindowLogAlgorithm {
     ) -> (Option<Log>, Result<Admitted, AcquireError>) {
         // Judge on the fresh log without building it: a request that writes nothing (a query, a
         // denial, one too large) leaves the key unheld and allocates nothing.
-        match Self::peek(policy, Held::Fresh { tier, at: fresh }, now, n) {
+        match never_gone(Self::peek(policy, Held::Fresh { tier, at: fresh }, now, n)) {
             Ok(_) if n > 0 => {
                 let log = Log::fresh(policy, fresh);
                 // Nobody else can see this log yet: the judgment just made holds.
-                let outcome = Self::acquire(policy, &log, now, n);
+                let outcome = never_gone(Self::acquire(policy, &log, now, n));
                 (Some(log), outcome)
             }
             other => (None, other),
@@ -1172,15 +1140,6 @@ impl Contract for SlidingWindowLogAlgorithm {
 
     fn capacity(policy: &SlidingLogPolicy) -> u64 {
         policy.count
-    }
-
-    #[inline]
-    fn acquire_one_live(
-        policy: &SlidingLogPolicy,
-        log: &Log,
-        now: Nanos,
-    ) -> Result<Result<Admitted, Denied>, Gone> {
-        log.acquire(policy, now.clamped(), 1)
     }
 
     fn seal(policy: &SlidingLogPolicy, log: &Log, now: Nanos) -> u64 {
@@ -1215,16 +1174,6 @@ impl Contract for SlidingWindowLogAlgorithm {
         let log = Log::new(policy);
         log.refill(policy, available, at.clamped());
         log
-    }
-}
-
-/// The answer on a direct limiter's log, which nothing ever marks gone (only a keyed limiter's
-/// eviction does).
-#[inline]
-fn never_gone<T>(outcome: Result<T, Gone>) -> T {
-    match outcome {
-        Ok(outcome) => outcome,
-        Err(Gone) => unreachable!("a direct limiter's log is never evicted"),
     }
 }
 
