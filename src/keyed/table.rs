@@ -1730,6 +1730,32 @@ mod tests {
     use std::sync::atomic::AtomicIsize;
     use std::sync::{Arc, Barrier};
 
+    /// `PartialEq`, `Eq` and `Hash` for a test key by its field `$id` alone (what else it holds
+    /// counts or logs), and with `Borrow<$borrowed>`, lookups by that field.
+    macro_rules! same_by {
+        ($key:ty, $id:tt) => {
+            impl PartialEq for $key {
+                fn eq(&self, other: &Self) -> bool {
+                    self.$id == other.$id
+                }
+            }
+            impl Eq for $key {}
+            impl Hash for $key {
+                fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                    self.$id.hash(h)
+                }
+            }
+        };
+        ($key:ty, $id:tt, Borrow<$borrowed:ty>) => {
+            same_by!($key, $id);
+            impl Borrow<$borrowed> for $key {
+                fn borrow(&self) -> &$borrowed {
+                    &self.$id
+                }
+            }
+        };
+    }
+
     /// A key that counts its live copies, so that the tests see every key dropped exactly once.
     struct Key(u16, Arc<AtomicIsize>);
 
@@ -1753,22 +1779,7 @@ mod tests {
         }
     }
 
-    impl PartialEq for Key {
-        fn eq(&self, other: &Key) -> bool {
-            self.0 == other.0
-        }
-    }
-    impl Eq for Key {}
-    impl Hash for Key {
-        fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-            self.0.hash(h)
-        }
-    }
-    impl Borrow<u16> for Key {
-        fn borrow(&self) -> &u16 {
-            &self.0
-        }
-    }
+    same_by!(Key, 0, Borrow<u16>);
 
     /// Adds one to a live word, as an admission would; refuses a gone one.
     fn bump(word: &AtomicU64) -> Result<u64, Gone> {
@@ -2422,17 +2433,7 @@ mod tests {
             }
         }
     }
-    impl PartialEq for Gated {
-        fn eq(&self, other: &Gated) -> bool {
-            self.id == other.id
-        }
-    }
-    impl Eq for Gated {}
-    impl Hash for Gated {
-        fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-            self.id.hash(h)
-        }
-    }
+    same_by!(Gated, id);
     impl Drop for Gated {
         fn drop(&mut self) {
             if let Some(gate) = self.gate.take() {
@@ -2578,22 +2579,7 @@ mod tests {
         struct Reentrant(u64);
         static TABLE: std::sync::OnceLock<&'static Table<Reentrant, AtomicU64, ()>> =
             std::sync::OnceLock::new();
-        impl PartialEq for Reentrant {
-            fn eq(&self, other: &Self) -> bool {
-                self.0 == other.0
-            }
-        }
-        impl Eq for Reentrant {}
-        impl Hash for Reentrant {
-            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-                self.0.hash(h)
-            }
-        }
-        impl Borrow<u64> for Reentrant {
-            fn borrow(&self) -> &u64 {
-                &self.0
-            }
-        }
+        same_by!(Reentrant, 0, Borrow<u64>);
         impl Drop for Reentrant {
             fn drop(&mut self) {
                 if let Some(table) = TABLE.get() {
