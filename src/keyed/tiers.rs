@@ -5,7 +5,6 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::algorithm::sealed::TieredPolicy;
-use super::limiter::Acquire;
 use super::{Algorithm, KeyedError, KeyedLimiter, Tiered};
 use crate::clock::{Clock, Nanos};
 use crate::outcome::Admitted;
@@ -170,30 +169,17 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // The known key's path of `check_key_n`, its decision also answering the tier of the
-        // state it decided on (the state whose policy describes it: a growth or a quota change
-        // may send the decision to a successor, which keeps its tier).
-        let (now, known) = self.store.with_read_after(
-            key,
-            || self.clock.now(),
-            #[inline(always)]
-            move |ctx, state, now| {
-                let verdict = A::verdict_keyed(&ctx.policy, state, now, n)?;
-                Ok((A::tier_of(state), verdict))
-            },
-            #[inline(always)]
-            move |ctx, (tier, verdict), now| {
-                (tier, A::describe_keyed(&ctx.policy, verdict, now, n))
-            },
-        );
-        match known {
-            Some((tier, answer)) => {
+        // The known key's path of `check_key_n`, its decision tagged with the tier of the state
+        // it decided on (the state whose policy describes it: a growth or a quota change may
+        // send the decision to a successor, which keeps its tier).
+        match self.decide_known(key, n, || self.clock.now(), A::tier_of) {
+            (_, Some((tier, answer))) => {
                 let answer = answer.map_err(KeyedError::from);
                 #[cfg(feature = "metrics")]
                 self.observe_decision(&answer);
                 (tier.min(self.tier_count.saturating_sub(1)), answer)
             }
-            None => self.check_unknown_and_tier(key, n, now),
+            (now, None) => self.check_unknown_and_tier(key, n, now),
         }
     }
 
@@ -211,13 +197,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let answer = if n == 0 {
-            self.peek_key_n_at(key, 0, now)
-        } else {
-            self.check_new(&Acquire, key, n, now)
-        };
-        #[cfg(feature = "metrics")]
-        self.observe_decision(&answer);
+        let answer = self.check_unknown(key, n, now);
         (self.tier_of_key(key), answer)
     }
 }
