@@ -6,7 +6,7 @@ use std::hash::Hash;
 
 use super::algorithm::sealed::TieredPolicy;
 use super::{Algorithm, KeyedError, KeyedLimiter, Tiered};
-use crate::clock::{Clock, Nanos};
+use crate::clock::Clock;
 use crate::outcome::Admitted;
 use crate::quota::{Quota, QuotaError};
 
@@ -179,25 +179,11 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 self.observe_decision(&answer);
                 (tier.min(self.tier_count.saturating_sub(1)), answer)
             }
-            (now, None) => self.check_unknown_and_tier(key, n, now),
+            // Decided out of line, as `check_key_n` decides it, then the tier asked.
+            (now, None) => {
+                let answer = self.check_unknown(key, n, now);
+                (self.tier_of_key(key), answer)
+            }
         }
-    }
-
-    /// [`KeyedLimiter::check_key_n_and_tier`] for a key not held (or whose state eviction marked
-    /// gone) at `now`: decided as `check_key_n` decides it, then the tier asked.
-    #[cold]
-    #[inline(never)]
-    fn check_unknown_and_tier<Q>(
-        &self,
-        key: &Q,
-        n: u64,
-        now: Nanos,
-    ) -> (usize, Result<Admitted, KeyedError>)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let answer = self.check_unknown(key, n, now);
-        (self.tier_of_key(key), answer)
     }
 }
