@@ -2064,6 +2064,19 @@ mod tests {
         }
     }
 
+    /// Nothing waits to be freed, the keys of `ids` are the only ones alive, and dropping the
+    /// table drops them.
+    fn drops_the_last(
+        table: Table<Touchy, AtomicU64, ()>,
+        log: &Arc<Log>,
+        ids: std::ops::Range<u64>,
+    ) {
+        assert_eq!(table.retired(), 0);
+        assert_eq!(log.live(), ids.collect::<Vec<_>>());
+        drop(table);
+        assert_eq!(log.live(), Vec::<u64>::new());
+    }
+
     /// Every key of `ids` is held once, with its id as its word.
     fn holds(table: &Table<Touchy, AtomicU64, ()>, log: &Arc<Log>, ids: std::ops::Range<u64>) {
         for id in ids {
@@ -2097,10 +2110,7 @@ mod tests {
         assert_eq!(table.len(), 20);
         assert_eq!(table.unreclaimed(), 0);
         table.shrink_to_fit();
-        assert_eq!(table.retired(), 0);
-        assert_eq!(log.live(), (20..40).collect::<Vec<_>>());
-        drop(table);
-        assert_eq!(log.live(), Vec::<u64>::new());
+        drops_the_last(table, &log, 20..40);
     }
 
     /// Finding (b): `Hash` or `Clone` panicking in a rebuild (which clones and hashes every live
@@ -2139,10 +2149,7 @@ mod tests {
             log.eqs_until_panic.store(u64::MAX, Ordering::Relaxed);
             assert_eq!(table.len(), 15);
             holds(&table, &log, 0..15);
-            assert_eq!(table.retired(), 0);
-            assert_eq!(log.live(), (0..15).collect::<Vec<_>>());
-            drop(table);
-            assert_eq!(log.live(), Vec::<u64>::new());
+            drops_the_last(table, &log, 0..15);
         }
     }
 
