@@ -48,6 +48,17 @@ pub enum Step<T, E> {
     Refuse(E),
 }
 
+impl<T, E> Step<T, E> {
+    /// The same step, its answer (of a write or a keep) passed through `f`.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Step<U, E> {
+        match self {
+            Step::Write(word, answer) => Step::Write(word, f(answer)),
+            Step::Keep(answer) => Step::Keep(f(answer)),
+            Step::Refuse(refusal) => Step::Refuse(refusal),
+        }
+    }
+}
+
 #[cfg(all(test, not(tollgate_loom)))]
 impl<T: std::fmt::Debug, E: std::fmt::Debug> Step<T, E> {
     /// The word and answer of a `Write`; panics on any other step (tests only).

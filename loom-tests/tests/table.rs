@@ -84,9 +84,9 @@ fn race_a_rebuild<T: Send + 'static>(
 #[test]
 fn an_admission_racing_a_rebuild_lands_once() {
     check_reaches(&[false, true], || {
-        let (table, admitted, kept) = race_a_rebuild(0, |table| table.bump(1));
+        let (table, admitted, kept) = race_a_rebuild(0, |table| table.bump(&1));
         assert_eq!(admitted, Some(Ok(1)));
-        assert_eq!(table.read(1), Some(Ok(1)));
+        assert_eq!(table.read(&1), Some(Ok(1)));
         assert_eq!(table.len(), 1);
         kept
     });
@@ -99,7 +99,7 @@ fn an_admission_racing_a_rebuild_lands_once() {
 #[test]
 fn a_peek_racing_a_rebuild_sees_the_key() {
     check_reaches(&[false, true], || {
-        let (_, seen, kept) = race_a_rebuild(5, |table| table.read(1));
+        let (_, seen, kept) = race_a_rebuild(5, |table| table.read(&1));
         assert_eq!(seen, Some(Ok(5)));
         kept
     });
@@ -118,12 +118,12 @@ fn a_lookup_racing_an_insert_sees_nothing_or_the_entry() {
         // From a spawned thread: see `check_reaches` on loads made by the main thread.
         let look = {
             let table = table.clone();
-            thread::spawn(move || table.read(2))
+            thread::spawn(move || table.read(&2))
         };
         insert.join().unwrap();
         let seen = look.join().unwrap();
         assert!(matches!(seen, None | Some(Ok(7))), "{seen:?}");
-        assert_eq!(table.read(2), Some(Ok(7)));
+        assert_eq!(table.read(&2), Some(Ok(7)));
         kind(seen)
     });
 }
@@ -141,18 +141,18 @@ fn an_admission_racing_an_eviction_is_kept_or_told() {
         assert!(table.insert(1, 5));
         let admit = {
             let table = table.clone();
-            thread::spawn(move || table.bump(1))
+            thread::spawn(move || table.bump(&1))
         };
         let removed = table.forget(5);
         let admitted = admit.join().unwrap();
         match admitted {
             Some(Ok(6)) => {
                 assert_eq!(removed, 0);
-                assert_eq!(table.read(1), Some(Ok(6)));
+                assert_eq!(table.read(&1), Some(Ok(6)));
             }
             Some(Err(Gone)) | None => {
                 assert_eq!(removed, 1);
-                assert_eq!(table.read(1), None);
+                assert_eq!(table.read(&1), None);
             }
             other => panic!("{other:?}"),
         }
@@ -175,7 +175,7 @@ fn an_entry_is_freed_only_after_the_reader_that_holds_it() {
         assert!(table.insert(1, 5));
         let peek = {
             let table = table.clone();
-            thread::spawn(move || table.read(1))
+            thread::spawn(move || table.read(&1))
         };
         let evict = {
             let table = table.clone();
@@ -195,7 +195,7 @@ fn an_entry_is_freed_only_after_the_reader_that_holds_it() {
             matches!(seen, Some(Ok(5)) | Some(Err(Gone)) | None),
             "{seen:?}"
         );
-        assert_eq!(table.read(1), None);
+        assert_eq!(table.read(&1), None);
         assert!(table.is_empty());
         all_freed(&table);
         (kind(seen), kept)
@@ -223,7 +223,7 @@ fn a_growth_racing_an_admission_keeps_every_key() {
         let table = nearly_full(|k| k);
         let admit = {
             let table = table.clone();
-            thread::spawn(move || table.bump(5))
+            thread::spawn(move || table.bump(&5))
         };
         let grow = {
             let table = table.clone();
@@ -234,8 +234,8 @@ fn a_growth_racing_an_admission_keeps_every_key() {
         };
         assert_eq!(admit.join().unwrap(), Some(Ok(6)));
         let kept = grow.join().unwrap();
-        assert_eq!(table.read(5), Some(Ok(6)));
-        assert_eq!(table.read(100), Some(Ok(7)));
+        assert_eq!(table.read(&5), Some(Ok(6)));
+        assert_eq!(table.read(&100), Some(Ok(7)));
         assert_eq!(table.len(), 15);
         all_freed(&table);
         kept
@@ -259,7 +259,7 @@ fn a_growth_that_replaces_an_entry_frees_it_after_its_reader() {
         let table = nearly_full(|k| if k == 1 { GONE } else { k });
         let peek = {
             let table = table.clone();
-            thread::spawn(move || table.read(1))
+            thread::spawn(move || table.read(&1))
         };
         let replace = {
             let table = table.clone();
@@ -274,7 +274,7 @@ fn a_growth_that_replaces_an_entry_frees_it_after_its_reader() {
             matches!(seen, Some(Ok(9)) | Some(Err(Gone)) | None),
             "{seen:?}"
         );
-        assert_eq!(table.read(1), Some(Ok(9)));
+        assert_eq!(table.read(&1), Some(Ok(9)));
         assert_eq!(table.len(), 14);
         all_freed(&table);
         (kind(seen), kept)

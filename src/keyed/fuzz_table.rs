@@ -1,7 +1,9 @@
-//! The fuzz target's window into the keyed limiter's table with keys of the target's own
-//! (`fuzz/fuzz_targets/table_ops.rs`: keys whose `Hash`, `Eq` or `Drop` panic on chosen calls).
-//! [`ModelTable`](super::table::ModelTable) is the same window with `u64` keys, for the loom
-//! models. Not an API: built only under `cfg(fuzzing)`.
+//! The loom models' and the fuzz target's window into the keyed limiter's table: one-word
+//! states, with `u64` keys for the loom models of the table's protocol
+//! (`loom-tests/tests/table.rs`, as [`ModelTable`](super::model_table::ModelTable)), and with
+//! keys of the fuzz target's own (`fuzz/fuzz_targets/table_ops.rs`: keys whose `Hash`, `Eq` or
+//! `Drop` panic on chosen calls). Not an API: built only under `cfg(tollgate_loom)` or
+//! `cfg(fuzzing)`.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -14,6 +16,13 @@ use crate::sync::AtomicU64;
 /// A table of any keys and one-word states. Every method runs the table's own code path for the
 /// operation it names, so a key's `Hash`, `Eq` and `Drop` run exactly where the table runs them.
 pub struct FuzzTable<K>(Table<K, AtomicU64, ()>);
+
+/// One shard.
+impl<K: Hash + Eq + Clone> Default for FuzzTable<K> {
+    fn default() -> FuzzTable<K> {
+        FuzzTable::with_shards(1)
+    }
+}
 
 impl<K> std::fmt::Debug for FuzzTable<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,6 +91,14 @@ impl<K: Hash + Eq + Clone> FuzzTable<K> {
         self.0.reclaim_now();
     }
 
+    /// [`FuzzTable::sweep`], then [`FuzzTable::reclaim`], as eviction does with the reclaimer
+    /// on time; answers how many it removed.
+    pub fn forget(&self, word: u64) -> usize {
+        let removed = self.sweep(word);
+        self.reclaim();
+        removed
+    }
+
     /// Under the key's lock: if its state is marked gone, replaces the entry with one of `key`
     /// and a fresh `word` (as a request that meets the mark does); answers the word the key holds
     /// afterwards. `key` is dropped after the lock if it was not inserted.
@@ -110,7 +127,8 @@ impl<K: Hash + Eq + Clone> FuzzTable<K> {
         self.0.retired()
     }
 
-    /// Entries retired and not yet freed.
+    /// Entries removed and not yet freed (a reader may still hold them), as the keyed limiter
+    /// counts them against its room for new keys; frees nothing.
     pub fn unreclaimed(&self) -> usize {
         self.0.unreclaimed()
     }

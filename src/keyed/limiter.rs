@@ -34,6 +34,10 @@ enum Created<T> {
     Full,
 }
 
+/// A decision on a known key, with the tag of the state it was made on
+/// ([`KeyedLimiter::decide_known`]).
+type Tagged<T> = (T, Result<Admitted, AcquireError>);
+
 /// The policy of a limiter of one quota: [`MakePolicy`] for every constructor but tiers'.
 pub(super) fn one_policy<A: Algorithm>(quotas: &[Quota]) -> Result<A::Policy, QuotaError> {
     match quotas {
@@ -427,8 +431,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self.decide_known(key, n, now) {
-            (_, Some(answer)) => {
+        match self.decide_known(key, n, now, |_| ()) {
+            (_, Some(((), answer))) => {
                 let answer = answer.map_err(KeyedError::from);
                 #[cfg(feature = "metrics")]
                 self.observe_decision(&answer);
@@ -439,19 +443,20 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
     }
 
-    /// The decision on a known key: the reading, and the answer (`None`: the key is not in the
-    /// table, or eviction marked its state gone, or this thread has no epoch slot; nothing took
-    /// effect).
+    /// The decision on a known key: the reading, and the answer with `tag` of the state decided
+    /// on (`None`: the key is not in the table, or eviction marked its state gone, or this
+    /// thread has no epoch slot; nothing took effect).
     /// The reading is taken before the lookup enters the table's epoch: a clock is user code,
     /// and a reader parked inside the epoch would hold the table's removed entries (see the
     /// module docs, "Bounded memory").
     #[inline]
-    fn decide_known<Q>(
+    pub(super) fn decide_known<Q, T>(
         &self,
         key: &Q,
         n: u64,
         now: impl Fn() -> Nanos,
-    ) -> (Nanos, Option<Result<Admitted, AcquireError>>)
+        tag: impl Fn(&A::State) -> T,
+    ) -> (Nanos, Option<Tagged<T>>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -472,11 +477,16 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.store.with_read_after(
             key,
             now,
-            // Inlined into the lookup: the decision's arithmetic is the check's hot path.
+            // Inlined into the lookup: the decision's arithmetic is the check's hot path. The tag
+            // is of the state decided on (a growth or a quota change may send the decision to a
+            // successor, which keeps what a tag reads: the tier).
             #[inline(always)]
-            move |ctx, state, now| A::verdict(&ctx.policy, state, now, n),
+            move |ctx, state, now| {
+                let verdict = A::verdict(&ctx.policy, state, now, n)?;
+                Ok((tag(state), verdict))
+            },
             #[inline(always)]
-            move |ctx, verdict, now| A::describe(&ctx.policy, verdict, now, n),
+            move |ctx, (tagged, verdict), now| (tagged, A::describe(&ctx.policy, verdict, now, n)),
         )
     }
 
@@ -484,7 +494,12 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// without creating it; a request creates it ([`KeyedLimiter::check_new`]).
     #[cold]
     #[inline(never)]
-    fn check_unknown<Q>(&self, key: &Q, n: u64, now: Nanos) -> Result<Admitted, KeyedError>
+    pub(super) fn check_unknown<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        now: Nanos,
+    ) -> Result<Admitted, KeyedError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,

@@ -249,7 +249,7 @@
 mod algorithm;
 mod change;
 mod evict;
-#[cfg(fuzzing)]
+#[cfg(any(tollgate_loom, fuzzing))]
 mod fuzz_table;
 mod limiter;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
@@ -274,9 +274,9 @@ pub mod __bench {
 #[cfg(any(tollgate_loom, fuzzing))]
 #[doc(hidden)]
 pub mod model_table {
-    #[cfg(fuzzing)]
     pub use super::fuzz_table::FuzzTable;
-    pub use super::table::ModelTable;
+    /// The window with `u64` keys, for the loom models of the table's protocol.
+    pub type ModelTable = FuzzTable<u64>;
     pub use crate::cas::Gone;
     #[cfg(tollgate_loom)]
     pub use crate::epoch::{ModelDomain, ModelReader};

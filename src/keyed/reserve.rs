@@ -28,7 +28,7 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use super::limiter::Request;
-use super::{KeyedError, KeyedLimiter, TokenBucketKeys};
+use super::{Algorithm, KeyedError, KeyedLimiter, TokenBucketKeys};
 use crate::cas::{self, Gone};
 use crate::clock::{Clock, Nanos};
 use crate::gcra::{Gcra, Reserved, Time};
@@ -40,36 +40,60 @@ use crate::sync::{AtomicU64, Ordering};
 #[cfg(doc)]
 use crate::TokenBucket;
 
-/// A request's step on a fresh word as [`Request::create`] answers it: the state to insert when
-/// it writes (only a write creates the key), and the answer.
-pub(super) fn created<T>(
-    step: cas::Step<T, Denied>,
-) -> (Option<AtomicU64>, Result<T, AcquireError>) {
-    match step {
-        cas::Step::Write(new, answer) => (Some(AtomicU64::new(new)), Ok(answer)),
-        cas::Step::Keep(answer) => (None, Ok(answer)),
-        cas::Step::Refuse(denied) => (None, Err(AcquireError::Denied(denied))),
-    }
+/// A request decided on a key's one word by a pure step, as the direct limiter decides on its
+/// own word: the token bucket's partial takes and reservations, the meter's scheduling
+/// (`keyed::schedule`). Their [`Request`] is written once, below: on a held word, the step in
+/// [`cas::update_live`]'s loop; on a key not held, the step on the fresh word, inserted only if
+/// it writes; on the shared overflow limiter, the step in [`cas::update`]'s loop.
+pub(super) trait OnWord {
+    /// The algorithm of the keys it is asked of.
+    type Keys: Algorithm<Policy = Gcra, State = AtomicU64>;
+    /// What an admitted request answers.
+    type Out;
+    /// What [`OnWord::fits`] learned, for the step.
+    type Fits: Copy;
+    /// Checks `n` against the capacity of the policy the word is kept under (a quota change may
+    /// have changed it since the caller looked), before any word is read: a refusal here
+    /// answers whatever the word holds.
+    fn fits(&self, policy: &Gcra, n: u64) -> Result<Self::Fits, AcquireError>;
+    /// The step on `word`, as `at` describes the request.
+    fn step(&self, word: u64, at: &Circumstances<'_, Self::Fits>) -> cas::Step<Self::Out, Denied>;
 }
 
-/// [`TokenBucket::take_up_to`] as a request on a key's word.
-struct TakeUpTo;
-
-impl TakeUpTo {
-    fn on_word(policy: &Gcra, word: u64, now: Nanos, n: u64) -> cas::Step<Partial, Denied> {
-        let t = policy.time(now);
-        match policy.take_partial(word, t, n) {
-            cas::Step::Write(new, (k, admitted)) => {
-                cas::Step::Write(new, Partial::new(k, admitted))
-            }
-            cas::Step::Keep((k, admitted)) => cas::Step::Keep(Partial::new(k, admitted)),
-            cas::Step::Refuse(denied) => cas::Step::Refuse(denied),
-        }
-    }
+/// A request's circumstances, for [`OnWord::step`].
+pub(super) struct Circumstances<'a, F> {
+    /// The policy the word is kept under.
+    pub(super) policy: &'a Gcra,
+    /// The reading, in the policy's units.
+    pub(super) now: Time,
+    /// The request's size (`n >= 1`, but for the meter's queries).
+    pub(super) n: u64,
+    /// What [`OnWord::fits`] answered.
+    pub(super) fits: F,
+    /// Whether the word is the shared overflow limiter's.
+    pub(super) overflow: bool,
 }
 
-impl Request<TokenBucketKeys> for TakeUpTo {
-    type Out = Partial;
+/// `req`'s circumstances on `policy` at the reading `now`, once [`OnWord::fits`] has passed `n`.
+fn at<'a, R: OnWord>(
+    req: &R,
+    policy: &'a Gcra,
+    now: Nanos,
+    n: u64,
+    overflow: bool,
+) -> Result<Circumstances<'a, R::Fits>, AcquireError> {
+    let fits = req.fits(policy, n)?;
+    Ok(Circumstances {
+        policy,
+        now: policy.time(now),
+        n,
+        fits,
+        overflow,
+    })
+}
+
+impl<R: OnWord> Request<R::Keys> for R {
+    type Out = R::Out;
 
     fn held(
         &self,
@@ -77,12 +101,12 @@ impl Request<TokenBucketKeys> for TakeUpTo {
         state: &AtomicU64,
         now: Nanos,
         n: u64,
-    ) -> Result<Result<Partial, AcquireError>, Gone> {
-        // `n >= 1` here: a query is answered before any request is made.
-        Ok(
-            cas::update_live(state, |word| Self::on_word(policy, word, now, n))?
-                .map_err(AcquireError::Denied),
-        )
+    ) -> Result<Result<R::Out, AcquireError>, Gone> {
+        let at = match at(self, policy, now, n, false) {
+            Ok(at) => at,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(cas::update_live(state, |word| self.step(word, &at))?.map_err(AcquireError::Denied))
     }
 
     fn create(
@@ -92,10 +116,18 @@ impl Request<TokenBucketKeys> for TakeUpTo {
         fresh: Nanos,
         now: Nanos,
         n: u64,
-    ) -> (Option<AtomicU64>, Result<Partial, AcquireError>) {
-        // Decided on the fresh word (a full bucket) without building the state: only a write
-        // inserts the key.
-        created(Self::on_word(policy, policy.fresh_word(fresh), now, n))
+    ) -> (Option<AtomicU64>, Result<R::Out, AcquireError>) {
+        let at = match at(self, policy, now, n, false) {
+            Ok(at) => at,
+            Err(e) => return (None, Err(e)),
+        };
+        // Decided on the fresh word (a full bucket, an empty queue) without building the state:
+        // only a write inserts the key.
+        match self.step(policy.fresh_word(fresh), &at) {
+            cas::Step::Write(new, answer) => (Some(AtomicU64::new(new)), Ok(answer)),
+            cas::Step::Keep(answer) => (None, Ok(answer)),
+            cas::Step::Refuse(denied) => (None, Err(AcquireError::Denied(denied))),
+        }
     }
 
     fn shared(
@@ -104,8 +136,29 @@ impl Request<TokenBucketKeys> for TakeUpTo {
         state: &AtomicU64,
         now: Nanos,
         n: u64,
-    ) -> Result<Partial, AcquireError> {
-        cas::update(state, |word| Self::on_word(policy, word, now, n)).map_err(AcquireError::Denied)
+    ) -> Result<R::Out, AcquireError> {
+        // The shared limiter's capacity may be smaller than the keys' own.
+        let at = at(self, policy, now, n, true)?;
+        cas::update(state, |word| self.step(word, &at)).map_err(AcquireError::Denied)
+    }
+}
+
+/// [`TokenBucket::take_up_to`] as a request on a key's word.
+struct TakeUpTo;
+
+impl OnWord for TakeUpTo {
+    type Keys = TokenBucketKeys;
+    type Out = Partial;
+    type Fits = ();
+
+    fn fits(&self, _policy: &Gcra, _n: u64) -> Result<(), AcquireError> {
+        // Any `n` (`n >= 1` here: a query is answered before any request is made).
+        Ok(())
+    }
+
+    fn step(&self, word: u64, at: &Circumstances<'_, ()>) -> cas::Step<Partial, Denied> {
+        let taken = at.policy.take_partial(word, at.now, at.n);
+        taken.map(|(k, admitted)| Partial::new(k, admitted))
     }
 }
 
@@ -121,71 +174,23 @@ struct Taken {
     overflow: bool,
 }
 
-impl Reserve {
-    fn on_word(&self, policy: &Gcra, word: u64, now: Nanos, n: u64) -> cas::Step<Reserved, Denied> {
-        policy.reserve(word, policy.time(now), n, self.max_wait_ns)
-    }
-}
-
-impl Request<TokenBucketKeys> for Reserve {
+impl OnWord for Reserve {
+    type Keys = TokenBucketKeys;
     type Out = Taken;
+    type Fits = ();
 
-    fn held(
-        &self,
-        policy: &Gcra,
-        state: &AtomicU64,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Result<Taken, AcquireError>, Gone> {
-        // `n >= 1` here; the capacity is the policy's the key's state is kept under (a quota
-        // change may have changed it since the caller looked).
-        if let Err(e) = policy.check_n(n) {
-            return Ok(Err(e.into()));
-        }
-        Ok(
-            cas::update_live(state, |word| self.on_word(policy, word, now, n))?
-                .map(|reserved| Taken {
-                    reserved,
-                    overflow: false,
-                })
-                .map_err(AcquireError::Denied),
-        )
-    }
-
-    fn create(
-        &self,
-        policy: &Gcra,
-        _tier: usize,
-        fresh: Nanos,
-        now: Nanos,
-        n: u64,
-    ) -> (Option<AtomicU64>, Result<Taken, AcquireError>) {
-        if let Err(e) = policy.check_n(n) {
-            return (None, Err(e.into()));
-        }
-        let (state, answer) = created(self.on_word(policy, policy.fresh_word(fresh), now, n));
-        let taken = |reserved| Taken {
-            reserved,
-            overflow: false,
-        };
-        (state, answer.map(taken))
-    }
-
-    fn shared(
-        &self,
-        policy: &Gcra,
-        state: &AtomicU64,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Taken, AcquireError> {
-        // The shared limiter's capacity may be smaller than the keys' own (`n >= 1` here).
+    fn fits(&self, policy: &Gcra, n: u64) -> Result<(), AcquireError> {
+        // `n >= 1` here.
         policy.check_n(n)?;
-        cas::update(state, |word| self.on_word(policy, word, now, n))
-            .map(|reserved| Taken {
-                reserved,
-                overflow: true,
-            })
-            .map_err(AcquireError::Denied)
+        Ok(())
+    }
+
+    fn step(&self, word: u64, at: &Circumstances<'_, ()>) -> cas::Step<Taken, Denied> {
+        let reserved = at.policy.reserve(word, at.now, at.n, self.max_wait_ns);
+        reserved.map(|reserved| Taken {
+            reserved,
+            overflow: at.overflow,
+        })
     }
 }
 

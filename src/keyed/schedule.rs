@@ -5,13 +5,13 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::limiter::Request;
+use super::reserve::{Circumstances, OnWord};
 use super::{KeyedError, KeyedLimiter, LeakyMeterKeys};
-use crate::cas::{self, Gone};
+use crate::cas;
 use crate::clock::{Clock, Nanos};
-use crate::gcra::{Gcra, Time};
+use crate::gcra::Gcra;
 use crate::leaky::meter::{query_schedule, schedule, schedule_within};
 use crate::outcome::{AcquireError, Denied, Scheduled};
-use crate::sync::AtomicU64;
 
 /// The meter's scheduling ([`LeakyMeter::try_schedule_n`](crate::leaky::LeakyMeter::try_schedule_n))
 /// as a request on a key's word.
@@ -22,70 +22,23 @@ pub(super) struct Schedule {
     pub(super) within: Option<Nanos>,
 }
 
-impl Schedule {
-    fn step(&self, policy: &Gcra, word: u64, now: Time, n: u64) -> cas::Step<Scheduled, Denied> {
-        match self.within {
-            None => schedule(policy, word, now, n),
-            Some(max) => schedule_within(policy, word, now, n, policy.whole_units(max)),
-        }
-    }
-}
-
-impl Request<LeakyMeterKeys> for Schedule {
+impl OnWord for Schedule {
+    type Keys = LeakyMeterKeys;
     type Out = Scheduled;
+    /// Whether it takes places (`n >= 1`) rather than asks (`n = 0`).
+    type Fits = bool;
 
-    fn held(
-        &self,
-        policy: &Gcra,
-        state: &AtomicU64,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Result<Scheduled, AcquireError>, Gone> {
-        let now = policy.time(now);
-        match policy.check_n(n) {
-            Err(e) => Ok(Err(e.into())),
-            Ok(true) => Ok(
-                cas::update_live(state, |word| self.step(policy, word, now, n))?
-                    .map_err(AcquireError::Denied),
-            ),
-            Ok(false) => match cas::read(state) {
-                cas::GONE => Err(Gone::seen()),
-                word => Ok(Ok(query_schedule(policy, word, now))),
-            },
-        }
+    fn fits(&self, policy: &Gcra, n: u64) -> Result<bool, AcquireError> {
+        Ok(policy.check_n(n)?)
     }
 
-    fn create(
-        &self,
-        policy: &Gcra,
-        _tier: usize,
-        fresh: Nanos,
-        now: Nanos,
-        n: u64,
-    ) -> (Option<AtomicU64>, Result<Scheduled, AcquireError>) {
-        // Decided on the fresh word (an empty queue) without building the state: only a write
-        // inserts the key.
-        let word = policy.fresh_word(fresh);
-        let now = policy.time(now);
-        match policy.check_n(n) {
-            Err(e) => (None, Err(e.into())),
-            Ok(false) => (None, Ok(query_schedule(policy, word, now))),
-            Ok(true) => super::reserve::created(self.step(policy, word, now, n)),
-        }
-    }
-
-    fn shared(
-        &self,
-        policy: &Gcra,
-        state: &AtomicU64,
-        now: Nanos,
-        n: u64,
-    ) -> Result<Scheduled, AcquireError> {
-        let now = policy.time(now);
-        if policy.check_n(n)? {
-            cas::update(state, |word| self.step(policy, word, now, n)).map_err(AcquireError::Denied)
-        } else {
-            Ok(query_schedule(policy, cas::read(state), now))
+    fn step(&self, word: u64, at: &Circumstances<'_, bool>) -> cas::Step<Scheduled, Denied> {
+        let (policy, now, n) = (at.policy, at.now, at.n);
+        match (at.fits, self.within) {
+            // A query writes nothing.
+            (false, _) => cas::Step::Keep(query_schedule(policy, word, now)),
+            (true, None) => schedule(policy, word, now, n),
+            (true, Some(max)) => schedule_within(policy, word, now, n, policy.whole_units(max)),
         }
     }
 }

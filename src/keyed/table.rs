@@ -1594,114 +1594,6 @@ impl<K: Hash + Eq + Clone> BenchTable<K> {
     }
 }
 
-/// A table of `u64` keys and one-word states, for the loom models (`loom-tests/tests/table.rs`)
-/// of the table's protocol. (The fuzz target `fuzz/fuzz_targets/table_ops.rs` uses the same
-/// window over keys of its own, `super::fuzz_table::FuzzTable`.)
-#[cfg(any(tollgate_loom, fuzzing))]
-pub struct ModelTable(Table<u64, crate::sync::AtomicU64, ()>);
-
-#[cfg(any(tollgate_loom, fuzzing))]
-impl std::fmt::Debug for ModelTable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ModelTable")
-    }
-}
-
-/// One shard.
-#[cfg(any(tollgate_loom, fuzzing))]
-impl Default for ModelTable {
-    fn default() -> ModelTable {
-        ModelTable(Table::with_shards(1, ()))
-    }
-}
-
-#[cfg(any(tollgate_loom, fuzzing))]
-impl ModelTable {
-    /// A table of `shards` shards (rounded up to a power of two).
-    pub fn with_shards(shards: usize) -> ModelTable {
-        ModelTable(Table::with_shards(shards, ()))
-    }
-
-    /// Inserts `key` with `word` unless it is held; answers whether it inserted.
-    pub fn insert(&self, key: u64, word: u64) -> bool {
-        self.0.with_entry(key, |(), slot| match slot {
-            Slot::Occupied(..) => (None, false),
-            Slot::Vacant(_) => (Some(crate::sync::AtomicU64::new(word)), true),
-        })
-    }
-
-    /// Adds one to `key`'s word, as an admission would: the new word, `Err(Gone)` if the word is
-    /// marked gone, `None` if the key is not held.
-    pub fn bump(&self, key: u64) -> Option<Result<u64, crate::cas::Gone>> {
-        self.0.with_read(&key, |(), word| {
-            crate::cas::update_live(word, |w| crate::cas::Step::<u64, ()>::Write(w + 1, w + 1))
-                .map(|r| r.unwrap_or(0))
-        })
-    }
-
-    /// `key`'s word, as a peek would read it.
-    pub fn read(&self, key: u64) -> Option<Result<u64, crate::cas::Gone>> {
-        self.0
-            .with_read(&key, |(), word| match crate::cas::read(word) {
-                crate::cas::GONE => Err(crate::cas::Gone::seen()),
-                w => Ok(w),
-            })
-    }
-
-    /// Rebuilds every shard's table at its size (the keys cloned, the words relocated).
-    pub fn rebuild(&self) {
-        self.0.rebuild_all();
-    }
-
-    /// Batches retired and not yet freed, after freeing what no reader holds.
-    pub fn retired(&self) -> usize {
-        self.0.retired()
-    }
-
-    /// Entries removed and not yet freed (a reader may still hold them), as the keyed limiter
-    /// counts them against its room for new keys; frees nothing.
-    pub fn unreclaimed(&self) -> usize {
-        self.0.unreclaimed()
-    }
-
-    /// Keys held.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.0.len() == 0
-    }
-
-    /// Shrinks every shard to what it holds (clearing removed entries).
-    pub fn shrink(&self) {
-        self.0.shrink_to_fit();
-    }
-
-    /// Marks gone and removes every entry whose word is `word`, as eviction does; answers how
-    /// many it removed.
-    pub fn forget(&self, word: u64) -> usize {
-        let removed = self
-            .0
-            .retain(|(), state| crate::cas::mark_gone(state, word));
-        self.0.reclaim_now();
-        removed
-    }
-
-    /// Under the key's lock: if its state is marked gone, replaces it with a fresh `word` (as a
-    /// request that meets the mark does); answers the word the key holds afterwards.
-    pub fn replace_gone(&self, key: u64, word: u64) -> Option<u64> {
-        self.0.with_entry(key, |(), slot| match slot {
-            Slot::Occupied(_, state) => match crate::cas::read(state) {
-                crate::cas::GONE => (Some(crate::sync::AtomicU64::new(word)), Some(word)),
-                w => (None, Some(w)),
-            },
-            Slot::Vacant(_) => (None, None),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     /// The table's operations without a context, for these tests.
@@ -1730,6 +1622,32 @@ mod tests {
     use std::sync::atomic::AtomicIsize;
     use std::sync::{Arc, Barrier};
 
+    /// `PartialEq`, `Eq` and `Hash` for a test key by its field `$id` alone (what else it holds
+    /// counts or logs), and with `Borrow<$borrowed>`, lookups by that field.
+    macro_rules! same_by {
+        ($key:ty, $id:tt) => {
+            impl PartialEq for $key {
+                fn eq(&self, other: &Self) -> bool {
+                    self.$id == other.$id
+                }
+            }
+            impl Eq for $key {}
+            impl Hash for $key {
+                fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                    self.$id.hash(h)
+                }
+            }
+        };
+        ($key:ty, $id:tt, Borrow<$borrowed:ty>) => {
+            same_by!($key, $id);
+            impl Borrow<$borrowed> for $key {
+                fn borrow(&self) -> &$borrowed {
+                    &self.$id
+                }
+            }
+        };
+    }
+
     /// A key that counts its live copies, so that the tests see every key dropped exactly once.
     struct Key(u16, Arc<AtomicIsize>);
 
@@ -1753,22 +1671,7 @@ mod tests {
         }
     }
 
-    impl PartialEq for Key {
-        fn eq(&self, other: &Key) -> bool {
-            self.0 == other.0
-        }
-    }
-    impl Eq for Key {}
-    impl Hash for Key {
-        fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-            self.0.hash(h)
-        }
-    }
-    impl Borrow<u16> for Key {
-        fn borrow(&self) -> &u16 {
-            &self.0
-        }
-    }
+    same_by!(Key, 0, Borrow<u16>);
 
     /// Adds one to a live word, as an admission would; refuses a gone one.
     fn bump(word: &AtomicU64) -> Result<u64, Gone> {
@@ -2161,6 +2064,19 @@ mod tests {
         }
     }
 
+    /// Nothing waits to be freed, the keys of `ids` are the only ones alive, and dropping the
+    /// table drops them.
+    fn drops_the_last(
+        table: Table<Touchy, AtomicU64, ()>,
+        log: &Arc<Log>,
+        ids: std::ops::Range<u64>,
+    ) {
+        assert_eq!(table.retired(), 0);
+        assert_eq!(log.live(), ids.collect::<Vec<_>>());
+        drop(table);
+        assert_eq!(log.live(), Vec::<u64>::new());
+    }
+
     /// Every key of `ids` is held once, with its id as its word.
     fn holds(table: &Table<Touchy, AtomicU64, ()>, log: &Arc<Log>, ids: std::ops::Range<u64>) {
         for id in ids {
@@ -2194,10 +2110,7 @@ mod tests {
         assert_eq!(table.len(), 20);
         assert_eq!(table.unreclaimed(), 0);
         table.shrink_to_fit();
-        assert_eq!(table.retired(), 0);
-        assert_eq!(log.live(), (20..40).collect::<Vec<_>>());
-        drop(table);
-        assert_eq!(log.live(), Vec::<u64>::new());
+        drops_the_last(table, &log, 20..40);
     }
 
     /// Finding (b): `Hash` or `Clone` panicking in a rebuild (which clones and hashes every live
@@ -2236,10 +2149,7 @@ mod tests {
             log.eqs_until_panic.store(u64::MAX, Ordering::Relaxed);
             assert_eq!(table.len(), 15);
             holds(&table, &log, 0..15);
-            assert_eq!(table.retired(), 0);
-            assert_eq!(log.live(), (0..15).collect::<Vec<_>>());
-            drop(table);
-            assert_eq!(log.live(), Vec::<u64>::new());
+            drops_the_last(table, &log, 0..15);
         }
     }
 
@@ -2422,17 +2332,7 @@ mod tests {
             }
         }
     }
-    impl PartialEq for Gated {
-        fn eq(&self, other: &Gated) -> bool {
-            self.id == other.id
-        }
-    }
-    impl Eq for Gated {}
-    impl Hash for Gated {
-        fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-            self.id.hash(h)
-        }
-    }
+    same_by!(Gated, id);
     impl Drop for Gated {
         fn drop(&mut self) {
             if let Some(gate) = self.gate.take() {
@@ -2578,22 +2478,7 @@ mod tests {
         struct Reentrant(u64);
         static TABLE: std::sync::OnceLock<&'static Table<Reentrant, AtomicU64, ()>> =
             std::sync::OnceLock::new();
-        impl PartialEq for Reentrant {
-            fn eq(&self, other: &Self) -> bool {
-                self.0 == other.0
-            }
-        }
-        impl Eq for Reentrant {}
-        impl Hash for Reentrant {
-            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-                self.0.hash(h)
-            }
-        }
-        impl Borrow<u64> for Reentrant {
-            fn borrow(&self) -> &u64 {
-                &self.0
-            }
-        }
+        same_by!(Reentrant, 0, Borrow<u64>);
         impl Drop for Reentrant {
             fn drop(&mut self) {
                 if let Some(table) = TABLE.get() {

@@ -5,9 +5,8 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::algorithm::sealed::TieredPolicy;
-use super::limiter::Acquire;
 use super::{Algorithm, KeyedError, KeyedLimiter, Tiered};
-use crate::clock::{Clock, Nanos};
+use crate::clock::Clock;
 use crate::outcome::Admitted;
 use crate::quota::{Quota, QuotaError};
 
@@ -170,52 +169,21 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // The known key's path of `check_key_n`, its decision also answering the tier of the
-        // state it decided on (the state whose policy describes it: a growth or a quota change
-        // may send the decision to a successor, which keeps its tier).
-        let (now, known) = self.store.with_read_after(
-            key,
-            || self.clock.now(),
-            #[inline(always)]
-            move |ctx, state, now| {
-                let verdict = A::verdict(&ctx.policy, state, now, n)?;
-                Ok((A::tier_of(state), verdict))
-            },
-            #[inline(always)]
-            move |ctx, (tier, verdict), now| (tier, A::describe(&ctx.policy, verdict, now, n)),
-        );
-        match known {
-            Some((tier, answer)) => {
+        // The known key's path of `check_key_n`, its decision tagged with the tier of the state
+        // it decided on (the state whose policy describes it: a growth or a quota change may
+        // send the decision to a successor, which keeps its tier).
+        match self.decide_known(key, n, || self.clock.now(), A::tier_of) {
+            (_, Some((tier, answer))) => {
                 let answer = answer.map_err(KeyedError::from);
                 #[cfg(feature = "metrics")]
                 self.observe_decision(&answer);
                 (tier.min(self.tier_count.saturating_sub(1)), answer)
             }
-            None => self.check_unknown_and_tier(key, n, now),
+            // Decided out of line, as `check_key_n` decides it, then the tier asked.
+            (now, None) => {
+                let answer = self.check_unknown(key, n, now);
+                (self.tier_of_key(key), answer)
+            }
         }
-    }
-
-    /// [`KeyedLimiter::check_key_n_and_tier`] for a key not held (or whose state eviction marked
-    /// gone) at `now`: decided as `check_key_n` decides it, then the tier asked.
-    #[cold]
-    #[inline(never)]
-    fn check_unknown_and_tier<Q>(
-        &self,
-        key: &Q,
-        n: u64,
-        now: Nanos,
-    ) -> (usize, Result<Admitted, KeyedError>)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let answer = if n == 0 {
-            self.peek_key_n_at(key, 0, now)
-        } else {
-            self.check_new(&Acquire, key, n, now)
-        };
-        #[cfg(feature = "metrics")]
-        self.observe_decision(&answer);
-        (self.tier_of_key(key), answer)
     }
 }
