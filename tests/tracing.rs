@@ -260,21 +260,29 @@ mod redis_backend {
         testkit::env::redis_url()
     }
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    async fn manager(url: &str) -> ConnectionManager {
+        redis::Client::open(url)
+            .unwrap()
+            .get_connection_manager()
+            .await
+            .unwrap()
+    }
+
     #[test]
     fn an_outage_logs_the_breaker_and_the_failure_policy_once_each_way() {
         let Some(url) = url() else { return };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let events = Events::default();
         events.during(|| {
             rt.block_on(async {
-                let mut admin = redis::Client::open(url.as_str())
-                    .unwrap()
-                    .get_connection_manager()
-                    .await
-                    .unwrap();
+                let mut admin = manager(&url).await;
                 let down = Arc::new(AtomicBool::new(false));
                 let conn = Switch {
                     inner: admin.clone(),
@@ -355,19 +363,12 @@ mod redis_backend {
     #[test]
     fn a_partial_take_answered_locally_logs_the_failure_policy_once() {
         let Some(url) = url() else { return };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let events = Events::default();
         events.during(|| {
             rt.block_on(async {
                 let conn = Switch {
-                    inner: redis::Client::open(url.as_str())
-                        .unwrap()
-                        .get_connection_manager()
-                        .await
-                        .unwrap(),
+                    inner: manager(&url).await,
                     down: Arc::new(AtomicBool::new(true)),
                 };
                 let local = KeyedLimiter::new(Quota::per_hour(3).unwrap());
