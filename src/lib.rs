@@ -62,7 +62,10 @@
 //!
 //! Constructors return `Result<_, QuotaError>` exactly when some valid [`Quota`] is one their
 //! algorithm cannot enforce (the windows, the leaky queue); the token bucket, the sharded bucket
-//! and the leaky meter enforce every quota. See [`limiter`] for the rule.
+//! and the leaky meter enforce every quota. See [`limiter`] for the rule. A quota's own refusals
+//! (a zero count, a rate beyond a nanosecond clock) are [`QuotaError`]'s variants; an algorithm's
+//! limits are [`QuotaError::Algorithm`], an [`AlgorithmLimit`] built and worded by the algorithm
+//! itself, so that the bottom of the crate names no algorithm.
 //!
 //! The limits a constructor checks are module-level constants, each beside the limiter it bounds:
 //! [`sharded::MAX_SHARDS`], [`window::MAX_LOG`], [`window::MAX_SUB_WINDOWS`],
@@ -225,7 +228,7 @@ pub use direct::Direct;
 pub use limiter::{KeyedLimit, Limiter};
 pub use outcome::{AcquireError, Admitted, Denied, InsufficientCapacity, Scheduled};
 pub use partial::Partial;
-pub use quota::{Quota, QuotaError, QuotaParseError};
+pub use quota::{AlgorithmLimit, Quota, QuotaError, QuotaParseError};
 pub use reservation::{Reservation, ReserveError};
 pub use sharded::{ShardedBucket, ShardedBuilder, ShardsError};
 #[cfg(not(tollgate_loom))]

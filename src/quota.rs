@@ -528,92 +528,200 @@ pub enum QuotaError {
         /// The capacity.
         capacity: u64,
     },
-    /// A window limiter was given a capacity other than its count: a window admits `count` per
-    /// window and has no separate burst size.
-    WindowCapacity {
-        /// The capacity asked for.
-        capacity: u64,
-        /// The count per window, the only capacity a window limiter accepts.
-        count: u64,
-    },
-    /// A window limiter was given an initial fill below its count: windows start empty.
-    WindowInitial {
-        /// The initial fill asked for.
-        initial: u64,
-        /// The count per window, the only initial fill a window limiter accepts.
-        count: u64,
-    },
-    /// A window (the quota's period) longer than 2^62 ns (about 146 years).
-    WindowTooLong {
-        /// The period asked for.
-        period: Duration,
-    },
-    /// The count does not fit beside the window index in the limiter's 64-bit word at this window
-    /// length: shorter windows need more index bits and leave fewer for counts.
-    WindowCountTooLarge {
-        /// The count asked for.
-        count: u64,
-        /// The largest count at this window length.
-        max: u64,
-        /// The window length (the quota's period, or one sub-window of it).
-        window: Duration,
-    },
-    /// The number of sub-windows is zero, above the maximum, or does not divide the period into
-    /// whole nanoseconds.
-    SubWindows {
-        /// The number of sub-windows asked for.
-        sub_windows: u64,
-        /// The largest number of sub-windows.
-        max: u64,
-        /// The period to divide.
-        period: Duration,
-    },
-    /// A sliding window log longer than its maximum: it keeps one 8-byte timestamp per admission
-    /// in the window.
-    LogTooLong {
-        /// The count asked for.
-        count: u64,
-        /// The longest log.
-        max: u64,
-    },
-    /// A leaky queue's capacity above its maximum: the queue allocates one slot per item up front.
-    QueueTooLong {
-        /// The capacity asked for.
-        capacity: u64,
-        /// The largest capacity a leaky queue accepts.
-        max: u64,
-    },
-    /// A keyed limiter's tiers were empty or more than the maximum: each key stores its tier in
-    /// one byte.
-    Tiers {
-        /// The number of tiers given.
-        tiers: usize,
-        /// The most tiers a keyed limiter accepts.
-        max: usize,
-    },
-    /// A tier index past a tiered keyed limiter's last tier
-    /// ([`KeyedLimiter::set_tier_quota`](crate::keyed::KeyedLimiter::set_tier_quota)).
-    NoSuchTier {
-        /// The index given.
-        tier: usize,
-        /// The number of tiers: indices run from 0 below it.
-        tiers: usize,
-    },
-    /// A keyed limiter's quota change refused because a lookup has been parked since the
-    /// previous change (a key's `Eq` that blocks, say) and, after a second's wait, still holds
-    /// the keys that change replaced: each change keeps one copy of the map until such readers
-    /// leave, so one parked reader may hold one copy, never one per change. Nothing changed; try
-    /// again once the reader has left.
-    ParkedReader {
-        /// The replaced keys it holds.
-        held: usize,
-    },
+    /// A quota this algorithm cannot enforce: a limit the algorithm sets beyond the quota's own,
+    /// described in the algorithm's words (a window's count that does not fit its word, a log
+    /// or queue too long, too many tiers; see [`AlgorithmLimit`]).
+    Algorithm(AlgorithmLimit),
+}
+
+/// How an algorithm words one of its limits: writes the sentence for `limit`, in the form
+/// "`field` of a `algorithm` must be …, got `got`".
+pub(crate) type Wording = fn(&AlgorithmLimit, &mut fmt::Formatter<'_>) -> fmt::Result;
+
+/// A limit one algorithm sets on the quotas it accepts, beyond [`Quota`]'s own, and the value
+/// that broke it ([`QuotaError::Algorithm`]).
+///
+/// The limit and its wording belong to the algorithm: each one builds its refusals in its own
+/// module (the window limiters in `window/`, the leaky queue in `leaky/queue/`, the keyed
+/// limiter's tiers in `keyed/`), and this type only carries them, so that the bottom of the
+/// crate names no algorithm. What a program can act on is here as data: the
+/// [`algorithm`](AlgorithmLimit::algorithm), the [`field`](AlgorithmLimit::field), the value
+/// it [`got`](AlgorithmLimit::got), the [`bound`](AlgorithmLimit::bound) it broke and, for a
+/// limit that depends on time, the [`span`](AlgorithmLimit::span); its
+/// [`Display`](fmt::Display) is the algorithm's sentence.
+///
+/// Two limits are equal when all of that is; the wording follows from it.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::window::{SlidingWindowLog, MAX_LOG};
+/// use tollgate::{Quota, QuotaError};
+///
+/// let err = SlidingWindowLog::new(Quota::per_second(MAX_LOG + 1)?).unwrap_err();
+/// let QuotaError::Algorithm(limit) = err else { unreachable!() };
+/// assert_eq!((limit.algorithm(), limit.field()), ("sliding window log", "count"));
+/// assert_eq!((limit.got(), limit.bound()), (MAX_LOG + 1, MAX_LOG));
+/// assert_eq!(err.field(), "count");
+/// assert!(err.to_string().starts_with("count of a sliding window log must be between 1 and"));
+/// # Ok::<(), QuotaError>(())
+/// ```
+#[derive(Clone, Copy)]
+pub struct AlgorithmLimit {
+    algorithm: &'static str,
+    field: &'static str,
+    got: u64,
+    bound: u64,
+    span: Option<Duration>,
+    wording: Wording,
+}
+
+impl AlgorithmLimit {
+    /// `algorithm` refusing `got` for `field`, against `bound`, in `wording`.
+    pub(crate) const fn new(
+        algorithm: &'static str,
+        field: &'static str,
+        got: u64,
+        bound: u64,
+        wording: Wording,
+    ) -> AlgorithmLimit {
+        AlgorithmLimit {
+            algorithm,
+            field,
+            got,
+            bound,
+            span: None,
+            wording,
+        }
+    }
+
+    /// The same limit, depending on the time `span`.
+    pub(crate) const fn over(mut self, span: Duration) -> AlgorithmLimit {
+        self.span = Some(span);
+        self
+    }
+
+    /// The algorithm that refused, as its docs name it: `"fixed window"`,
+    /// `"sliding window counter"`, `"sliding window log"`, `"leaky queue"` or
+    /// `"keyed limiter"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{leaky, Quota, QuotaError};
+    /// let too_long = Quota::per_second(1)?.with_capacity(leaky::MAX_QUEUE_CAPACITY + 1)?;
+    /// let err = leaky::queue::<u8>(too_long).unwrap_err();
+    /// assert!(matches!(err, QuotaError::Algorithm(l) if l.algorithm() == "leaky queue"));
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub fn algorithm(&self) -> &'static str {
+        self.algorithm
+    }
+
+    /// The field refused, as [`QuotaError::field`] names it: `"count"`, `"period"`,
+    /// `"capacity"`, `"initial"`, `"sub_windows"` or `"tiers"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::FixedWindow;
+    /// use tollgate::{Quota, QuotaError};
+    /// let err = FixedWindow::new(Quota::per_second(10)?.with_capacity(20)?).unwrap_err();
+    /// assert!(matches!(err, QuotaError::Algorithm(l) if l.field() == "capacity"));
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+
+    /// The value refused, in the field's unit (nanoseconds, saturated at `u64::MAX`, for a
+    /// period).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::FixedWindow;
+    /// use tollgate::{Quota, QuotaError};
+    /// let err = FixedWindow::new(Quota::per_second(10)?.with_capacity(20)?).unwrap_err();
+    /// assert!(matches!(err, QuotaError::Algorithm(l) if l.got() == 20));
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub fn got(&self) -> u64 {
+        self.got
+    }
+
+    /// The bound the value broke, in the same unit: the largest value accepted, or, for a
+    /// window's capacity and initial fill, the one value accepted (the count per window).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::window::FixedWindow;
+    /// use tollgate::{Quota, QuotaError};
+    /// let err = FixedWindow::new(Quota::per_second(10)?.with_capacity(20)?).unwrap_err();
+    /// assert!(matches!(err, QuotaError::Algorithm(l) if l.bound() == 10));
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub fn bound(&self) -> u64 {
+        self.bound
+    }
+
+    /// The time the bound depends on, where it does: the window (or sub-window) whose word must
+    /// hold the count, the period to divide into sub-windows, the period refused as too long.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::window::SubWindowCounter;
+    /// use tollgate::{Quota, QuotaError};
+    /// let err = SubWindowCounter::new(Quota::per_second(10)?, 7).unwrap_err();
+    /// assert!(matches!(err, QuotaError::Algorithm(l) if l.span() == Some(Duration::from_secs(1))));
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub fn span(&self) -> Option<Duration> {
+        self.span
+    }
+}
+
+/// All but the wording, which follows from the rest.
+impl PartialEq for AlgorithmLimit {
+    fn eq(&self, other: &AlgorithmLimit) -> bool {
+        (self.algorithm, self.field, self.got, self.bound, self.span)
+            == (
+                other.algorithm,
+                other.field,
+                other.got,
+                other.bound,
+                other.span,
+            )
+    }
+}
+
+impl Eq for AlgorithmLimit {}
+
+impl fmt::Debug for AlgorithmLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AlgorithmLimit")
+            .field("algorithm", &self.algorithm)
+            .field("field", &self.field)
+            .field("got", &self.got)
+            .field("bound", &self.bound)
+            .field("span", &self.span)
+            .finish()
+    }
+}
+
+impl fmt::Display for AlgorithmLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (self.wording)(self, f)
+    }
 }
 
 impl QuotaError {
     /// The name of the field that was refused: `"count"`, `"period"`, `"rate"`, `"capacity"`,
-    /// `"initial"` or `"sub_windows"`; for a keyed limiter's tiers and quota changes, `"tiers"`,
-    /// `"tier"` or `"reader"`.
+    /// `"initial"`, or, for an algorithm's own limits ([`AlgorithmLimit::field`]),
+    /// `"sub_windows"` or `"tiers"`.
     ///
     /// # Examples
     ///
@@ -628,14 +736,8 @@ impl QuotaError {
             QuotaError::ZeroPeriod => "period",
             QuotaError::RateTooFast { .. } | QuotaError::RateTooSlow { .. } => "rate",
             QuotaError::ZeroCapacity | QuotaError::CapacityTooLarge { .. } => "capacity",
-            QuotaError::InitialAboveCapacity { .. } | QuotaError::WindowInitial { .. } => "initial",
-            QuotaError::WindowCapacity { .. } | QuotaError::QueueTooLong { .. } => "capacity",
-            QuotaError::WindowTooLong { .. } => "period",
-            QuotaError::WindowCountTooLarge { .. } | QuotaError::LogTooLong { .. } => "count",
-            QuotaError::SubWindows { .. } => "sub_windows",
-            QuotaError::Tiers { .. } => "tiers",
-            QuotaError::NoSuchTier { .. } => "tier",
-            QuotaError::ParkedReader { .. } => "reader",
+            QuotaError::InitialAboveCapacity { .. } => "initial",
+            QuotaError::Algorithm(limit) => limit.field(),
         }
     }
 }
@@ -666,50 +768,7 @@ impl fmt::Display for QuotaError {
                 f,
                 "initial fill must be between 0 and the capacity ({capacity}), got {initial}"
             ),
-            QuotaError::WindowCapacity { capacity, count } => write!(
-                f,
-                "capacity of a window limiter must equal its count per window ({count}), got {capacity}"
-            ),
-            QuotaError::WindowInitial { initial, count } => write!(
-                f,
-                "initial fill of a window limiter must be its count per window ({count}): windows start empty, got {initial}"
-            ),
-            QuotaError::WindowTooLong { period } => write!(
-                f,
-                "period of a window limiter must be at most 2^62 ns (about 146 years), got {period:?}"
-            ),
-            QuotaError::WindowCountTooLarge { count, max, window } => write!(
-                f,
-                "count must be between 1 and {max} for a window of {window:?}, got {count}"
-            ),
-            QuotaError::SubWindows {
-                sub_windows,
-                max,
-                period,
-            } => write!(
-                f,
-                "sub_windows must be between 1 and {max} and divide the period ({period:?}) into whole nanoseconds, got {sub_windows}"
-            ),
-            QuotaError::LogTooLong { count, max } => write!(
-                f,
-                "count of a sliding window log must be between 1 and {max} (8 bytes per entry), got {count}"
-            ),
-            QuotaError::QueueTooLong { capacity, max } => write!(
-                f,
-                "capacity of a leaky queue must be between 1 and {max} (one slot per item, allocated up front), got {capacity}"
-            ),
-            QuotaError::Tiers { tiers, max } => write!(
-                f,
-                "tiers of a keyed limiter must number between 1 and {max} (one byte per key), got {tiers}"
-            ),
-            QuotaError::NoSuchTier { tier, tiers } => write!(
-                f,
-                "tier must be an index below the number of tiers ({tiers}), got {tier}"
-            ),
-            QuotaError::ParkedReader { held } => write!(
-                f,
-                "reader: a lookup parked since the previous quota change still holds the {held} keys it replaced; no change until it leaves"
-            ),
+            QuotaError::Algorithm(limit) => limit.fmt(f),
         }
     }
 }

@@ -207,7 +207,7 @@ fn window_algorithms_refuse_the_quotas_their_direct_limiters_refuse() {
     let long = Quota::per_hour(100_000).unwrap();
     let err = KeyedLimiter::<u8, SlidingWindowLogKeys, _>::with_algorithm(long, ManualClock::new())
         .unwrap_err();
-    assert!(matches!(err, QuotaError::LogTooLong { .. }));
+    assert!(matches!(err, QuotaError::Algorithm(l) if l.algorithm() == "sliding window log"));
     let keyed: KeyedLimiter<u8, TokenBucketKeys, _> =
         KeyedLimiter::with_clock(Quota::per_second(1).unwrap(), ManualClock::new());
     assert_eq!(
@@ -323,13 +323,18 @@ fn a_key_keeps_its_tier_while_held_and_is_picked_again_after_eviction() {
     assert_eq!(keyed.remaining_key_at("w", Nanos::new(SEC)), 10);
     // Tier bounds.
     let too_many = vec![Quota::per_second(1).unwrap(); 257];
+    let err = KeyedLimiter::<u8, Tiered, _>::with_tiers(&too_many, |_| 0, ManualClock::new())
+        .unwrap_err();
+    let QuotaError::Algorithm(limit) = err else {
+        panic!("{err:?} is not the keyed limiter's own limit");
+    };
     assert_eq!(
-        KeyedLimiter::<u8, Tiered, _>::with_tiers(&too_many, |_| 0, ManualClock::new())
-            .unwrap_err(),
-        QuotaError::Tiers {
-            tiers: 257,
-            max: 256
-        }
+        (limit.algorithm(), limit.field(), limit.got(), limit.bound()),
+        ("keyed limiter", "tiers", 257, 256)
+    );
+    assert_eq!(
+        err.to_string(),
+        "tiers of a keyed limiter must number between 1 and 256 (one byte per key), got 257"
     );
     assert!(
         KeyedLimiter::<u8, Tiered, _>::with_tiers(&too_many[..256], |_| 0, ManualClock::new())

@@ -216,7 +216,7 @@ fn a_parked_reader_holds_at_most_max_keys_removed_keys() {
 
 /// (e) Quota changes while a reader is parked: a change keeps one copy of the map (the tables it
 /// replaced) until the reader leaves, counted as removed keys are, so a second change meanwhile
-/// is refused with `QuotaError::ParkedReader` and changes nothing; once the reader has left,
+/// is refused with `KeyedChangeError::ParkedReader` and changes nothing; once the reader has left,
 /// the copy is freed and changes go through again. Checks meanwhile decide as usual, and the
 /// parked reader itself answers on the state it found.
 #[test]
@@ -249,7 +249,7 @@ fn a_parked_reader_holds_one_copy_of_the_map_across_quota_changes() {
         assert_eq!(held, 101, "the first change's copy of the 101 keys");
         assert_eq!(
             second,
-            Err(tollgate::QuotaError::ParkedReader { held: 101 })
+            Err(tollgate::keyed::KeyedChangeError::ParkedReader { held: 101 })
         );
         assert_eq!(quota, Quota::per_second(5).unwrap());
         assert_eq!(remaining, 5);

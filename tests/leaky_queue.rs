@@ -295,15 +295,19 @@ fn the_interval_rounds_up_and_capacity_is_bounded() {
         .and_then(|q| q.with_capacity(leaky::MAX_QUEUE_CAPACITY + 1))
         .expect("a valid quota");
     let err = leaky::queue_with_clock::<(), _>(too_big, ManualClock::new()).unwrap_err();
+    let QuotaError::Algorithm(limit) = err else {
+        panic!("{err:?} is not the queue's own limit");
+    };
     assert_eq!(
-        err,
-        QuotaError::QueueTooLong {
-            capacity: (1 << 24) + 1,
-            max: 1 << 24
-        }
+        (limit.algorithm(), limit.got(), limit.bound()),
+        ("leaky queue", (1 << 24) + 1, 1 << 24)
     );
     assert_eq!(err.field(), "capacity");
-    assert!(err.to_string().contains("between 1 and 16777216"), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "capacity of a leaky queue must be between 1 and 16777216 (one slot per item, \
+         allocated up front), got 16777217"
+    );
 }
 
 #[test]

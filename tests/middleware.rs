@@ -1442,10 +1442,7 @@ mod quota_handle {
         assert!(
             matches!(
                 err,
-                SetQuotaError::Quota(QuotaError::LogTooLong {
-                    count: 1_000_000,
-                    ..
-                })
+                SetQuotaError::Quota(QuotaError::Algorithm(l)) if l.got() == 1_000_000
             ),
             "{err:?}"
         );

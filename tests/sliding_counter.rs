@@ -300,13 +300,15 @@ fn every_quota_error_names_its_field() {
     }
     assert!(SlidingWindowCounter::new(per_second(32_767)).is_ok());
     assert!(SlidingWindowCounter::new(Quota::per_minute(262_143).unwrap()).is_ok());
+    let too_many = SlidingWindowCounter::new(Quota::per_minute(262_144).unwrap()).unwrap_err();
     assert_eq!(
-        SlidingWindowCounter::new(Quota::per_minute(262_144).unwrap()).unwrap_err(),
-        QuotaError::WindowCountTooLarge {
-            count: 262_144,
-            max: 262_143,
-            window: Duration::from_secs(60)
-        }
+        own_limit(too_many),
+        ("count", 262_144, 262_143, Some(Duration::from_secs(60)))
+    );
+    assert_eq!(
+        too_many.to_string(),
+        "count of a sliding window counter must be between 1 and 262143 for a window of 60s: \
+         the count shares a 64-bit word with the window's index, got 262144"
     );
     // 1024 sub-windows of 2^20 ns.
     let binary = Quota::per_period(10, Duration::from_nanos(1 << 30)).unwrap();
@@ -318,14 +320,26 @@ fn every_quota_error_names_its_field() {
         SubWindowCounter::new(binary, 1025).unwrap_err().field(),
         "sub_windows"
     );
+    let too_fine = SubWindowCounter::new(q, 1025).unwrap_err();
     assert_eq!(
-        SubWindowCounter::new(q, 1025).unwrap_err(),
-        QuotaError::SubWindows {
-            sub_windows: 1025,
-            max: 1024,
-            period: Duration::from_secs(1)
-        }
+        own_limit(too_fine),
+        ("sub_windows", 1025, 1024, Some(Duration::from_secs(1)))
     );
+    assert_eq!(
+        too_fine.to_string(),
+        "sub_windows of a sliding window counter must be between 1 and 1024 and divide the \
+         period (1s) into whole nanoseconds, got 1025"
+    );
+}
+
+/// The sliding window counter's own limit behind `err`: its field, the value refused, the
+/// bound, and the window it depends on.
+fn own_limit(err: QuotaError) -> (&'static str, u64, u64, Option<Duration>) {
+    let QuotaError::Algorithm(limit) = err else {
+        panic!("{err:?} is not the counter's own limit");
+    };
+    assert_eq!(limit.algorithm(), "sliding window counter");
+    (limit.field(), limit.got(), limit.bound(), limit.span())
 }
 
 #[test]
@@ -487,12 +501,8 @@ fn the_documented_range_table_is_what_the_constructors_accept() {
         let over = Quota::per_period(max + 1, period).unwrap();
         assert!(SlidingWindowCounter::new(fits).is_ok(), "{length}");
         assert_eq!(
-            SlidingWindowCounter::new(over).unwrap_err(),
-            QuotaError::WindowCountTooLarge {
-                count: max + 1,
-                max,
-                window: period
-            }
+            own_limit(SlidingWindowCounter::new(over).unwrap_err()),
+            ("count", max + 1, max, Some(period))
         );
         // The same limit for a sub-window of that length (windows of 4 × 2^62 ns are too long).
         let k = 4;

@@ -206,53 +206,59 @@ fn the_clock_reading_forms_use_the_clock() {
 #[test]
 fn every_construction_error_names_its_field() {
     let clock = ManualClock::new;
-    let cases: [(Quota, QuotaError, &str); 4] = [
+    let too_long = Duration::from_nanos((1 << 62) + 2);
+    let cases = [
         (
             Quota::per_second(5).unwrap().with_capacity(6).unwrap(),
-            QuotaError::WindowCapacity {
-                capacity: 6,
-                count: 5,
-            },
             "capacity",
+            6,
+            5,
+            None,
+            "capacity of a sliding window log must equal its count per window (5): a window has no burst size of its own, got 6",
         ),
         (
             Quota::per_second(5).unwrap().with_initial(4).unwrap(),
-            QuotaError::WindowInitial {
-                initial: 4,
-                count: 5,
-            },
             "initial",
+            4,
+            5,
+            None,
+            "initial fill of a sliding window log must be its count per window (5): windows start empty, got 4",
         ),
         (
-            Quota::per_period(2, Duration::from_nanos((1 << 62) + 2)).unwrap(),
-            QuotaError::WindowTooLong {
-                period: Duration::from_nanos((1 << 62) + 2),
-            },
+            Quota::per_period(2, too_long).unwrap(),
             "period",
+            (1 << 62) + 2,
+            1 << 62,
+            Some(too_long),
+            "period of a sliding window log must be at most 2^62 ns (about 146 years), got 4611686018.427387906s",
         ),
         (
             Quota::per_hour(MAX_LOG + 1).unwrap(),
-            QuotaError::LogTooLong {
-                count: MAX_LOG + 1,
-                max: MAX_LOG,
-            },
             "count",
+            MAX_LOG + 1,
+            MAX_LOG,
+            None,
+            "count of a sliding window log must be between 1 and 65536 (8 bytes per entry), got 65537",
         ),
     ];
-    for (quota, want, field) in cases {
+    for (quota, field, got, bound, span, message) in cases {
         let err = SlidingWindowLog::with_clock(quota, clock()).unwrap_err();
-        assert_eq!(err, want);
+        let QuotaError::Algorithm(limit) = err else {
+            panic!("{err:?} is not the log's own limit");
+        };
+        assert_eq!(
+            (
+                limit.algorithm(),
+                limit.field(),
+                limit.got(),
+                limit.bound(),
+                limit.span()
+            ),
+            ("sliding window log", field, got, bound, span)
+        );
         assert_eq!(err.field(), field);
-        assert!(!err.to_string().is_empty());
+        assert_eq!(err.to_string(), message);
     }
-    assert_eq!(
-        QuotaError::LogTooLong {
-            count: MAX_LOG + 1,
-            max: MAX_LOG
-        }
-        .to_string(),
-        "count of a sliding window log must be between 1 and 65536 (8 bytes per entry), got 65537"
-    );
     // The same errors from the default-clock constructor.
     assert!(SlidingWindowLog::new(Quota::per_hour(MAX_LOG + 1).unwrap()).is_err());
 }

@@ -37,12 +37,75 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use std::fmt;
+
 use super::{Algorithm, KeyedLimiter};
 use crate::algorithm::never_gone;
 use crate::algorithm::sealed::Held;
 use crate::clock::{Clock, Nanos};
 use crate::quota::{Quota, QuotaError};
 use std::hash::Hash;
+
+/// Why a keyed limiter's quota was not changed ([`KeyedLimiter::set_quota`],
+/// [`KeyedLimiter::set_tier_quota`]). Nothing changed in any case.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::keyed::{KeyedChangeError, KeyedLimiter};
+/// use tollgate::Quota;
+/// let limiter: KeyedLimiter<u8> = KeyedLimiter::new(Quota::per_second(10)?);
+/// let err = limiter.set_tier_quota(1, Quota::per_second(5)?).unwrap_err();
+/// assert_eq!(err, KeyedChangeError::NoSuchTier { tier: 1, tiers: 1 });
+/// assert_eq!(err.to_string(), "tier must be an index below the number of tiers (1), got 1");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyedChangeError {
+    /// The limiter's algorithm cannot enforce the quota (see [`QuotaError::field`]).
+    Quota(QuotaError),
+    /// A tier index past the limiter's last tier: a limiter of one quota has tier 0 only.
+    NoSuchTier {
+        /// The index given.
+        tier: usize,
+        /// The number of tiers: indices run from 0 below it.
+        tiers: usize,
+    },
+    /// A lookup has been parked since the previous change (a key's `Eq` that blocks, say) and,
+    /// after a second's wait, still holds the keys that change replaced: each change keeps one
+    /// copy of the map until such readers leave, so one parked reader may hold one copy, never
+    /// one per change. Try again once the reader has left.
+    ParkedReader {
+        /// The replaced keys it holds.
+        held: usize,
+    },
+}
+
+impl From<QuotaError> for KeyedChangeError {
+    fn from(e: QuotaError) -> KeyedChangeError {
+        KeyedChangeError::Quota(e)
+    }
+}
+
+impl fmt::Display for KeyedChangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyedChangeError::Quota(e) => e.fmt(f),
+            KeyedChangeError::NoSuchTier { tier, tiers } => write!(
+                f,
+                "tier must be an index below the number of tiers ({tiers}), got {tier}"
+            ),
+            KeyedChangeError::ParkedReader { held } => write!(
+                f,
+                "reader: a lookup parked since the previous quota change still holds the {held} keys it replaced; no change until it leaves"
+            ),
+        }
+    }
+}
+
+/// The quota's refusal is displayed as it is, so it is not also a source.
+impl std::error::Error for KeyedChangeError {}
 
 /// Builds a limiter's policy from its tiers' quotas: one quota, or a tiered limiter's list.
 pub(super) type MakePolicy<A> =
@@ -180,8 +243,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     ///
     /// # Errors
     ///
-    /// The errors of [`KeyedLimiter::with_algorithm`] for a quota this algorithm cannot
-    /// enforce; [`QuotaError::ParkedReader`] when a lookup parked since the previous change
+    /// [`KeyedChangeError::Quota`], with the errors of [`KeyedLimiter::with_algorithm`], for a
+    /// quota this algorithm cannot enforce; [`KeyedChangeError::ParkedReader`] when a lookup parked since the previous change
     /// (a key's `Eq` that blocks) still holds the keys that change replaced after a second's
     /// wait (each change keeps one copy of the map until such a reader leaves, and no second
     /// one is made). Nothing changes then.
@@ -201,7 +264,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// assert_eq!(limiter.quota(), Quota::per_second(2)?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
+    pub fn set_quota(&self, quota: Quota) -> Result<(), KeyedChangeError> {
         self.set_quota_at(quota, self.clock.now())
     }
 
@@ -224,7 +287,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// assert_eq!(limiter.remaining_key_at(&1, Nanos::new(800_000_000)), 10);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn set_quota_at(&self, quota: Quota, now: Nanos) -> Result<(), QuotaError> {
+    pub fn set_quota_at(&self, quota: Quota, now: Nanos) -> Result<(), KeyedChangeError> {
         self.change_tier(0, quota, now)
     }
 
@@ -234,24 +297,24 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::NoSuchTier`] for a tier past the last; otherwise as
+    /// [`KeyedChangeError::NoSuchTier`] for a tier past the last; otherwise as
     /// [`KeyedLimiter::set_quota`]. Nothing changes then.
     ///
     /// # Examples
     ///
     /// ```
-    /// use tollgate::keyed::{KeyedLimiter, Tiered};
-    /// use tollgate::{ManualClock, Quota, QuotaError};
+    /// use tollgate::keyed::{KeyedChangeError, KeyedLimiter, Tiered};
+    /// use tollgate::{ManualClock, Quota};
     /// let tiers = [Quota::per_second(1)?, Quota::per_second(10)?];
     /// let limiter: KeyedLimiter<u32, Tiered, _> =
     ///     KeyedLimiter::with_tiers(&tiers, |user: &u32| usize::from(*user >= 1000), ManualClock::new())?;
     /// limiter.set_tier_quota(1, Quota::per_second(100)?)?;
     /// assert_eq!(limiter.tiers(), [Quota::per_second(1)?, Quota::per_second(100)?]);
     /// let err = limiter.set_tier_quota(2, Quota::per_second(1)?).unwrap_err();
-    /// assert_eq!(err, QuotaError::NoSuchTier { tier: 2, tiers: 2 });
+    /// assert_eq!(err, KeyedChangeError::NoSuchTier { tier: 2, tiers: 2 });
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn set_tier_quota(&self, tier: usize, quota: Quota) -> Result<(), QuotaError> {
+    pub fn set_tier_quota(&self, tier: usize, quota: Quota) -> Result<(), KeyedChangeError> {
         self.set_tier_quota_at(tier, quota, self.clock.now())
     }
 
@@ -281,20 +344,20 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         tier: usize,
         quota: Quota,
         now: Nanos,
-    ) -> Result<(), QuotaError> {
+    ) -> Result<(), KeyedChangeError> {
         self.change_tier(tier, quota, now)
     }
 
     /// The change itself: tier `tier` gets `quota` (converted even if it is the same quota, as a
     /// direct limiter's is; the other tiers' keys are moved as they are), then the new
     /// generation, and the map converted to it (see the module docs).
-    fn change_tier(&self, tier: usize, quota: Quota, now: Nanos) -> Result<(), QuotaError> {
+    fn change_tier(&self, tier: usize, quota: Quota, now: Nanos) -> Result<(), KeyedChangeError> {
         let mut latest = crate::sync::lock(&self.latest);
         let mut quotas = latest.quotas.clone();
         let tiers = quotas.len();
         *quotas
             .get_mut(tier)
-            .ok_or(QuotaError::NoSuchTier { tier, tiers })? = quota;
+            .ok_or(KeyedChangeError::NoSuchTier { tier, tiers })? = quota;
         let policy = (self.make_policy)(&quotas)?;
         let changed: Box<[bool]> = (0..tiers).map(|t| t == tier).collect();
         // Never before the floor: a key created afresh is fresh as of it (see the module docs).
@@ -311,7 +374,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             .convert(&gen, |old, new, state| {
                 A::converted(&old.policy, &new.policy, state, at, &changed)
             })
-            .map_err(|held| QuotaError::ParkedReader { held })?;
+            .map_err(|held| KeyedChangeError::ParkedReader { held })?;
         crate::sync::lock(&self.quotas).clone_from(&gen.quotas);
         *latest = gen;
         #[cfg(feature = "tracing")]
@@ -327,9 +390,10 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
+    use super::KeyedChangeError;
     use crate::clock::{ManualClock, Nanos};
     use crate::keyed::{FixedWindowKeys, KeyedLimiter, Tiered, TokenBucketKeys};
-    use crate::quota::{Quota, QuotaError};
+    use crate::quota::Quota;
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -418,7 +482,7 @@ mod tests {
         );
         assert_eq!(
             limiter.set_tier_quota_at(2, Quota::per_second(1).unwrap(), later),
-            Err(QuotaError::NoSuchTier { tier: 2, tiers: 2 })
+            Err(KeyedChangeError::NoSuchTier { tier: 2, tiers: 2 })
         );
         assert_eq!(limiter.tiers(), tiers);
     }

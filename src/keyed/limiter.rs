@@ -42,10 +42,7 @@ type Tagged<T> = (T, Result<Admitted, AcquireError>);
 pub(super) fn one_policy<A: Algorithm>(quotas: &[Quota]) -> Result<A::Policy, QuotaError> {
     match quotas {
         [quota] => A::policy(quota),
-        _ => Err(QuotaError::Tiers {
-            tiers: quotas.len(),
-            max: 1,
-        }),
+        _ => Err(super::tiers::tiers_refused(quotas.len(), 1)),
     }
 }
 

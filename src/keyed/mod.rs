@@ -226,7 +226,7 @@
 //!   change (a key's `Eq` that blocks) holds that change's copy of the map; a second change
 //!   meanwhile waits a second for the readers of that copy to leave (lookups in flight leave in
 //!   a few instructions), then is refused
-//!   ([`QuotaError::ParkedReader`](crate::QuotaError::ParkedReader)) with nothing changed, so
+//!   ([`KeyedChangeError::ParkedReader`]) with nothing changed, so
 //!   one parked reader holds one copy at most.
 //! - **Panics.** A key's `Clone` or `Hash` that panics while a change copies its shard stops the
 //!   change there: the shards before it have the new quota, that one and the rest the old one
@@ -306,6 +306,7 @@ pub use algorithm::{
     FixedWindowKeys, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys, Tiered,
     TokenBucketKeys,
 };
+pub use change::KeyedChangeError;
 pub use evict::Overflow;
 pub use limiter::KeyedLimiter;
 #[cfg(not(tollgate_loom))]

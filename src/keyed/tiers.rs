@@ -8,10 +8,31 @@ use super::algorithm::sealed::TieredPolicy;
 use super::{Algorithm, KeyedError, KeyedLimiter, Tiered};
 use crate::clock::Clock;
 use crate::outcome::Admitted;
-use crate::quota::{Quota, QuotaError};
+use crate::quota::{AlgorithmLimit, Quota, QuotaError};
 
 /// The most tiers a tiered limiter accepts: a key stores its tier in one byte.
 const MAX_TIERS: usize = 256;
+
+/// `tiers` tiers refused where at most `max` (and at least one) are accepted.
+pub(super) fn tiers_refused(tiers: usize, max: usize) -> QuotaError {
+    // usize is at most 64 bits on every target Rust supports.
+    let (tiers, max) = (tiers as u64, max as u64);
+    QuotaError::Algorithm(AlgorithmLimit::new(
+        "keyed limiter",
+        "tiers",
+        tiers,
+        max,
+        |l, f| {
+            write!(
+                f,
+                "tiers of a {} must number between 1 and {} (one byte per key), got {}",
+                l.algorithm(),
+                l.bound(),
+                l.got()
+            )
+        },
+    ))
+}
 
 impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// The quota of each tier: one, unless built by [`KeyedLimiter::with_tiers`].
@@ -83,7 +104,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C>
     ///
     /// # Errors
     ///
-    /// [`QuotaError::Tiers`] for no tiers or more than 256; the errors of
+    /// [`QuotaError::Algorithm`] naming `"tiers"` for no tiers or more than 256; the errors of
     /// [`KeyedLimiter::with_algorithm`] for any tier's quota.
     ///
     /// # Examples
@@ -103,7 +124,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C>
     ///
     /// let none: Result<KeyedLimiter<u8, Tiered, ManualClock>, _> =
     ///     KeyedLimiter::with_tiers(&[], |_: &u8| 0, ManualClock::new());
-    /// assert_eq!(none.unwrap_err(), QuotaError::Tiers { tiers: 0, max: 256 });
+    /// let QuotaError::Algorithm(limit) = none.unwrap_err() else { unreachable!() };
+    /// assert_eq!((limit.field(), limit.got(), limit.bound()), ("tiers", 0, 256));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_tiers(
@@ -112,10 +134,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, Tiered<A>, C>
         clock: C,
     ) -> Result<Self, QuotaError> {
         if tiers.is_empty() || tiers.len() > MAX_TIERS {
-            return Err(QuotaError::Tiers {
-                tiers: tiers.len(),
-                max: MAX_TIERS,
-            });
+            return Err(tiers_refused(tiers.len(), MAX_TIERS));
         }
         Ok(KeyedLimiter::build(
             tiered_policy::<A>(tiers)?,

@@ -12,6 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::fields::PolicyNameError;
+use crate::keyed::KeyedChangeError;
 use crate::quota::{Quota, QuotaError};
 
 /// Why a quota could not be changed. Nothing changed.
@@ -50,6 +51,12 @@ pub enum SetQuotaError {
     },
     /// The limiter's algorithm cannot enforce the quota (see [`QuotaError::field`]).
     Quota(QuotaError),
+    /// A keyed limiter's change waited for a lookup parked since its previous change, in vain
+    /// ([`KeyedChangeError::ParkedReader`](crate::keyed::KeyedChangeError::ParkedReader)).
+    ParkedReader {
+        /// The replaced keys the parked lookup holds.
+        held: usize,
+    },
     /// The Redis limiter's script cannot carry the quota (see
     /// [`BuildError::field`](crate::redis::BuildError::field)).
     #[cfg(feature = "redis")]
@@ -76,6 +83,10 @@ impl fmt::Display for SetQuotaError {
                 tiers.saturating_sub(1)
             ),
             SetQuotaError::Quota(e) => write!(f, "set_quota: {e}"),
+            SetQuotaError::ParkedReader { held } => write!(
+                f,
+                "set_quota: a lookup parked since the previous quota change still holds the {held} keys it replaced; no change until it leaves"
+            ),
             #[cfg(feature = "redis")]
             SetQuotaError::Redis(e) => write!(f, "set_quota: {e}"),
             SetQuotaError::PolicyName(e) => write!(f, "set_quota: {e}"),
@@ -200,8 +211,11 @@ where
 {
     fn change_quota(&self, index: usize, quota: Quota) -> Result<(), SetQuotaError> {
         self.set_tier_quota(index, quota).map_err(|e| match e {
-            QuotaError::NoSuchTier { tier, tiers } => SetQuotaError::NoSuchTier { tier, tiers },
-            e => SetQuotaError::Quota(e),
+            KeyedChangeError::NoSuchTier { tier, tiers } => {
+                SetQuotaError::NoSuchTier { tier, tiers }
+            }
+            KeyedChangeError::ParkedReader { held } => SetQuotaError::ParkedReader { held },
+            KeyedChangeError::Quota(e) => SetQuotaError::Quota(e),
         })
     }
 }

@@ -10,13 +10,13 @@ use super::{SlidingWindowCounter, SubWindowCounter};
 use crate::cas::Step;
 use crate::clock::Nanos;
 use crate::outcome::{Admitted, Denied, Headroom, InsufficientCapacity, Next, Span};
-use crate::quota::{Quota, QuotaError};
+use crate::quota::{AlgorithmLimit, Quota, QuotaError};
 
 /// The most sub-windows a [`SubWindowCounter`] accepts (re-exported as
 /// `tollgate::window::MAX_SUB_WINDOWS`). Its state is `k + 2` words (the history
 /// ring and the hot word) plus the hot word's cache-line padding, and a rollover or a denial reads
 /// up to `k` of them; 1024 keeps the state near 8 KB and the slowest denial to about a thousand
-/// loads of words that are rarely written. More is refused with [`QuotaError::SubWindows`].
+/// loads of words that are rarely written. More is refused with [`QuotaError::Algorithm`] naming `"sub_windows"`.
 ///
 /// # Examples
 ///
@@ -112,16 +112,23 @@ pub(super) struct CounterView {
 impl SlidingCounterPolicy {
     /// Validates `quota` for `k` sub-windows.
     pub(crate) fn new(quota: &Quota, k: u64) -> Result<SlidingCounterPolicy, QuotaError> {
-        let (limit, period) = window_of(quota)?;
+        const NAME: &str = "sliding window counter";
+        let (limit, period) = window_of(quota, NAME)?;
         if k == 0 || k > MAX_SUB_WINDOWS || period % k != 0 {
-            return Err(QuotaError::SubWindows {
-                sub_windows: k,
-                max: MAX_SUB_WINDOWS,
-                period: quota.period(),
+            let limit = AlgorithmLimit::new(NAME, "sub_windows", k, MAX_SUB_WINDOWS, |l, f| {
+                write!(
+                    f,
+                    "sub_windows of a {} must be between 1 and {} and divide the period ({:?}) into whole nanoseconds, got {}",
+                    l.algorithm(),
+                    l.bound(),
+                    l.span().unwrap_or_default(),
+                    l.got()
+                )
             });
+            return Err(QuotaError::Algorithm(limit.over(quota.period())));
         }
         let sub = period / k;
-        check_count(limit, sub, 2)?;
+        check_count(limit, sub, 2, NAME)?;
         let grid = Grid::new(sub);
         Ok(SlidingCounterPolicy {
             grid,

@@ -136,8 +136,8 @@ struct FixedView {
 
 impl FixedWindowPolicy {
     pub(crate) fn new(quota: &Quota) -> Result<FixedWindowPolicy, QuotaError> {
-        let (limit, length) = window_of(quota)?;
-        check_count(limit, length, 1)?;
+        let (limit, length) = window_of(quota, "fixed window")?;
+        check_count(limit, length, 1, "fixed window")?;
         let grid = Grid::new(length);
         Ok(FixedWindowPolicy {
             grid,

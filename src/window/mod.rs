@@ -50,7 +50,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::algorithm::Algorithm;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::direct::Direct;
-use crate::quota::{Quota, QuotaError, MAX_WINDOW_NANOS};
+use crate::quota::{AlgorithmLimit, Quota, QuotaError, MAX_WINDOW_NANOS};
 
 /// The window algorithms: [`FixedWindowAlgorithm`](crate::FixedWindowAlgorithm),
 /// [`SlidingWindowCounterAlgorithm`](crate::SlidingWindowCounterAlgorithm) and
@@ -86,11 +86,12 @@ impl<A: WindowAlgorithm> Direct<A, MonotonicClock> {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::WindowCapacity`] or [`QuotaError::WindowInitial`] for a quota with a capacity
-    /// or initial fill other than its count; [`QuotaError::WindowTooLong`] for a period over
-    /// 2^62 ns; [`QuotaError::WindowCountTooLarge`] when the count does not fit the window's word
-    /// (the counters' tables give the largest count for each window length);
-    /// [`QuotaError::LogTooLong`] for a log longer than [`MAX_LOG`].
+    /// [`QuotaError::Algorithm`], in this window limiter's words
+    /// ([`AlgorithmLimit`](crate::AlgorithmLimit)), for a quota with a capacity or initial fill
+    /// other than its count (field `"capacity"` or `"initial"`), a period over 2^62 ns
+    /// (`"period"`), a count that does not fit the window's word (`"count"`: the counters'
+    /// tables give the largest count for each window length), or a log longer than [`MAX_LOG`]
+    /// (`"count"`).
     ///
     /// # Examples
     ///
@@ -265,48 +266,98 @@ fn index_and_count_budget(length: u64, fields: u32) -> u64 {
     (1u64 << bits) - 1
 }
 
-/// The count per window and the window length in nanoseconds of a quota a window limiter can use.
+/// The count per window and the window length in nanoseconds of a quota the window limiter
+/// `algorithm` (its name in [`AlgorithmLimit::algorithm`]) can use.
 ///
 /// # Errors
 ///
-/// [`QuotaError::WindowCapacity`] when the quota's capacity is not its count,
-/// [`QuotaError::WindowInitial`] when its initial fill is not full, and
-/// [`QuotaError::WindowTooLong`] for a period over 2^62 ns.
-pub(crate) fn window_of(quota: &Quota) -> Result<(u64, u64), QuotaError> {
+/// [`QuotaError::Algorithm`] naming the capacity when it is not the count, the initial fill when
+/// it is not full, and the period when it is over 2^62 ns.
+pub(crate) fn window_of(quota: &Quota, algorithm: &'static str) -> Result<(u64, u64), QuotaError> {
     let count = quota.count();
     if quota.capacity() != count {
-        return Err(QuotaError::WindowCapacity {
-            capacity: quota.capacity(),
+        return Err(QuotaError::Algorithm(AlgorithmLimit::new(
+            algorithm,
+            "capacity",
+            quota.capacity(),
             count,
-        });
+            |l, f| {
+                write!(
+                    f,
+                    "capacity of a {} must equal its count per window ({}): a window has no burst size of its own, got {}",
+                    l.algorithm(),
+                    l.bound(),
+                    l.got()
+                )
+            },
+        )));
     }
     if quota.initial() != count {
-        return Err(QuotaError::WindowInitial {
-            initial: quota.initial(),
+        return Err(QuotaError::Algorithm(AlgorithmLimit::new(
+            algorithm,
+            "initial",
+            quota.initial(),
             count,
-        });
+            |l, f| {
+                write!(
+                    f,
+                    "initial fill of a {} must be its count per window ({}): windows start empty, got {}",
+                    l.algorithm(),
+                    l.bound(),
+                    l.got()
+                )
+            },
+        )));
     }
     match u64::try_from(quota.period().as_nanos()) {
         Ok(period) if period <= MAX_WINDOW_NANOS => Ok((count, period)),
-        _ => Err(QuotaError::WindowTooLong {
-            period: quota.period(),
-        }),
+        too_long => Err(QuotaError::Algorithm(
+            AlgorithmLimit::new(
+                algorithm,
+                "period",
+                too_long.unwrap_or(u64::MAX),
+                MAX_WINDOW_NANOS,
+                |l, f| {
+                    write!(
+                        f,
+                        "period of a {} must be at most 2^62 ns (about 146 years), got {:?}",
+                        l.algorithm(),
+                        l.span().unwrap_or_default()
+                    )
+                },
+            )
+            .over(quota.period()),
+        )),
     }
 }
 
-/// Checks that `count` fits `fields` times beside the index of windows of `length` ns.
+/// Checks that `count` fits `fields` times beside the index of windows of `length` ns, in the
+/// window limiter `algorithm`.
 ///
 /// # Errors
 ///
-/// [`QuotaError::WindowCountTooLarge`] naming the largest count that fits.
-pub(crate) fn check_count(count: u64, length: u64, fields: u32) -> Result<(), QuotaError> {
+/// [`QuotaError::Algorithm`] naming the count and the largest count that fits.
+pub(crate) fn check_count(
+    count: u64,
+    length: u64,
+    fields: u32,
+    algorithm: &'static str,
+) -> Result<(), QuotaError> {
     let max = index_and_count_budget(length, fields);
     if count > max {
-        return Err(QuotaError::WindowCountTooLarge {
-            count,
-            max,
-            window: Duration::from_nanos(length),
+        let limit = AlgorithmLimit::new(algorithm, "count", count, max, |l, f| {
+            write!(
+                f,
+                "count of a {} must be between 1 and {} for a window of {:?}: the count shares a 64-bit word with the window's index, got {}",
+                l.algorithm(),
+                l.bound(),
+                l.span().unwrap_or_default(),
+                l.got()
+            )
         });
+        return Err(QuotaError::Algorithm(
+            limit.over(Duration::from_nanos(length)),
+        ));
     }
     Ok(())
 }

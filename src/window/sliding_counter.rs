@@ -91,11 +91,11 @@
 //!
 //! # Ranges
 //!
-//! The window length must be at most 2^62 ns ([`QuotaError::WindowTooLong`]), the quota's capacity
-//! and initial fill must be its count ([`QuotaError::WindowCapacity`], [`QuotaError::WindowInitial`]),
-//! and the count must fit twice beside a (sub-)window index in a 64-bit word
-//! ([`QuotaError::WindowCountTooLarge`]): shorter (sub-)windows need more index bits. The largest `N`
-//! for each length is tabled on [`SlidingWindowCounter`].
+//! The window length must be at most 2^62 ns, the quota's capacity and initial fill must be its
+//! count, and the count must fit twice beside a (sub-)window index in a 64-bit word: shorter
+//! (sub-)windows need more index bits. The largest `N` for each length is tabled on
+//! [`SlidingWindowCounter`]. A quota outside these is refused with [`QuotaError::Algorithm`],
+//! naming the field (`"period"`, `"capacity"`, `"initial"`, `"count"`) in this module's words.
 //!
 //! [`SubWindowCounter`]'s own ranges (`k`, and `N` at the sub-window length) are in
 //! [`sub_window`](super::sub_window).

@@ -27,7 +27,7 @@
 //! because the only question is whether the N-th newest has left the window. They live in a ring
 //! of N 64-bit slots, so a key costs `8 × N` bytes (plus one padded cache line for the head and the
 //! group word). The longest log is [`MAX_LOG`] entries (512 KiB per key); a longer one is refused
-//! with [`QuotaError::LogTooLong`]. There is no alignment: the window slides with every reading.
+//! with [`QuotaError::Algorithm`] naming the count. There is no alignment: the window slides with every reading.
 //!
 //! Admissions get consecutive *positions* 0, 1, 2, …; position `p` lives in slot `p % N`. A request
 //! for one admission at reading `t` against a log whose next free position is `s`:
@@ -151,12 +151,12 @@ use crate::cas::{self, retries, Backoff, Gone};
 use crate::clock::{MonotonicClock, Nanos};
 use crate::direct::Direct;
 use crate::outcome::{AcquireError, Admitted, Denied, Headroom, InsufficientCapacity, Next, Span};
-use crate::quota::{Quota, QuotaError};
+use crate::quota::{AlgorithmLimit, Quota, QuotaError};
 use crate::sync::{yield_now, AtomicU64, Ordering};
 
 /// The longest log: 65 536 entries of 8 bytes, 512 KiB per key (re-exported as
 /// `tollgate::window::MAX_LOG`). A quota whose count exceeds it is
-/// refused with [`QuotaError::LogTooLong`]: a limit that large is better served by a
+/// refused with [`QuotaError::Algorithm`] naming the count: a limit that large is better served by a
 /// [`TokenBucket`](crate::TokenBucket) or a sliding window counter, whose state is one word.
 ///
 /// # Examples
@@ -166,7 +166,7 @@ use crate::sync::{yield_now, AtomicU64, Ordering};
 /// use tollgate::{Quota, QuotaError};
 /// assert!(SlidingWindowLog::new(Quota::per_hour(MAX_LOG)?).is_ok());
 /// let err = SlidingWindowLog::new(Quota::per_hour(MAX_LOG + 1)?).unwrap_err();
-/// assert_eq!(err, QuotaError::LogTooLong { count: MAX_LOG + 1, max: MAX_LOG });
+/// assert!(matches!(err, QuotaError::Algorithm(l) if l.got() == MAX_LOG + 1 && l.bound() == MAX_LOG));
 /// assert_eq!(err.field(), "count");
 /// # Ok::<(), QuotaError>(())
 /// ```
@@ -221,12 +221,19 @@ impl LogGrant {
 impl SlidingLogPolicy {
     /// The policy for `quota`, or why a log cannot enforce it.
     pub(crate) fn new(quota: &Quota) -> Result<SlidingLogPolicy, QuotaError> {
-        let (count, window) = window_of(quota)?;
+        const NAME: &str = "sliding window log";
+        let (count, window) = window_of(quota, NAME)?;
         if count > MAX_LOG {
-            return Err(QuotaError::LogTooLong {
-                count,
-                max: MAX_LOG,
+            let limit = AlgorithmLimit::new(NAME, "count", count, MAX_LOG, |l, f| {
+                write!(
+                    f,
+                    "count of a {} must be between 1 and {} (8 bytes per entry), got {}",
+                    l.algorithm(),
+                    l.bound(),
+                    l.got()
+                )
             });
+            return Err(QuotaError::Algorithm(limit));
         }
         Ok(SlidingLogPolicy {
             // A quota's count and period are at least 1; `max` keeps the modulo by N panic-free

@@ -34,7 +34,7 @@
 //! # Ranges
 //!
 //! `1 <= k <=` [`MAX_SUB_WINDOWS`] with `W` a whole multiple of `k` nanoseconds
-//! ([`QuotaError::SubWindows`]); `N` is checked against the table on
+//! (else [`QuotaError::Algorithm`] naming `"sub_windows"`); `N` is checked against the table on
 //! [`SlidingWindowCounter`] at the sub-window length `W / k`.
 
 use std::fmt;
@@ -362,9 +362,9 @@ impl SubWindowCounter<MonotonicClock> {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::SubWindows`] unless `1 <= sub_windows <=` [`MAX_SUB_WINDOWS`] divides the
-    /// period into whole nanoseconds; [`QuotaError::WindowCountTooLarge`] for a count beyond the
-    /// table on [`SlidingWindowCounter`] at the sub-window length; otherwise as
+    /// [`QuotaError::Algorithm`] naming `"sub_windows"` unless `1 <= sub_windows <=`
+    /// [`MAX_SUB_WINDOWS`] divides the period into whole nanoseconds, or naming `"count"` for a
+    /// count beyond the table on [`SlidingWindowCounter`] at the sub-window length; otherwise as
     /// [`SlidingWindowCounter::new`].
     ///
     /// # Examples

@@ -90,7 +90,8 @@
 //! reserved room for but not yet stored, and the one item the consumer may hold while it waits for
 //! the item's release time. C is at most [`MAX_QUEUE_CAPACITY`] (2^24) because the storage
 //! (crossbeam's `ArrayQueue`) allocates one slot per item up front; a larger capacity is
-//! [`QuotaError::QueueTooLong`]. The quota's initial fill does not apply: a queue starts empty.
+//! refused ([`QuotaError::Algorithm`], naming the capacity). The quota's initial fill does not
+//! apply: a queue starts empty.
 //!
 //! # Shutdown
 //!
@@ -169,12 +170,12 @@ pub use receiver::LeakyReceiver;
 pub use sender::{LeakySender, Ticket};
 
 use crate::clock::{duration_to_nanos, Clock, MonotonicClock};
-use crate::quota::{Quota, QuotaError};
+use crate::quota::{AlgorithmLimit, Quota, QuotaError};
 use crate::sync::Arc;
 use shared::QueueShared;
 
 /// The largest capacity a leaky queue accepts: 2^24 items (its storage allocates one slot per
-/// item up front). A larger [`Quota::capacity`] is [`QuotaError::QueueTooLong`].
+/// item up front). A larger [`Quota::capacity`] is refused with [`QuotaError::Algorithm`] naming the capacity.
 ///
 /// # Examples
 ///
@@ -183,7 +184,7 @@ use shared::QueueShared;
 ///
 /// assert_eq!(leaky::MAX_QUEUE_CAPACITY, 1 << 24);
 /// let too_long = Quota::per_second(1)?.with_capacity(leaky::MAX_QUEUE_CAPACITY + 1)?;
-/// assert!(matches!(leaky::queue::<u8>(too_long), Err(QuotaError::QueueTooLong { .. })));
+/// assert!(matches!(leaky::queue::<u8>(too_long), Err(QuotaError::Algorithm(l)) if l.field() == "capacity"));
 /// # Ok::<(), QuotaError>(())
 /// ```
 pub const MAX_QUEUE_CAPACITY: u64 = 1 << 24;
@@ -197,7 +198,7 @@ pub const MAX_QUEUE_CAPACITY: u64 = 1 << 24;
 ///
 /// # Errors
 ///
-/// [`QuotaError::QueueTooLong`] for a capacity above [`MAX_QUEUE_CAPACITY`].
+/// [`QuotaError::Algorithm`] naming the capacity for one above [`MAX_QUEUE_CAPACITY`].
 ///
 /// # Examples
 ///
@@ -219,7 +220,7 @@ pub fn queue<T>(quota: Quota) -> Result<(LeakySender<T>, LeakyReceiver<T>), Quot
 ///
 /// # Errors
 ///
-/// [`QuotaError::QueueTooLong`] for a capacity above [`MAX_QUEUE_CAPACITY`].
+/// [`QuotaError::Algorithm`] naming the capacity for one above [`MAX_QUEUE_CAPACITY`].
 ///
 /// # Examples
 ///
@@ -242,10 +243,22 @@ pub fn queue_with_clock<T, C: Clock>(
     let slots = match usize::try_from(capacity) {
         Ok(n) if capacity <= MAX_QUEUE_CAPACITY => n,
         _ => {
-            return Err(QuotaError::QueueTooLong {
+            let limit = AlgorithmLimit::new(
+                "leaky queue",
+                "capacity",
                 capacity,
-                max: MAX_QUEUE_CAPACITY,
-            })
+                MAX_QUEUE_CAPACITY,
+                |l, f| {
+                    write!(
+                        f,
+                        "capacity of a {} must be between 1 and {} (one slot per item, allocated up front), got {}",
+                        l.algorithm(),
+                        l.bound(),
+                        l.got()
+                    )
+                },
+            );
+            return Err(QuotaError::Algorithm(limit));
         }
     };
     let interval = duration_to_nanos(quota.interval());

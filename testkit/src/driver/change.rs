@@ -27,7 +27,7 @@
 //! run(Kind::Bucket, Quota::per_second(10).unwrap(), 0, &ops);
 //! ```
 
-use tollgate::keyed::{KeyedError, KeyedLimiter, Tiered};
+use tollgate::keyed::{KeyedChangeError, KeyedError, KeyedLimiter, Tiered};
 use tollgate::window::SubWindowCounter;
 use tollgate::{
     AcquireError, Admitted, Algorithm, Denied, Direct, Limiter, ManualClock, Nanos, Quota,
@@ -169,9 +169,9 @@ pub fn run(kind: Kind, quota: Quota, start_ns: u64, ops: &[Op]) {
                 },
                 |l: &OneKey<Tiered>, q, at| {
                     changes.set(changes.get() + 1);
-                    l.0.set_tier_quota_at(0, q, at)?;
+                    l.0.set_tier_quota_at(0, q, at).map_err(refused)?;
                     if changes.get().is_multiple_of(2) {
-                        l.0.set_tier_quota_at(1, q, at)?;
+                        l.0.set_tier_quota_at(1, q, at).map_err(refused)?;
                     }
                     Ok(())
                 },
@@ -190,11 +190,20 @@ fn keyed<A: Algorithm>(quota: Quota, start_ns: u64, ops: &[Op]) {
                 KeyedLimiter::with_algorithm(q, ManualClock::starting_at(Nanos::new(now)))?;
             Ok(OneKey::holding(limiter, q, available, now))
         },
-        |l: &OneKey<A>, q, at| l.0.set_quota_at(q, at),
+        |l: &OneKey<A>, q, at| l.0.set_quota_at(q, at).map_err(refused),
         quota,
         start_ns,
         ops,
     );
+}
+
+/// The quota's refusal in a keyed limiter's change: tier indices are in range here, and no
+/// lookup parks, so nothing else can refuse it.
+fn refused(e: KeyedChangeError) -> QuotaError {
+    match e {
+        KeyedChangeError::Quota(e) => e,
+        e => panic!("a keyed change refused for a reason other than its quota: {e}"),
+    }
 }
 
 /// Key 0 of a keyed limiter, as a [`Limiter`].

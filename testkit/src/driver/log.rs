@@ -101,12 +101,12 @@ pub fn check_spec(
         (Err(err), Err(field)) => {
             assert_eq!(err.field(), field, "error {err:?} for {spec:?}");
             if field == "count" {
+                let QuotaError::Algorithm(limit) = err else {
+                    panic!("{spec:?}: {err:?} is not the log's own limit");
+                };
                 assert_eq!(
-                    err,
-                    QuotaError::LogTooLong {
-                        count: spec.count,
-                        max: MAX_LOG
-                    }
+                    (limit.algorithm(), limit.got(), limit.bound()),
+                    ("sliding window log", spec.count, MAX_LOG)
                 );
             }
             None

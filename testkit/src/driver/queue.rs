@@ -151,12 +151,12 @@ fn build(
     let capacity = quota.capacity();
     if capacity > MAX_CAPACITY {
         let err = leaky::queue_with_clock::<u8, _>(quota, ManualClock::new()).unwrap_err();
+        let QuotaError::Algorithm(limit) = err else {
+            panic!("{spec:?}: {err:?} is not the queue's own limit");
+        };
         assert_eq!(
-            err,
-            QuotaError::QueueTooLong {
-                capacity,
-                max: MAX_CAPACITY
-            },
+            (limit.algorithm(), limit.got(), limit.bound()),
+            ("leaky queue", capacity, MAX_CAPACITY),
             "{spec:?}"
         );
         assert_eq!(err.field(), "capacity");
