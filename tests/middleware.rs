@@ -1431,6 +1431,34 @@ mod quota_handle {
         assert_eq!(handle.quotas(), [Quota::per_minute(60).unwrap()]);
     }
 
+    /// A keyed limiter's refusals keep their case through the handle, the parked reader's too
+    /// (which a test cannot provoke through a layer without parking a lookup:
+    /// `tests/keyed_reclaim.rs` provokes it on the limiter).
+    #[test]
+    fn a_keyed_refusal_keeps_its_case_through_the_handle() {
+        use tollgate::keyed::KeyedChangeError;
+        let quota = QuotaError::ZeroCount;
+        let cases = [
+            (KeyedChangeError::Quota(quota), SetQuotaError::Quota(quota)),
+            (
+                KeyedChangeError::NoSuchTier { tier: 3, tiers: 2 },
+                SetQuotaError::NoSuchTier { tier: 3, tiers: 2 },
+            ),
+            (
+                KeyedChangeError::ParkedReader { held: 7 },
+                SetQuotaError::ParkedReader { held: 7 },
+            ),
+        ];
+        for (keyed, layer) in cases {
+            assert_eq!(SetQuotaError::from(keyed), layer);
+        }
+        assert_eq!(
+            SetQuotaError::ParkedReader { held: 7 }.to_string(),
+            "set_quota: a lookup parked since the previous quota change still holds the 7 keys it \
+             replaced; no change until it leaves"
+        );
+    }
+
     #[test]
     fn a_quota_the_algorithm_refuses_changes_nothing() {
         let clock = ManualClock::new();

@@ -112,6 +112,19 @@ impl From<QuotaError> for SetQuotaError {
     }
 }
 
+/// A keyed limiter's refusal, as the layer's handle reports it: the same three cases.
+impl From<KeyedChangeError> for SetQuotaError {
+    fn from(e: KeyedChangeError) -> SetQuotaError {
+        match e {
+            KeyedChangeError::Quota(e) => SetQuotaError::Quota(e),
+            KeyedChangeError::NoSuchTier { tier, tiers } => {
+                SetQuotaError::NoSuchTier { tier, tiers }
+            }
+            KeyedChangeError::ParkedReader { held } => SetQuotaError::ParkedReader { held },
+        }
+    }
+}
+
 /// A limiter whose quota a [`QuotaHandle`] may change: what [`Global`](super::Global) asks of
 /// its limiter. The default answers [`SetQuotaError::Unsupported`]: a limiter that cannot change
 /// its quota implements it with an empty body, and one that learns to later overrides it without
@@ -210,13 +223,7 @@ where
     C: crate::clock::Clock,
 {
     fn change_quota(&self, index: usize, quota: Quota) -> Result<(), SetQuotaError> {
-        self.set_tier_quota(index, quota).map_err(|e| match e {
-            KeyedChangeError::NoSuchTier { tier, tiers } => {
-                SetQuotaError::NoSuchTier { tier, tiers }
-            }
-            KeyedChangeError::ParkedReader { held } => SetQuotaError::ParkedReader { held },
-            KeyedChangeError::Quota(e) => SetQuotaError::Quota(e),
-        })
+        Ok(self.set_tier_quota(index, quota)?)
     }
 }
 
