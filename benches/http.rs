@@ -108,6 +108,13 @@ impl Load {
         }
     }
 
+    /// Both limiters' quota: one token per [`Load::period`], [`Load::capacity`] of them.
+    fn quota(self) -> Quota {
+        Quota::per_period(1, self.period())
+            .and_then(|q| q.with_capacity(u64::from(self.capacity())))
+            .expect("a quota")
+    }
+
     /// The time one token takes to come back: a second admitting (governor cannot hold a burst of
     /// 10^9 refilled more slowly: its burst times its period must fit in 2^64 ns), an hour refusing.
     fn period(self) -> Duration {
@@ -134,6 +141,10 @@ enum Subject {
     OuterFields,
     /// The same with the fields and the `RateLimitInfo` extension off.
     OuterNoFields,
+    /// The floor under any limiting layer around the router: a hand-written one that reads the
+    /// peer's address, makes one `KeyedLimiter::check_key` on it and passes the request on, or
+    /// answers a bare 429 with `Retry-After`; no fields, no extension, no options ([`Floor`]).
+    OuterFloor,
 }
 
 /// What a request is sent through: every row's service boxed once, so that the rows whose layer
@@ -142,7 +153,7 @@ type App = BoxCloneService<Request<Body>, Response<Body>, Infallible>;
 
 impl Subject {
     /// The criterion groups' rows.
-    const ALL: [Subject; 7] = [
+    const ALL: [Subject; 8] = [
         Subject::NoLayer,
         Subject::IdentityLayer,
         Subject::TollgateFields,
@@ -150,6 +161,7 @@ impl Subject {
         Subject::TowerGovernor,
         Subject::OuterFields,
         Subject::OuterNoFields,
+        Subject::OuterFloor,
     ];
 
     /// The loopback rows (the issue's four).
@@ -173,6 +185,7 @@ impl Subject {
             Subject::TowerGovernor => "tower_governor",
             Subject::OuterFields => "outer_fields",
             Subject::OuterNoFields => "outer_no_fields",
+            Subject::OuterFloor => "outer_floor",
         }
     }
 
@@ -194,7 +207,7 @@ impl Subject {
             Subject::TollgateFields | Subject::OuterFields => {
                 has("ratelimit") && has("ratelimit-policy")
             }
-            Subject::TollgateNoFields | Subject::OuterNoFields => {
+            Subject::TollgateNoFields | Subject::OuterNoFields | Subject::OuterFloor => {
                 !has("ratelimit") && !has("ratelimit-policy")
             }
             Subject::TowerGovernor => has("x-ratelimit-remaining"),
@@ -215,7 +228,10 @@ impl Subject {
     fn router(self, load: Load) -> Router {
         let app = Router::new().route("/", get(|| async { "hello" }));
         let app = match self {
-            Subject::NoLayer | Subject::OuterFields | Subject::OuterNoFields => app,
+            Subject::NoLayer
+            | Subject::OuterFields
+            | Subject::OuterNoFields
+            | Subject::OuterFloor => app,
             Subject::IdentityLayer => app.layer(tower::layer::util::Identity::new()),
             Subject::TollgateFields => app.layer(tollgate_layer(load, true)),
             Subject::TollgateNoFields => app.layer(tollgate_layer(load, false)),
@@ -241,6 +257,10 @@ impl Subject {
             Subject::OuterNoFields => {
                 BoxCloneService::new(tollgate_layer(load, false).layer(router))
             }
+            Subject::OuterFloor => BoxCloneService::new(Floor {
+                inner: router,
+                limiter: std::sync::Arc::new(KeyedLimiter::new(load.quota())),
+            }),
             _ => BoxCloneService::new(router),
         }
     }
@@ -249,16 +269,90 @@ impl Subject {
 /// tollgate's layer for `load`, keyed by the peer's IP address, with the fields and the
 /// `RateLimitInfo` extension on (the defaults) or both off.
 fn tollgate_layer(load: Load, fields: bool) -> LimitLayer<Keyed<KeyedLimiter<IpAddr>>, PeerIp> {
-    let quota = Quota::per_period(1, load.period())
-        .and_then(|q| q.with_capacity(u64::from(load.capacity())))
-        .expect("a quota");
-    let builder = LimitLayer::keyed(KeyedLimiter::new(quota), peer_ip());
+    let builder = LimitLayer::keyed(KeyedLimiter::new(load.quota()), peer_ip());
     let builder = if fields {
         builder
     } else {
         builder.headers(Headers::Never).request_info(false)
     };
     builder.build().expect("a layer")
+}
+
+/// The least a limiting layer around the router does ([`Subject::OuterFloor`]): the peer's
+/// address from `ConnectInfo`, one keyed check, the request passed on or a bare refusal.
+#[derive(Clone)]
+struct Floor<S> {
+    inner: S,
+    limiter: std::sync::Arc<KeyedLimiter<IpAddr>>,
+}
+
+impl<S> Service<Request<Body>> for Floor<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = FloorFuture<S::Future, S::Error>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let peer = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        let verdict = peer.map(|ip| self.limiter.check_key(&ip));
+        match verdict {
+            Some(Ok(_)) => FloorFuture::Pass {
+                fut: self.inner.call(req),
+            },
+            refused => {
+                let wait = match refused {
+                    Some(Err(tollgate::keyed::KeyedError::Denied(d))) => d.retry_after(),
+                    _ => Duration::ZERO,
+                };
+                let res = Response::builder()
+                    .status(StatusCode::TOO_MANY_REQUESTS)
+                    .header("retry-after", wait.as_secs().max(1))
+                    .body(Body::empty())
+                    .expect("a response");
+                FloorFuture::Refused { res: Some(Ok(res)) }
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Floor`]'s future: the router's, or the refusal.
+    #[project = FloorProj]
+    enum FloorFuture<F, E> {
+        Pass { #[pin] fut: F },
+        Refused { res: Option<Result<Response<Body>, E>> },
+    }
+}
+
+impl<F, E> std::future::Future for FloorFuture<F, E>
+where
+    F: std::future::Future<Output = Result<Response<Body>, E>>,
+{
+    type Output = Result<Response<Body>, E>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.project() {
+            FloorProj::Pass { fut } => fut.poll(cx),
+            FloorProj::Refused { res } => {
+                std::task::Poll::Ready(res.take().expect("polled after completion"))
+            }
+        }
+    }
 }
 
 /// The address of client `i`: 10.0.x.y, a port of its own.
@@ -565,11 +659,19 @@ fn interleaved(rounds: usize) {
             let mut v: Vec<f64> = per_round.iter().map(|t| t[a] / t[b]).collect();
             median(&mut v)
         };
-        let (base, identity, gov) = (
+        let (base, identity, gov, floor) = (
             idx(Subject::NoLayer),
             idx(Subject::IdentityLayer),
             idx(Subject::TowerGovernor),
+            idx(Subject::OuterFloor),
         );
+        if load == Load::Allow {
+            targets.push(format!(
+                "- the floor under any limiting layer around the router (outer_floor: the peer's \
+                 address, one keyed check, nothing else): {:.2} × no_layer",
+                ratio_median(floor, base)
+            ));
+        }
         for (i, subject) in Subject::ALL.iter().enumerate() {
             let mut own: Vec<f64> = per_round.iter().map(|t| t[i]).collect();
             let over_id = if subject.limits() {
@@ -597,9 +699,10 @@ fn interleaved(rounds: usize) {
                     Load::Allow => {
                         let t = ratio_median(i, base);
                         targets.push(format!(
-                            "- admitting, time ≤ 1.15 × no_layer, {name}: {t:.2} × ({}; {:.2} × identity_layer)",
+                            "- admitting, time ≤ 1.15 × no_layer, {name}: {t:.2} × ({}; {:.2} × identity_layer, {:.2} × outer_floor)",
                             verdict(t <= 1.15),
-                            ratio_median(i, identity)
+                            ratio_median(i, identity),
+                            ratio_median(i, floor)
                         ));
                         let g = ratio_median(gov, i);
                         targets.push(format!(
