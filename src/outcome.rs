@@ -269,6 +269,31 @@ impl Headroom {
             .span(self.level, self.unit, self.reset)
             .map(Span::duration)
     }
+
+    /// The units of `wait`, a span measured from the same reading as `reset` and so in its frame
+    /// (time unit, and the reading's nanoseconds below one unit): what an outcome keeps of a wait
+    /// beside its headroom (eight bytes, not a whole `Span`).
+    #[inline]
+    fn units_of(self, wait: Span) -> u64 {
+        debug_assert_eq!((wait.shift, wait.sub), (self.reset.shift, self.reset.sub));
+        wait.units
+    }
+
+    /// `units` of the frame of `reset`, as a span from the reading.
+    #[inline]
+    fn span(self, units: u64) -> Span {
+        Span {
+            units,
+            ..self.reset
+        }
+    }
+
+    /// The instant `units` of the frame of `reset` after the reading `now` (in nanoseconds),
+    /// saturating at `u64::MAX` nanoseconds.
+    fn instant(self, now: u64, units: u64) -> Nanos {
+        let at = u128::from(now).saturating_add(self.span(units).nanos());
+        Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+    }
 }
 
 /// The readers of an outcome's [`Headroom`], `remaining`, `reset_after` and `next_after`, written
@@ -430,11 +455,9 @@ impl Scheduled {
     /// measured from one reading do.
     #[inline]
     pub(crate) fn new(now: u64, delay: Span, backlog: u64, headroom: Headroom) -> Scheduled {
-        let reset = headroom.reset;
-        debug_assert_eq!((delay.shift, delay.sub), (reset.shift, reset.sub));
         Scheduled {
             now,
-            delay: delay.units,
+            delay: headroom.units_of(delay),
             backlog,
             headroom,
         }
@@ -467,7 +490,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn delay(&self) -> Duration {
-        self.delay_span().duration()
+        self.headroom.span(self.delay).duration()
     }
 
     /// The instant on the limiter's clock at which this request leaves (the reading the decision
@@ -483,8 +506,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn depart_at(&self) -> Nanos {
-        let at = u128::from(self.now).saturating_add(self.delay_span().nanos());
-        Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+        self.headroom.instant(self.now, self.delay)
     }
 
     /// Requests in the virtual queue once this one joined it, this one (all `n` of it) included,
@@ -560,15 +582,6 @@ impl Scheduled {
     }
 }
 
-impl Scheduled {
-    fn delay_span(&self) -> Span {
-        Span {
-            units: self.delay,
-            ..self.headroom.reset
-        }
-    }
-}
-
 impl fmt::Display for Scheduled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -615,12 +628,10 @@ impl Denied {
     /// measured from one reading do.
     #[inline]
     pub(crate) fn new(now: u64, retry: Span, headroom: Headroom) -> Denied {
-        let reset = headroom.reset;
-        debug_assert_eq!((retry.shift, retry.sub), (reset.shift, reset.sub));
         Denied {
             headroom,
             now,
-            retry: retry.units,
+            retry: headroom.units_of(retry),
         }
     }
 
@@ -637,7 +648,7 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn retry_after(&self) -> Duration {
-        self.retry_span().duration()
+        self.headroom.span(self.retry).duration()
     }
 
     /// The instant on the limiter's clock at which the same request would be admitted
@@ -653,8 +664,7 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn retry_at(&self) -> crate::Nanos {
-        let at = u128::from(self.now).saturating_add(self.retry_span().nanos());
-        Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+        self.headroom.instant(self.now, self.retry)
     }
 
     headroom_readers! {
@@ -706,15 +716,6 @@ impl Denied {
         /// # Ok::<(), Box<dyn std::error::Error>>(())
         /// ```
         next_after,
-    }
-}
-
-impl Denied {
-    fn retry_span(&self) -> Span {
-        Span {
-            units: self.retry,
-            ..self.headroom.reset
-        }
     }
 }
 
