@@ -269,6 +269,57 @@ impl Headroom {
             .span(self.level, self.unit, self.reset)
             .map(Span::duration)
     }
+
+    /// The units of `wait`, a span measured from the same reading as `reset` and so in its frame
+    /// (time unit, and the reading's nanoseconds below one unit): what an outcome keeps of a wait
+    /// beside its headroom (eight bytes, not a whole `Span`).
+    #[inline]
+    fn units_of(self, wait: Span) -> u64 {
+        debug_assert_eq!((wait.shift, wait.sub), (self.reset.shift, self.reset.sub));
+        wait.units
+    }
+
+    /// `units` of the frame of `reset`, as a span from the reading.
+    #[inline]
+    fn span(self, units: u64) -> Span {
+        Span {
+            units,
+            ..self.reset
+        }
+    }
+
+    /// The instant `units` of the frame of `reset` after the reading `now` (in nanoseconds),
+    /// saturating at `u64::MAX` nanoseconds.
+    fn instant(self, now: u64, units: u64) -> Nanos {
+        let at = u128::from(now).saturating_add(self.span(units).nanos());
+        Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+    }
+}
+
+/// The readers of an outcome's [`Headroom`], `remaining`, `reset_after` and `next_after`, written
+/// once for [`Admitted`], [`Scheduled`] and [`Denied`] (each a field `headroom`): an invocation
+/// inside the outcome's `impl` gives each reader its own docs, in that order.
+macro_rules! headroom_readers {
+    (
+        $(#[$remaining:meta])* remaining,
+        $(#[$reset_after:meta])* reset_after,
+        $(#[$next_after:meta])* next_after $(,)?
+    ) => {
+        $(#[$remaining])*
+        pub fn remaining(&self) -> u64 {
+            self.headroom.remaining()
+        }
+
+        $(#[$reset_after])*
+        pub fn reset_after(&self) -> Duration {
+            self.headroom.reset_after()
+        }
+
+        $(#[$next_after])*
+        pub fn next_after(&self) -> Option<Duration> {
+            self.headroom.next_after()
+        }
+    };
 }
 
 /// A request was admitted.
@@ -303,57 +354,53 @@ impl Admitted {
         Admitted { headroom }
     }
 
-    /// Whole tokens left after this admission.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(5)?);
-    /// assert_eq!(bucket.try_acquire()?.remaining(), 4);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.headroom.remaining()
-    }
+    headroom_readers! {
+        /// Whole tokens left after this admission.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(5)?);
+        /// assert_eq!(bucket.try_acquire()?.remaining(), 4);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        remaining,
 
-    /// The time until the limiter is full again if nothing else is taken.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
-    /// assert_eq!(bucket.try_acquire()?.reset_after(), Duration::from_millis(500));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn reset_after(&self) -> Duration {
-        self.headroom.reset_after()
-    }
+        /// The time until the limiter is full again if nothing else is taken.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{ManualClock, Quota, TokenBucket};
+        /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+        /// assert_eq!(bucket.try_acquire()?.reset_after(), Duration::from_millis(500));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        reset_after,
 
-    /// The time, from the reading the decision used, until [`remaining`](Admitted::remaining)
-    /// would be one higher if nothing else were taken: the wait for one more unit (the next
-    /// token, an entry leaving the log, the end of the fixed window, ...; the
-    /// [module docs](crate::outcome#when-one-more-is-free-next_after) say it per algorithm).
-    /// `None` exactly when nothing is taken: the limiter is full, and `remaining` is already the
-    /// most it can show. What the IETF `RateLimit` field's `t` parameter reports, rounded up to
-    /// whole seconds.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(10)?, ManualClock::new());
-    /// assert_eq!(bucket.try_acquire_n_at(0, Nanos::new(0))?.next_after(), None); // full
-    /// let ok = bucket.try_acquire_n_at(3, Nanos::new(0))?;
-    /// assert_eq!(ok.remaining(), 7);
-    /// assert_eq!(ok.next_after(), Some(Duration::from_millis(100))); // the next token
-    /// assert_eq!(ok.reset_after(), Duration::from_millis(300)); // all three
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn next_after(&self) -> Option<Duration> {
-        self.headroom.next_after()
+        /// The time, from the reading the decision used, until [`remaining`](Admitted::remaining)
+        /// would be one higher if nothing else were taken: the wait for one more unit (the next
+        /// token, an entry leaving the log, the end of the fixed window, ...; the
+        /// [module docs](crate::outcome#when-one-more-is-free-next_after) say it per algorithm).
+        /// `None` exactly when nothing is taken: the limiter is full, and `remaining` is already
+        /// the most it can show. What the IETF `RateLimit` field's `t` parameter reports, rounded
+        /// up to whole seconds.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+        /// let bucket = TokenBucket::with_clock(Quota::per_second(10)?, ManualClock::new());
+        /// assert_eq!(bucket.try_acquire_n_at(0, Nanos::new(0))?.next_after(), None); // full
+        /// let ok = bucket.try_acquire_n_at(3, Nanos::new(0))?;
+        /// assert_eq!(ok.remaining(), 7);
+        /// assert_eq!(ok.next_after(), Some(Duration::from_millis(100))); // the next token
+        /// assert_eq!(ok.reset_after(), Duration::from_millis(300)); // all three
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        next_after,
     }
 }
 
@@ -408,11 +455,9 @@ impl Scheduled {
     /// measured from one reading do.
     #[inline]
     pub(crate) fn new(now: u64, delay: Span, backlog: u64, headroom: Headroom) -> Scheduled {
-        let reset = headroom.reset;
-        debug_assert_eq!((delay.shift, delay.sub), (reset.shift, reset.sub));
         Scheduled {
             now,
-            delay: delay.units,
+            delay: headroom.units_of(delay),
             backlog,
             headroom,
         }
@@ -445,7 +490,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn delay(&self) -> Duration {
-        self.delay_span().duration()
+        self.headroom.span(self.delay).duration()
     }
 
     /// The instant on the limiter's clock at which this request leaves (the reading the decision
@@ -461,8 +506,7 @@ impl Scheduled {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn depart_at(&self) -> Nanos {
-        let at = u128::from(self.now).saturating_add(self.delay_span().nanos());
-        Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+        self.headroom.instant(self.now, self.delay)
     }
 
     /// Requests in the virtual queue once this one joined it, this one (all `n` of it) included,
@@ -489,65 +533,52 @@ impl Scheduled {
         }
     }
 
-    /// Free places left in the virtual queue after this request: the capacity minus
-    /// [`Scheduled::queued`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
-    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?.with_capacity(5)?, ManualClock::new());
-    /// assert_eq!(meter.try_schedule_n(2)?.remaining(), 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.headroom.remaining()
-    }
+    headroom_readers! {
+        /// Free places left in the virtual queue after this request: the capacity minus
+        /// [`Scheduled::queued`].
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+        /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?.with_capacity(5)?, ManualClock::new());
+        /// assert_eq!(meter.try_schedule_n(2)?.remaining(), 3);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        remaining,
 
-    /// The time until the virtual queue is empty again if nothing else is scheduled: this
-    /// request's delay plus its own `n` intervals.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
-    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
-    /// meter.try_schedule()?;
-    /// assert_eq!(meter.try_schedule_n(2)?.reset_after(), Duration::from_millis(300));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn reset_after(&self) -> Duration {
-        self.headroom.reset_after()
-    }
+        /// The time until the virtual queue is empty again if nothing else is scheduled: this
+        /// request's delay plus its own `n` intervals.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+        /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+        /// meter.try_schedule()?;
+        /// assert_eq!(meter.try_schedule_n(2)?.reset_after(), Duration::from_millis(300));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        reset_after,
 
-    /// The time, from the reading the decision used, until [`remaining`](Scheduled::remaining)
-    /// would be one higher if nothing else were scheduled: until the queue's next request has
-    /// drained. `None` exactly when the queue is empty.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
-    /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
-    /// assert_eq!(meter.try_schedule_n(0)?.next_after(), None); // empty queue
-    /// let s = meter.try_schedule_n(3)?;
-    /// assert_eq!(s.next_after(), Some(Duration::from_millis(100)));
-    /// assert_eq!(s.reset_after(), Duration::from_millis(300));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn next_after(&self) -> Option<Duration> {
-        self.headroom.next_after()
-    }
-}
-
-impl Scheduled {
-    fn delay_span(&self) -> Span {
-        Span {
-            units: self.delay,
-            ..self.headroom.reset
-        }
+        /// The time, from the reading the decision used, until [`remaining`](Scheduled::remaining)
+        /// would be one higher if nothing else were scheduled: until the queue's next request has
+        /// drained. `None` exactly when the queue is empty.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{leaky::LeakyMeter, ManualClock, Quota};
+        /// let meter = LeakyMeter::with_clock(Quota::per_second(10)?, ManualClock::new());
+        /// assert_eq!(meter.try_schedule_n(0)?.next_after(), None); // empty queue
+        /// let s = meter.try_schedule_n(3)?;
+        /// assert_eq!(s.next_after(), Some(Duration::from_millis(100)));
+        /// assert_eq!(s.reset_after(), Duration::from_millis(300));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        next_after,
     }
 }
 
@@ -597,12 +628,10 @@ impl Denied {
     /// measured from one reading do.
     #[inline]
     pub(crate) fn new(now: u64, retry: Span, headroom: Headroom) -> Denied {
-        let reset = headroom.reset;
-        debug_assert_eq!((retry.shift, retry.sub), (reset.shift, reset.sub));
         Denied {
             headroom,
             now,
-            retry: retry.units,
+            retry: headroom.units_of(retry),
         }
     }
 
@@ -619,7 +648,7 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn retry_after(&self) -> Duration {
-        self.retry_span().duration()
+        self.headroom.span(self.retry).duration()
     }
 
     /// The instant on the limiter's clock at which the same request would be admitted
@@ -635,72 +664,58 @@ impl Denied {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn retry_at(&self) -> crate::Nanos {
-        let at = u128::from(self.now).saturating_add(self.retry_span().nanos());
-        Nanos::new(u64::try_from(at).unwrap_or(u64::MAX))
+        self.headroom.instant(self.now, self.retry)
     }
 
-    /// Whole tokens available at the time of the decision (fewer than were asked for).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(5)?, ManualClock::new());
-    /// assert_eq!(bucket.try_acquire_n(5).is_ok(), true);
-    /// let err = bucket.try_acquire_n(2).unwrap_err();
-    /// assert_eq!(err.denied().map(|d| d.remaining()), Some(0));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn remaining(&self) -> u64 {
-        self.headroom.remaining()
-    }
+    headroom_readers! {
+        /// Whole tokens available at the time of the decision (fewer than were asked for).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use tollgate::{ManualClock, Quota, TokenBucket};
+        /// let bucket = TokenBucket::with_clock(Quota::per_second(5)?, ManualClock::new());
+        /// assert_eq!(bucket.try_acquire_n(5).is_ok(), true);
+        /// let err = bucket.try_acquire_n(2).unwrap_err();
+        /// assert_eq!(err.denied().map(|d| d.remaining()), Some(0));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        remaining,
 
-    /// The time until the limiter is full again if nothing else is taken.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
-    /// bucket.try_acquire_n(2)?;
-    /// assert_eq!(bucket.try_acquire().unwrap_err().reset_after(), Duration::from_secs(1));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn reset_after(&self) -> Duration {
-        self.headroom.reset_after()
-    }
+        /// The time until the limiter is full again if nothing else is taken.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{ManualClock, Quota, TokenBucket};
+        /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+        /// bucket.try_acquire_n(2)?;
+        /// assert_eq!(bucket.try_acquire().unwrap_err().reset_after(), Duration::from_secs(1));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        reset_after,
 
-    /// The time, from the reading the decision used, until [`remaining`](Denied::remaining) would
-    /// be one higher if nothing else were taken (see [`Admitted::next_after`]); at most
-    /// [`retry_after`](Denied::retry_after), and equal to it for a request for one. Never `None`
-    /// on a denial of a limiter the crate decides in-process (something is taken, or the
-    /// request would have been admitted).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
-    /// bucket.try_acquire_n_at(4, Nanos::new(0))?;
-    /// let err = bucket.try_acquire_n_at(2, Nanos::new(0)).unwrap_err();
-    /// let denied = err.denied().unwrap();
-    /// assert_eq!(denied.next_after(), Some(Duration::from_millis(250))); // one token
-    /// assert_eq!(denied.retry_after(), Duration::from_millis(500)); // the two asked for
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn next_after(&self) -> Option<Duration> {
-        self.headroom.next_after()
-    }
-}
-
-impl Denied {
-    fn retry_span(&self) -> Span {
-        Span {
-            units: self.retry,
-            ..self.headroom.reset
-        }
+        /// The time, from the reading the decision used, until [`remaining`](Denied::remaining)
+        /// would be one higher if nothing else were taken (see [`Admitted::next_after`]); at most
+        /// [`retry_after`](Denied::retry_after), and equal to it for a request for one. Never
+        /// `None` on a denial of a limiter the crate decides in-process (something is taken, or
+        /// the request would have been admitted).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+        /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+        /// bucket.try_acquire_n_at(4, Nanos::new(0))?;
+        /// let err = bucket.try_acquire_n_at(2, Nanos::new(0)).unwrap_err();
+        /// let denied = err.denied().unwrap();
+        /// assert_eq!(denied.next_after(), Some(Duration::from_millis(250))); // one token
+        /// assert_eq!(denied.retry_after(), Duration::from_millis(500)); // the two asked for
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        next_after,
     }
 }
 

@@ -241,6 +241,47 @@ impl std::error::Error for ReserveError {
     }
 }
 
+/// The readers of a reservation, `tokens`, `delay` and `ready_at`, and what its `Debug` shows
+/// (`fmt_as`), written once for [`Reservation`] and the Redis backend's `RedisReservation` (each
+/// with fields `tokens`, `now`, the decision's reading, and `ready`, when the tokens are the
+/// caller's, both in nanoseconds on the deciding clock): an invocation inside the type's `impl`
+/// gives each reader its own docs, in that order.
+macro_rules! reservation_readers {
+    (
+        $(#[$tokens:meta])* tokens,
+        $(#[$delay:meta])* delay,
+        $(#[$ready_at:meta])* ready_at $(,)?
+    ) => {
+        $(#[$tokens])*
+        pub fn tokens(&self) -> u64 {
+            self.tokens
+        }
+
+        $(#[$delay])*
+        pub fn delay(&self) -> ::std::time::Duration {
+            ::std::time::Duration::from_nanos(self.ready.saturating_sub(self.now))
+        }
+
+        $(#[$ready_at])*
+        pub fn ready_at(&self) -> $crate::clock::Nanos {
+            $crate::clock::Nanos::new(self.ready)
+        }
+
+        /// The reservation's `Debug`, as `name`: its tokens and when they are the caller's, not
+        /// what its cancel needs.
+        fn fmt_as(&self, name: &str, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+            f.debug_struct(name)
+                .field("tokens", &self.tokens)
+                .field("ready_at", &self.ready_at())
+                .field("delay", &self.delay())
+                .finish_non_exhaustive()
+        }
+    };
+}
+
+#[cfg(feature = "redis")]
+pub(crate) use reservation_readers;
+
 /// Tokens taken from a bucket, maybe into debt: they are the caller's at
 /// [`ready_at`](Reservation::ready_at), after [`delay`](Reservation::delay). `L` is the limiter
 /// that granted it ([`TokenBucket`], [`ShardedBucket`], or a keyed token bucket,
@@ -306,52 +347,48 @@ pub(crate) struct ShardPart {
 }
 
 impl<L, K> Reservation<'_, L, K> {
-    /// The tokens reserved (0 for a query).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(5)?);
-    /// assert_eq!(bucket.reserve_n(3, Duration::ZERO)?.tokens(), 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn tokens(&self) -> u64 {
-        self.tokens
-    }
+    reservation_readers! {
+        /// The tokens reserved (0 for a query).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// let bucket = tollgate::TokenBucket::new(tollgate::Quota::per_second(5)?);
+        /// assert_eq!(bucket.reserve_n(3, Duration::ZERO)?.tokens(), 3);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        tokens,
 
-    /// How long after the reading the decision used the tokens are the caller's: zero when they
-    /// were there at once.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
-    /// assert_eq!(bucket.reserve_n(4, Duration::ZERO)?.delay(), Duration::ZERO);
-    /// assert_eq!(bucket.reserve_n(2, Duration::from_secs(1))?.delay(), Duration::from_millis(500));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn delay(&self) -> Duration {
-        Duration::from_nanos(self.ready.saturating_sub(self.now))
-    }
+        /// How long after the reading the decision used the tokens are the caller's: zero when they
+        /// were there at once.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{ManualClock, Quota, TokenBucket};
+        /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+        /// assert_eq!(bucket.reserve_n(4, Duration::ZERO)?.delay(), Duration::ZERO);
+        /// assert_eq!(bucket.reserve_n(2, Duration::from_secs(1))?.delay(), Duration::from_millis(500));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        delay,
 
-    /// The instant on the limiter's clock at which the tokens are the caller's: the reading the
-    /// decision used (clamped to [`Nanos::MAX_USABLE`]) plus [`Reservation::delay`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(1)?.with_initial(0)?, ManualClock::new());
-    /// let r = bucket.reserve_n_at(1, Duration::from_secs(5), Nanos::new(250_000_000))?;
-    /// assert_eq!(r.ready_at(), Nanos::new(1_000_000_000));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn ready_at(&self) -> Nanos {
-        Nanos::new(self.ready)
+        /// The instant on the limiter's clock at which the tokens are the caller's: the reading the
+        /// decision used (clamped to [`Nanos::MAX_USABLE`]) plus [`Reservation::delay`].
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{ManualClock, Nanos, Quota, TokenBucket};
+        /// let bucket = TokenBucket::with_clock(Quota::per_second(1)?.with_initial(0)?, ManualClock::new());
+        /// let r = bucket.reserve_n_at(1, Duration::from_secs(5), Nanos::new(250_000_000))?;
+        /// assert_eq!(r.ready_at(), Nanos::new(1_000_000_000));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        ready_at,
     }
 
     /// Whether the reservation's time has passed at the reading `now`: its tokens are the
@@ -363,10 +400,6 @@ impl<L, K> Reservation<'_, L, K> {
 
 impl<L, K> fmt::Debug for Reservation<'_, L, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reservation")
-            .field("tokens", &self.tokens)
-            .field("ready_at", &self.ready_at())
-            .field("delay", &self.delay())
-            .finish_non_exhaustive()
+        self.fmt_as("Reservation", f)
     }
 }

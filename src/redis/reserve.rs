@@ -11,9 +11,9 @@ use super::failure::FailurePolicy;
 use super::limiter::local_full;
 use super::limiter::RedisLimiter;
 use super::script::MAX_SPAN;
-use crate::clock::{MonotonicClock, Nanos};
+use crate::clock::MonotonicClock;
 use crate::keyed::{KeyedLimiter, TokenBucketKeys};
-use crate::reservation::{MaxWaitError, Reservation, ReserveError};
+use crate::reservation::{reservation_readers, MaxWaitError, Reservation, ReserveError};
 
 /// The local limiter of [`FailurePolicy::Local`] for the token bucket.
 type Local = KeyedLimiter<Vec<u8>, TokenBucketKeys, MonotonicClock>;
@@ -54,35 +54,32 @@ enum Origin<'a> {
 }
 
 impl RedisReservation<'_> {
-    /// The tokens reserved (0 for a query).
-    ///
-    /// # Examples
-    ///
-    /// See [`RedisLimiter::reserve_key_n`].
-    pub fn tokens(&self) -> u64 {
-        self.tokens
-    }
+    reservation_readers! {
+        /// The tokens reserved (0 for a query).
+        ///
+        /// # Examples
+        ///
+        /// See [`RedisLimiter::reserve_key_n`].
+        tokens,
 
-    /// How long after the decision's reading the tokens are the caller's: zero when they were
-    /// there at once.
-    ///
-    /// # Examples
-    ///
-    /// See [`RedisLimiter::reserve_key_n`].
-    pub fn delay(&self) -> Duration {
-        Duration::from_nanos(self.ready.saturating_sub(self.now))
-    }
+        /// How long after the decision's reading the tokens are the caller's: zero when they were
+        /// there at once.
+        ///
+        /// # Examples
+        ///
+        /// See [`RedisLimiter::reserve_key_n`].
+        delay,
 
-    /// The instant the tokens are the caller's: on the Redis server's clock (Unix time in
-    /// nanoseconds) for a reservation made in Redis, as [`Denied::retry_at`](crate::Denied::retry_at)
-    /// is; on the local limiter's clock for one made by [`FailurePolicy::Local`]; 0 for an
-    /// admission by [`FailurePolicy::Open`], which knows no clock.
-    ///
-    /// # Examples
-    ///
-    /// See [`RedisLimiter::reserve_key_n`].
-    pub fn ready_at(&self) -> Nanos {
-        Nanos::new(self.ready)
+        /// The instant the tokens are the caller's: on the Redis server's clock (Unix time in
+        /// nanoseconds) for a reservation made in Redis, as
+        /// [`Denied::retry_at`](crate::Denied::retry_at) is; on the local limiter's clock for one
+        /// made by [`FailurePolicy::Local`]; 0 for an admission by [`FailurePolicy::Open`], which
+        /// knows no clock.
+        ///
+        /// # Examples
+        ///
+        /// See [`RedisLimiter::reserve_key_n`].
+        ready_at,
     }
 
     /// Gives the reservation's tokens back, less those taken from its key after it, in one call;
@@ -126,11 +123,7 @@ impl RedisReservation<'_> {
 
 impl fmt::Debug for RedisReservation<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisReservation")
-            .field("tokens", &self.tokens)
-            .field("ready_at", &self.ready_at())
-            .field("delay", &self.delay())
-            .finish_non_exhaustive()
+        self.fmt_as("RedisReservation", f)
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::shared::{wait_until, QueueShared};
+use super::shared::{queue_handle_methods, wait_until, QueueShared};
 use super::state::{next_slot, State};
 use super::{RecvTimeoutError, TryRecvError};
 use crate::clock::{Clock, MonotonicClock, Nanos};
@@ -331,73 +331,66 @@ impl<T, C: Clock> LeakyReceiver<T, C> {
         self.drain_now()
     }
 
-    /// Closes the queue: later sends get their item back; accepted items are still delivered.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (tx, rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?)?;
-    /// rx.close();
-    /// assert!(rx.is_closed());
-    /// assert!(tx.try_send(()).is_err());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn close(&self) {
-        self.shared.close();
-    }
+    queue_handle_methods! {
+        /// Closes the queue: later sends get their item back; accepted items are still delivered.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (tx, rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?)?;
+        /// rx.close();
+        /// assert!(rx.is_closed());
+        /// assert!(tx.try_send(()).is_err());
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        close,
 
-    /// Whether the queue is closed (items accepted before may still be waiting).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
-    /// drop(tx);
-    /// assert!(rx.is_closed());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn is_closed(&self) -> bool {
-        self.shared.state().closed()
-    }
+        /// Whether the queue is closed (items accepted before may still be waiting).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
+        /// drop(tx);
+        /// assert!(rx.is_closed());
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        is_closed,
 
-    /// Accepted items not yet received (a snapshot; see [`LeakySender::len`](super::LeakySender::len)).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (tx, rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?)?;
-    /// tx.try_send(()).expect("room");
-    /// assert_eq!(rx.len(), 1);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn len(&self) -> u64 {
-        self.shared.state().len()
-    }
+        /// Accepted items not yet received (a snapshot; see
+        /// [`LeakySender::len`](super::LeakySender::len)).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (tx, rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?)?;
+        /// tx.try_send(()).expect("room");
+        /// assert_eq!(rx.len(), 1);
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        len,
 
-    /// Whether [`len`](Self::len) is 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (_tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
-    /// assert!(rx.is_empty());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+        /// Whether [`len`](Self::len) is 0.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (_tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
+        /// assert!(rx.is_empty());
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        is_empty,
 
-    /// The capacity C.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (_tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(3)?)?;
-    /// assert_eq!(rx.capacity(), 3);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn capacity(&self) -> u64 {
-        self.shared.capacity
+        /// The capacity C.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (_tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(3)?)?;
+        /// assert_eq!(rx.capacity(), 3);
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        capacity,
     }
 
     /// The spacing between releases: the quota's interval, rounded up to a whole nanosecond.

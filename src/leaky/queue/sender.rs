@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::shared::QueueShared;
+use super::shared::{queue_handle_methods, QueueShared};
 use super::{SendTimeoutError, TrySendError};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::sync::{Arc, Ordering};
@@ -216,82 +216,74 @@ impl<T, C: Clock> LeakySender<T, C> {
         }
     }
 
-    /// Closes the queue: later sends get their item back; accepted items are still delivered.
-    ///
-    /// Idempotent; the same as [`LeakyReceiver::close`](super::LeakyReceiver::close).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::leaky;
-    /// use tollgate::Quota;
-    ///
-    /// let (tx, mut rx) = leaky::queue(Quota::per_second(10)?)?;
-    /// tx.try_send(1).expect("room");
-    /// tx.close();
-    /// assert!(tx.try_send(2).unwrap_err().is_closed());
-    /// assert_eq!(rx.recv(), Some(1));
-    /// assert_eq!(rx.recv(), None);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn close(&self) {
-        self.shared.close();
-    }
+    queue_handle_methods! {
+        /// Closes the queue: later sends get their item back; accepted items are still delivered.
+        ///
+        /// Idempotent; the same as [`LeakyReceiver::close`](super::LeakyReceiver::close).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use tollgate::leaky;
+        /// use tollgate::Quota;
+        ///
+        /// let (tx, mut rx) = leaky::queue(Quota::per_second(10)?)?;
+        /// tx.try_send(1).expect("room");
+        /// tx.close();
+        /// assert!(tx.try_send(2).unwrap_err().is_closed());
+        /// assert_eq!(rx.recv(), Some(1));
+        /// assert_eq!(rx.recv(), None);
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        close,
 
-    /// Whether the queue is closed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
-    /// assert!(!tx.is_closed());
-    /// drop(rx); // dropping the consumer closes the queue
-    /// assert!(tx.is_closed());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn is_closed(&self) -> bool {
-        self.shared.state().closed()
-    }
+        /// Whether the queue is closed.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (tx, rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
+        /// assert!(!tx.is_closed());
+        /// drop(rx); // dropping the consumer closes the queue
+        /// assert!(tx.is_closed());
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        is_closed,
 
-    /// Accepted items not yet released (including items being stored and the one the consumer may
-    /// hold until its release time). A snapshot.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (tx, _rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?.with_capacity(4)?)?;
-    /// tx.try_send(()).expect("room");
-    /// assert_eq!(tx.len(), 1);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn len(&self) -> u64 {
-        self.shared.state().len()
-    }
+        /// Accepted items not yet released (including items being stored and the one the consumer
+        /// may hold until its release time). A snapshot.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (tx, _rx) = tollgate::leaky::queue(tollgate::Quota::per_second(1)?.with_capacity(4)?)?;
+        /// tx.try_send(()).expect("room");
+        /// assert_eq!(tx.len(), 1);
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        len,
 
-    /// Whether [`len`](Self::len) is 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (tx, _rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
-    /// assert!(tx.is_empty());
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+        /// Whether [`len`](Self::len) is 0.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (tx, _rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(1)?)?;
+        /// assert!(tx.is_empty());
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        is_empty,
 
-    /// The capacity C.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (tx, _rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(8)?)?;
-    /// assert_eq!(tx.capacity(), 8);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
-    pub fn capacity(&self) -> u64 {
-        self.shared.capacity
+        /// The capacity C.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let (tx, _rx) = tollgate::leaky::queue::<()>(tollgate::Quota::per_second(8)?)?;
+        /// assert_eq!(tx.capacity(), 8);
+        /// # Ok::<(), tollgate::QuotaError>(())
+        /// ```
+        capacity,
     }
 }
 

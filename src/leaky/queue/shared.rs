@@ -237,3 +237,44 @@ pub(super) fn wait_until(cond: &Condvar, guard: MutexGuard<'_, ()>, deadline: Op
         }
     }
 }
+
+/// The methods both handles answer from the state they share, `close`, `is_closed`, `len`,
+/// `is_empty` and `capacity`, written once for [`LeakySender`](super::LeakySender) and
+/// [`LeakyReceiver`](super::LeakyReceiver) (each a field `shared`): an invocation inside the
+/// handle's `impl` gives each method its own docs, in that order.
+macro_rules! queue_handle_methods {
+    (
+        $(#[$close:meta])* close,
+        $(#[$is_closed:meta])* is_closed,
+        $(#[$len:meta])* len,
+        $(#[$is_empty:meta])* is_empty,
+        $(#[$capacity:meta])* capacity $(,)?
+    ) => {
+        $(#[$close])*
+        pub fn close(&self) {
+            self.shared.close();
+        }
+
+        $(#[$is_closed])*
+        pub fn is_closed(&self) -> bool {
+            self.shared.state().closed()
+        }
+
+        $(#[$len])*
+        pub fn len(&self) -> u64 {
+            self.shared.state().len()
+        }
+
+        $(#[$is_empty])*
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        $(#[$capacity])*
+        pub fn capacity(&self) -> u64 {
+            self.shared.capacity
+        }
+    };
+}
+
+pub(super) use queue_handle_methods;
