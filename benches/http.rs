@@ -9,7 +9,9 @@
 //!    `tollgate_no_fields` (`Headers::Never`, `.request_info(false)`), `tower_governor`
 //!    (`use_headers()`, its `PeerIpKeyExtractor`), and `outer_fields` and `outer_no_fields`:
 //!    tollgate's two layers wrapped once around the whole router (`layer.layer(router)`) instead of
-//!    through `Router::layer`, which boxes every route again (the identity layer's cost). Every
+//!    through `Router::layer`, which boxes every route again (the identity layer's cost); and
+//!    `outer_floor`, a hand-written layer around the router that only reads the peer address and
+//!    makes one keyed check (`Floor`): the least any limiting layer does. Every
 //!    row's service is boxed once (`BoxCloneService`), so that the routers and the layer around a
 //!    router pay the same indirection. Every limiter is keyed by the peer's IP address with the same
 //!    token-bucket quota, on its default clock (tollgate's `MonotonicClock` and governor's
