@@ -361,35 +361,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let answer = self.reserve_uncounted(key, n, max_wait, now);
         // One decision per call, as `check_key_n` counts (see `crate::metrics`): a bad `max_wait`
         // decided nothing, and `TooManyKeys` is counted where it is made.
-        #[cfg(feature = "metrics")]
-        match &answer {
-            Ok(_) => self.observe_decision::<()>(&Ok(())),
-            Err(ReserveError::Denied(d)) => {
-                self.observe_decision::<()>(&Err(KeyedError::Denied(*d)))
-            }
-            Err(ReserveError::InsufficientCapacity(e)) => {
-                self.observe_decision::<()>(&Err(KeyedError::InsufficientCapacity(*e)))
-            }
-            Err(_) => {}
-        }
-        answer
-    }
-
-    /// [`KeyedLimiter::reserve_key_n_at`], uncounted.
-    fn reserve_uncounted<Q>(
-        &self,
-        key: &Q,
-        n: u64,
-        max_wait: Duration,
-        now: Nanos,
-    ) -> Result<Reservation<'_, Self, K>, ReserveError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
         let max_wait_ns = MaxWaitError::check(max_wait)?;
         let reading = now.clamped();
         let reservation = |tokens, ready, parts| Reservation {
@@ -406,6 +379,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
         let generation = self.store.with_ctx(key, |ctx| ctx.generation);
         if n == 0 {
             // A query: an empty reservation, ready at once, whatever the key holds.
+            #[cfg(feature = "metrics")]
+            self.observe_decision::<()>(&Ok(()));
             return Ok(reservation(
                 0,
                 reading,
@@ -415,9 +390,10 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, TokenBucketKeys, C> {
                 },
             ));
         }
-        let taken = self
-            .request_key(&Reserve { max_wait_ns }, key, n, now)
-            .map_err(reserve_error)?;
+        let taken = self.request_key(&Reserve { max_wait_ns }, key, n, now);
+        #[cfg(feature = "metrics")]
+        self.observe_decision(&taken);
+        let taken = taken.map_err(reserve_error)?;
         let tat = taken.reserved.tat;
         let parts = if taken.overflow {
             Parts::Overflow { tat }

@@ -831,40 +831,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        self.with_read_hashed(self.shard(hash), hash, key, f)
-    }
-
-    /// Runs `f` on the context of the table `key`'s shard holds now: the one a key created now
-    /// would be decided in. Inside the epoch (or under the shard lock); `f` must run no user
-    /// code.
-    #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
-    pub(crate) fn with_ctx<Q, R>(&self, key: &Q, f: impl FnOnce(&P) -> R) -> R
-    where
-        Q: Hash + ?Sized,
-    {
-        let shard = self.shard(self.hash(key));
-        let Some(_pin) = self.pin() else {
-            let writer = lock(&shard.writer);
-            return f(&shard.current(&writer).ctx);
-        };
-        // Acquire, under the pin: as in `with_read_hashed`.
-        // SAFETY: a current table is freed only after its retirement and every pin before it.
-        f(&unsafe { &*shard.raw.load(Ordering::Acquire) }.ctx)
-    }
-
-    /// [`Table::with_read`], the key hashed.
-    #[inline(always)]
-    fn with_read_hashed<Q, R>(
-        &self,
-        shard: &Shard<K, V, P>,
-        hash: u64,
-        key: &Q,
-        f: impl Fn(&P, &V) -> Result<R, Gone>,
-    ) -> Option<Result<R, Gone>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+        let shard = self.shard(hash);
         let Some(_pin) = self.pin() else {
             return self.with_locked(shard, hash, key, f);
         };
@@ -882,6 +849,24 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
                 .map(|(_, answer)| answer),
             done => Some(done),
         }
+    }
+
+    /// Runs `f` on the context of the table `key`'s shard holds now: the one a key created now
+    /// would be decided in. Inside the epoch (or under the shard lock); `f` must run no user
+    /// code.
+    #[cfg_attr(tollgate_loom, allow(dead_code))] // under loom the limiter's store is the stand-in
+    pub(crate) fn with_ctx<Q, R>(&self, key: &Q, f: impl FnOnce(&P) -> R) -> R
+    where
+        Q: Hash + ?Sized,
+    {
+        let shard = self.shard(self.hash(key));
+        let Some(_pin) = self.pin() else {
+            let writer = lock(&shard.writer);
+            return f(&shard.current(&writer).ctx);
+        };
+        // Acquire, under the pin: as in `with_read`.
+        // SAFETY: a current table is freed only after its retirement and every pin before it.
+        f(&unsafe { &*shard.raw.load(Ordering::Acquire) }.ctx)
     }
 
     /// The hot path of a check: `before()` (outside the epoch: it may be user code, a clock),
@@ -968,6 +953,11 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
     /// not a seal. With `f`'s answer, the context of the table it ran in (null with `Gone`):
     /// valid while the caller's pin lasts. Each turn moves to a newer table, so it ends (within the rebuilds that run
     /// meanwhile) without waiting for any. Under the caller's pin.
+    ///
+    /// The shard, the hash and the key come as separate arguments, in registers: the call sits in
+    /// the check's loop ([`Table::with_read_after`]), and a struct carrying them, passed by
+    /// address, kept them in memory there (3 instructions a check more, counted by
+    /// `benches/instructions.sh`).
     #[cold]
     #[inline(never)]
     fn look_again<Q, R>(
@@ -980,7 +970,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
     ) -> Option<(*const P, Result<R, Gone>)>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Eq + ?Sized,
     {
         // The table `raw` was built from, while `raw` was reached as `next`, not yet published:
         // finding it still current means `raw` is still being built (and no newer table exists).
@@ -1050,7 +1040,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, P: Clone> Table<K, V, P> {
     ) -> Option<Result<R, Gone>>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Eq + ?Sized,
     {
         let writer = lock(&shard.writer);
         let raw = shard.current(&writer);
