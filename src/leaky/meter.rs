@@ -170,7 +170,26 @@ fn strict_admitted(g: &Gcra, now: Time, n: u64) -> (u64, Admitted) {
 /// would fit: the GCRA's conformance test, answered with a departure slot.
 #[inline]
 pub(crate) fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled, Denied> {
+    // No delay exceeds `u64::MAX` units: the bound never refuses.
+    schedule_within(g, word, now, n, u64::MAX)
+}
+
+/// [`schedule`], refused (writing nothing) when the request would leave more than `max` units
+/// after the reading: its denial says when it would leave within `max`. For callers that wait out
+/// the delay but only so long (the HTTP middleware's `delay_up_to`). One conformance test
+/// answers every case.
+#[inline]
+pub(crate) fn schedule_within(
+    g: &Gcra,
+    word: u64,
+    now: Time,
+    n: u64,
+    max: u64,
+) -> Step<Scheduled, Denied> {
     match g.conform(word, now, n) {
+        Ok(c) if c.start - now.units > max => {
+            Step::Refuse(g.denied(word, now, c.start - now.units - max))
+        }
         Ok(c) => Step::Write(
             c.new,
             Scheduled::new(
@@ -186,25 +205,6 @@ pub(crate) fn schedule(g: &Gcra, word: u64, now: Time, n: u64) -> Step<Scheduled
             ),
         ),
         Err(wait) => Step::Refuse(g.denied(word, now, wait)),
-    }
-}
-
-/// [`schedule`], refused (writing nothing) when the request would leave more than `max` units
-/// after the reading: its denial says when it would leave within `max`. For callers that wait out
-/// the delay but only so long (the HTTP middleware's `delay_up_to`).
-#[inline]
-pub(crate) fn schedule_within(
-    g: &Gcra,
-    word: u64,
-    now: Time,
-    n: u64,
-    max: u64,
-) -> Step<Scheduled, Denied> {
-    match g.conform(word, now, n) {
-        Ok(c) if c.start - now.units > max => {
-            Step::Refuse(g.denied(word, now, c.start - now.units - max))
-        }
-        _ => schedule(g, word, now, n),
     }
 }
 
