@@ -717,11 +717,7 @@ mod redis_backend {
         let rt = runtime();
         let rec = Capture::default();
         rt.block_on(async {
-            let mut admin = redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection_manager()
-                .await
-                .unwrap();
+            let mut admin = testkit::env::redis_manager(&url).await;
             let limiter = metrics::with_local_recorder(&rec, || {
                 RedisLimiter::<TokenBucketKeys>::builder(
                     admin.clone(),
@@ -759,11 +755,7 @@ mod redis_backend {
         let rt = runtime();
         let rec = Capture::default();
         rt.block_on(async {
-            let conn = redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection_manager()
-                .await
-                .unwrap();
+            let conn = testkit::env::redis_manager(&url).await;
             let bucket = metrics::with_local_recorder(&rec, || {
                 let limiter =
                     RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_minute(100).unwrap())

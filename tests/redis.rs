@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use redis::aio::ConnectionManager;
+use testkit::env::redis_manager;
 use tollgate::keyed::{
     FixedWindowKeys, KeyedLimiter, LeakyMeterKeys, SlidingWindowCounterKeys, SlidingWindowLogKeys,
     TokenBucketKeys,
@@ -43,14 +44,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap()
-}
-
-async fn manager(url: &str) -> ConnectionManager {
-    redis::Client::open(url)
-        .unwrap()
-        .get_connection_manager()
-        .await
         .unwrap()
 }
 
@@ -401,7 +394,7 @@ fn same_as_keyed<A: RedisAlgorithm>(
 ) {
     let url = redis_or_skip!();
     let rt = runtime();
-    let conn = rt.block_on(manager(&url));
+    let conn = rt.block_on(redis_manager(&url));
     proptest!(testkit::strategies::unpersisted(96), |(quota in quotas, base in bases(), ops in ops(30, false))| {
         let keyed = KeyedLimiter::<u64, A, _>::with_algorithm(quota, ManualClock::new()).unwrap();
         let window = if aligned { quota.period().as_micros() as u64 } else { 1 };
@@ -480,7 +473,7 @@ fn the_sliding_log_answers_as_in_process() {
 fn the_leaky_meter_answers_as_in_process() {
     let url = redis_or_skip!();
     let rt = runtime();
-    let conn = rt.block_on(manager(&url));
+    let conn = rt.block_on(redis_manager(&url));
     proptest!(testkit::strategies::unpersisted(96), |(quota in gcra_quotas(), base in bases(), ops in ops(30, true))| {
         // A direct meter (it schedules; the keyed one does not), built at reading 0 so that it is
         // full at every reading of the case, as a key Redis has never seen is.
@@ -597,7 +590,7 @@ fn the_token_bucket_admits_the_next_token_exactly_when_it_is_there() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let conn = manager(&url).await;
+        let conn = redis_manager(&url).await;
         for quota in [
             Quota::per_period(1, Duration::from_nanos(100_000_001))
                 .unwrap()
@@ -660,7 +653,7 @@ fn the_leaky_meter_admits_exactly_when_its_queue_empties() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let conn = manager(&url).await;
+        let conn = redis_manager(&url).await;
         let quota = Quota::per_period(1, Duration::from_nanos(100_000_001))
             .unwrap()
             .with_capacity(3)
@@ -722,7 +715,7 @@ fn the_fixed_window_turns_over_exactly_on_its_boundary() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let conn = manager(&url).await;
+        let conn = redis_manager(&url).await;
         let micros = Duration::from_micros;
         for (count, window) in [(2u64, 1_000_000u64), (1, 7), (3, 86_400_000_000)] {
             let quota = Quota::per_period(count, micros(window)).unwrap();
@@ -787,7 +780,7 @@ fn the_sliding_counter_admits_exactly_as_its_estimate_falls_to_the_limit() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let conn = manager(&url).await;
+        let conn = redis_manager(&url).await;
         let micros = Duration::from_micros;
         for window in [1_000_000u64, 10, 86_400_000_000] {
             let clock = ManualClock::new();
@@ -855,7 +848,7 @@ fn the_sliding_log_counts_an_entry_until_it_leaves_the_window_exactly() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let conn = manager(&url).await;
+        let conn = redis_manager(&url).await;
         let micros = Duration::from_micros;
         for window in [1_000_000u64, 2, 86_400_000_000] {
             let clock = ManualClock::new();
@@ -1050,7 +1043,7 @@ fn sixteen_tasks_on_four_connections_never_exceed_the_limit_and_a_naive_client_d
     rt.block_on(async {
         let mut conns = Vec::new();
         for _ in 0..4 {
-            conns.push(manager(&url).await);
+            conns.push(redis_manager(&url).await);
         }
         // 40 at once, then one a minute: at most 40 + 1 in the test's few seconds.
         let quota = Quota::per_minute(1).unwrap().with_capacity(40).unwrap();
@@ -1130,7 +1123,7 @@ fn one_evalsha_per_decision_and_one_reload_after_a_script_flush() {
     };
     let rt = runtime();
     rt.block_on(async {
-        let mut admin = manager(&server.url()).await;
+        let mut admin = redis_manager(&server.url()).await;
         let limiter =
             RedisLimiter::<FixedWindowKeys>::builder(admin.clone(), Quota::per_second(5).unwrap())
                 .build(FailurePolicy::Closed)
@@ -1166,7 +1159,7 @@ fn a_key_expires_no_earlier_than_it_reads_as_fresh() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let mut admin = manager(&url).await;
+        let mut admin = redis_manager(&url).await;
         let prefix = fresh_prefix("ttl");
         // Two tokens, 10 a second: empty after two, full again 200 ms later.
         let bucket = closed::<TokenBucketKeys>(
@@ -1296,7 +1289,7 @@ fn every_ttl_lasts_exactly_until_the_state_reads_as_fresh() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let mut admin = manager(&url).await;
+        let mut admin = redis_manager(&url).await;
         let prefix = fresh_prefix("ttl-exact");
         // Whole milliseconds of refill and window: the state is fresh on the reading's
         // microsecond within a millisecond.
@@ -1425,7 +1418,7 @@ fn bad_input_gets_a_clear_error() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let mut admin = manager(&url).await;
+        let mut admin = redis_manager(&url).await;
         let prefix = fresh_prefix("bad");
         let limiter =
             closed::<TokenBucketKeys>(admin.clone(), Quota::per_second(5).unwrap(), &prefix);
@@ -1530,7 +1523,7 @@ fn outage(policy: FailurePolicy, fallback: fn(&Result<Admitted, RedisError>, Una
     };
     let rt = runtime();
     let server = rt.block_on(async move {
-        let conn = manager(&server.url()).await;
+        let conn = redis_manager(&server.url()).await;
         let limiter =
             RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(1000).unwrap())
                 .timeout(TIMEOUT)
@@ -1680,7 +1673,7 @@ fn refused_connections_fail_fast_and_count() {
     };
     let rt = runtime();
     rt.block_on(async move {
-        let conn = manager(&server.url()).await;
+        let conn = redis_manager(&server.url()).await;
         let local = KeyedLimiter::new(Quota::per_hour(2).unwrap());
         let limiter =
             RedisLimiter::<TokenBucketKeys>::builder(conn, Quota::per_second(1000).unwrap())
@@ -1755,7 +1748,7 @@ fn a_keys_structures_share_one_slot() {
     };
     let rt = runtime();
     rt.block_on(async {
-        let mut node = manager(&nodes[0]).await;
+        let mut node = redis_manager(&nodes[0]).await;
         let conn = cluster(&nodes).await;
         let q = Quota::per_second(5).unwrap();
         let tb = closed::<TokenBucketKeys>(conn.clone(), q, "tollgate");
@@ -1842,7 +1835,7 @@ fn keys_on_every_primary_keep_their_own_limits() {
     };
     let rt = runtime();
     rt.block_on(async {
-        let mut node = manager(&nodes[0]).await;
+        let mut node = redis_manager(&nodes[0]).await;
         let conn = cluster(&nodes).await;
         let prefix = fresh_prefix("primaries");
         let limiter = closed::<TokenBucketKeys>(conn, Quota::per_hour(3).unwrap(), &prefix);
@@ -1893,7 +1886,7 @@ fn a_failover_under_traffic_keeps_state_and_the_limit() {
     };
     let rt = runtime();
     rt.block_on(async {
-        let mut node = manager(&nodes[0]).await;
+        let mut node = redis_manager(&nodes[0]).await;
         let conn = cluster(&nodes).await;
         let prefix = fresh_prefix("failover");
         // 20 at once, then 10 a second.
@@ -1915,8 +1908,8 @@ fn a_failover_under_traffic_keeps_state_and_the_limit() {
             .find(|s| s.0 <= slot && slot <= s.1)
             .unwrap();
         let replica = replica.expect("every primary has a replica");
-        let mut replica_conn = manager(&format!("redis://127.0.0.1:{replica}/")).await;
-        let mut time_conn = manager(&format!("redis://127.0.0.1:{primary}/")).await;
+        let mut replica_conn = redis_manager(&format!("redis://127.0.0.1:{replica}/")).await;
+        let mut time_conn = redis_manager(&format!("redis://127.0.0.1:{primary}/")).await;
         let start = server_micros(&mut time_conn).await;
 
         let traffic = {
@@ -2009,7 +2002,7 @@ enum LeaseOp {
 fn a_lease_and_a_partial_take_answer_as_the_in_process_bucket() {
     let url = redis_or_skip!();
     let rt = runtime();
-    let conn = rt.block_on(manager(&url));
+    let conn = rt.block_on(redis_manager(&url));
     let op = prop_oneof![
         3 => (0..12u64, 0..1000u64).prop_map(|(quarters, jitter)| LeaseOp::Forward { quarters, jitter }),
         1 => (0..8u64, 0..1000u64).prop_map(|(quarters, jitter)| LeaseOp::Back { quarters, jitter }),
@@ -2083,14 +2076,15 @@ fn leased_buckets_never_exceed_c_plus_r_times_t_plus_l() {
         let quota = Quota::per_second(100).unwrap().with_capacity(50).unwrap();
         let lifetime = Duration::from_millis(200);
         let prefix = fresh_prefix("leased");
-        let mut probe = manager(&url).await;
+        let mut probe = redis_manager(&url).await;
         let mut buckets = Vec::new();
         for _ in 0..2 {
-            let limiter = RedisLimiter::<TokenBucketKeys>::builder(manager(&url).await, quota)
-                .prefix(&prefix)
-                .timeout(Duration::from_secs(2))
-                .build(FailurePolicy::Closed)
-                .unwrap();
+            let limiter =
+                RedisLimiter::<TokenBucketKeys>::builder(redis_manager(&url).await, quota)
+                    .prefix(&prefix)
+                    .timeout(Duration::from_secs(2))
+                    .build(FailurePolicy::Closed)
+                    .unwrap();
             buckets.push(Arc::new(
                 tollgate::redis::LeasedBucket::builder(Arc::new(limiter), "shared")
                     .batch(20)
@@ -2158,7 +2152,7 @@ fn a_lease_serves_a_hundred_admissions_per_round_trip() {
     let rt = runtime();
     rt.block_on(async {
         let limiter = RedisLimiter::<TokenBucketKeys>::builder(
-            manager(&url).await,
+            redis_manager(&url).await,
             Quota::per_second(1_000_000_000)
                 .unwrap()
                 .with_capacity(1_000_000)
@@ -2209,7 +2203,7 @@ fn a_leased_token_is_refused_once_its_lease_has_expired() {
     rt.block_on(async {
         let quota = Quota::per_hour(1).unwrap().with_capacity(3).unwrap();
         let limiter = Arc::new(
-            RedisLimiter::<TokenBucketKeys>::builder(manager(&url).await, quota)
+            RedisLimiter::<TokenBucketKeys>::builder(redis_manager(&url).await, quota)
                 .prefix(fresh_prefix("expired-lease"))
                 .timeout(Duration::from_secs(5))
                 .build(FailurePolicy::Closed)
@@ -2277,8 +2271,8 @@ async fn after_an_upgrade<A: RedisAlgorithm>(url: &str, small: Quota, large: Quo
             .build(FailurePolicy::Closed)
             .unwrap()
     };
-    let before = build(small, manager(url).await);
-    let after = build(large, manager(url).await);
+    let before = build(small, redis_manager(url).await);
+    let after = build(large, redis_manager(url).await);
     before.check_key_n("k", 4).await.unwrap();
     assert_eq!(before.peek_key_n("k", 0).await.unwrap().remaining(), 1);
     // Alone, the larger quota would leave 46 (or more).
@@ -2302,7 +2296,7 @@ async fn after_an_upgrade<A: RedisAlgorithm>(url: &str, small: Quota, large: Quo
 /// allows), every later call sends the new quota, and a quota the script cannot carry is refused
 /// with nothing changed.
 async fn set_quota_on<A: RedisAlgorithm>(url: &str, small: Quota, large: Quota) {
-    let limiter = closed::<A>(manager(url).await, large, &fresh_prefix("set-quota"));
+    let limiter = closed::<A>(redis_manager(url).await, large, &fresh_prefix("set-quota"));
     limiter.check_key_n("k", 45).await.unwrap(); // 5 of 50 left
     limiter.set_quota(small).unwrap();
     assert_eq!(limiter.quota(), small);
@@ -2341,7 +2335,7 @@ fn state_written_under_another_quota_is_read_conservatively() {
         set_quota_on::<SlidingWindowLogKeys>(&url, small, large).await;
         // The log's ring must fit the script: a count beyond it is refused, nothing changed.
         let log = closed::<SlidingWindowLogKeys>(
-            manager(&url).await,
+            redis_manager(&url).await,
             small,
             &fresh_prefix("set-quota-log"),
         );
@@ -2355,7 +2349,7 @@ fn state_written_under_another_quota_is_read_conservatively() {
             let url = url.clone();
             let prefix = prefix.clone();
             async move {
-                RedisLimiter::<LeakyMeterKeys>::builder(manager(&url).await, q)
+                RedisLimiter::<LeakyMeterKeys>::builder(redis_manager(&url).await, q)
                     .prefix(&prefix)
                     .build(FailurePolicy::Closed)
                     .unwrap()
@@ -2394,7 +2388,7 @@ fn states_at_the_edge_of_the_exact_range() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let mut admin = manager(&url).await;
+        let mut admin = redis_manager(&url).await;
         let prefix = fresh_prefix("edge");
         let clock = ManualClock::new();
         let at_us = |us: u64| clock.set(Nanos::new(us * 1000));
@@ -2554,7 +2548,7 @@ fn the_http_layer_enforces_a_redis_limit() {
         return;
     };
     runtime().block_on(async {
-        let conn = manager(&url).await;
+        let conn = redis_manager(&url).await;
         let limiter =
             closed::<TokenBucketKeys>(conn, Quota::per_minute(2).unwrap(), &fresh_prefix("layer"));
         let layer = LimitLayer::new(Redis::new(Arc::new(limiter)), peer_ip())
@@ -2710,7 +2704,7 @@ fn the_http_layer_names_the_binding_and_the_refusing_limit_of_several_in_redis()
 
     let url = redis_or_skip!();
     runtime().block_on(async {
-        let conn = manager(&url).await;
+        let conn = redis_manager(&url).await;
         let clock = ManualClock::new();
         let quotas = [
             Quota::per_second(2).unwrap(),
@@ -3022,7 +3016,7 @@ proptest! {
     fn several_limits_answer_as_the_in_process_all_of(quotas in small_quotas(), steps in steps()) {
         let Some(url) = var("TOLLGATE_REDIS_URL") else { return Ok(()) };
         let rt = runtime();
-        let conn = rt.block_on(manager(&url));
+        let conn = rt.block_on(redis_manager(&url));
         let clock = ManualClock::new();
         let redis = several(conn, &quotas, &fresh_prefix("all-same"), Some(&clock));
         let local: AllOf<KeyedLimiter<u64, TokenBucketKeys, ManualClock>> = AllOf::new(
@@ -3060,7 +3054,7 @@ fn several_limits_bind_refuse_and_write_only_when_all_admit() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let mut conn = manager(&url).await;
+        let mut conn = redis_manager(&url).await;
         let clock = ManualClock::new();
         let prefix = fresh_prefix("all-or-none");
         // 10 a second (burst 10) and 4 an hour (burst 4).
@@ -3137,7 +3131,7 @@ fn several_limits_cost_one_evalsha_per_decision() {
     };
     let rt = runtime();
     rt.block_on(async {
-        let mut admin = manager(&server.url()).await;
+        let mut admin = redis_manager(&server.url()).await;
         let limits = RedisAllOf::builder(
             admin.clone(),
             [
@@ -3178,7 +3172,7 @@ fn sixteen_tasks_take_from_every_limit_or_from_none() {
     rt.block_on(async {
         let mut conns = Vec::new();
         for _ in 0..4 {
-            conns.push(manager(&url).await);
+            conns.push(redis_manager(&url).await);
         }
         let quotas = [
             Quota::per_hour(1).unwrap().with_capacity(40).unwrap(),
@@ -3332,7 +3326,7 @@ fn several_limits_work_on_the_cluster() {
     };
     let rt = runtime();
     rt.block_on(async {
-        let mut node = manager(&nodes[0]).await;
+        let mut node = redis_manager(&nodes[0]).await;
         let conn = cluster(&nodes).await;
         let quotas = [
             Quota::per_second(5).unwrap(),
@@ -3397,7 +3391,7 @@ proptest! {
     ) {
         let Some(url) = var("TOLLGATE_REDIS_URL") else { return Ok(()) };
         let rt = runtime();
-        let conn = rt.block_on(manager(&url));
+        let conn = rt.block_on(redis_manager(&url));
         let quota = quotas[0];
         let clock = ManualClock::new();
         let redis = on_clock::<TokenBucketKeys>(&conn, quota, &clock);
@@ -3457,7 +3451,7 @@ fn a_cancel_never_gives_back_more_than_was_taken() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let conn = manager(&url).await;
+        let conn = redis_manager(&url).await;
         let clock = ManualClock::new();
         let quota = Quota::per_second(10).unwrap().with_capacity(4).unwrap();
         let limiter = on_clock::<TokenBucketKeys>(&conn, quota, &clock);
@@ -3538,7 +3532,7 @@ fn reservations_from_many_tasks_never_exceed_the_limit() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let conns = [manager(&url).await, manager(&url).await];
+        let conns = [redis_manager(&url).await, redis_manager(&url).await];
         let quota = Quota::per_second(20).unwrap().with_capacity(5).unwrap();
         let prefix = fresh_prefix("reserve-tasks");
         let limiters: Vec<Arc<RedisLimiter>> = conns
@@ -3645,7 +3639,7 @@ fn a_debt_is_granted_only_within_2_pow_52_ticks() {
     let url = redis_or_skip!();
     let rt = runtime();
     rt.block_on(async {
-        let mut conn = manager(&url).await;
+        let mut conn = redis_manager(&url).await;
         let clock = ManualClock::new();
         let quota = Quota::per_hour(1).unwrap().with_capacity(1249).unwrap();
         let limiter = on_clock::<TokenBucketKeys>(&conn, quota, &clock);

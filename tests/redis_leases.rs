@@ -253,11 +253,7 @@ fn lease_load_child() {
         .build()
         .unwrap();
     let figures = rt.block_on(async {
-        let conn = redis::Client::open(url)
-            .unwrap()
-            .get_connection_manager()
-            .await
-            .unwrap();
+        let conn = testkit::env::redis_manager(&url).await;
         let quota = Quota::per_second(RATE)
             .unwrap()
             .with_capacity(CAPACITY)

@@ -216,6 +216,7 @@ mod redis_backend {
 
     use redis::aio::{ConnectionLike, ConnectionManager};
     use redis::{Cmd, Pipeline, RedisFuture, Value};
+    use testkit::env::redis_manager;
     use tollgate::redis::{FailurePolicy, RedisLimiter};
 
     /// A connection that fails every command while `down` is set, else passes it to the server.
@@ -267,14 +268,6 @@ mod redis_backend {
             .unwrap()
     }
 
-    async fn manager(url: &str) -> ConnectionManager {
-        redis::Client::open(url)
-            .unwrap()
-            .get_connection_manager()
-            .await
-            .unwrap()
-    }
-
     #[test]
     fn an_outage_logs_the_breaker_and_the_failure_policy_once_each_way() {
         let Some(url) = url() else { return };
@@ -282,7 +275,7 @@ mod redis_backend {
         let events = Events::default();
         events.during(|| {
             rt.block_on(async {
-                let mut admin = manager(&url).await;
+                let mut admin = redis_manager(&url).await;
                 let down = Arc::new(AtomicBool::new(false));
                 let conn = Switch {
                     inner: admin.clone(),
@@ -368,7 +361,7 @@ mod redis_backend {
         events.during(|| {
             rt.block_on(async {
                 let conn = Switch {
-                    inner: manager(&url).await,
+                    inner: redis_manager(&url).await,
                     down: Arc::new(AtomicBool::new(true)),
                 };
                 let local = KeyedLimiter::new(Quota::per_hour(3).unwrap());

@@ -26,3 +26,27 @@ pub fn redis_url() -> Option<String> {
         }
     }
 }
+
+/// A connection manager to the server at `url` (from [`redis_url`]), for tests that talk to
+/// Redis themselves or hand it to a limiter.
+///
+/// # Panics
+///
+/// When `url` is not a Redis address or its server cannot be reached: a test that was given an
+/// address needs its server.
+///
+/// ```no_run
+/// # async fn demo() {
+/// if let Some(url) = testkit::env::redis_url() {
+///     let _conn = testkit::env::redis_manager(&url).await;
+/// }
+/// # }
+/// ```
+#[cfg(feature = "redis")]
+pub async fn redis_manager(url: &str) -> redis::aio::ConnectionManager {
+    redis::Client::open(url)
+        .expect("a Redis address")
+        .get_connection_manager()
+        .await
+        .expect("a connection to the test Redis server")
+}
